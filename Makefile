@@ -1,0 +1,41 @@
+# kforge — see README.md. `make demo` and `make test` are the two commands the README starts with.
+GO       ?= go
+BIN      := bin/kforge
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS  := -s -w -X main.version=$(VERSION)
+# Integration tests fail (instead of skipping) when their prerequisites are missing.
+TESTENV  := KFORGE_REQUIRE_INTEGRATION=1
+TESTTIME ?= 55m
+
+.PHONY: all build deps test test-quick demo bench fuzz clean
+
+all: build
+
+build:
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/kforge
+
+deps:
+	hack/deps.sh
+
+## test: every test — unit, golden, fake-host, and integration/end-to-end on real parts (needs root).
+test: deps
+	$(TESTENV) $(GO) test -count=1 -timeout $(TESTTIME) ./...
+
+## test-quick: unit, golden and fake-host tests only (no root, no network namespaces).
+test-quick:
+	$(GO) test -short -count=1 ./...
+
+## demo: what a user does first; see README.md.
+demo: deps build
+	hack/demo.sh
+
+bench: deps
+	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./...
+
+## fuzz: the inventory loader fuzzer; FUZZTIME=10m by default.
+FUZZTIME ?= 10m
+fuzz:
+	$(GO) test ./inventory -run '^$$' -fuzz FuzzLoad -fuzztime $(FUZZTIME)
+
+clean:
+	rm -rf bin

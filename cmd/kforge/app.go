@@ -1,0 +1,136 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/alecthomas/kong"
+)
+
+// Exit codes; documented in README.md ("Exit codes").
+const (
+	exitOK          = 0
+	exitFailed      = 1 // the operation ran and failed
+	exitInvalid     = 2 // bad command line or invalid inventory: nothing was changed
+	exitInterrupted = 130
+)
+
+// Globals are the flags every command accepts; each also reads an environment variable.
+type Globals struct {
+	Inventory   string `short:"i" default:"kforge.yaml" env:"KFORGE_INVENTORY" help:"Inventory file (${env})."`
+	StateDir    string `env:"KFORGE_STATE_DIR" placeholder:"DIR" help:"Where generated PKI, kubeconfigs and logs are kept (${env}; default ~/.local/state/kforge/<cluster>)."`
+	Concurrency int    `default:"20" env:"KFORGE_CONCURRENCY" help:"Hosts worked on at once (${env})."`
+	Output      string `enum:"text,json" default:"text" env:"KFORGE_OUTPUT" help:"Output format: text or json (${env})."`
+	LogFile     string `env:"KFORGE_LOG_FILE" placeholder:"FILE" help:"Debug log file (${env}; default in the state dir)."`
+	Verbose     int    `short:"v" type:"counter" env:"KFORGE_VERBOSE" help:"More detail on stderr; repeat for more (${env})."`
+}
+
+// streams are the process's output channels: stdout carries real output only (a kubeconfig,
+// JSON, a plan), stderr carries status lines and errors.
+type streams struct {
+	Out io.Writer
+	Err io.Writer
+}
+
+// run parses args, runs the command and returns the exit code. It is main without os.Exit,
+// so tests drive the real command line.
+func run(args []string, stdout, stderr io.Writer) int {
+	var cli CLI
+	parser, err := kong.New(&cli,
+		kong.Name("kforge"),
+		kong.Description("Create and grow Kubernetes clusters from a workstation, over SSH."),
+		kong.UsageOnError(),
+		kong.Writers(stdout, stderr),
+		kong.Exit(func(int) {}), // --help: kong prints, we return below
+		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
+	)
+	if err != nil {
+		fmt.Fprintf(stderr, "kforge: internal error: %v\n", err)
+		return exitFailed
+	}
+	kctx, err := parser.Parse(args)
+	if err != nil {
+		var perr *kong.ParseError
+		if errors.As(err, &perr) && perr.Context != nil && perr.Context.Error == nil && isHelp(args) {
+			return exitOK
+		}
+		fmt.Fprintf(stderr, "kforge: %v\n", err)
+		return exitInvalid
+	}
+	if kctx.Selected() == nil || isHelp(args) {
+		return exitOK
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	io := &streams{Out: stdout, Err: stderr}
+	kctx.BindTo(ctx, (*context.Context)(nil))
+	kctx.Bind(io, &cli.Globals)
+	err = kctx.Run()
+	if err == nil {
+		return exitOK
+	}
+	if ctx.Err() != nil {
+		printError(io, &cli.Globals, fmt.Errorf("interrupted: %w", err))
+		return exitInterrupted
+	}
+	printError(io, &cli.Globals, err)
+	return exitCode(err)
+}
+
+func isHelp(args []string) bool {
+	for _, a := range args {
+		if a == "--help" || a == "-h" {
+			return true
+		}
+		if a == "--" {
+			return false
+		}
+	}
+	return false
+}
+
+// exitCoder is implemented by errors that carry their own exit code.
+type exitCoder interface{ ExitCode() int }
+
+func exitCode(err error) int {
+	var ec exitCoder
+	if errors.As(err, &ec) {
+		return ec.ExitCode()
+	}
+	return exitFailed
+}
+
+// detailer is implemented by errors that can say more than their one-line message: a list of
+// findings, captured remote output, a hint.
+type detailer interface{ Details() []string }
+
+// printError is the one place an error becomes text for a person (or JSON for a machine).
+func printError(s *streams, g *Globals, err error) {
+	var details []string
+	var d detailer
+	if errors.As(err, &d) {
+		details = d.Details()
+	}
+	if g.Output == "json" {
+		ev := map[string]any{"event": "error", "error": err.Error()}
+		if details != nil {
+			ev["details"] = details
+		}
+		_ = json.NewEncoder(s.Err).Encode(ev)
+		return
+	}
+	if details == nil {
+		fmt.Fprintf(s.Err, "kforge: error: %v\n", err)
+		return
+	}
+	for _, line := range details {
+		fmt.Fprintln(s.Err, line)
+	}
+}

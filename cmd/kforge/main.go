@@ -1,0 +1,20 @@
+// Command kforge creates and grows Kubernetes clusters from a workstation by driving ordinary
+// Linux hosts over SSH. This file only builds the command line and turns errors into exit codes;
+// all work happens in the packages.
+package main
+
+import "os"
+
+// version is stamped at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+// CLI is the whole command line. Commands arrive here as they become real.
+type CLI struct {
+	Globals
+
+	Version VersionCmd `cmd:"" help:"Print kforge's version and the Kubernetes version it installs by default."`
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}

@@ -1,0 +1,253 @@
+// Package inventory is kforge's cluster description: plain data decoded from one YAML file,
+// defaulted and validated. Nothing here opens a connection; the runtime view of a cluster
+// (hosts with live connections, generated PKI) lives elsewhere.
+//
+// The doc comments on the fields below are the reference: `kforge inventory schema` turns them
+// into JSON Schema descriptions.
+package inventory
+
+// APIVersion and Kind head every inventory file.
+const (
+	APIVersion = "kforge.dev/v1alpha1"
+	Kind       = "Cluster"
+)
+
+// Defaults applied by Load.
+const (
+	DefaultKubernetesVersion = "v1.36.3"
+	DefaultImageRepository   = "registry.k8s.io"
+	DefaultPodSubnet         = "10.244.0.0/16"
+	DefaultServiceSubnet     = "10.96.0.0/12"
+	DefaultDNSDomain         = "cluster.local"
+	DefaultNodeCIDRMaskSize  = 24
+	DefaultSSHUser           = "root"
+	DefaultSSHPort           = 22
+	DefaultKnownHostsFile    = "~/.ssh/known_hosts"
+	DefaultCRIEndpoint       = "unix:///run/containerd/containerd.sock"
+	DefaultCertValidity      = Duration(365 * 24 * hour)      // kubeadm: one year
+	DefaultCAValidity        = Duration(10 * 365 * 24 * hour) // kubeadm: ten years
+)
+
+// Cluster is one inventory file.
+type Cluster struct {
+	// Inventory format version; must be kforge.dev/v1alpha1.
+	APIVersion string `yaml:"apiVersion" jsonschema:"required,enum=kforge.dev/v1alpha1"`
+	// Must be Cluster.
+	Kind string `yaml:"kind" jsonschema:"required,enum=Cluster"`
+	// Cluster name: a DNS label (lowercase letters, digits, '-'). Names the kubeconfig context and the state directory.
+	Name string `yaml:"name" jsonschema:"required"`
+	// Kubernetes version to install, vMAJOR.MINOR.PATCH. Default v1.36.3.
+	KubernetesVersion string `yaml:"kubernetesVersion,omitempty"`
+	// Stable address of the API server as host:port, e.g. a load balancer in front of the masters. Required with more than one master; default: the first master's address and port 6443.
+	ControlPlaneEndpoint string `yaml:"controlPlaneEndpoint,omitempty"`
+	// Registry the control-plane, kube-proxy, CoreDNS and pause images are pulled from when no bundle is used. Default registry.k8s.io.
+	ImageRepository string `yaml:"imageRepository,omitempty"`
+	// Cluster networking.
+	Networking Networking `yaml:"networking,omitempty"`
+	// Certificate authority and certificate options.
+	PKI PKI `yaml:"pki,omitempty"`
+	// How to reach hosts over SSH; every host inherits these and may override any field.
+	SSH SSH `yaml:"ssh,omitempty"`
+	// kubelet options for every node.
+	Kubelet Kubelet `yaml:"kubelet,omitempty"`
+	// Container runtime (containerd) options for every node.
+	ContainerRuntime ContainerRuntime `yaml:"containerRuntime,omitempty"`
+	// Control-plane hosts (kube-apiserver, controller-manager, scheduler, stacked etcd). At least one; use an odd number for etcd quorum.
+	Masters []Host `yaml:"masters" jsonschema:"required,minItems=1"`
+	// Worker hosts.
+	Workers []Host `yaml:"workers,omitempty"`
+	// Path to an offline bundle directory (`kforge bundle build`); relative to this file. With a bundle, binaries and images come from it and nothing is downloaded.
+	Bundle string `yaml:"bundle,omitempty"`
+	// Kubernetes manifests applied (server-side) after the cluster is up, in order.
+	Addons []Addon `yaml:"addons,omitempty"`
+}
+
+// Networking describes the cluster's address space.
+type Networking struct {
+	// CIDR pods get their addresses from. Default 10.244.0.0/16.
+	PodSubnet string `yaml:"podSubnet,omitempty"`
+	// CIDR Service cluster IPs come from; its first address is the kubernetes Service. Default 10.96.0.0/12.
+	ServiceSubnet string `yaml:"serviceSubnet,omitempty"`
+	// Cluster DNS domain. Default cluster.local.
+	DNSDomain string `yaml:"dnsDomain,omitempty"`
+	// Prefix length of each node's share of the pod subnet. Default 24 (IPv4).
+	NodeCIDRMaskSize int `yaml:"nodeCIDRMaskSize,omitempty"`
+	// Pod network installed by kforge: flannel (vxlan) or none (bring your own). Default flannel.
+	Plugin string `yaml:"plugin,omitempty" jsonschema:"enum=flannel,enum=none"`
+}
+
+// PKI holds certificate options.
+type PKI struct {
+	// Key algorithm for every generated key. Default ecdsa-p256.
+	KeyAlgorithm string `yaml:"keyAlgorithm,omitempty" jsonschema:"enum=ecdsa-p256,enum=ecdsa-p384,enum=rsa-2048,enum=rsa-3072,enum=rsa-4096"`
+	// Lifetime of leaf certificates, e.g. 8760h or 365d. Default 365d.
+	CertValidity Duration `yaml:"certValidity,omitempty"`
+	// Lifetime of generated CAs. Default 3650d.
+	CAValidity Duration `yaml:"caValidity,omitempty"`
+	// Extra names (DNS names or IP addresses) for the API server certificate.
+	APIServerCertSANs []string `yaml:"apiServerCertSANs,omitempty"`
+	// Use this cluster CA instead of generating one.
+	ExternalCA *ExternalCA `yaml:"externalCA,omitempty"`
+}
+
+// ExternalCA points at a user-supplied CA certificate and key (PEM files).
+type ExternalCA struct {
+	// CA certificate (PEM); relative to the inventory file.
+	Cert string `yaml:"cert" jsonschema:"required"`
+	// CA private key (PEM); relative to the inventory file. Keep it out of version control.
+	Key string `yaml:"key" jsonschema:"required"`
+}
+
+// SSH says how to reach a host. At the top level it sets defaults; on a host it overrides them
+// field by field. Secrets are never written here: only the names of environment variables that
+// hold them.
+type SSH struct {
+	// Login user. Default root.
+	User string `yaml:"user,omitempty"`
+	// SSH port. Default 22.
+	Port int `yaml:"port,omitempty" jsonschema:"minimum=1,maximum=65535"`
+	// Private key file; ~ is expanded. With an ssh-agent, only the agent key matching this file is offered.
+	IdentityFile string `yaml:"identityFile,omitempty"`
+	// Environment variable holding the passphrase of an encrypted identityFile.
+	PassphraseEnv string `yaml:"passphraseEnv,omitempty"`
+	// Environment variable holding a password for SSH password authentication.
+	PasswordEnv string `yaml:"passwordEnv,omitempty"`
+	// Use the ssh-agent at $SSH_AUTH_SOCK. Default true.
+	Agent *bool `yaml:"agent,omitempty"`
+	// known_hosts file used to verify host keys (and appended to with --accept-new-host-keys). Default ~/.ssh/known_hosts.
+	KnownHostsFile string `yaml:"knownHostsFile,omitempty"`
+	// The host's public key in authorized_keys form ("ssh-ed25519 AAAA..."); when set it is the only key accepted. Usually set per host.
+	HostKey string `yaml:"hostKey,omitempty"`
+	// Jump hosts (bastions) to go through, outermost first, each with its own user, key and host-key check.
+	Bastions []Bastion `yaml:"bastions,omitempty"`
+	// How to become root: auto (sudo when the user is not root), none, passwordless (sudo -n) or password (sudo with the password from sudoPasswordEnv). Default auto.
+	Sudo string `yaml:"sudo,omitempty" jsonschema:"enum=auto,enum=none,enum=passwordless,enum=password"`
+	// Environment variable holding the sudo password; required with sudo: password. The password is fed to sudo on stdin, never on a command line, never logged.
+	SudoPasswordEnv string `yaml:"sudoPasswordEnv,omitempty"`
+}
+
+// Bastion is one SSH jump host.
+type Bastion struct {
+	// Address of the jump host: IP or DNS name, optionally with :port.
+	Address string `yaml:"address" jsonschema:"required"`
+	// Login user on the jump host. Default: the host's SSH user.
+	User string `yaml:"user,omitempty"`
+	// Private key for the jump host. Default: the host's identityFile.
+	IdentityFile string `yaml:"identityFile,omitempty"`
+	// The jump host's pinned public key, authorized_keys form. Default: checked against knownHostsFile.
+	HostKey string `yaml:"hostKey,omitempty"`
+}
+
+// Host is one machine, master or worker.
+type Host struct {
+	// Node name: a DNS label, unique in the cluster. Becomes the Kubernetes node name and the host's name in output.
+	Name string `yaml:"name" jsonschema:"required"`
+	// Address kforge connects to over SSH: IP or DNS name.
+	Address string `yaml:"address" jsonschema:"required"`
+	// IP the node uses inside the cluster (kubelet --node-ip, API server advertise address, etcd). Default: address, when that is an IP.
+	InternalAddress string `yaml:"internalAddress,omitempty"`
+	// Per-host SSH overrides.
+	SSH *SSH `yaml:"ssh,omitempty"`
+	// Node labels.
+	Labels map[string]string `yaml:"labels,omitempty"`
+	// Node taints. Masters always get node-role.kubernetes.io/control-plane:NoSchedule unless listed here with another effect.
+	Taints []Taint `yaml:"taints,omitempty"`
+}
+
+// Taint is a Kubernetes node taint.
+type Taint struct {
+	// Taint key, e.g. dedicated or example.com/gpu.
+	Key string `yaml:"key" jsonschema:"required"`
+	// Taint value; may be empty.
+	Value string `yaml:"value,omitempty"`
+	// NoSchedule, PreferNoSchedule or NoExecute.
+	Effect string `yaml:"effect" jsonschema:"required,enum=NoSchedule,enum=PreferNoSchedule,enum=NoExecute"`
+}
+
+// Kubelet holds kubelet options for every node.
+type Kubelet struct {
+	// systemd or cgroupfs; containerd is configured to match. Default systemd.
+	CgroupDriver string `yaml:"cgroupDriver,omitempty" jsonschema:"enum=systemd,enum=cgroupfs"`
+	// Extra kubelet command-line flags, without the leading --, e.g. {max-pods: "200"}.
+	ExtraArgs map[string]string `yaml:"extraArgs,omitempty"`
+	// Allow hosts with cgroup v1. kubelet 1.35+ refuses cgroup v1 unless told otherwise and the Kubernetes project is removing support: opt in only where v2 is impossible.
+	AllowCgroupV1 bool `yaml:"allowCgroupV1,omitempty"`
+}
+
+// ContainerRuntime holds container runtime options.
+type ContainerRuntime struct {
+	// CRI socket of containerd. Default unix:///run/containerd/containerd.sock.
+	Endpoint string `yaml:"endpoint,omitempty"`
+}
+
+// Addon is a user manifest applied after the cluster is up.
+type Addon struct {
+	// Manifest file (YAML, may hold several documents); relative to the inventory file.
+	Path string `yaml:"path" jsonschema:"required"`
+}
+
+// Role says what a host is in the cluster.
+type Role string
+
+const (
+	RoleMaster Role = "master"
+	RoleWorker Role = "worker"
+)
+
+// Node is a host with its role and effective SSH settings, as the rest of kforge sees it.
+type Node struct {
+	Host
+	Role Role
+	// SSH is the top-level ssh block merged with the host's overrides.
+	SSH SSH
+}
+
+// Nodes returns masters then workers, each with its effective SSH settings.
+func (c *Cluster) Nodes() []Node {
+	nodes := make([]Node, 0, len(c.Masters)+len(c.Workers))
+	for _, h := range c.Masters {
+		nodes = append(nodes, Node{Host: h, Role: RoleMaster, SSH: c.SSH.Merge(h.SSH)})
+	}
+	for _, h := range c.Workers {
+		nodes = append(nodes, Node{Host: h, Role: RoleWorker, SSH: c.SSH.Merge(h.SSH)})
+	}
+	return nodes
+}
+
+// Merge returns s with every field set in o replacing s's.
+func (s SSH) Merge(o *SSH) SSH {
+	if o == nil {
+		return s
+	}
+	set := func(dst *string, v string) {
+		if v != "" {
+			*dst = v
+		}
+	}
+	set(&s.User, o.User)
+	set(&s.IdentityFile, o.IdentityFile)
+	set(&s.PassphraseEnv, o.PassphraseEnv)
+	set(&s.PasswordEnv, o.PasswordEnv)
+	set(&s.KnownHostsFile, o.KnownHostsFile)
+	set(&s.HostKey, o.HostKey)
+	set(&s.Sudo, o.Sudo)
+	set(&s.SudoPasswordEnv, o.SudoPasswordEnv)
+	if o.Port != 0 {
+		s.Port = o.Port
+	}
+	if o.Agent != nil {
+		s.Agent = o.Agent
+	}
+	if o.Bastions != nil {
+		s.Bastions = o.Bastions
+	}
+	return s
+}
+
+// NodeIP is the address the node uses inside the cluster.
+func (h Host) NodeIP() string {
+	if h.InternalAddress != "" {
+		return h.InternalAddress
+	}
+	return h.Address
+}
