@@ -60,6 +60,8 @@ type Cluster struct {
 	Bundle string `yaml:"bundle,omitempty"`
 	// Kubernetes manifests applied (server-side) after the cluster is up, in order.
 	Addons []Addon `yaml:"addons,omitempty"`
+
+	src *source // where each field came from; set by Parse
 }
 
 // Networking describes the cluster's address space.

@@ -12,7 +12,8 @@ var version = "dev"
 type CLI struct {
 	Globals
 
-	Version VersionCmd `cmd:"" help:"Print kforge's version and the Kubernetes version it installs by default."`
+	Version   VersionCmd   `cmd:"" help:"Print kforge's version and the Kubernetes version it installs by default."`
+	Inventory InventoryCmd `cmd:"" help:"Validate the inventory or print its schema."`
 }
 
 func main() {

@@ -1,0 +1,64 @@
+package inventory
+
+import (
+	"errors"
+	"net"
+	"strings"
+)
+
+// setDefaults fills every field the user may leave out. It runs after decoding and before
+// validation, so validation sees the values kforge will really use.
+func (c *Cluster) setDefaults() {
+	def := func(p *string, v string) {
+		if *p == "" {
+			*p = v
+		}
+	}
+	def(&c.KubernetesVersion, DefaultKubernetesVersion)
+	if c.KubernetesVersion != "" && !strings.HasPrefix(c.KubernetesVersion, "v") {
+		c.KubernetesVersion = "v" + c.KubernetesVersion
+	}
+	def(&c.ImageRepository, DefaultImageRepository)
+	if c.ControlPlaneEndpoint != "" {
+		var ae *net.AddrError
+		if _, _, err := net.SplitHostPort(c.ControlPlaneEndpoint); errors.As(err, &ae) && ae.Err == "missing port in address" {
+			c.ControlPlaneEndpoint = net.JoinHostPort(c.ControlPlaneEndpoint, "6443")
+		}
+	}
+
+	n := &c.Networking
+	def(&n.PodSubnet, DefaultPodSubnet)
+	def(&n.ServiceSubnet, DefaultServiceSubnet)
+	def(&n.DNSDomain, DefaultDNSDomain)
+	def(&n.Plugin, "flannel")
+	if n.NodeCIDRMaskSize == 0 {
+		n.NodeCIDRMaskSize = DefaultNodeCIDRMaskSize
+		if strings.Contains(n.PodSubnet, ":") {
+			n.NodeCIDRMaskSize = 64
+		}
+	}
+
+	p := &c.PKI
+	def(&p.KeyAlgorithm, "ecdsa-p256")
+	if p.CertValidity == 0 {
+		p.CertValidity = DefaultCertValidity
+	}
+	if p.CAValidity == 0 {
+		p.CAValidity = DefaultCAValidity
+	}
+
+	s := &c.SSH
+	def(&s.User, DefaultSSHUser)
+	if s.Port == 0 {
+		s.Port = DefaultSSHPort
+	}
+	def(&s.KnownHostsFile, DefaultKnownHostsFile)
+	def(&s.Sudo, "auto")
+	if s.Agent == nil {
+		yes := true
+		s.Agent = &yes
+	}
+
+	def(&c.Kubelet.CgroupDriver, "systemd")
+	def(&c.ContainerRuntime.Endpoint, DefaultCRIEndpoint)
+}

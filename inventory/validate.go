@@ -1,0 +1,437 @@
+package inventory
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"golang.org/x/crypto/ssh"
+)
+
+// SupportedMinors are the Kubernetes minor versions this kforge installs (1.<minor>.x).
+var SupportedMinors = []int{36}
+
+var (
+	dnsLabelRE     = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+	hostLabelRE    = regexp.MustCompile(`^(?i)[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+	versionRE      = regexp.MustCompile(`^v(\d+)\.(\d+)\.(\d+)(-[0-9A-Za-z.-]+)?$`)
+	labelNameRE    = regexp.MustCompile(`^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$`)
+	flagNameRE     = regexp.MustCompile(`^[a-z0-9][a-z0-9-]*$`)
+	unixUserRE     = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]*\$?$`)
+	keyAlgorithms  = []string{"ecdsa-p256", "ecdsa-p384", "rsa-2048", "rsa-3072", "rsa-4096"}
+	sudoModes      = []string{"auto", "none", "passwordless", "password"}
+	taintEffects   = []string{"NoSchedule", "PreferNoSchedule", "NoExecute"}
+	cgroupDrivers  = []string{"systemd", "cgroupfs"}
+	networkPlugins = []string{"flannel", "none"}
+)
+
+// validator collects problems with the field path they belong to.
+type validator struct {
+	c    *Cluster
+	errs Errors
+}
+
+func (v *validator) add(path, hint, format string, args ...any) {
+	v.errs = append(v.errs, v.c.errorAt(path, fmt.Sprintf(format, args...), hint))
+}
+
+// Validate checks a defaulted inventory; Parse and Load call it.
+func (c *Cluster) validate() Errors {
+	v := &validator{c: c}
+	v.header()
+	v.version()
+	v.networking()
+	v.pki()
+	v.ssh("ssh", &c.SSH, true)
+	v.hosts()
+	v.endpoint()
+	v.kubelet()
+	if !strings.HasPrefix(c.ContainerRuntime.Endpoint, "unix://") {
+		v.add("containerRuntime.endpoint", "write unix:///path/to/containerd.sock", "%q is not a unix socket URL", c.ContainerRuntime.Endpoint)
+	}
+	for i, a := range c.Addons {
+		if a.Path == "" {
+			v.add(fmt.Sprintf("addons[%d].path", i), "give the manifest file", "path is required")
+		}
+	}
+	return v.errs
+}
+
+func (v *validator) header() {
+	c := v.c
+	switch c.APIVersion {
+	case APIVersion:
+	case "":
+		v.add("apiVersion", "add apiVersion: "+APIVersion+" as the first line", "apiVersion is required")
+	default:
+		v.add("apiVersion", "this kforge reads "+APIVersion, "unsupported apiVersion %q", c.APIVersion)
+	}
+	switch c.Kind {
+	case Kind:
+	case "":
+		v.add("kind", "add kind: "+Kind, "kind is required")
+	default:
+		v.add("kind", "the inventory's kind is "+Kind, "unsupported kind %q", c.Kind)
+	}
+	if c.Name == "" {
+		v.add("name", "add name: my-cluster", "the cluster name is required")
+	} else if !isDNSLabel(c.Name) {
+		v.add("name", "use lowercase letters, digits and '-', at most 63 characters, starting and ending with a letter or digit", "%q is not a valid cluster name", c.Name)
+	}
+}
+
+func (v *validator) version() {
+	m := versionRE.FindStringSubmatch(v.c.KubernetesVersion)
+	if m == nil {
+		v.add("kubernetesVersion", "write it as v1.36.3", "%q is not a Kubernetes version", v.c.KubernetesVersion)
+		return
+	}
+	major, _ := strconv.Atoi(m[1])
+	minor, _ := strconv.Atoi(m[2])
+	if major != 1 || !slices.Contains(SupportedMinors, minor) {
+		var sup []string
+		for _, s := range SupportedMinors {
+			sup = append(sup, fmt.Sprintf("v1.%d.x", s))
+		}
+		v.add("kubernetesVersion", "use "+strings.Join(sup, " or ")+" (default "+DefaultKubernetesVersion+")", "Kubernetes %s is not supported by this kforge", v.c.KubernetesVersion)
+	}
+}
+
+func (v *validator) networking() {
+	n := v.c.Networking
+	pod, podOK := v.cidr("networking.podSubnet", n.PodSubnet)
+	svc, svcOK := v.cidr("networking.serviceSubnet", n.ServiceSubnet)
+	if podOK && svcOK {
+		if pod.Addr().Is4() != svc.Addr().Is4() {
+			v.add("networking.serviceSubnet", "use the same IP family for both (dual-stack is not supported yet)", "serviceSubnet %s and podSubnet %s are different IP families", svc, pod)
+		} else if pod.Overlaps(svc) {
+			v.add("networking.serviceSubnet", "pick ranges that do not overlap, e.g. podSubnet 10.244.0.0/16 and serviceSubnet 10.96.0.0/12", "serviceSubnet %s overlaps podSubnet %s", svc, pod)
+		}
+	}
+	if svcOK {
+		const maxHostBits = 20 // kube-apiserver: at most /12 for IPv4, /108 for IPv6
+		if hostBits := svc.Addr().BitLen() - svc.Bits(); hostBits > maxHostBits {
+			v.add("networking.serviceSubnet", fmt.Sprintf("use a /%d or smaller range", svc.Addr().BitLen()-maxHostBits), "serviceSubnet %s is too large for kube-apiserver", svc)
+		} else if hostBits < 2 {
+			v.add("networking.serviceSubnet", "use a larger range, e.g. 10.96.0.0/12", "serviceSubnet %s has no room for Services", svc)
+		}
+	}
+	if podOK {
+		mask, bits := n.NodeCIDRMaskSize, pod.Bits()
+		switch {
+		case mask <= bits || mask > pod.Addr().BitLen()-2:
+			v.add("networking.nodeCIDRMaskSize", fmt.Sprintf("use a value between %d and %d", bits+1, pod.Addr().BitLen()-2), "node CIDR mask /%d does not fit podSubnet %s", mask, pod)
+		case mask-bits > 16:
+			v.add("networking.nodeCIDRMaskSize", fmt.Sprintf("use at most /%d, or a smaller podSubnet", bits+16), "node CIDR mask /%d would split podSubnet %s into more than 65536 node ranges (kube-controller-manager's limit)", mask, pod)
+		}
+	}
+	if !isDNSName(n.DNSDomain) {
+		v.add("networking.dnsDomain", "use a DNS name such as cluster.local", "%q is not a valid DNS domain", n.DNSDomain)
+	}
+	if !slices.Contains(networkPlugins, n.Plugin) {
+		v.add("networking.plugin", "use one of: "+strings.Join(networkPlugins, ", "), "unknown pod network plugin %q", n.Plugin)
+	}
+	// Node networks: a host inside the pod or service range is unreachable once routes are set.
+	for _, h := range v.allHosts() {
+		ip, err := netip.ParseAddr(h.host.NodeIP())
+		if err != nil {
+			continue
+		}
+		field := h.path + ".address"
+		if h.host.InternalAddress != "" {
+			field = h.path + ".internalAddress"
+		}
+		if podOK && pod.Contains(ip) {
+			v.add(field, "choose a podSubnet that does not contain your hosts' addresses", "node address %s lies inside podSubnet %s", ip, pod)
+		}
+		if svcOK && svc.Contains(ip) {
+			v.add(field, "choose a serviceSubnet that does not contain your hosts' addresses", "node address %s lies inside serviceSubnet %s", ip, svc)
+		}
+	}
+}
+
+func (v *validator) cidr(path, s string) (netip.Prefix, bool) {
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		v.add(path, "write a CIDR such as 10.244.0.0/16", "%q is not a CIDR", s)
+		return p, false
+	}
+	if p.Masked() != p {
+		v.add(path, fmt.Sprintf("did you mean %s?", p.Masked()), "%s is not a network address (host bits are set)", s)
+		return p, false
+	}
+	return p, true
+}
+
+func (v *validator) pki() {
+	p := v.c.PKI
+	if !slices.Contains(keyAlgorithms, p.KeyAlgorithm) {
+		v.add("pki.keyAlgorithm", "use one of: "+strings.Join(keyAlgorithms, ", "), "unknown key algorithm %q", p.KeyAlgorithm)
+	}
+	if p.CertValidity > p.CAValidity {
+		v.add("pki.certValidity", "shorten certValidity or lengthen caValidity", "certValidity %s exceeds caValidity %s: a certificate cannot outlive its CA", p.CertValidity, p.CAValidity)
+	}
+	for i, san := range p.APIServerCertSANs {
+		if !isIPOrDNSName(strings.TrimPrefix(san, "*.")) {
+			v.add(fmt.Sprintf("pki.apiServerCertSANs[%d]", i), "use an IP address or a DNS name (a leading *. is allowed)", "%q is not an IP address or DNS name", san)
+		}
+	}
+	if ca := p.ExternalCA; ca != nil {
+		if ca.Cert == "" {
+			v.add("pki.externalCA.cert", "give the CA certificate's PEM file", "cert is required with externalCA")
+		}
+		if ca.Key == "" {
+			v.add("pki.externalCA.key", "give the CA private key's PEM file", "key is required with externalCA")
+		}
+	}
+}
+
+// ssh checks an ssh block; top says whether it is the top-level one (where defaults apply).
+func (v *validator) ssh(path string, s *SSH, top bool) {
+	if s.User != "" && !unixUserRE.MatchString(s.User) {
+		v.add(path+".user", "use a login name such as root or ubuntu", "%q is not a valid user name", s.User)
+	}
+	if s.Port < 0 || s.Port > 65535 || (top && s.Port == 0) {
+		v.add(path+".port", "use a port between 1 and 65535", "port %d is out of range", s.Port)
+	}
+	for _, e := range []struct{ field, val string }{
+		{"passphraseEnv", s.PassphraseEnv}, {"passwordEnv", s.PasswordEnv}, {"sudoPasswordEnv", s.SudoPasswordEnv},
+	} {
+		if e.val != "" && !validEnvName(e.val) {
+			hint := "give the NAME of an environment variable (letters, digits, _), not the secret itself"
+			v.add(path+"."+e.field, hint, "%q is not an environment variable name", e.val)
+		}
+	}
+	if s.Sudo != "" && !slices.Contains(sudoModes, s.Sudo) {
+		v.add(path+".sudo", "use one of: "+strings.Join(sudoModes, ", "), "unknown sudo mode %q", s.Sudo)
+	}
+	if s.Sudo == "password" && s.SudoPasswordEnv == "" {
+		v.add(path+".sudoPasswordEnv", "name the environment variable holding the sudo password, e.g. sudoPasswordEnv: KFORGE_SUDO_PASSWORD", "sudo: password needs sudoPasswordEnv")
+	}
+	if s.HostKey != "" {
+		v.hostKey(path+".hostKey", s.HostKey)
+	}
+	for i, b := range s.Bastions {
+		bp := fmt.Sprintf("%s.bastions[%d]", path, i)
+		if b.Address == "" {
+			v.add(bp+".address", "give the jump host's address", "address is required")
+		} else if !validHostPort(b.Address, true) {
+			v.add(bp+".address", "write host or host:port, e.g. bastion.example.com:22", "%q is not a valid address", b.Address)
+		}
+		if b.User != "" && !unixUserRE.MatchString(b.User) {
+			v.add(bp+".user", "use a login name such as root or ubuntu", "%q is not a valid user name", b.User)
+		}
+		if b.HostKey != "" {
+			v.hostKey(bp+".hostKey", b.HostKey)
+		}
+	}
+}
+
+func (v *validator) hostKey(path, key string) {
+	if _, _, _, _, err := ssh.ParseAuthorizedKey([]byte(key)); err != nil {
+		v.add(path, `paste the host's public key line, e.g. the output of: ssh-keyscan -t ed25519 HOST | cut -d' ' -f2-`, "not an SSH public key (%v)", err)
+	}
+}
+
+type placedHost struct {
+	path string
+	role Role
+	host *Host
+}
+
+func (v *validator) allHosts() []placedHost {
+	var hs []placedHost
+	for i := range v.c.Masters {
+		hs = append(hs, placedHost{fmt.Sprintf("masters[%d]", i), RoleMaster, &v.c.Masters[i]})
+	}
+	for i := range v.c.Workers {
+		hs = append(hs, placedHost{fmt.Sprintf("workers[%d]", i), RoleWorker, &v.c.Workers[i]})
+	}
+	return hs
+}
+
+func (v *validator) hosts() {
+	if len(v.c.Masters) == 0 {
+		v.add("masters", "add at least one host under masters:", "the cluster needs at least one master")
+	}
+	names := map[string]placedHost{}
+	addrs := map[string]placedHost{}
+	nodeIPs := map[string]placedHost{}
+	for _, ph := range v.allHosts() {
+		h, p := ph.host, ph.path
+		switch {
+		case h.Name == "":
+			v.add(p+".name", "give every host a name: its Kubernetes node name", "name is required")
+		case !isDNSLabel(h.Name):
+			v.add(p+".name", "use lowercase letters, digits and '-', at most 63 characters, starting and ending with a letter or digit", "%q is not a valid node name", h.Name)
+		}
+		switch {
+		case h.Address == "":
+			v.add(p+".address", "give the IP or DNS name kforge connects to over SSH", "address is required")
+		case !isIPOrDNSName(h.Address):
+			v.add(p+".address", "use an IP address or a DNS name", "%q is not a valid address", h.Address)
+		}
+		if h.InternalAddress != "" {
+			if _, err := netip.ParseAddr(h.InternalAddress); err != nil {
+				v.add(p+".internalAddress", "use the node's IP address inside the cluster network", "%q is not an IP address", h.InternalAddress)
+			}
+		} else if _, err := netip.ParseAddr(h.Address); err != nil && h.Address != "" && isIPOrDNSName(h.Address) {
+			v.add(p+".internalAddress", "set internalAddress to the node's IP: kubelet, etcd and the API server need an IP", "address %q is a DNS name and no internalAddress is given", h.Address)
+		}
+		if h.SSH != nil {
+			v.ssh(p+".ssh", h.SSH, false)
+		}
+		v.labels(p, h)
+
+		// Uniqueness. The same name and address twice is the same host listed twice.
+		if h.Name == "" {
+			continue
+		}
+		eff := v.c.SSH.Merge(h.SSH)
+		addrKey := net.JoinHostPort(h.Address, strconv.Itoa(eff.Port))
+		if first, dup := names[h.Name]; dup {
+			switch {
+			case first.host.Address == h.Address && first.role == ph.role:
+				v.add(p, "remove the second entry", "host %q is listed twice in %ss (first at %s)", h.Name, ph.role, v.c.Where(first.path))
+			case first.host.Address == h.Address:
+				v.add(p, "a host is either a master or a worker: remove it from workers (masters run workloads too when untainted)", "host %q is listed both as a master (%s) and as a worker", h.Name, v.c.Where(first.path))
+			default:
+				v.add(p+".name", "give every host its own name", "name %q is already used by %s (%s)", h.Name, first.path, v.c.Where(first.path))
+			}
+			continue
+		}
+		names[h.Name] = ph
+		if h.Address != "" {
+			if first, dup := addrs[addrKey]; dup {
+				v.add(p+".address", "each host needs its own address (or its own ssh port behind one address)", "address %s is already used by %s (%s)", addrKey, first.host.Name, v.c.Where(first.path))
+			} else {
+				addrs[addrKey] = ph
+			}
+		}
+		if ip := h.NodeIP(); h.InternalAddress != "" {
+			if first, dup := nodeIPs[ip]; dup {
+				v.add(p+".internalAddress", "each node needs its own IP inside the cluster", "internal address %s is already used by %s (%s)", ip, first.host.Name, v.c.Where(first.path))
+			} else {
+				nodeIPs[ip] = ph
+			}
+		}
+	}
+	if len(v.c.Masters) > 1 && v.c.ControlPlaneEndpoint == "" {
+		v.add("masters", "set controlPlaneEndpoint to a load balancer (or DNS name) in front of all masters, as host:port", "%d masters need a controlPlaneEndpoint that reaches all of them", len(v.c.Masters))
+	}
+}
+
+func (v *validator) labels(p string, h *Host) {
+	for k, val := range h.Labels {
+		lp := p + ".labels." + k
+		if msg := checkQualifiedName(k); msg != "" {
+			v.add(lp, "label keys look like name or prefix.example.com/name", "label key %q %s", k, msg)
+		}
+		if val != "" && (len(val) > 63 || !labelNameRE.MatchString(val)) {
+			v.add(lp, "label values are at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit", "label value %q is not valid", val)
+		}
+	}
+	for i, t := range h.Taints {
+		tp := fmt.Sprintf("%s.taints[%d]", p, i)
+		if t.Key == "" {
+			v.add(tp+".key", "give the taint a key", "key is required")
+		} else if msg := checkQualifiedName(t.Key); msg != "" {
+			v.add(tp+".key", "taint keys look like name or prefix.example.com/name", "taint key %q %s", t.Key, msg)
+		}
+		if t.Value != "" && (len(t.Value) > 63 || !labelNameRE.MatchString(t.Value)) {
+			v.add(tp+".value", "taint values are at most 63 letters, digits, '-', '_' or '.'", "taint value %q is not valid", t.Value)
+		}
+		if !slices.Contains(taintEffects, t.Effect) {
+			v.add(tp+".effect", "use one of: "+strings.Join(taintEffects, ", "), "unknown taint effect %q", t.Effect)
+		}
+	}
+}
+
+func (v *validator) endpoint() {
+	ep := v.c.ControlPlaneEndpoint
+	if ep == "" {
+		return
+	}
+	if !validHostPort(ep, false) {
+		v.add("controlPlaneEndpoint", "write host:port, e.g. lb.example.com:6443 or [fd00::1]:6443", "%q is not a valid host:port", ep)
+	}
+}
+
+func (v *validator) kubelet() {
+	k := v.c.Kubelet
+	if !slices.Contains(cgroupDrivers, k.CgroupDriver) {
+		v.add("kubelet.cgroupDriver", "use systemd or cgroupfs", "unknown cgroup driver %q", k.CgroupDriver)
+	}
+	for name := range k.ExtraArgs {
+		p := "kubelet.extraArgs." + name
+		if strings.HasPrefix(name, "-") {
+			v.add(p, fmt.Sprintf("write %s without the dashes", strings.TrimLeft(name, "-")), "flag %q has leading dashes", name)
+		} else if !flagNameRE.MatchString(name) {
+			v.add(p, "kubelet flag names are lowercase words joined by '-'", "%q is not a kubelet flag name", name)
+		}
+	}
+}
+
+func isDNSLabel(s string) bool { return len(s) <= 63 && dnsLabelRE.MatchString(s) }
+
+// isDNSName accepts an RFC 1123 DNS name (letters are case-insensitive).
+func isDNSName(s string) bool {
+	if s == "" || len(s) > 253 {
+		return false
+	}
+	for _, l := range strings.Split(s, ".") {
+		if len(l) > 63 || !hostLabelRE.MatchString(l) {
+			return false
+		}
+	}
+	return true
+}
+
+func isIPOrDNSName(s string) bool {
+	if _, err := netip.ParseAddr(s); err == nil {
+		return true
+	}
+	// A dotted quad that failed to parse as an IP is a typo, not a host name.
+	if allNumericLabels(s) {
+		return false
+	}
+	return isDNSName(s)
+}
+
+func allNumericLabels(s string) bool {
+	for _, l := range strings.Split(s, ".") {
+		if _, err := strconv.Atoi(l); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// validHostPort checks host:port (or just host when portOptional).
+func validHostPort(s string, portOptional bool) bool {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return portOptional && !strings.Contains(s, ":") && isIPOrDNSName(s)
+	}
+	n, err := strconv.Atoi(port)
+	return err == nil && n > 0 && n < 65536 && isIPOrDNSName(host)
+}
+
+// checkQualifiedName checks a Kubernetes label or taint key; it returns "" or what is wrong.
+func checkQualifiedName(k string) string {
+	prefix, name, hasPrefix := strings.Cut(k, "/")
+	if !hasPrefix {
+		name, prefix = prefix, ""
+	}
+	if hasPrefix && (prefix == "" || !isDNSName(prefix) || strings.ToLower(prefix) != prefix) {
+		return "has an invalid prefix (it must be a lowercase DNS name)"
+	}
+	if name == "" || len(name) > 63 || !labelNameRE.MatchString(name) {
+		return "has an invalid name part (at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit)"
+	}
+	return ""
+}
