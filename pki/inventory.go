@@ -1,0 +1,68 @@
+package pki
+
+import (
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/kforge/kforge/inventory"
+)
+
+// APIServerPort is the port every master's API server listens on.
+const APIServerPort = 6443
+
+// FromInventory derives the certificate inputs from a loaded (defaulted, validated) inventory.
+func FromInventory(c *inventory.Cluster) (Params, []Master, error) {
+	alg, err := ParseKeyAlgorithm(c.PKI.KeyAlgorithm)
+	if err != nil {
+		return Params{}, nil, err
+	}
+	masters := make([]Master, 0, len(c.Masters))
+	for _, h := range c.Masters {
+		ip := h.NodeIP()
+		if net.ParseIP(ip) == nil {
+			return Params{}, nil, fmt.Errorf("master %s: node IP %q is not an IP address; set internalAddress", h.Name, ip)
+		}
+		masters = append(masters, Master{Name: h.Name, IP: ip})
+	}
+	if len(masters) == 0 {
+		return Params{}, nil, fmt.Errorf("the inventory lists no masters")
+	}
+	p := Params{
+		ClusterName:          c.Name,
+		DNSDomain:            orDefault(c.Networking.DNSDomain, inventory.DefaultDNSDomain),
+		ServiceSubnet:        orDefault(c.Networking.ServiceSubnet, inventory.DefaultServiceSubnet),
+		ControlPlaneEndpoint: Endpoint(c),
+		APIServerCertSANs:    c.PKI.APIServerCertSANs,
+		KeyAlgorithm:         alg,
+		CertValidity:         time.Duration(c.PKI.CertValidity),
+		CAValidity:           time.Duration(c.PKI.CAValidity),
+	}
+	if p.CertValidity == 0 {
+		p.CertValidity = time.Duration(inventory.DefaultCertValidity)
+	}
+	if p.CAValidity == 0 {
+		p.CAValidity = time.Duration(inventory.DefaultCAValidity)
+	}
+	return p, masters, nil
+}
+
+// Endpoint is the cluster's API endpoint as host:port: controlPlaneEndpoint, or the first
+// master's node IP and port 6443.
+func Endpoint(c *inventory.Cluster) string {
+	if c.ControlPlaneEndpoint != "" {
+		return c.ControlPlaneEndpoint
+	}
+	if len(c.Masters) == 0 {
+		return ""
+	}
+	return net.JoinHostPort(c.Masters[0].NodeIP(), strconv.Itoa(APIServerPort))
+}
+
+func orDefault(v, d string) string {
+	if v == "" {
+		return d
+	}
+	return v
+}

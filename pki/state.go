@@ -1,0 +1,429 @@
+package pki
+
+import (
+	"bytes"
+	"crypto"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// DefaultRenewBefore is how close to expiry a leaf certificate is re-issued.
+const DefaultRenewBefore = 30 * 24 * time.Hour
+
+// Set is a cluster's PKI material, complete for its params and masters.
+type Set struct {
+	Params  Params
+	Masters []Master
+	// CAs by name (CA, FrontProxyCA, EtcdCA). The cluster CA's key is nil only when it came
+	// from an external CA whose key is not available (never the case today).
+	CAs map[string]*KeyPair
+	// Certs by Request.Key(): "apiserver@m1", "front-proxy-client", "admin.conf", ...
+	Certs map[string]*KeyPair
+	// ServiceAccount is the sa.key pair.
+	ServiceAccount crypto.Signer
+	// ExternalCA is true when the cluster CA is the user's (pki.externalCA).
+	ExternalCA bool
+}
+
+// Get returns the certificate of row name for node ("" for Cluster rows).
+func (s *Set) Get(name, node string) *KeyPair {
+	if kp, ok := s.CAs[name]; ok {
+		return kp
+	}
+	return s.Certs[Key(name, node)]
+}
+
+// Change is one thing Ensure did or wants the user to know, with the reason.
+type Change struct {
+	Key    string // "apiserver@m1", "ca", "sa"
+	Action string // "created", "renewed", "removed", "warning"
+	Reason string
+}
+
+func (c Change) String() string { return fmt.Sprintf("%s %s: %s", c.Action, c.Key, c.Reason) }
+
+// Options are Ensure's inputs.
+type Options struct {
+	// Dir holds the material (the state dir's pki/ directory); created 0700.
+	Dir     string
+	Params  Params
+	Masters []Master
+	// ExternalCA, when set, is the cluster CA (cert and key) to use instead of generating one.
+	ExternalCA *KeyPair
+	Now        time.Time
+	Rand       io.Reader
+	// RenewBefore re-issues leaves expiring within it; 0 means DefaultRenewBefore.
+	RenewBefore time.Duration
+}
+
+// Ensure loads the material in o.Dir, creates what is missing, re-issues leaves that are
+// missing, expiring within RenewBefore, or no longer match the inventory (subject, SANs, key
+// algorithm, signing CA), removes the certificates of masters no longer listed, and returns the
+// complete set with every change and its reason. A CA is never replaced: a CA that conflicts
+// with the inventory is an error that says what to do.
+func Ensure(o Options) (*Set, []Change, error) {
+	if o.RenewBefore == 0 {
+		o.RenewBefore = DefaultRenewBefore
+	}
+	if err := os.MkdirAll(o.Dir, 0o700); err != nil {
+		return nil, nil, err
+	}
+	if err := os.Chmod(o.Dir, 0o700); err != nil {
+		return nil, nil, err
+	}
+	reqs, err := Requests(o.Params, o.Masters)
+	if err != nil {
+		return nil, nil, err
+	}
+	set := &Set{Params: o.Params, Masters: o.Masters, CAs: map[string]*KeyPair{}, Certs: map[string]*KeyPair{}, ExternalCA: o.ExternalCA != nil}
+	var changes []Change
+	for _, r := range reqs {
+		if !r.Spec.IsCA() {
+			continue
+		}
+		kp, ch, err := ensureCA(o, r)
+		if err != nil {
+			return nil, nil, err
+		}
+		set.CAs[r.Spec.Name] = kp
+		changes = append(changes, ch...)
+	}
+	for _, r := range reqs {
+		if r.Spec.IsCA() {
+			continue
+		}
+		kp, ch, err := ensureLeaf(o, r, set.CAs[r.Spec.SignedBy])
+		if err != nil {
+			return nil, nil, err
+		}
+		set.Certs[r.Key()] = kp
+		changes = append(changes, ch...)
+	}
+	sa, ch, err := ensureSA(o)
+	if err != nil {
+		return nil, nil, err
+	}
+	set.ServiceAccount = sa
+	changes = append(changes, ch...)
+	ch, err = removeGoneMasters(o)
+	if err != nil {
+		return nil, nil, err
+	}
+	return set, append(changes, ch...), nil
+}
+
+// StatePath is where a request's certificate lives under dir, without extension.
+func StatePath(dir string, r Request) string {
+	base := r.Spec.BaseName
+	if base == "" {
+		base = filepath.Join("kubeconfig", strings.TrimSuffix(r.Spec.Kubeconfig, ".conf"))
+	}
+	if r.Node != "" {
+		return filepath.Join(dir, "nodes", r.Node, base)
+	}
+	return filepath.Join(dir, base)
+}
+
+func ensureCA(o Options, r Request) (*KeyPair, []Change, error) {
+	base := StatePath(o.Dir, r)
+	cur, loadErr := loadPair(base)
+	if r.Spec.Name == CA && o.ExternalCA != nil {
+		ext := o.ExternalCA
+		if !ext.Cert.IsCA || !samePublicKey(ext.Cert, ext.Key) {
+			return nil, nil, errors.New("pki.externalCA: the certificate is not a CA or the key does not belong to it")
+		}
+		stored, err := os.ReadFile(base + ".crt")
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			if err := writeFile(base+".crt", EncodeCert(ext.Cert), 0o644); err != nil {
+				return nil, nil, err
+			}
+			return ext, []Change{{Key: r.Key(), Action: "created", Reason: "using pki.externalCA " + SPKIPin(ext.Cert)}}, nil
+		case err != nil:
+			return nil, nil, err
+		}
+		if c, err := ParseCert(stored); err != nil || !c.Equal(ext.Cert) {
+			return nil, nil, caConflict(base, "pki.externalCA is a different CA than the one this cluster was built with", stored, ext.Cert)
+		}
+		return ext, nil, nil
+	}
+	if loadErr == nil {
+		if !cur.Cert.IsCA {
+			return nil, nil, fmt.Errorf("%s.crt is not a CA certificate; restore the cluster's CA there (kforge never replaces a CA)", base)
+		}
+		var ch []Change
+		if left := cur.Cert.NotAfter.Sub(o.Now); left < o.RenewBefore {
+			ch = append(ch, Change{Key: r.Key(), Action: "warning", Reason: fmt.Sprintf("CA expires %s (in %s); kforge does not rotate CAs automatically", cur.Cert.NotAfter.Format(time.RFC3339), left.Round(time.Hour))})
+		}
+		return cur, ch, nil
+	}
+	if _, err := os.Stat(base + ".crt"); err == nil {
+		return nil, nil, fmt.Errorf("CA %s: %v; kforge never replaces a CA: restore %s.crt and %s.key, or remove both to start a new cluster CA (every node must then be re-joined)", r.Key(), loadErr, base, base)
+	}
+	if _, err := os.Stat(base + ".key"); err == nil {
+		return nil, nil, fmt.Errorf("CA %s: %s.key exists without %s.crt; restore the certificate or remove the key", r.Key(), base, base)
+	}
+	kp, err := Issue(r, nil, o.Params.KeyAlgorithm, o.Now, o.Params.CAValidity, o.Rand)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := savePair(base, kp); err != nil {
+		return nil, nil, err
+	}
+	return kp, []Change{{Key: r.Key(), Action: "created", Reason: "new CA " + SPKIPin(kp.Cert)}}, nil
+}
+
+func caConflict(base, what string, stored []byte, want *x509.Certificate) error {
+	have := "unreadable"
+	if c, err := ParseCert(stored); err == nil {
+		have = SPKIPin(c)
+	}
+	return fmt.Errorf("%s (state %s.crt has %s, inventory gives %s); kforge never replaces a CA silently: to switch CAs remove %s.crt and %s.key (every certificate is then re-issued and every node must be re-joined)", what, base, have, SPKIPin(want), base, base)
+}
+
+// Staleness says why an existing certificate no longer fits request r, or "" when it fits.
+func Staleness(kp *KeyPair, r Request, ca *KeyPair, alg KeyAlgorithm, now time.Time, renewBefore time.Duration) string {
+	c := kp.Cert
+	if !samePublicKey(c, kp.Key) {
+		return "private key does not match the certificate"
+	}
+	if err := c.CheckSignatureFrom(ca.Cert); err != nil || !bytes.Equal(c.RawIssuer, ca.Cert.RawSubject) {
+		return "signed by a different CA"
+	}
+	if left := c.NotAfter.Sub(now); left < renewBefore {
+		if left <= 0 {
+			return "expired " + c.NotAfter.Format(time.RFC3339)
+		}
+		return fmt.Sprintf("expires %s, within %s", c.NotAfter.Format(time.RFC3339), renewBefore)
+	}
+	if c.Subject.CommonName != r.Subject.CommonName || !slices.Equal(c.Subject.Organization, r.Subject.Organization) {
+		return fmt.Sprintf("subject was CN=%s O=%v, want CN=%s O=%v", c.Subject.CommonName, c.Subject.Organization, r.Subject.CommonName, r.Subject.Organization)
+	}
+	if d := sanDiff(c, r); d != "" {
+		return "SANs changed: " + d
+	}
+	if !slices.Equal(c.ExtKeyUsage, r.Spec.ExtKeyUsage) || c.KeyUsage != r.Spec.KeyUsage() {
+		return "key usages changed"
+	}
+	if got := AlgorithmOf(c.PublicKey); got != alg {
+		return fmt.Sprintf("key algorithm was %s, want %s", got, alg)
+	}
+	return ""
+}
+
+func sanDiff(c *x509.Certificate, r Request) string {
+	have := map[string]bool{}
+	for _, d := range c.DNSNames {
+		have[d] = true
+	}
+	for _, ip := range c.IPAddresses {
+		have[ip.String()] = true
+	}
+	want := map[string]bool{}
+	for _, d := range r.DNSNames {
+		want[d] = true
+	}
+	for _, ip := range r.IPs {
+		want[ip.String()] = true
+	}
+	var add, del []string
+	for k := range want {
+		if !have[k] {
+			add = append(add, k)
+		}
+	}
+	for k := range have {
+		if !want[k] {
+			del = append(del, k)
+		}
+	}
+	slices.Sort(add)
+	slices.Sort(del)
+	var parts []string
+	if len(add) > 0 {
+		parts = append(parts, "added "+strings.Join(add, ", "))
+	}
+	if len(del) > 0 {
+		parts = append(parts, "removed "+strings.Join(del, ", "))
+	}
+	return strings.Join(parts, "; ")
+}
+
+func ensureLeaf(o Options, r Request, ca *KeyPair) (*KeyPair, []Change, error) {
+	base := StatePath(o.Dir, r)
+	cur, err := loadPair(base)
+	action, reason := "created", "missing"
+	switch {
+	case err == nil:
+		reason = Staleness(cur, r, ca, o.Params.KeyAlgorithm, o.Now, o.RenewBefore)
+		if reason == "" {
+			return cur, nil, nil
+		}
+		action = "renewed"
+	case !errors.Is(err, fs.ErrNotExist):
+		action, reason = "renewed", "unreadable: "+err.Error()
+	}
+	kp, err := Issue(r, ca, o.Params.KeyAlgorithm, o.Now, o.Params.CertValidity, o.Rand)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := savePair(base, kp); err != nil {
+		return nil, nil, err
+	}
+	return kp, []Change{{Key: r.Key(), Action: action, Reason: reason}}, nil
+}
+
+func ensureSA(o Options) (crypto.Signer, []Change, error) {
+	path := filepath.Join(o.Dir, "sa.key")
+	data, err := os.ReadFile(path)
+	if err == nil {
+		k, err := ParseKey(data)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %v; restore it (tokens signed with it stop working if it changes) or remove it to create a new one", path, err)
+		}
+		return k, nil, nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, err
+	}
+	k, err := ServiceAccountKey(o.Params.KeyAlgorithm, o.Rand)
+	if err != nil {
+		return nil, nil, err
+	}
+	pemKey, err := EncodeKey(k)
+	if err != nil {
+		return nil, nil, err
+	}
+	pub, err := EncodePublicKey(k.Public())
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := writeFile(filepath.Join(o.Dir, "sa.pub"), pub, 0o644); err != nil {
+		return nil, nil, err
+	}
+	if err := writeFile(path, pemKey, 0o600); err != nil {
+		return nil, nil, err
+	}
+	return k, []Change{{Key: "sa", Action: "created", Reason: "missing"}}, nil
+}
+
+func removeGoneMasters(o Options) ([]Change, error) {
+	entries, err := os.ReadDir(filepath.Join(o.Dir, "nodes"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var ch []Change
+	for _, e := range entries {
+		if slices.ContainsFunc(o.Masters, func(m Master) bool { return m.Name == e.Name() }) {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(o.Dir, "nodes", e.Name())); err != nil {
+			return nil, err
+		}
+		ch = append(ch, Change{Key: e.Name(), Action: "removed", Reason: "no longer a master in the inventory"})
+	}
+	return ch, nil
+}
+
+func loadPair(base string) (*KeyPair, error) {
+	cdata, err := os.ReadFile(base + ".crt")
+	if err != nil {
+		return nil, err
+	}
+	kdata, err := os.ReadFile(base + ".key")
+	if err != nil {
+		return nil, err
+	}
+	c, err := ParseCert(cdata)
+	if err != nil {
+		return nil, fmt.Errorf("%s.crt: %v", base, err)
+	}
+	k, err := ParseKey(kdata)
+	if err != nil {
+		return nil, fmt.Errorf("%s.key: %v", base, err)
+	}
+	if !samePublicKey(c, k) {
+		return nil, fmt.Errorf("%s.key does not belong to %s.crt", base, base)
+	}
+	return &KeyPair{Cert: c, Key: k}, nil
+}
+
+// LoadPair reads <base>.crt and <base>.key.
+func LoadPair(certFile, keyFile string) (*KeyPair, error) {
+	cdata, err := os.ReadFile(certFile)
+	if err != nil {
+		return nil, err
+	}
+	kdata, err := os.ReadFile(keyFile)
+	if err != nil {
+		return nil, err
+	}
+	c, err := ParseCert(cdata)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %v", certFile, err)
+	}
+	k, err := ParseKey(kdata)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %v", keyFile, err)
+	}
+	if !samePublicKey(c, k) {
+		return nil, fmt.Errorf("%s does not belong to %s", keyFile, certFile)
+	}
+	return &KeyPair{Cert: c, Key: k}, nil
+}
+
+func savePair(base string, kp *KeyPair) error {
+	k, err := EncodeKey(kp.Key)
+	if err != nil {
+		return err
+	}
+	// A crash between the two writes leaves a key that does not match the certificate: the
+	// next run reads that as unreadable and re-issues the pair.
+	if err := writeFile(base+".key", k, 0o600); err != nil {
+		return err
+	}
+	return writeFile(base+".crt", EncodeCert(kp.Cert), 0o644)
+}
+
+// writeFile writes atomically: a temporary file beside path, mode set, synced, renamed.
+func writeFile(path string, data []byte, mode os.FileMode) error {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	if err := f.Chmod(mode); err != nil {
+		f.Close()
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
+}
+
+// WriteFile is the atomic writer Ensure uses, for callers writing beside the state.
+func WriteFile(path string, data []byte, mode os.FileMode) error { return writeFile(path, data, mode) }
