@@ -1,0 +1,184 @@
+// Package templates renders every file kforge puts on a host: static-pod manifests (typed
+// k8s.io/api objects), the kubelet configuration (typed), the kubelet systemd unit, drop-in and
+// flags file, and containerd's configuration (text templates embedded below), and assembles
+// them with the PKI into the tree each host receives (Tree).
+package templates
+
+import (
+	"bytes"
+	"embed"
+	"fmt"
+	"net/netip"
+	"path"
+	"sort"
+	"strings"
+	"text/template"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+)
+
+//go:embed files/*.tmpl
+var files embed.FS
+
+var tmpl = template.Must(template.New("").Option("missingkey=error").ParseFS(files, "files/*.tmpl"))
+
+func render(name string, data any) ([]byte, error) {
+	var b bytes.Buffer
+	if err := tmpl.ExecuteTemplate(&b, name, data); err != nil {
+		return nil, fmt.Errorf("template %s: %w", name, err)
+	}
+	return b.Bytes(), nil
+}
+
+// Host paths of the node files.
+const (
+	KubeletConfigPath      = KubeletDir + "/config.yaml"
+	KubeletInstanceConfig  = KubeletDir + "/instance-config.yaml"
+	KubeletFlagsEnvPath    = KubeletDir + "/kubeadm-flags.env"
+	KubeletUnitPath        = "/etc/systemd/system/kubelet.service"
+	KubeletDropInPath      = "/etc/systemd/system/kubelet.service.d/10-kforge.conf"
+	ContainerdConfigPath   = "/etc/containerd/config.toml"
+	DefaultKubeletPath     = "/usr/bin/kubelet"
+	DefaultCNIBinDir       = "/opt/cni/bin"
+	KubeletKubeconfig      = KubernetesDir + "/kubelet.conf"
+	BootstrapKubeletConfig = KubernetesDir + "/bootstrap-kubelet.conf"
+)
+
+// KubeletUnit is the kubelet systemd unit.
+type KubeletUnit struct {
+	KubeletPath string
+}
+
+// Render returns the unit file.
+func (u KubeletUnit) Render() ([]byte, error) { return render("kubelet.service.tmpl", u) }
+
+// KubeletDropIn is the 10-kubeadm.conf-style drop-in wiring kubeconfigs, config and flags.
+type KubeletDropIn struct {
+	KubeletPath, BootstrapKubeconfig, Kubeconfig, Config, FlagsEnv string
+}
+
+// NewKubeletDropIn fills in kubeadm's paths.
+func NewKubeletDropIn(kubeletPath string) KubeletDropIn {
+	return KubeletDropIn{KubeletPath: kubeletPath, BootstrapKubeconfig: BootstrapKubeletConfig, Kubeconfig: KubeletKubeconfig, Config: KubeletConfigPath, FlagsEnv: KubeletFlagsEnvPath}
+}
+
+// Render returns the drop-in file.
+func (d KubeletDropIn) Render() ([]byte, error) { return render("10-kforge.conf.tmpl", d) }
+
+// Containerd is containerd's configuration input.
+type Containerd struct {
+	SandboxImage string
+	// RestrictOOMScoreAdj is detected per host by apply (true where negative oom_score_adj is
+	// not allowed).
+	RestrictOOMScoreAdj bool
+	SystemdCgroup       bool
+	CNIBinDir           string
+}
+
+// Render returns config.toml.
+func (c Containerd) Render() ([]byte, error) { return render("containerd-config.toml.tmpl", c) }
+
+// Kubelet is the input of a node's kubelet configuration and flags.
+type Kubelet struct {
+	NodeName      string
+	NodeIP        string
+	ServiceSubnet string
+	DNSDomain     string
+	CgroupDriver  string // systemd or cgroupfs
+	CRIEndpoint   string
+	// AllowCgroupV1 sets failCgroupV1: false (inventory kubelet.allowCgroupV1).
+	AllowCgroupV1 bool
+	// ResolvConf, when set, is the resolv.conf kubelet gives pods (e.g. the lab's dead-upstream
+	// file, or /run/systemd/resolve/resolv.conf where systemd-resolved runs).
+	ResolvConf string
+	// ExtraArgs are extra kubelet flags (inventory kubelet.extraArgs), without "--".
+	ExtraArgs map[string]string
+}
+
+// ClusterDNSIP is kubeadm's cluster DNS address: the tenth address of the service subnet.
+func ClusterDNSIP(serviceSubnet string) (string, error) {
+	pfx, err := netip.ParsePrefix(serviceSubnet)
+	if err != nil {
+		return "", fmt.Errorf("service subnet %q: %v", serviceSubnet, err)
+	}
+	a := pfx.Masked().Addr()
+	for range 10 {
+		a = a.Next()
+	}
+	if !pfx.Contains(a) {
+		return "", fmt.Errorf("service subnet %q is too small for the cluster DNS address", serviceSubnet)
+	}
+	return a.String(), nil
+}
+
+// Config is /var/lib/kubelet/config.yaml as kubeadm v1.36 writes it (componentconfigs/kubelet.go
+// defaults plus the node-local containerRuntimeEndpoint).
+func (k Kubelet) Config() (*kubeletv1beta1.KubeletConfiguration, error) {
+	dns, err := ClusterDNSIP(k.ServiceSubnet)
+	if err != nil {
+		return nil, err
+	}
+	c := &kubeletv1beta1.KubeletConfiguration{
+		TypeMeta:      metav1.TypeMeta{APIVersion: "kubelet.config.k8s.io/v1beta1", Kind: "KubeletConfiguration"},
+		StaticPodPath: ManifestsDir,
+		ClusterDNS:    []string{dns},
+		ClusterDomain: k.DNSDomain,
+		Authentication: kubeletv1beta1.KubeletAuthentication{
+			X509:      kubeletv1beta1.KubeletX509Authentication{ClientCAFile: path.Join(PKIDir, "ca.crt")},
+			Webhook:   kubeletv1beta1.KubeletWebhookAuthentication{Enabled: ptr.To(true)},
+			Anonymous: kubeletv1beta1.KubeletAnonymousAuthentication{Enabled: ptr.To(false)},
+		},
+		Authorization:            kubeletv1beta1.KubeletAuthorization{Mode: kubeletv1beta1.KubeletAuthorizationModeWebhook},
+		HealthzBindAddress:       "127.0.0.1",
+		HealthzPort:              ptr.To[int32](10248),
+		RotateCertificates:       true,
+		CgroupDriver:             k.CgroupDriver,
+		ContainerRuntimeEndpoint: k.CRIEndpoint,
+	}
+	if c.CgroupDriver == "" {
+		c.CgroupDriver = "systemd"
+	}
+	if k.AllowCgroupV1 {
+		c.FailCgroupV1 = ptr.To(false)
+	}
+	if k.ResolvConf != "" {
+		c.ResolverConfig = ptr.To(k.ResolvConf)
+	}
+	return c, nil
+}
+
+// ConfigYAML renders Config.
+func (k Kubelet) ConfigYAML() ([]byte, error) {
+	c, err := k.Config()
+	if err != nil {
+		return nil, err
+	}
+	return yaml.Marshal(c)
+}
+
+// InstanceConfig is /var/lib/kubelet/instance-config.yaml, kubeadm's node-local patch.
+func (k Kubelet) InstanceConfig() []byte {
+	return fmt.Appendf(nil, "containerRuntimeEndpoint: %q\n", k.CRIEndpoint)
+}
+
+// FlagsEnv is kubeadm-flags.env: KUBELET_KUBEADM_ARGS with the node's own flags and the
+// inventory's extra args, sorted by name, as kubeadm writes them.
+func (k Kubelet) FlagsEnv() []byte {
+	args := map[string]string{"node-ip": k.NodeIP, "hostname-override": k.NodeName}
+	for n, v := range k.ExtraArgs {
+		args[strings.TrimPrefix(n, "--")] = v
+	}
+	names := make([]string, 0, len(args))
+	for n := range args {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var parts []string
+	for _, n := range names {
+		parts = append(parts, "--"+n+"="+args[n])
+	}
+	return fmt.Appendf(nil, "KUBELET_KUBEADM_ARGS=%q\n", strings.Join(parts, " "))
+}

@@ -1,0 +1,352 @@
+package templates
+
+import (
+	"fmt"
+	"math"
+	"net"
+	"path"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/yaml"
+)
+
+// Fixed paths on every host, as kubeadm uses them.
+const (
+	KubernetesDir = "/etc/kubernetes"
+	PKIDir        = "/etc/kubernetes/pki"
+	ManifestsDir  = "/etc/kubernetes/manifests"
+	KubeletDir    = "/var/lib/kubelet"
+	EtcdDataDir   = "/var/lib/etcd"
+)
+
+// Versions kubeadm v1.36.3 pins (constants.go).
+const (
+	EtcdImageTag  = "3.6.8-0"
+	PauseImageTag = "3.10.2"
+)
+
+// Kubeadm's probe and priority settings (util/staticpod).
+const (
+	priorityClassName   = "system-node-critical"
+	priority            = int32(2000001000)
+	probePortName       = "probe-port"
+	healthCheckTimeoutS = 240 // ControlPlaneComponentHealthCheck default, 4 minutes
+	etcdMetricsPort     = 2381
+)
+
+// DebianCACertDirs are the extra host CA directories kubeadm mounts into the API server and
+// controller manager on a Debian/Ubuntu host (it mounts each of /etc/pki/ca-trust,
+// /etc/pki/tls/certs, /etc/ca-certificates, /usr/share/ca-certificates and
+// /usr/local/share/ca-certificates that exists on the host).
+var DebianCACertDirs = []string{"/etc/ca-certificates", "/usr/local/share/ca-certificates", "/usr/share/ca-certificates"}
+
+// ControlPlane is the input of the four static pods of one master.
+type ControlPlane struct {
+	ClusterName       string
+	KubernetesVersion string // v1.36.3
+	ImageRepository   string // registry.k8s.io
+	ServiceSubnet     string
+	PodSubnet         string
+	DNSDomain         string
+	NodeCIDRMaskSize  int // 0 or 24: controller-manager's default
+	NodeName          string
+	AdvertiseAddress  string
+	BindPort          int
+	// ExternalCA: the cluster CA key is not on the host, so the controller manager does not
+	// sign certificates (kubeadm's UsingExternalCA).
+	ExternalCA bool
+	// CACertDirs are the host's extra CA directories to mount (kubeadm mounts those that exist).
+	CACertDirs []string
+	// EtcdInitialCluster lists the members etcd starts with ("name=https://ip:2380"), this
+	// master last; EtcdClusterState is "new" for the first member, "existing" for a joining one.
+	EtcdInitialCluster []string
+	EtcdClusterState   string
+}
+
+func (c ControlPlane) image(name, tag string) string {
+	return c.ImageRepository + "/" + name + ":" + tag
+}
+
+// EtcdPeerURL is https://ip:2380.
+func EtcdPeerURL(ip string) string { return "https://" + net.JoinHostPort(ip, "2380") }
+
+// EtcdClientURL is https://ip:2379.
+func EtcdClientURL(ip string) string { return "https://" + net.JoinHostPort(ip, "2379") }
+
+// EtcdMember is one entry of --initial-cluster.
+func EtcdMember(name, ip string) string { return name + "=" + EtcdPeerURL(ip) }
+
+func pkiPath(name string) string { return path.Join(PKIDir, name) }
+
+// command renders kubeadm's argument list: "--name=value", sorted by name
+// (kubeadmutil.ArgumentsToCommand).
+func command(bin string, args map[string]string) []string {
+	names := make([]string, 0, len(args))
+	for n := range args {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	out := []string{bin}
+	for _, n := range names {
+		out = append(out, fmt.Sprintf("--%s=%s", n, args[n]))
+	}
+	return out
+}
+
+func httpProbe(host, p string, scheme corev1.URIScheme, initialDelay, timeout, failure, period int32) *corev1.Probe {
+	return &corev1.Probe{
+		ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+			Host: host, Path: p, Port: intstr.FromString(probePortName), Scheme: scheme,
+		}},
+		InitialDelaySeconds: initialDelay, TimeoutSeconds: timeout, FailureThreshold: failure, PeriodSeconds: period,
+	}
+}
+
+func liveness(host, p string, s corev1.URIScheme) *corev1.Probe {
+	return httpProbe(host, p, s, 10, 15, 8, 10)
+}
+func readiness(host, p string, s corev1.URIScheme) *corev1.Probe {
+	return httpProbe(host, p, s, 0, 15, 3, 1)
+}
+func startup(host, p string, s corev1.URIScheme) *corev1.Probe {
+	return httpProbe(host, p, s, 10, 15, int32(math.Ceil(healthCheckTimeoutS/10.0)), 10)
+}
+
+type mount struct {
+	name, path string
+	typ        corev1.HostPathType
+	readOnly   bool
+}
+
+func componentPod(c corev1.Container, mounts []mount, annotations map[string]string) *corev1.Pod {
+	slices.SortFunc(mounts, func(a, b mount) int { return strings.Compare(a.name, b.name) })
+	var vols []corev1.Volume
+	for _, m := range mounts {
+		t := m.typ
+		vols = append(vols, corev1.Volume{Name: m.name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: m.path, Type: &t}}})
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: m.name, MountPath: m.path, ReadOnly: m.readOnly})
+	}
+	c.ImagePullPolicy = corev1.PullIfNotPresent
+	p := priority
+	return &corev1.Pod{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name: c.Name, Namespace: metav1.NamespaceSystem,
+			Labels:      map[string]string{"component": c.Name, "tier": "control-plane"},
+			Annotations: annotations,
+		},
+		Spec: corev1.PodSpec{
+			Containers:        []corev1.Container{c},
+			Priority:          &p,
+			PriorityClassName: priorityClassName,
+			HostNetwork:       true,
+			Volumes:           vols,
+			SecurityContext:   &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
+		},
+	}
+}
+
+func cpu(v string) corev1.ResourceRequirements {
+	return corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(v)}}
+}
+
+func probePort(port int) []corev1.ContainerPort {
+	return []corev1.ContainerPort{{Name: probePortName, ContainerPort: int32(port), Protocol: corev1.ProtocolTCP}}
+}
+
+func localhostFor(ip string) string {
+	if a := net.ParseIP(ip); a != nil && a.To4() == nil {
+		return "::1"
+	}
+	return "127.0.0.1"
+}
+
+func (c ControlPlane) caMounts() []mount {
+	ms := []mount{{"k8s-certs", PKIDir, corev1.HostPathDirectoryOrCreate, true}, {"ca-certs", "/etc/ssl/certs", corev1.HostPathDirectoryOrCreate, true}}
+	for _, d := range c.CACertDirs {
+		ms = append(ms, mount{strings.ReplaceAll(d, "/", "-")[1:], d, corev1.HostPathDirectoryOrCreate, true})
+	}
+	return ms
+}
+
+// APIServer is kube-apiserver's static pod (controlplane/manifests.go).
+func (c ControlPlane) APIServer() *corev1.Pod {
+	port := strconv.Itoa(c.BindPort)
+	args := map[string]string{
+		"advertise-address":                  c.AdvertiseAddress,
+		"allow-privileged":                   "true",
+		"authorization-mode":                 "Node,RBAC",
+		"client-ca-file":                     pkiPath("ca.crt"),
+		"enable-admission-plugins":           "NodeRestriction",
+		"enable-bootstrap-token-auth":        "true",
+		"etcd-cafile":                        pkiPath("etcd/ca.crt"),
+		"etcd-certfile":                      pkiPath("apiserver-etcd-client.crt"),
+		"etcd-keyfile":                       pkiPath("apiserver-etcd-client.key"),
+		"etcd-servers":                       "https://" + net.JoinHostPort(localhostFor(c.AdvertiseAddress), "2379"),
+		"kubelet-client-certificate":         pkiPath("apiserver-kubelet-client.crt"),
+		"kubelet-client-key":                 pkiPath("apiserver-kubelet-client.key"),
+		"kubelet-preferred-address-types":    "InternalIP,ExternalIP,Hostname",
+		"proxy-client-cert-file":             pkiPath("front-proxy-client.crt"),
+		"proxy-client-key-file":              pkiPath("front-proxy-client.key"),
+		"requestheader-allowed-names":        "front-proxy-client",
+		"requestheader-client-ca-file":       pkiPath("front-proxy-ca.crt"),
+		"requestheader-extra-headers-prefix": "X-Remote-Extra-",
+		"requestheader-group-headers":        "X-Remote-Group",
+		"requestheader-username-headers":     "X-Remote-User",
+		"secure-port":                        port,
+		"service-account-issuer":             "https://kubernetes.default.svc." + c.DNSDomain,
+		"service-account-key-file":           pkiPath("sa.pub"),
+		"service-account-signing-key-file":   pkiPath("sa.key"),
+		"service-cluster-ip-range":           c.ServiceSubnet,
+		"tls-cert-file":                      pkiPath("apiserver.crt"),
+		"tls-private-key-file":               pkiPath("apiserver.key"),
+	}
+	host := c.AdvertiseAddress
+	return componentPod(corev1.Container{
+		Name:           "kube-apiserver",
+		Image:          c.image("kube-apiserver", c.KubernetesVersion),
+		Command:        command("kube-apiserver", args),
+		LivenessProbe:  liveness(host, "/livez", corev1.URISchemeHTTPS),
+		ReadinessProbe: readiness(host, "/readyz", corev1.URISchemeHTTPS),
+		StartupProbe:   startup(host, "/livez", corev1.URISchemeHTTPS),
+		Resources:      cpu("250m"),
+		Ports:          probePort(c.BindPort),
+	}, c.caMounts(), map[string]string{
+		"kubeadm.kubernetes.io/kube-apiserver.advertise-address.endpoint": net.JoinHostPort(c.AdvertiseAddress, port),
+	})
+}
+
+// ControllerManager is kube-controller-manager's static pod.
+func (c ControlPlane) ControllerManager() *corev1.Pod {
+	kubeconfig := path.Join(KubernetesDir, "controller-manager.conf")
+	args := map[string]string{
+		"authentication-kubeconfig":        kubeconfig,
+		"authorization-kubeconfig":         kubeconfig,
+		"bind-address":                     "127.0.0.1",
+		"client-ca-file":                   pkiPath("ca.crt"),
+		"cluster-name":                     c.ClusterName,
+		"cluster-signing-cert-file":        pkiPath("ca.crt"),
+		"cluster-signing-key-file":         pkiPath("ca.key"),
+		"controllers":                      "*,bootstrapsigner,tokencleaner",
+		"kubeconfig":                       kubeconfig,
+		"leader-elect":                     "true",
+		"requestheader-client-ca-file":     pkiPath("front-proxy-ca.crt"),
+		"root-ca-file":                     pkiPath("ca.crt"),
+		"service-account-private-key-file": pkiPath("sa.key"),
+		"use-service-account-credentials":  "true",
+	}
+	if c.ExternalCA {
+		args["cluster-signing-cert-file"] = ""
+		args["cluster-signing-key-file"] = ""
+	}
+	if c.PodSubnet != "" {
+		args["allocate-node-cidrs"] = "true"
+		args["cluster-cidr"] = c.PodSubnet
+		args["service-cluster-ip-range"] = c.ServiceSubnet
+		if c.NodeCIDRMaskSize != 0 && c.NodeCIDRMaskSize != 24 {
+			args["node-cidr-mask-size"] = strconv.Itoa(c.NodeCIDRMaskSize)
+		}
+	}
+	mounts := append(c.caMounts(), mount{"kubeconfig", kubeconfig, corev1.HostPathFileOrCreate, true})
+	return componentPod(corev1.Container{
+		Name:          "kube-controller-manager",
+		Image:         c.image("kube-controller-manager", c.KubernetesVersion),
+		Command:       command("kube-controller-manager", args),
+		LivenessProbe: liveness("127.0.0.1", "/healthz", corev1.URISchemeHTTPS),
+		StartupProbe:  startup("127.0.0.1", "/healthz", corev1.URISchemeHTTPS),
+		Resources:     cpu("200m"),
+		Ports:         probePort(10257),
+	}, mounts, nil)
+}
+
+// Scheduler is kube-scheduler's static pod.
+func (c ControlPlane) Scheduler() *corev1.Pod {
+	kubeconfig := path.Join(KubernetesDir, "scheduler.conf")
+	args := map[string]string{
+		"authentication-kubeconfig": kubeconfig,
+		"authorization-kubeconfig":  kubeconfig,
+		"bind-address":              "127.0.0.1",
+		"kubeconfig":                kubeconfig,
+		"leader-elect":              "true",
+	}
+	return componentPod(corev1.Container{
+		Name:           "kube-scheduler",
+		Image:          c.image("kube-scheduler", c.KubernetesVersion),
+		Command:        command("kube-scheduler", args),
+		LivenessProbe:  liveness("127.0.0.1", "/livez", corev1.URISchemeHTTPS),
+		ReadinessProbe: readiness("127.0.0.1", "/readyz", corev1.URISchemeHTTPS),
+		StartupProbe:   startup("127.0.0.1", "/livez", corev1.URISchemeHTTPS),
+		Resources:      cpu("100m"),
+		Ports:          probePort(10259),
+	}, []mount{{"kubeconfig", kubeconfig, corev1.HostPathFileOrCreate, true}}, nil)
+}
+
+// Etcd is the stacked etcd member's static pod (phases/etcd/local.go).
+func (c ControlPlane) Etcd() *corev1.Pod {
+	lo := localhostFor(c.AdvertiseAddress)
+	client := EtcdClientURL(c.AdvertiseAddress)
+	peer := EtcdPeerURL(c.AdvertiseAddress)
+	args := map[string]string{
+		"name":                           c.NodeName,
+		"listen-client-urls":             "https://" + net.JoinHostPort(lo, "2379") + "," + client,
+		"advertise-client-urls":          client,
+		"listen-peer-urls":               peer,
+		"initial-advertise-peer-urls":    peer,
+		"data-dir":                       EtcdDataDir,
+		"cert-file":                      pkiPath("etcd/server.crt"),
+		"key-file":                       pkiPath("etcd/server.key"),
+		"trusted-ca-file":                pkiPath("etcd/ca.crt"),
+		"client-cert-auth":               "true",
+		"peer-cert-file":                 pkiPath("etcd/peer.crt"),
+		"peer-key-file":                  pkiPath("etcd/peer.key"),
+		"peer-trusted-ca-file":           pkiPath("etcd/ca.crt"),
+		"peer-client-cert-auth":          "true",
+		"snapshot-count":                 "10000",
+		"listen-metrics-urls":            "http://" + net.JoinHostPort(lo, strconv.Itoa(etcdMetricsPort)),
+		"feature-gates":                  "InitialCorruptCheck=true",
+		"watch-progress-notify-interval": "5s",
+		"initial-cluster":                EtcdMember(c.NodeName, c.AdvertiseAddress),
+	}
+	if len(c.EtcdInitialCluster) > 0 {
+		args["initial-cluster"] = strings.Join(c.EtcdInitialCluster, ",")
+	}
+	if c.EtcdClusterState == "existing" {
+		args["initial-cluster-state"] = "existing"
+	}
+	pod := componentPod(corev1.Container{
+		Name:           "etcd",
+		Image:          c.image("etcd", EtcdImageTag),
+		Command:        command("etcd", args),
+		LivenessProbe:  liveness(lo, "/livez", corev1.URISchemeHTTP),
+		ReadinessProbe: readiness(lo, "/readyz", corev1.URISchemeHTTP),
+		StartupProbe:   startup(lo, "/readyz", corev1.URISchemeHTTP),
+		Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+			corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("100Mi"),
+		}},
+		Ports: probePort(etcdMetricsPort),
+	}, []mount{
+		{"etcd-data", EtcdDataDir, corev1.HostPathDirectoryOrCreate, false},
+		{"etcd-certs", PKIDir + "/etcd", corev1.HostPathDirectoryOrCreate, false},
+	}, map[string]string{"kubeadm.kubernetes.io/etcd.advertise-client-urls": client})
+	return pod
+}
+
+// StaticPods returns the manifests of one master by file name.
+func (c ControlPlane) StaticPods() map[string]*corev1.Pod {
+	return map[string]*corev1.Pod{
+		"etcd.yaml":                    c.Etcd(),
+		"kube-apiserver.yaml":          c.APIServer(),
+		"kube-controller-manager.yaml": c.ControllerManager(),
+		"kube-scheduler.yaml":          c.Scheduler(),
+	}
+}
+
+// MarshalPod renders a pod as YAML.
+func MarshalPod(p *corev1.Pod) ([]byte, error) { return yaml.Marshal(p) }

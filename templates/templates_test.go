@@ -1,0 +1,138 @@
+package templates
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kforge/kforge/inventory"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+// golden compares got with testdata/<name>.golden, or rewrites it with -update.
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	p := filepath.Join("testdata", name+".golden")
+	if *update {
+		if err := os.MkdirAll("testdata", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatalf("%v (run go test ./templates -update to create it)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s differs from %s (go test ./templates -update rewrites it after review):\n--- got\n%s\n--- want\n%s", name, p, got, want)
+	}
+}
+
+// haCluster is a defaulted three-master inventory with workers.
+func haCluster() *inventory.Cluster {
+	return &inventory.Cluster{
+		APIVersion: inventory.APIVersion, Kind: inventory.Kind, Name: "lab",
+		KubernetesVersion:    inventory.DefaultKubernetesVersion,
+		ImageRepository:      inventory.DefaultImageRepository,
+		ControlPlaneEndpoint: "198.51.100.10:6443",
+		Networking: inventory.Networking{PodSubnet: inventory.DefaultPodSubnet, ServiceSubnet: inventory.DefaultServiceSubnet,
+			DNSDomain: inventory.DefaultDNSDomain, NodeCIDRMaskSize: inventory.DefaultNodeCIDRMaskSize, Plugin: "flannel"},
+		PKI:              inventory.PKI{KeyAlgorithm: "ecdsa-p256", CertValidity: inventory.DefaultCertValidity, CAValidity: inventory.DefaultCAValidity},
+		Kubelet:          inventory.Kubelet{CgroupDriver: "systemd", AllowCgroupV1: true, ExtraArgs: map[string]string{"max-pods": "150"}},
+		ContainerRuntime: inventory.ContainerRuntime{Endpoint: inventory.DefaultCRIEndpoint},
+		Masters: []inventory.Host{
+			{Name: "m1", Address: "198.51.100.11"},
+			{Name: "m2", Address: "m2.example.test", InternalAddress: "198.51.100.12"},
+			{Name: "m3", Address: "198.51.100.13"},
+		},
+		Workers: []inventory.Host{{Name: "w1", Address: "198.51.100.21"}},
+	}
+}
+
+func TestStaticPodGoldens(t *testing.T) {
+	c := haCluster()
+	for i, m := range c.Masters[:2] {
+		for name, pod := range ControlPlaneFor(c, i, DebianCACertDirs).StaticPods() {
+			data, err := MarshalPod(pod)
+			if err != nil {
+				t.Fatal(err)
+			}
+			golden(t, m.Name+"-"+strings.TrimSuffix(name, ".yaml"), data)
+		}
+	}
+}
+
+func TestNodeFileGoldens(t *testing.T) {
+	c := haCluster()
+	n := c.Nodes()[1]
+	k := KubeletFor(c, n, Options{ResolvConf: "/etc/kforge/resolv.conf"})
+	cfg, err := k.ConfigYAML()
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "kubelet-config", cfg)
+	golden(t, "kubeadm-flags.env", k.FlagsEnv())
+	golden(t, "instance-config", k.InstanceConfig())
+	unit, err := KubeletUnit{KubeletPath: DefaultKubeletPath}.Render()
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "kubelet.service", unit)
+	drop, err := NewKubeletDropIn(DefaultKubeletPath).Render()
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "10-kforge.conf", drop)
+	for _, restrict := range []bool{false, true} {
+		data, err := Containerd{SandboxImage: "registry.k8s.io/pause:3.10.2", RestrictOOMScoreAdj: restrict, SystemdCgroup: true, CNIBinDir: "/usr/lib/cni"}.Render()
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := "containerd-config"
+		if restrict {
+			name += "-restrict-oom"
+		}
+		golden(t, name, data)
+	}
+}
+
+// The cgroup v1 and resolv.conf choices are inputs, never defaults.
+func TestKubeletLabChoicesAreOptIn(t *testing.T) {
+	c := haCluster()
+	c.Kubelet.AllowCgroupV1 = false
+	cfg, err := KubeletFor(c, c.Nodes()[0], Options{}).Config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.FailCgroupV1 != nil || cfg.ResolverConfig != nil {
+		t.Errorf("failCgroupV1 %v resolvConf %v set without being asked for", cfg.FailCgroupV1, cfg.ResolverConfig)
+	}
+	if cfg.ClusterDNS[0] != "10.96.0.10" || cfg.ContainerRuntimeEndpoint != inventory.DefaultCRIEndpoint {
+		t.Errorf("clusterDNS %v endpoint %q", cfg.ClusterDNS, cfg.ContainerRuntimeEndpoint)
+	}
+}
+
+func TestTemplateMissingFieldFails(t *testing.T) {
+	if _, err := render("kubelet.service.tmpl", map[string]string{}); err == nil {
+		t.Error("a template rendered with a missing key")
+	}
+}
+
+func TestClusterDNSIP(t *testing.T) {
+	for in, want := range map[string]string{"10.96.0.0/12": "10.96.0.10", "172.20.0.0/16": "172.20.0.10", "fd00::/112": "fd00::a"} {
+		got, err := ClusterDNSIP(in)
+		if err != nil || got != want {
+			t.Errorf("%s: %q %v, want %s", in, got, err, want)
+		}
+	}
+	if _, err := ClusterDNSIP("10.0.0.0/29"); err == nil {
+		t.Error("a /29 cannot hold the DNS address")
+	}
+}

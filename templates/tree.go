@@ -1,0 +1,265 @@
+package templates
+
+import (
+	"fmt"
+	"os"
+	"path"
+	"sort"
+
+	"github.com/kforge/kforge/inventory"
+	"github.com/kforge/kforge/pki"
+)
+
+// File is one file kforge puts on a host.
+type File struct {
+	Path string // absolute path on the host
+	Mode os.FileMode
+	Data []byte
+}
+
+// Secret reports whether the file holds a private key or credentials (mode 0600).
+func (f File) Secret() bool { return f.Mode&0o077 == 0 }
+
+// HostFiles is the complete tree one host receives.
+type HostFiles struct {
+	Node  inventory.Node
+	Files []File // sorted by path
+}
+
+// Options are the per-run and per-host inputs the inventory does not hold.
+type Options struct {
+	// BootstrapToken goes into workers' bootstrap-kubelet.conf; a secret, never logged.
+	BootstrapToken string
+	// RestrictOOMScoreAdj by host name: apply detects whether the host may set a negative
+	// oom_score_adj (false when unknown).
+	RestrictOOMScoreAdj map[string]bool
+	// CACertDirs are the host CA directories mounted into the API server and controller
+	// manager; default DebianCACertDirs.
+	CACertDirs []string
+	// KubeletPath is where the kubelet binary is installed; default /usr/bin/kubelet.
+	KubeletPath string
+	// CNIBinDir is containerd's CNI plugin directory; default /opt/cni/bin.
+	CNIBinDir string
+	// ResolvConf is kubelet's resolvConf; empty keeps kubelet's default (/etc/resolv.conf).
+	ResolvConf string
+}
+
+func (o Options) withDefaults() Options {
+	if o.CACertDirs == nil {
+		o.CACertDirs = DebianCACertDirs
+	}
+	if o.KubeletPath == "" {
+		o.KubeletPath = DefaultKubeletPath
+	}
+	if o.CNIBinDir == "" {
+		o.CNIBinDir = DefaultCNIBinDir
+	}
+	return o
+}
+
+func or(v, d string) string {
+	if v == "" {
+		return d
+	}
+	return v
+}
+
+// ControlPlaneFor is the static-pod input of master i (0-based) of the cluster. Stacked etcd
+// members join in inventory order, as `kubeadm join --control-plane` adds them: the first
+// starts a new cluster, master i starts with members 0..i and state "existing".
+func ControlPlaneFor(c *inventory.Cluster, i int, caCertDirs []string) ControlPlane {
+	m := c.Masters[i]
+	cp := ControlPlane{
+		ClusterName:       c.Name,
+		KubernetesVersion: or(c.KubernetesVersion, inventory.DefaultKubernetesVersion),
+		ImageRepository:   or(c.ImageRepository, inventory.DefaultImageRepository),
+		ServiceSubnet:     or(c.Networking.ServiceSubnet, inventory.DefaultServiceSubnet),
+		PodSubnet:         or(c.Networking.PodSubnet, inventory.DefaultPodSubnet),
+		DNSDomain:         or(c.Networking.DNSDomain, inventory.DefaultDNSDomain),
+		NodeCIDRMaskSize:  c.Networking.NodeCIDRMaskSize,
+		NodeName:          m.Name,
+		AdvertiseAddress:  m.NodeIP(),
+		BindPort:          pki.APIServerPort,
+		CACertDirs:        caCertDirs,
+		EtcdClusterState:  "new",
+	}
+	if i > 0 {
+		for _, p := range c.Masters[:i+1] {
+			cp.EtcdInitialCluster = append(cp.EtcdInitialCluster, EtcdMember(p.Name, p.NodeIP()))
+		}
+		cp.EtcdClusterState = "existing"
+	}
+	return cp
+}
+
+// KubeletFor is the kubelet input of a node.
+func KubeletFor(c *inventory.Cluster, n inventory.Node, o Options) Kubelet {
+	return Kubelet{
+		NodeName:      n.Name,
+		NodeIP:        n.NodeIP(),
+		ServiceSubnet: or(c.Networking.ServiceSubnet, inventory.DefaultServiceSubnet),
+		DNSDomain:     or(c.Networking.DNSDomain, inventory.DefaultDNSDomain),
+		CgroupDriver:  or(c.Kubelet.CgroupDriver, "systemd"),
+		CRIEndpoint:   or(c.ContainerRuntime.Endpoint, inventory.DefaultCRIEndpoint),
+		AllowCgroupV1: c.Kubelet.AllowCgroupV1,
+		ResolvConf:    o.ResolvConf,
+		ExtraArgs:     c.Kubelet.ExtraArgs,
+	}
+}
+
+// AdminKubeconfig is the cluster-admin kubeconfig for the user (admin.conf).
+func AdminKubeconfig(c *inventory.Cluster, set *pki.Set) ([]byte, error) {
+	return pki.Kubeconfig(c.Name, pki.APIServerURL(pki.Endpoint(c)), set.CAs[pki.CA].Cert, set.Get("admin.conf", ""))
+}
+
+// Tree renders every host's files from the inventory and the PKI set.
+func Tree(c *inventory.Cluster, set *pki.Set, o Options) ([]HostFiles, error) {
+	o = o.withDefaults()
+	var out []HostFiles
+	masterIdx := 0
+	for _, n := range c.Nodes() {
+		var fs []File
+		var err error
+		if n.Role == inventory.RoleMaster {
+			fs, err = masterFiles(c, set, masterIdx, o)
+			masterIdx++
+		} else {
+			fs, err = workerFiles(c, set, o)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("host %s: %w", n.Name, err)
+		}
+		nf, err := nodeFiles(c, n, o)
+		if err != nil {
+			return nil, fmt.Errorf("host %s: %w", n.Name, err)
+		}
+		fs = append(fs, nf...)
+		sort.Slice(fs, func(i, j int) bool { return fs[i].Path < fs[j].Path })
+		out = append(out, HostFiles{Node: n, Files: fs})
+	}
+	return out, nil
+}
+
+func pairFiles(base string, kp *pki.KeyPair) ([]File, error) {
+	key, err := pki.EncodeKey(kp.Key)
+	if err != nil {
+		return nil, err
+	}
+	return []File{
+		{Path: path.Join(PKIDir, base+".crt"), Mode: 0o644, Data: pki.EncodeCert(kp.Cert)},
+		{Path: path.Join(PKIDir, base+".key"), Mode: 0o600, Data: key},
+	}, nil
+}
+
+func masterFiles(c *inventory.Cluster, set *pki.Set, i int, o Options) ([]File, error) {
+	m := c.Masters[i]
+	var fs []File
+	for _, s := range pki.Table() {
+		if s.BaseName == "" {
+			continue
+		}
+		kp := set.Get(s.Name, m.Name)
+		if kp == nil {
+			return nil, fmt.Errorf("no %s certificate in the PKI set", pki.Key(s.Name, m.Name))
+		}
+		pf, err := pairFiles(s.BaseName, kp)
+		if err != nil {
+			return nil, err
+		}
+		fs = append(fs, pf...)
+	}
+	saKey, err := pki.EncodeKey(set.ServiceAccount)
+	if err != nil {
+		return nil, err
+	}
+	saPub, err := pki.EncodePublicKey(set.ServiceAccount.Public())
+	if err != nil {
+		return nil, err
+	}
+	fs = append(fs, File{Path: path.Join(PKIDir, "sa.key"), Mode: 0o600, Data: saKey}, File{Path: path.Join(PKIDir, "sa.pub"), Mode: 0o644, Data: saPub})
+
+	ca := set.CAs[pki.CA].Cert
+	endpoint := pki.APIServerURL(pki.Endpoint(c))
+	local := pki.APIServerURL(pki.LocalEndpoint(pki.Master{Name: m.Name, IP: m.NodeIP()}))
+	confs := []struct {
+		file, server string
+	}{
+		{"admin.conf", endpoint},
+		{"controller-manager.conf", local},
+		{"scheduler.conf", local},
+		{"kubelet.conf", endpoint},
+	}
+	if i == 0 { // kubeadm creates super-admin.conf on the first master only (init, not join)
+		confs = append(confs, struct{ file, server string }{"super-admin.conf", endpoint})
+	}
+	for _, k := range confs {
+		node := ""
+		if k.file == "kubelet.conf" {
+			node = m.Name
+		}
+		kp := set.Get(k.file, node)
+		if kp == nil {
+			return nil, fmt.Errorf("no %s client certificate in the PKI set", pki.Key(k.file, node))
+		}
+		data, err := pki.Kubeconfig(c.Name, k.server, ca, kp)
+		if err != nil {
+			return nil, err
+		}
+		fs = append(fs, File{Path: path.Join(KubernetesDir, k.file), Mode: 0o600, Data: data})
+	}
+
+	cp := ControlPlaneFor(c, i, o.CACertDirs)
+	for name, pod := range cp.StaticPods() {
+		data, err := MarshalPod(pod)
+		if err != nil {
+			return nil, err
+		}
+		fs = append(fs, File{Path: path.Join(ManifestsDir, name), Mode: 0o600, Data: data})
+	}
+	return fs, nil
+}
+
+func workerFiles(c *inventory.Cluster, set *pki.Set, o Options) ([]File, error) {
+	ca := set.CAs[pki.CA].Cert
+	conf, err := pki.BootstrapKubeconfig(c.Name, pki.APIServerURL(pki.Endpoint(c)), ca, o.BootstrapToken)
+	if err != nil {
+		return nil, err
+	}
+	return []File{
+		{Path: path.Join(PKIDir, "ca.crt"), Mode: 0o644, Data: pki.EncodeCert(ca)},
+		{Path: BootstrapKubeletConfig, Mode: 0o600, Data: conf},
+	}, nil
+}
+
+func nodeFiles(c *inventory.Cluster, n inventory.Node, o Options) ([]File, error) {
+	k := KubeletFor(c, n, o)
+	cfg, err := k.ConfigYAML()
+	if err != nil {
+		return nil, err
+	}
+	unit, err := KubeletUnit{KubeletPath: o.KubeletPath}.Render()
+	if err != nil {
+		return nil, err
+	}
+	dropIn, err := NewKubeletDropIn(o.KubeletPath).Render()
+	if err != nil {
+		return nil, err
+	}
+	ctrd, err := Containerd{
+		SandboxImage:        or(c.ImageRepository, inventory.DefaultImageRepository) + "/pause:" + PauseImageTag,
+		RestrictOOMScoreAdj: o.RestrictOOMScoreAdj[n.Name],
+		SystemdCgroup:       k.CgroupDriver == "systemd",
+		CNIBinDir:           o.CNIBinDir,
+	}.Render()
+	if err != nil {
+		return nil, err
+	}
+	return []File{
+		{Path: KubeletConfigPath, Mode: 0o644, Data: cfg},
+		{Path: KubeletInstanceConfig, Mode: 0o644, Data: k.InstanceConfig()},
+		{Path: KubeletFlagsEnvPath, Mode: 0o644, Data: k.FlagsEnv()},
+		{Path: KubeletUnitPath, Mode: 0o644, Data: unit},
+		{Path: KubeletDropInPath, Mode: 0o644, Data: dropIn},
+		{Path: ContainerdConfigPath, Mode: 0o644, Data: ctrd},
+	}, nil
+}
