@@ -14,6 +14,7 @@ type CLI struct {
 
 	Version   VersionCmd   `cmd:"" help:"Print kforge's version and the Kubernetes version it installs by default."`
 	Inventory InventoryCmd `cmd:"" help:"Validate the inventory or print its schema."`
+	Bundle    BundleCmd    `cmd:"" help:"Build and verify offline bundles: Kubernetes binaries and images for hosts without internet."`
 }
 
 func main() {

@@ -1,0 +1,374 @@
+package bundle
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+)
+
+// Options for Build.
+type Options struct {
+	// BuildOptions.Version is the Kubernetes version; the other components' versions follow
+	// from it (DefaultVersions).
+	BuildOptions
+	// Out is the bundle directory to write. It must not exist, be empty, or hold a bundle
+	// (which is replaced).
+	Out string
+}
+
+// Build builds every artifact of a bundle for o.Version from Go modules (or takes it from the
+// cache) and writes the bundle directory o.Out: bin/ (kubeadm, kubelet, kubectl), cni/
+// (bridge, host-local, loopback, portmap), images/ (one archive per image) and manifest.json.
+// Artifacts are hard-linked from the cache when o.Out is on the same file system, else copied.
+func Build(ctx context.Context, o Options) (*Manifest, error) {
+	if o.Out == "" {
+		return nil, errors.New("bundle build: no output directory given")
+	}
+	v, err := DefaultVersions(o.Version)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkOut(o.Out); err != nil {
+		return nil, err
+	}
+
+	// Binaries, one cached build per component and version.
+	dirs := map[string]string{}
+	for _, c := range []struct {
+		name  string
+		build func() (string, error)
+	}{
+		{"kubernetes", func() (string, error) { return KubernetesBinaries(ctx, o.BuildOptions) }},
+		{"etcd", func() (string, error) { return binaries(ctx, o.BuildOptions, etcdModule(v.Etcd)) }},
+		{"coredns", func() (string, error) { return binaries(ctx, o.BuildOptions, corednsModule(v.CoreDNS)) }},
+		{"cni-plugins", func() (string, error) { return binaries(ctx, o.BuildOptions, cniModule(v.CNIPlugins)) }},
+		{"flannel", func() (string, error) { return binaries(ctx, o.BuildOptions, flannelModule(v.Flannel)) }},
+		{"pause", func() (string, error) { return binaries(ctx, o.BuildOptions, pauseModule(v.Pause)) }},
+	} {
+		d, err := c.build()
+		if err != nil {
+			return nil, fmt.Errorf("build %s: %w", c.name, err)
+		}
+		dirs[c.name] = d
+	}
+
+	names := ImageNames("", v)
+	if err := checkKubeadmImages(ctx, filepath.Join(dirs["kubernetes"], "kubeadm"), v, names); err != nil {
+		return nil, err
+	}
+	specs, err := imageSpecs(names, dirs)
+	if err != nil {
+		return nil, err
+	}
+
+	// Images, cached by their inputs; gzip is CPU-bound, so at most one per core.
+	start := time.Now()
+	archives := make([]cachedArchive, len(specs))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(max(1, runtime.NumCPU()))
+	for i, s := range specs {
+		g.Go(func() error {
+			a, err := imageArchive(gctx, o.BuildOptions, s)
+			archives[i] = a
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	o.logf("images ready in %s", time.Since(start).Round(time.Millisecond))
+
+	// The bundle directory, assembled beside o.Out and swapped in.
+	m := &Manifest{SchemaVersion: 1, Platform: "linux/amd64", Source: "built", Versions: v}
+	parent := filepath.Dir(filepath.Clean(o.Out))
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return nil, err
+	}
+	tmp, err := os.MkdirTemp(parent, "."+filepath.Base(o.Out)+".tmp-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return nil, err
+	}
+	var files []File
+	for _, c := range []string{"kubeadm", "kubelet", "kubectl"} {
+		files = append(files, File{Name: c, Path: "bin/" + c, Install: "/usr/bin/" + c, Mode: "0755"})
+	}
+	for _, c := range sortedKeys(CNIPlugins) {
+		files = append(files, File{Name: c, Path: "cni/" + c, Install: "/opt/cni/bin/" + c, Mode: "0755"})
+	}
+	src := func(f File) string {
+		if strings.HasPrefix(f.Path, "cni/") {
+			return filepath.Join(dirs["cni-plugins"], f.Name)
+		}
+		return filepath.Join(dirs["kubernetes"], f.Name)
+	}
+	g = new(errgroup.Group)
+	g.SetLimit(max(1, runtime.NumCPU()))
+	for i := range files {
+		g.Go(func() error {
+			f := &files[i]
+			dst := filepath.Join(tmp, filepath.FromSlash(f.Path))
+			if err := linkOrCopy(src(*f), dst); err != nil {
+				return err
+			}
+			var err error
+			f.SHA256, f.Size, err = sha256File(dst)
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	m.Files = files
+	for i, s := range specs {
+		a := archives[i]
+		im := Image{
+			Component:        s.Component,
+			Name:             s.Name,
+			Path:             "images/" + s.Component + ".tar",
+			SHA256:           a.SHA256,
+			Size:             a.Size,
+			Digest:           a.Digest,
+			ID:               a.ID,
+			ControlPlaneOnly: controlPlaneOnly[s.Component],
+		}
+		if err := linkOrCopy(a.path, filepath.Join(tmp, filepath.FromSlash(im.Path))); err != nil {
+			return nil, err
+		}
+		m.Images = append(m.Images, im)
+	}
+	if err := writeManifest(tmp, m); err != nil {
+		return nil, err
+	}
+	if err := swapDir(tmp, o.Out); err != nil {
+		return nil, err
+	}
+	o.logf("bundle %s written to %s", v.Kubernetes, o.Out)
+	return m, nil
+}
+
+// checkOut refuses to replace a directory that is neither empty nor a bundle.
+func checkOut(out string) error {
+	entries, err := os.ReadDir(out)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("bundle output %s: %w", out, err)
+	}
+	if len(entries) == 0 {
+		return nil
+	}
+	if _, err := os.Stat(filepath.Join(out, ManifestFile)); err != nil {
+		return fmt.Errorf("bundle output %s exists and holds no bundle (no %s); give an empty or new directory", out, ManifestFile)
+	}
+	return nil
+}
+
+// swapDir puts the directory tmp at out, replacing what checkOut allowed to be there.
+func swapDir(tmp, out string) error {
+	if _, err := os.Stat(out); err == nil {
+		old := tmp + ".old"
+		if err := os.Rename(out, old); err != nil {
+			return err
+		}
+		defer os.RemoveAll(old)
+	}
+	return os.Rename(tmp, out)
+}
+
+// linkOrCopy makes dst have src's content: a hard link when both are on one file system (the
+// cached artifacts are read-only), else a copy.
+func linkOrCopy(src, dst string) error {
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	if err := os.Link(src, dst); err == nil {
+		return nil
+	}
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	st, err := in.Stat()
+	if err != nil {
+		return err
+	}
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, st.Mode().Perm())
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return fmt.Errorf("copy %s to %s: %w", src, dst, err)
+	}
+	return out.Close()
+}
+
+// checkKubeadmImages asks the built kubeadm which images it uses and fails if the bundle would
+// name any of them differently: the bundle must hold exactly what the static pods reference.
+func checkKubeadmImages(ctx context.Context, kubeadm string, v Versions, names map[string]string) error {
+	out, err := exec.CommandContext(ctx, kubeadm, "config", "images", "list",
+		"--kubernetes-version", v.Kubernetes, "--image-repository", "registry.k8s.io").Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return fmt.Errorf("%s config images list: %w: %s", kubeadm, err, strings.TrimSpace(string(ee.Stderr)))
+		}
+		return fmt.Errorf("%s config images list: %w", kubeadm, err)
+	}
+	want := map[string]bool{}
+	for _, c := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy", "etcd", "coredns", "pause"} {
+		want[names[c]] = true
+	}
+	var got []string
+	for _, l := range strings.Fields(string(out)) {
+		got = append(got, l)
+		if !want[l] {
+			return fmt.Errorf("kubeadm %s uses image %s, which kforge's bundle for it does not name (bundle names: %s); the component versions in bundle.DefaultVersions need updating",
+				v.Kubernetes, l, strings.Join(sortedKeys(want), ", "))
+		}
+	}
+	if len(got) != len(want) {
+		return fmt.Errorf("kubeadm %s lists images %s; the bundle expects %s", v.Kubernetes, strings.Join(got, ", "), strings.Join(sortedKeys(want), ", "))
+	}
+	return nil
+}
+
+// imageSpecs lays out each image from the built binaries (dirs by component) and the build
+// machine's netfilter userspace (kube-proxy and flannel program iptables).
+func imageSpecs(names map[string]string, dirs map[string]string) ([]imageSpec, error) {
+	nf, err := netfilterFiles()
+	if err != nil {
+		return nil, err
+	}
+	k := dirs["kubernetes"]
+	var specs []imageSpec
+	for _, c := range ImageComponents {
+		s := imageSpec{Component: c, Name: names[c]}
+		switch c {
+		case "kube-apiserver", "kube-controller-manager", "kube-scheduler":
+			s.Files = []imageFile{{Path: "/usr/local/bin/" + c, Src: filepath.Join(k, c)}}
+		case "kube-proxy":
+			s.Files = append([]imageFile{{Path: "/usr/local/bin/kube-proxy", Src: filepath.Join(k, c)}}, nf...)
+		case "etcd":
+			s.Files = []imageFile{
+				{Path: "/usr/local/bin/etcd", Src: filepath.Join(dirs["etcd"], "etcd")},
+				{Path: "/usr/local/bin/etcdctl", Src: filepath.Join(dirs["etcd"], "etcdctl")},
+			}
+		case "coredns":
+			s.Files = []imageFile{{Path: "/coredns", Src: filepath.Join(dirs["coredns"], "coredns")}}
+			s.Entrypoint = []string{"/coredns"}
+		case "pause":
+			s.Files = []imageFile{{Path: "/pause", Src: filepath.Join(dirs["pause"], "pause")}}
+			s.Entrypoint = []string{"/pause"}
+		case "flannel":
+			s.Files = append([]imageFile{{Path: "/opt/bin/flanneld", Src: filepath.Join(dirs["flannel"], "flanneld")}}, nf...)
+			s.Entrypoint = []string{"/opt/bin/flanneld"}
+		}
+		specs = append(specs, s)
+	}
+	return specs, nil
+}
+
+// cachedArchive is an image archive in the cache with what the manifest says of it.
+type cachedArchive struct {
+	path string
+	ImageArchive
+	SHA256 string `json:"sha256"`
+	Size   int64  `json:"size"`
+}
+
+// imageArchive returns the cached archive of s, writing it first unless an archive from the
+// same inputs (spec, and each source file's path, size, mode and modification time) exists.
+func imageArchive(ctx context.Context, o BuildOptions, s imageSpec) (cachedArchive, error) {
+	key, err := imageKey(s)
+	if err != nil {
+		return cachedArchive{}, err
+	}
+	dir := filepath.Join(o.cacheDir(), "images")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return cachedArchive{}, err
+	}
+	base := filepath.Join(dir, s.Component+"-"+key[:20])
+	a := cachedArchive{path: base + ".tar"}
+	if b, err := os.ReadFile(base + ".json"); err == nil && json.Unmarshal(b, &a) == nil {
+		if st, err := os.Stat(a.path); err == nil && st.Size() == a.Size {
+			return a, nil
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return cachedArchive{}, err
+	}
+	start := time.Now()
+	ia, err := writeImageArchive(s, a.path, dir)
+	if err != nil {
+		return cachedArchive{}, fmt.Errorf("image %s: %w", s.Name, err)
+	}
+	a.ImageArchive = ia
+	if a.SHA256, a.Size, err = sha256File(a.path); err != nil {
+		return cachedArchive{}, err
+	}
+	b, _ := json.Marshal(a)
+	if err := writeFileAtomic(base+".json", b, 0o644); err != nil {
+		return cachedArchive{}, err
+	}
+	o.logf("image %s: %d MB in %s", s.Name, a.Size>>20, time.Since(start).Round(time.Millisecond))
+	return a, nil
+}
+
+func imageKey(s imageSpec) (string, error) {
+	h := sha256.New()
+	fmt.Fprintf(h, "r%d %s %s %q\n", recipeRevision, s.Component, s.Name, s.Entrypoint)
+	files := slices.Clone(s.Files)
+	slices.SortFunc(files, func(a, b imageFile) int { return strings.Compare(a.Path, b.Path) })
+	for _, f := range files {
+		if f.Link != "" {
+			fmt.Fprintf(h, "%s -> %s\n", f.Path, f.Link)
+			continue
+		}
+		st, err := os.Stat(f.Src)
+		if err != nil {
+			return "", fmt.Errorf("image %s: %w", s.Name, err)
+		}
+		fmt.Fprintf(h, "%s %s %d %o %d %o\n", f.Path, f.Src, st.Size(), st.Mode(), st.ModTime().UnixNano(), f.Mode)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+func writeFileAtomic(p string, data []byte, mode os.FileMode) error {
+	tmp, err := os.CreateTemp(filepath.Dir(p), "."+filepath.Base(p)+".tmp-")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(mode); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), p)
+}

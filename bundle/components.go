@@ -1,0 +1,155 @@
+package bundle
+
+import (
+	"bytes"
+	"context"
+	_ "embed"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Versions are the versions of everything a bundle holds for one Kubernetes release.
+type Versions struct {
+	Kubernetes string `json:"kubernetes"`
+	Etcd       string `json:"etcd"`       // e.g. v3.6.8
+	CoreDNS    string `json:"coredns"`    // e.g. v1.14.2
+	Pause      string `json:"pause"`      // the pause image tag, e.g. 3.10.2
+	CNIPlugins string `json:"cniPlugins"` // github.com/containernetworking/plugins, e.g. v1.9.1
+	Flannel    string `json:"flannel"`    // e.g. v0.28.10
+}
+
+// DefaultVersions returns the component versions kforge bundles with Kubernetes version k:
+// etcd, CoreDNS and pause as kubeadm of that release pins them, and the CNI plugins and
+// flannel releases kforge has been proven with. Only the minors listed here are supported.
+func DefaultVersions(k string) (Versions, error) {
+	sub := kubeVersionRE.FindStringSubmatch(k)
+	if sub == nil {
+		return Versions{}, fmt.Errorf("kubernetes version %q: want the form v1.MINOR.PATCH, e.g. v1.36.3", k)
+	}
+	switch sub[1] {
+	case "36":
+		return Versions{
+			Kubernetes: k,
+			Etcd:       "v3.6.8",
+			CoreDNS:    "v1.14.2",
+			Pause:      "3.10.2",
+			CNIPlugins: "v1.9.1",
+			Flannel:    "v0.28.10",
+		}, nil
+	}
+	return Versions{}, fmt.Errorf("kubernetes %s: kforge builds bundles for Kubernetes 1.36 only (the last minor that runs on containerd 1.x)", k)
+}
+
+// CNIPlugins are the CNI plugins a bundle holds, with their Go packages.
+var CNIPlugins = map[string]string{
+	"bridge":     "github.com/containernetworking/plugins/plugins/main/bridge",
+	"host-local": "github.com/containernetworking/plugins/plugins/ipam/host-local",
+	"loopback":   "github.com/containernetworking/plugins/plugins/main/loopback",
+	"portmap":    "github.com/containernetworking/plugins/plugins/meta/portmap",
+}
+
+func etcdModule(v string) goModule {
+	return goModule{
+		Name:    "etcd",
+		Version: v,
+		Require: map[string]string{
+			"go.etcd.io/etcd/server/v3":  v,
+			"go.etcd.io/etcd/etcdctl/v3": v,
+		},
+		Packages: []string{"go.etcd.io/etcd/server/v3", "go.etcd.io/etcd/etcdctl/v3"},
+		Output: map[string]string{
+			"go.etcd.io/etcd/server/v3":  "etcd",
+			"go.etcd.io/etcd/etcdctl/v3": "etcdctl",
+		},
+	}
+}
+
+func corednsModule(v string) goModule {
+	return goModule{
+		Name:     "coredns",
+		Version:  v,
+		Require:  map[string]string{"github.com/coredns/coredns": v},
+		Packages: []string{"github.com/coredns/coredns"},
+	}
+}
+
+func cniModule(v string) goModule {
+	const mod = "github.com/containernetworking/plugins"
+	var pkgs []string
+	for _, name := range sortedKeys(CNIPlugins) {
+		pkgs = append(pkgs, CNIPlugins[name])
+	}
+	return goModule{
+		Name:     "cni-plugins",
+		Version:  v,
+		Require:  map[string]string{mod: v},
+		Packages: pkgs,
+		Ldflags:  "-X " + mod + "/pkg/utils/buildversion.BuildVersion=" + v,
+	}
+}
+
+//go:embed internal/pause/main.go
+var pauseMain []byte
+
+func pauseModule(tag string) goModule {
+	return goModule{
+		Name:      "pause",
+		Version:   tag,
+		Local:     map[string][]byte{"main.go": pauseMain},
+		LocalName: "pause",
+	}
+}
+
+// flannelModule builds flanneld from a copy of flannel's main.go without two of its backends:
+// tencentvpc (its cloud SDK modules are refused by the Go module proxy) and udp (cgo-only on
+// amd64). vxlan, host-gw, wireguard and ipip remain.
+func flannelModule(v string) goModule {
+	const mod = "github.com/flannel-io/flannel"
+	return goModule{
+		Name:      "flannel",
+		Version:   v,
+		Require:   map[string]string{mod: v},
+		LocalName: "flanneld",
+		Ldflags:   "-X " + mod + "/pkg/version.Version=" + v,
+		Prepare: func(ctx context.Context, r *goRunner, dir string) error {
+			info, err := r.download(ctx, dir, mod+"@"+v)
+			if err != nil {
+				return err
+			}
+			main, err := os.ReadFile(filepath.Join(info.Dir, "main.go"))
+			if err != nil {
+				return err
+			}
+			patched, err := dropImports(main, mod+"/pkg/backend/tencentvpc", mod+"/pkg/backend/udp")
+			if err != nil {
+				return fmt.Errorf("flannel %s main.go: %w", v, err)
+			}
+			return os.WriteFile(filepath.Join(dir, "main.go"), patched, 0o644)
+		},
+	}
+}
+
+// dropImports removes the blank import lines of the given packages from a Go source file and
+// fails if one is not there (the patch no longer fits that source).
+func dropImports(src []byte, pkgs ...string) ([]byte, error) {
+	lines := bytes.Split(src, []byte("\n"))
+	for _, p := range pkgs {
+		found := false
+		kept := lines[:0:0]
+		for _, l := range lines {
+			t := strings.TrimSpace(string(l))
+			if strings.HasPrefix(t, "_") && strings.HasSuffix(t, `"`+p+`"`) {
+				found = true
+				continue
+			}
+			kept = append(kept, l)
+		}
+		if !found {
+			return nil, fmt.Errorf("no blank import of %s to drop", p)
+		}
+		lines = kept
+	}
+	return bytes.Join(lines, []byte("\n")), nil
+}

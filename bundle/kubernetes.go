@@ -1,0 +1,111 @@
+package bundle
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+)
+
+// KubernetesCommands are the Kubernetes binaries KubernetesBinaries builds, by file name.
+var KubernetesCommands = []string{
+	"kubeadm", "kubelet", "kubectl",
+	"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy",
+}
+
+var kubeVersionRE = regexp.MustCompile(`^v1\.(\d+)\.(\d+)$`)
+
+// KubernetesBinaries returns a directory holding kubeadm, kubelet, kubectl, kube-apiserver,
+// kube-controller-manager, kube-scheduler and kube-proxy of version o.Version (e.g. "v1.36.3"),
+// each reporting that version. They are built from the Go module k8s.io/kubernetes with the
+// local Go toolchain (CGO_ENABLED=0) on first use and cached under
+// <cache>/bin/kubernetes/<version>; later calls return the cached directory at once. The
+// directory must be treated as read-only.
+func KubernetesBinaries(ctx context.Context, o BuildOptions) (string, error) {
+	m, err := kubernetesModule(o.Version)
+	if err != nil {
+		return "", err
+	}
+	return binaries(ctx, o, m)
+}
+
+// kubernetesModule is the recipe for the Kubernetes binaries: a scratch module requiring
+// k8s.io/kubernetes with each of its staging modules (which its go.mod replaces by ./staging
+// paths that do not exist in the published module) replaced by the published v0.MINOR.PATCH,
+// and the version stamped into component-base and client-go, or every binary says v0.0.0.
+func kubernetesModule(version string) (goModule, error) {
+	sub := kubeVersionRE.FindStringSubmatch(version)
+	if sub == nil {
+		return goModule{}, fmt.Errorf("kubernetes version %q: want the form v1.MINOR.PATCH, e.g. v1.36.3", version)
+	}
+	minor, patch := sub[1], sub[2]
+	var ld []string
+	for _, p := range []string{"k8s.io/component-base/version", "k8s.io/client-go/pkg/version"} {
+		ld = append(ld,
+			"-X", p+".gitVersion="+version,
+			"-X", p+".gitMajor=1",
+			"-X", p+".gitMinor="+minor,
+			"-X", p+".gitTreeState=clean",
+		)
+	}
+	var pkgs []string
+	for _, c := range KubernetesCommands {
+		pkgs = append(pkgs, "k8s.io/kubernetes/cmd/"+c)
+	}
+	const mod = "k8s.io/kubernetes"
+	return goModule{
+		Name:     "kubernetes",
+		Version:  version,
+		Require:  map[string]string{mod: version},
+		Packages: pkgs,
+		Ldflags:  strings.Join(ld, " "),
+		Prepare: func(ctx context.Context, r *goRunner, dir string) error {
+			info, err := r.download(ctx, dir, mod+"@"+version)
+			if err != nil {
+				return err
+			}
+			kgomod, err := os.ReadFile(info.GoMod)
+			if err != nil {
+				return err
+			}
+			repl := stagingReplaces(kgomod, "v0."+minor+"."+patch)
+			if len(repl) == 0 {
+				return fmt.Errorf("%s: no staging replaces found in %s; cannot build Kubernetes from modules", mod, info.GoMod)
+			}
+			var b strings.Builder
+			b.WriteString("\nreplace (\n")
+			for _, p := range sortedKeys(repl) {
+				fmt.Fprintf(&b, "\t%s => %s\n", p, repl[p])
+			}
+			b.WriteString(")\n")
+			f, err := os.OpenFile(filepath.Join(dir, "go.mod"), os.O_APPEND|os.O_WRONLY, 0)
+			if err != nil {
+				return err
+			}
+			if _, err := f.WriteString(b.String()); err != nil {
+				f.Close()
+				return err
+			}
+			return f.Close()
+		},
+		Stamp: func(ctx context.Context, r *goRunner, dir string) (string, error) {
+			// The build date is the release's publication time, so rebuilds are reproducible.
+			out, err := r.run(ctx, dir, nil, "list", "-m", "-json", mod)
+			if err != nil {
+				return "", err
+			}
+			var info modInfo
+			if err := json.Unmarshal(out, &info); err != nil || info.Time == "" {
+				return "", fmt.Errorf("go list -m %s: no release time (%v)", mod, err)
+			}
+			var s []string
+			for _, p := range []string{"k8s.io/component-base/version", "k8s.io/client-go/pkg/version"} {
+				s = append(s, "-X", p+".buildDate="+info.Time)
+			}
+			return strings.Join(s, " "), nil
+		},
+	}, nil
+}

@@ -1,0 +1,272 @@
+package bundle
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/kforge/kforge/remote"
+)
+
+// HostState is what a host already has of a bundle.
+type HostState struct {
+	// Files maps an install path to the hex sha256 of the file there; absent: no file.
+	Files map[string]string
+	// Images maps an image name in containerd's k8s.io namespace to the digest of its target.
+	Images map[string]string
+}
+
+// Need says which part of a bundle a host needs.
+type Need struct {
+	// ControlPlane hosts also need the kube-apiserver, kube-controller-manager, kube-scheduler
+	// and etcd images.
+	ControlPlane bool
+}
+
+// HostPlan is what a host lacks: files to upload and install, images to upload and import.
+type HostPlan struct {
+	Install []File
+	Import  []Image
+}
+
+// Empty says whether the host has everything already.
+func (p HostPlan) Empty() bool { return len(p.Install) == 0 && len(p.Import) == 0 }
+
+// Bytes is how much the plan uploads.
+func (p HostPlan) Bytes() int64 {
+	var n int64
+	for _, f := range p.Install {
+		n += f.Size
+	}
+	for _, im := range p.Import {
+		n += im.Size
+	}
+	return n
+}
+
+// PlanHost compares a bundle with what a host has: every file whose install path is missing or
+// has another sha256 is to be installed; every image the host needs that containerd does not
+// have under its name, or has with another digest, is to be imported.
+func PlanHost(m *Manifest, have HostState, need Need) HostPlan {
+	var p HostPlan
+	for _, f := range m.Files {
+		if have.Files[f.Install] != f.SHA256 {
+			p.Install = append(p.Install, f)
+		}
+	}
+	for _, im := range m.Images {
+		if im.ControlPlaneOnly && !need.ControlPlane {
+			continue
+		}
+		if have.Images[im.Name] != im.Digest {
+			p.Import = append(p.Import, im)
+		}
+	}
+	return p
+}
+
+// StagingDir is where image archives are uploaded on hosts before import; each archive is
+// deleted once imported.
+const StagingDir = "/var/lib/kforge/images"
+
+const imagesMarker = "#kforge-images"
+
+// StateCommand is the one command ReadHostState runs: the sha256 of each of the bundle's
+// install paths that exists, then containerd's image list in the k8s.io namespace.
+func StateCommand(m *Manifest) string {
+	var paths []string
+	for _, f := range m.Files {
+		paths = append(paths, remote.Quote(f.Install))
+	}
+	return "for f in " + strings.Join(paths, " ") + `; do if [ -f "$f" ]; then sha256sum -- "$f"; fi; done; echo ` + imagesMarker + "; ctr -n k8s.io images ls"
+}
+
+// ParseState parses StateCommand's output.
+func ParseState(out []byte) (HostState, error) {
+	s := HostState{Files: map[string]string{}, Images: map[string]string{}}
+	text := string(out)
+	files, images, ok := strings.Cut(text, imagesMarker+"\n")
+	if !ok {
+		return s, fmt.Errorf("no %s line in the output", imagesMarker)
+	}
+	for _, l := range strings.Split(files, "\n") {
+		sum, p, ok := strings.Cut(l, "  ")
+		if !ok {
+			continue
+		}
+		s.Files[p] = sum
+	}
+	var err error
+	s.Images, err = ParseImageList(images)
+	return s, err
+}
+
+// ParseImageList parses the output of `ctr images ls` into image name -> target digest.
+func ParseImageList(out string) (map[string]string, error) {
+	images := map[string]string{}
+	sc := bufio.NewScanner(strings.NewReader(out))
+	header := false
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) == 0 {
+			continue
+		}
+		if !header {
+			if f[0] != "REF" || len(f) < 3 || f[2] != "DIGEST" {
+				return nil, fmt.Errorf("ctr images ls: unexpected header %q", sc.Text())
+			}
+			header = true
+			continue
+		}
+		if len(f) < 3 || !strings.HasPrefix(f[2], "sha256:") {
+			return nil, fmt.Errorf("ctr images ls: unexpected line %q", sc.Text())
+		}
+		images[f[0]] = f[2]
+	}
+	if !header {
+		return nil, fmt.Errorf("ctr images ls: empty output")
+	}
+	return images, nil
+}
+
+// ReadHostState asks h what it has of bundle m, with one command.
+func ReadHostState(ctx context.Context, h remote.Host, m *Manifest) (HostState, error) {
+	out, err := remote.Output(ctx, h, StateCommand(m))
+	if err != nil {
+		return HostState{}, fmt.Errorf("read installed binaries and containerd's images (is containerd running?): %w", err)
+	}
+	s, err := ParseState(out)
+	if err != nil {
+		return HostState{}, fmt.Errorf("read installed binaries and containerd's images: %w", err)
+	}
+	return s, nil
+}
+
+// Progress receives upload progress: the host, the artifact (its path in the bundle), bytes
+// sent so far and the total. It is called from several goroutines at once.
+type Progress func(host, artifact string, sent, total int64)
+
+// Ship brings host h up to date with the bundle in dir (manifest m): it reads what h has, uploads
+// and installs the files that are missing or differ, uploads the images h needs and lacks to
+// StagingDir and imports them into containerd's k8s.io namespace, then reads the state again to
+// check the result. It returns what it did; an empty plan means nothing was uploaded. Run it
+// inside remote.Each so large uploads respect the upload concurrency limit.
+func Ship(ctx context.Context, h remote.Host, dir string, m *Manifest, need Need, progress Progress) (HostPlan, error) {
+	have, err := ReadHostState(ctx, h, m)
+	if err != nil {
+		return HostPlan{}, err
+	}
+	plan := PlanHost(m, have, need)
+	if plan.Empty() {
+		return plan, nil
+	}
+	for _, f := range plan.Install {
+		mode, err := strconv.ParseUint(f.Mode, 8, 32)
+		if err != nil {
+			return plan, fmt.Errorf("bundle file %s: mode %q: %w", f.Name, f.Mode, err)
+		}
+		if err := upload(ctx, h, dir, f.Path, f.Install, f.SHA256, f.Size, fs.FileMode(mode), progress); err != nil {
+			return plan, err
+		}
+	}
+	for _, im := range plan.Import {
+		staged := StagingDir + "/" + im.Component + ".tar"
+		if err := upload(ctx, h, dir, im.Path, staged, im.SHA256, im.Size, 0o600, progress); err != nil {
+			return plan, err
+		}
+		cmd := remote.Command("ctr", "-n", "k8s.io", "images", "import", staged) + " && " + remote.Command("rm", "-f", "--", staged)
+		if err := h.Run(ctx, remote.Cmd{Command: cmd}); err != nil {
+			return plan, fmt.Errorf("import image %s: %w", im.Name, err)
+		}
+	}
+	after, err := ReadHostState(ctx, h, m)
+	if err != nil {
+		return plan, err
+	}
+	if left := PlanHost(m, after, need); !left.Empty() {
+		var what []string
+		for _, f := range left.Install {
+			what = append(what, fmt.Sprintf("%s (sha256 %s, want %s)", f.Install, orNone(after.Files[f.Install]), f.SHA256))
+		}
+		for _, im := range left.Import {
+			what = append(what, fmt.Sprintf("image %s (digest %s, want %s)", im.Name, orNone(after.Images[im.Name]), im.Digest))
+		}
+		return plan, fmt.Errorf("after shipping the bundle, still different: %s", strings.Join(what, "; "))
+	}
+	return plan, nil
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}
+
+// upload sends the bundle file rel to path on h, reporting progress.
+func upload(ctx context.Context, h remote.Host, dir, rel, path, sum string, size int64, mode fs.FileMode, progress Progress) error {
+	f, err := os.Open(filepath.Join(dir, filepath.FromSlash(rel)))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var body io.Reader = f
+	if progress != nil {
+		body = &progressReader{r: f, report: func(n int64) { progress(h.Name(), rel, n, size) }, total: size}
+	}
+	if err := h.Upload(ctx, remote.File{Path: path, Body: body, Size: size, SHA256: sum, Mode: mode}); err != nil {
+		return fmt.Errorf("upload %s to %s: %w", rel, path, err)
+	}
+	if progress != nil {
+		progress(h.Name(), rel, size, size)
+	}
+	return nil
+}
+
+// progressReader reports how much was read, at most every 1/64th of the total.
+type progressReader struct {
+	r      io.Reader
+	report func(int64)
+	total  int64
+	n      int64
+	last   int64
+}
+
+func (p *progressReader) Read(b []byte) (int, error) {
+	n, err := p.r.Read(b)
+	p.n += int64(n)
+	if p.n-p.last >= max(p.total/64, 1<<20) {
+		p.last = p.n
+		p.report(p.n)
+	}
+	return n, err
+}
+
+// Target is one host to ship a bundle to.
+type Target struct {
+	remote.Host
+	Need
+}
+
+// ShipAll ships the bundle in dir to every target, lim.Hosts at once and at most
+// lim.LargeUploads large uploads at once across all of them, and returns each host's plan by
+// host name. Errors are per host (remote.Errors).
+func ShipAll(ctx context.Context, dir string, m *Manifest, targets []Target, lim remote.Limits, progress Progress) (map[string]HostPlan, error) {
+	var mu sync.Mutex
+	plans := map[string]HostPlan{}
+	err := remote.Each(ctx, targets, lim, func(ctx context.Context, t Target) error {
+		p, err := Ship(ctx, t.Host, dir, m, t.Need, progress)
+		mu.Lock()
+		plans[t.Name()] = p
+		mu.Unlock()
+		return err
+	})
+	return plans, err
+}

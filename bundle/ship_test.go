@@ -1,0 +1,230 @@
+package bundle
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"testing"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/kforge/kforge/remote"
+	"github.com/kforge/kforge/remote/remotetest"
+)
+
+func TestPlanHost(t *testing.T) {
+	m := &Manifest{
+		Files: []File{
+			{Name: "kubelet", Install: "/usr/bin/kubelet", SHA256: "aa"},
+			{Name: "kubectl", Install: "/usr/bin/kubectl", SHA256: "bb"},
+		},
+		Images: []Image{
+			{Component: "kube-apiserver", Name: "registry.k8s.io/kube-apiserver:v1.36.3", Digest: "sha256:1", ControlPlaneOnly: true},
+			{Component: "pause", Name: "registry.k8s.io/pause:3.10.2", Digest: "sha256:2"},
+			{Component: "kube-proxy", Name: "registry.k8s.io/kube-proxy:v1.36.3", Digest: "sha256:3"},
+		},
+	}
+	names := func(p HostPlan) string {
+		var s []string
+		for _, f := range p.Install {
+			s = append(s, f.Name)
+		}
+		for _, im := range p.Import {
+			s = append(s, im.Component)
+		}
+		return strings.Join(s, ",")
+	}
+	for _, tc := range []struct {
+		name string
+		have HostState
+		need Need
+		want string
+	}{
+		{"empty worker", HostState{}, Need{}, "kubelet,kubectl,pause,kube-proxy"},
+		{"empty master", HostState{}, Need{ControlPlane: true}, "kubelet,kubectl,kube-apiserver,pause,kube-proxy"},
+		{"complete master", HostState{
+			Files:  map[string]string{"/usr/bin/kubelet": "aa", "/usr/bin/kubectl": "bb"},
+			Images: map[string]string{"registry.k8s.io/kube-apiserver:v1.36.3": "sha256:1", "registry.k8s.io/pause:3.10.2": "sha256:2", "registry.k8s.io/kube-proxy:v1.36.3": "sha256:3"},
+		}, Need{ControlPlane: true}, ""},
+		{"other kubelet, other pause, extra images", HostState{
+			Files:  map[string]string{"/usr/bin/kubelet": "zz", "/usr/bin/kubectl": "bb"},
+			Images: map[string]string{"registry.k8s.io/pause:3.10.2": "sha256:9", "registry.k8s.io/kube-proxy:v1.36.3": "sha256:3", "docker.io/library/nginx:1": "sha256:7"},
+		}, Need{}, "kubelet,pause"},
+	} {
+		if got := names(PlanHost(m, tc.have, tc.need)); got != tc.want {
+			t.Errorf("%s: plan %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestParseState(t *testing.T) {
+	out := "0123  /usr/bin/kubelet\n4567  /opt/cni/bin/bridge\n" + imagesMarker + "\n" +
+		"REF                          TYPE                                       DIGEST        SIZE     PLATFORMS   LABELS \n" +
+		"registry.k8s.io/pause:3.10.2 application/vnd.oci.image.manifest.v1+json sha256:abcd 1.1 MiB linux/amd64 io.cri-containerd.image=managed \n"
+	s, err := ParseState([]byte(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Files["/usr/bin/kubelet"] != "0123" || s.Files["/opt/cni/bin/bridge"] != "4567" || len(s.Files) != 2 {
+		t.Errorf("files %v", s.Files)
+	}
+	if s.Images["registry.k8s.io/pause:3.10.2"] != "sha256:abcd" || len(s.Images) != 1 {
+		t.Errorf("images %v", s.Images)
+	}
+	if _, err := ParseState([]byte("ctr: failed to dial\n")); err == nil {
+		t.Error("output without the marker accepted")
+	}
+	if _, err := ParseImageList("something else\n"); err == nil {
+		t.Error("image list with a foreign header accepted")
+	}
+}
+
+// fakeNode makes a remotetest.Host answer StateCommand from its files and an image store that
+// its `ctr images import` fills by reading the uploaded archive's index.json.
+type fakeNode struct {
+	*remotetest.Host
+	mu      sync.Mutex
+	images  map[string]string
+	imports []string
+}
+
+func newFakeNode(t *testing.T, name string, m *Manifest) *fakeNode {
+	n := &fakeNode{Host: remotetest.New(name), images: map[string]string{}}
+	n.Handle(func(c string) bool { return c == StateCommand(m) }, func(_ context.Context, c remote.Cmd) error {
+		for _, f := range m.Files {
+			if ff, ok := n.File(f.Install); ok {
+				sum := sha256.Sum256(ff.Data)
+				fmt.Fprintf(c.Stdout, "%s  %s\n", hex.EncodeToString(sum[:]), f.Install)
+			}
+		}
+		fmt.Fprintf(c.Stdout, "%s\nREF TYPE DIGEST SIZE PLATFORMS LABELS\n", imagesMarker)
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		for name, d := range n.images {
+			fmt.Fprintf(c.Stdout, "%s application/vnd.oci.image.manifest.v1+json %s 1.0 MiB linux/amd64 -\n", name, d)
+		}
+		return nil
+	})
+	n.Handle(func(c string) bool { return strings.HasPrefix(c, "ctr -n k8s.io images import ") }, func(_ context.Context, c remote.Cmd) error {
+		p := strings.Fields(c.Command)[5]
+		f, ok := n.File(p)
+		if !ok {
+			return n.Exit(c.Command, 1, "ctr: open "+p+": no such file or directory")
+		}
+		if !strings.Contains(c.Command, "&& rm -f -- "+p) {
+			t.Errorf("import of %s does not delete the archive: %s", p, c.Command)
+		}
+		tr := tar.NewReader(bytes.NewReader(f.Data))
+		for {
+			h, err := tr.Next()
+			if err == io.EOF {
+				return n.Exit(c.Command, 1, "ctr: unrecognized image format")
+			}
+			if err != nil {
+				return err
+			}
+			if h.Name == "index.json" {
+				idx, err := v1.ParseIndexManifest(tr)
+				if err != nil {
+					return err
+				}
+				n.mu.Lock()
+				for _, d := range idx.Manifests {
+					n.images[d.Annotations["io.containerd.image.name"]] = d.Digest.String()
+				}
+				n.imports = append(n.imports, p)
+				n.mu.Unlock()
+				return nil
+			}
+		}
+	})
+	return n
+}
+
+func TestShipAllUploadsOnlyWhatDiffers(t *testing.T) {
+	dir, m := tinyBundle(t)
+	ctx := context.Background()
+	a, b := newFakeNode(t, "master-1", m), newFakeNode(t, "worker-1", m)
+	targets := []Target{{Host: a, Need: Need{ControlPlane: true}}, {Host: b}}
+	var mu sync.Mutex
+	sent := map[string]int64{}
+	progress := func(host, artifact string, n, total int64) {
+		mu.Lock()
+		defer mu.Unlock()
+		if n > total {
+			t.Errorf("%s %s: progress %d of %d", host, artifact, n, total)
+		}
+		sent[host+" "+artifact] = n
+	}
+
+	plans, err := ShipAll(ctx, dir, m, targets, remote.Limits{Hosts: 2, LargeUploads: 1}, progress)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []*fakeNode{a, b} {
+		if p := plans[n.Name()]; len(p.Install) != 1 || len(p.Import) != 1 {
+			t.Errorf("%s: first run plan %+v, want one file and one image", n.Name(), p)
+		}
+		f, ok := n.File("/usr/bin/hello")
+		if !ok || f.Mode != 0o755 {
+			t.Errorf("%s: /usr/bin/hello not installed with mode 0755: %+v", n.Name(), f)
+		}
+		if n.images[m.Images[0].Name] != m.Images[0].Digest || len(n.imports) != 1 {
+			t.Errorf("%s: images %v after %v imports", n.Name(), n.images, n.imports)
+		}
+		if got := sent[n.Name()+" images/pause.tar"]; got != m.Images[0].Size {
+			t.Errorf("%s: progress for the image ended at %d of %d", n.Name(), got, m.Images[0].Size)
+		}
+	}
+
+	// The second run finds everything in place: no upload, no import.
+	uploadsBefore := len(a.Uploads()) + len(b.Uploads())
+	plans, err = ShipAll(ctx, dir, m, targets, remote.Limits{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, p := range plans {
+		if !p.Empty() {
+			t.Errorf("%s: second run plan %+v, want nothing", name, p)
+		}
+	}
+	if n := len(a.Uploads()) + len(b.Uploads()); n != uploadsBefore {
+		t.Errorf("second run uploaded %d files", n-uploadsBefore)
+	}
+	if len(a.imports)+len(b.imports) != 2 {
+		t.Errorf("second run imported again: %v %v", a.imports, b.imports)
+	}
+
+	// A host whose binary was changed gets only that binary again.
+	b.SetFile("/usr/bin/hello", []byte("tampered"), 0o755)
+	plans, err = ShipAll(ctx, dir, m, targets, remote.Limits{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := plans["worker-1"]; len(p.Install) != 1 || len(p.Import) != 0 || !plans["master-1"].Empty() {
+		t.Errorf("after tampering: plans %+v", plans)
+	}
+}
+
+func TestShipReportsAFailedImport(t *testing.T) {
+	dir, m := tinyBundle(t)
+	n := newFakeNode(t, "node-1", m)
+	n.OnPrefix("ctr -n k8s.io images import ", remotetest.Result{Exit: 1, Stderr: "ctr: failed to extract layer: no space left on device"})
+	err := remote.Each(context.Background(), []remote.Host{n}, remote.Limits{}, func(ctx context.Context, h remote.Host) error {
+		_, err := Ship(ctx, h, dir, m, Need{}, nil)
+		return err
+	})
+	if err == nil || !strings.Contains(err.Error(), "node-1") || !strings.Contains(err.Error(), "import image registry.k8s.io/pause:3.10.2") {
+		t.Fatalf("error %v; want the host and the image named", err)
+	}
+	var ce *remote.CommandError
+	if !errors.As(err, &ce) {
+		t.Errorf("the *remote.CommandError is not reachable through %v", err)
+	}
+}
