@@ -1,0 +1,161 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/kforge/kforge/lab"
+)
+
+// LabCmd is `kforge lab`: a local fleet of systemd hosts reachable over SSH (docs/lab.md).
+type LabCmd struct {
+	Up     LabUpCmd     `cmd:"" help:"Bring up N local systemd hosts reachable over SSH, and write an inventory skeleton for them."`
+	Status LabStatusCmd `cmd:"" help:"Show the labs on this machine and their hosts."`
+	Down   LabDownCmd   `cmd:"" help:"Stop a lab's hosts and remove everything it created."`
+}
+
+// LabUpCmd is `kforge lab up`.
+type LabUpCmd struct {
+	Name         string        `default:"kforge" env:"KFORGE_LAB_NAME" help:"Lab name; labs with different names coexist (${env})."`
+	Hosts        int           `default:"3" help:"Number of cluster hosts."`
+	Masters      int           `default:"1" help:"How many of them are masters in the inventory (the first ones)."`
+	LoadBalancer bool          `name:"load-balancer" help:"Add a haproxy host in front of the masters' :6443."`
+	Dir          string        `placeholder:"DIR" help:"Where the lab's keys, inventory and host disks go (default $KFORGE_LAB_DIR/<name>, else /var/lib/kforge/lab/<name>)."`
+	CacheDir     string        `env:"KFORGE_CACHE_DIR" placeholder:"DIR" help:"Where the base rootfs is cached (${env}; default /var/cache/kforge)."`
+	BootTimeout  time.Duration `placeholder:"DURATION" help:"How long to wait for every sshd (default 60s + 1s per host)."`
+}
+
+func (c *LabUpCmd) Run(ctx context.Context, s *streams, g *Globals) error {
+	start := time.Now()
+	l, err := lab.Up(ctx, lab.Options{
+		Name: c.Name, Hosts: c.Hosts, Masters: c.Masters, LoadBalancer: c.LoadBalancer,
+		Dir: c.Dir, CacheDir: c.CacheDir, BootTimeout: c.BootTimeout, Logger: statusLogger(s, g),
+	})
+	if err != nil {
+		return err
+	}
+	if g.Output == "json" {
+		return json.NewEncoder(s.Out).Encode(labJSON(l))
+	}
+	fmt.Fprintf(s.Err, "lab %s: %d hosts up in %s\n", l.Name, len(l.Hosts), time.Since(start).Round(100*time.Millisecond))
+	fmt.Fprintf(s.Out, "inventory:   %s\nidentity:    %s\nknown_hosts: %s\n", l.InventoryFile, l.IdentityFile, l.KnownHostsFile)
+	fmt.Fprintf(s.Out, "try:         ssh -i %s -o UserKnownHostsFile=%s -o StrictHostKeyChecking=yes root@%s\n",
+		l.IdentityFile, l.KnownHostsFile, l.Hosts[0].Address)
+	return nil
+}
+
+// LabStatusCmd is `kforge lab status`.
+type LabStatusCmd struct {
+	Name string `env:"KFORGE_LAB_NAME" help:"Only this lab (${env}); default every lab."`
+}
+
+func (c *LabStatusCmd) Run(ctx context.Context, s *streams, g *Globals) error {
+	names := []string{c.Name}
+	if c.Name == "" {
+		var err error
+		if names, err = lab.List(); err != nil {
+			return err
+		}
+	}
+	var labs []map[string]any
+	tw := tabwriter.NewWriter(s.Out, 0, 4, 2, ' ', 0)
+	if g.Output != "json" {
+		fmt.Fprintln(tw, "LAB\tHOST\tROLE\tADDRESS\tSTATE")
+	}
+	for _, n := range names {
+		l, err := lab.Open(n)
+		if err != nil {
+			return err
+		}
+		hosts := l.Hosts
+		if l.LoadBalancer != nil {
+			hosts = append(hosts, *l.LoadBalancer)
+		}
+		var hs []map[string]any
+		for _, h := range hosts {
+			st := "stopped"
+			if l.Running(h.Name) {
+				st = "running"
+				cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				out, _ := l.Exec(cctx, h.Name, "systemctl", "is-system-running")
+				cancel()
+				if o := strings.TrimSpace(string(out)); o != "" {
+					st = o
+				}
+			}
+			hs = append(hs, map[string]any{"name": h.Name, "role": h.Role, "address": h.Address, "port": h.Port, "state": st})
+			if g.Output != "json" {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", l.Name, h.Name, h.Role, h.Address, st)
+			}
+		}
+		m := labJSON(l)
+		m["hosts"] = hs
+		labs = append(labs, m)
+	}
+	if g.Output == "json" {
+		return json.NewEncoder(s.Out).Encode(map[string]any{"labs": labs})
+	}
+	if len(names) == 0 {
+		fmt.Fprintln(s.Err, "no lab on this machine (kforge lab up)")
+		return nil
+	}
+	return tw.Flush()
+}
+
+// LabDownCmd is `kforge lab down`.
+type LabDownCmd struct {
+	Name string `default:"kforge" env:"KFORGE_LAB_NAME" help:"Lab name (${env})."`
+	All  bool   `help:"Every lab on this machine."`
+}
+
+func (c *LabDownCmd) Run(ctx context.Context, s *streams, g *Globals) error {
+	names := []string{c.Name}
+	if c.All {
+		var err error
+		if names, err = lab.List(); err != nil {
+			return err
+		}
+	}
+	var errs []error
+	for _, n := range names {
+		start := time.Now()
+		if _, err := lab.Open(n); errors.Is(err, lab.ErrNotFound) {
+			fmt.Fprintf(s.Err, "lab %s: not found (nothing to do)\n", n)
+			continue
+		}
+		if err := lab.Down(ctx, n, statusLogger(s, g)); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		fmt.Fprintf(s.Err, "lab %s: down in %s\n", n, time.Since(start).Round(100*time.Millisecond))
+	}
+	return errors.Join(errs...)
+}
+
+func labJSON(l *lab.Lab) map[string]any {
+	return map[string]any{
+		"name": l.Name, "dir": l.Dir, "hosts": l.Hosts, "loadBalancer": l.LoadBalancer,
+		"inventory": l.InventoryFile, "identityFile": l.IdentityFile, "knownHostsFile": l.KnownHostsFile,
+	}
+}
+
+// statusLogger shows the lab's progress on stderr (-v adds debug detail), without timestamps.
+func statusLogger(s *streams, g *Globals) *slog.Logger {
+	level := slog.LevelInfo
+	if g.Verbose > 0 {
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(s.Err, &slog.HandlerOptions{Level: level,
+		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+			if len(groups) == 0 && a.Key == slog.TimeKey {
+				return slog.Attr{}
+			}
+			return a
+		}}))
+}

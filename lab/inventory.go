@@ -1,0 +1,55 @@
+package lab
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/kforge/kforge/inventory"
+)
+
+// inventory renders the lab's inventory skeleton: masters then workers, root over SSH with the
+// lab's key and known_hosts, the load balancer as control-plane endpoint.
+func (l *Lab) inventory() ([]byte, error) {
+	c := inventory.Cluster{
+		APIVersion: inventory.APIVersion,
+		Kind:       inventory.Kind,
+		Name:       l.Name,
+		SSH: inventory.SSH{
+			User:           "root",
+			Port:           22,
+			IdentityFile:   l.IdentityFile,
+			KnownHostsFile: l.KnownHostsFile,
+		},
+	}
+	for _, h := range l.st.Hosts {
+		ih := inventory.Host{Name: h.Name, Address: h.Address}
+		switch h.Role {
+		case RoleMaster:
+			c.Masters = append(c.Masters, ih)
+		case RoleWorker:
+			c.Workers = append(c.Workers, ih)
+		case RoleLoadBalancer:
+			c.ControlPlaneEndpoint = net.JoinHostPort(h.Address, strconv.Itoa(6443))
+		}
+	}
+	// The hosts share this machine's kernel: with cgroup v1 here, kubelet must be allowed it.
+	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err != nil {
+		c.Kubelet.AllowCgroupV1 = true
+	}
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "# Inventory skeleton for kforge lab %q, written by `kforge lab up`.\n# Hosts: %s\n", l.Name, l.Dir)
+	enc := yaml.NewEncoder(&b)
+	enc.SetIndent(2)
+	if err := enc.Encode(&c); err != nil {
+		return nil, err
+	}
+	if err := enc.Close(); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}

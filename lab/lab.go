@@ -1,0 +1,658 @@
+// Package lab runs a local fleet of real systemd hosts on one Linux machine, reachable over SSH
+// like VMs: kforge's demo, test and benchmark bed (`kforge lab up|status|down`).
+//
+// Each host is systemd-nspawn booting a per-host overlay of one cached, debootstrapped Debian 12
+// rootfs, in its own network, mount, PID, UTS and IPC namespaces and its own cgroup in every
+// hierarchy, with an address on the shared lab bridge (198.51.100.0/25), sshd with its own host
+// key, containerd and runc. Hosts have no default route and there is no NAT.
+//
+// Typical use from a test:
+//
+//	l, err := lab.Up(ctx, lab.Options{Name: "mytest", Hosts: 3})
+//	if err != nil { t.Fatal(err) }
+//	t.Cleanup(func() { l.Down(context.Background()) })
+//	// SSH to l.Hosts[i].Address:l.Hosts[i].Port as root with l.IdentityFile, checking host keys
+//	// against l.KnownHostsFile; or read l.InventoryFile.
+//	out, err := l.Exec(ctx, l.Hosts[0].Name, "systemctl", "is-system-running")
+//
+// Everything needs root on Linux with systemd-nspawn, iproute2, util-linux and (once, to build
+// the rootfs) debootstrap. docs/lab.md has the details.
+package lab
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+	"golang.org/x/crypto/ssh/knownhosts"
+	"golang.org/x/sync/errgroup"
+)
+
+// Role is what a lab host is for.
+type Role string
+
+const (
+	RoleMaster       Role = "master"
+	RoleWorker       Role = "worker"
+	RoleLoadBalancer Role = "loadbalancer" // haproxy: TCP :6443 → the masters' :6443
+)
+
+// Host is one lab host as a client sees it.
+type Host struct {
+	Name    string `json:"name"`    // hostname and node name: <lab>-<n>, or <lab>-lb
+	Address string `json:"address"` // IPv4 address on the lab bridge
+	Port    int    `json:"port"`    // SSH port (22)
+	Role    Role   `json:"role"`
+}
+
+// Options say what lab to bring up.
+type Options struct {
+	// Name is a DNS label of at most 20 characters; labs with different names coexist.
+	// Default "kforge".
+	Name string
+	// Hosts is the number of cluster hosts (masters + workers); at least 1.
+	Hosts int
+	// Masters is how many of the hosts are masters in the inventory (the first ones). Default 1.
+	Masters int
+	// LoadBalancer adds one more host, <name>-lb, running haproxy in front of the masters'
+	// :6443; the inventory's controlPlaneEndpoint points at it.
+	LoadBalancer bool
+	// CacheDir holds the base rootfs. Default $KFORGE_CACHE_DIR, else /var/cache/kforge.
+	CacheDir string
+	// Dir holds the lab's files (keys, inventory, host overlays). Default
+	// $KFORGE_LAB_DIR/<name>, else /var/lib/kforge/lab/<name>. Must not be on overlayfs.
+	Dir string
+	// BootTimeout bounds the wait for every sshd to answer. Default 60s + 1s per host.
+	BootTimeout time.Duration
+	// Logger receives progress and every local command's failure. Default: discard.
+	Logger *slog.Logger
+}
+
+// Lab is a running (or partly torn down) lab.
+type Lab struct {
+	Name string
+	Dir  string
+	// Hosts are the cluster hosts, masters first.
+	Hosts []Host
+	// LoadBalancer is the haproxy host, or nil.
+	LoadBalancer *Host
+	// IdentityFile is the private key (ed25519, OpenSSH format) root's authorized_keys accepts on
+	// every host. KnownHostsFile lists every host's key by address.
+	IdentityFile   string
+	KnownHostsFile string
+	// InventoryFile is a kforge inventory skeleton for the hosts.
+	InventoryFile string
+
+	log   *slog.Logger
+	mu    sync.Mutex // guards st
+	st    state
+	nodes map[string]*hostState
+}
+
+// state is what the registry keeps about a lab, enough for another process to tear it down.
+type state struct {
+	Name    string       `json:"name"`
+	Dir     string       `json:"dir"`
+	Rootfs  string       `json:"rootfs"`
+	Created time.Time    `json:"created"`
+	Hosts   []*hostState `json:"hosts"` // cluster hosts then the load balancer
+}
+
+type hostState struct {
+	Host
+	Dir     string   `json:"dir"`
+	Veth    string   `json:"veth"`    // root-side veth on the lab bridge
+	Cgroups []string `json:"cgroups"` // one directory per cgroup hierarchy
+	// The launcher (the host's process outside the container) identified by PID and start time.
+	LauncherPID   int    `json:"launcherPID,omitempty"`
+	LauncherStart uint64 `json:"launcherStart,omitempty"`
+}
+
+// Network: one bridge shared by all labs, one address pool guarded by the registry lock.
+const (
+	Bridge        = "kforgelab0"
+	Subnet        = "198.51.100.0/25"
+	bridgeAddr    = "198.51.100.1"
+	prefixLen     = 25
+	firstHostOct  = 2
+	lastHostOct   = 126
+	subnetPrefix  = "198.51.100."
+	defaultLabDir = "/var/lib/kforge/lab"
+	// RegistryDir is machine-wide: one JSON file per lab and the lock that serializes address
+	// allocation, the bridge and the inotify limit between labs.
+	RegistryDir = "/run/kforge/lab"
+)
+
+var nameRE = regexp.MustCompile(`^[a-z]([a-z0-9-]{0,18}[a-z0-9])?$`)
+
+// ErrNotFound is returned by Open for a lab that does not exist.
+var ErrNotFound = errors.New("no such lab")
+
+// DefaultCacheDir is $KFORGE_CACHE_DIR, else /var/cache/kforge.
+func DefaultCacheDir() string {
+	if d := os.Getenv("KFORGE_CACHE_DIR"); d != "" {
+		return d
+	}
+	return "/var/cache/kforge"
+}
+
+func defaultDir(name string) string {
+	if d := os.Getenv("KFORGE_LAB_DIR"); d != "" {
+		return filepath.Join(d, name)
+	}
+	return filepath.Join(defaultLabDir, name)
+}
+
+func (o *Options) setDefaults() error {
+	if o.Name == "" {
+		o.Name = "kforge"
+	}
+	if !nameRE.MatchString(o.Name) {
+		return fmt.Errorf("lab name %q: use 1-20 lowercase letters, digits and '-', starting with a letter", o.Name)
+	}
+	if o.Hosts < 1 {
+		return fmt.Errorf("lab %s: --hosts must be at least 1, got %d", o.Name, o.Hosts)
+	}
+	if o.Masters == 0 {
+		o.Masters = 1
+	}
+	if o.Masters < 1 || o.Masters > o.Hosts {
+		return fmt.Errorf("lab %s: masters must be between 1 and the number of hosts (%d), got %d", o.Name, o.Hosts, o.Masters)
+	}
+	if o.CacheDir == "" {
+		o.CacheDir = DefaultCacheDir()
+	}
+	if o.Dir == "" {
+		o.Dir = defaultDir(o.Name)
+	}
+	if o.BootTimeout == 0 {
+		o.BootTimeout = 60*time.Second + time.Duration(o.Hosts)*time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// Prerequisites reports what this machine lacks to run a lab, or nil. Tests call it to decide
+// whether to skip.
+func Prerequisites() error {
+	if os.Geteuid() != 0 {
+		return errors.New("kforge lab needs root (network namespaces, mounts, cgroups)")
+	}
+	var missing []string
+	for _, t := range []string{"systemd-nspawn", "ip", "unshare", "nsenter", "mount"} {
+		if _, err := exec.LookPath(t); err != nil {
+			missing = append(missing, t)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("kforge lab needs %s on PATH: apt-get install systemd-container iproute2 util-linux mount (or run hack/deps.sh)", strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+// Up brings up a lab and returns once every host's sshd answers. An existing lab of that name
+// with the same shape and all hosts running is returned as is; any other existing lab of that
+// name is an error. A failed Up tears down what it created.
+func Up(ctx context.Context, o Options) (l *Lab, err error) {
+	if err := o.setDefaults(); err != nil {
+		return nil, err
+	}
+	if err := Prerequisites(); err != nil {
+		return nil, err
+	}
+	log := o.Logger.With("lab", o.Name)
+	if old, err := Open(o.Name); err == nil {
+		old.log = log
+		want := o.Hosts
+		if o.LoadBalancer {
+			want++
+		}
+		if len(old.st.Hosts) == want && (old.LoadBalancer != nil) == o.LoadBalancer && old.allRunning() {
+			log.Info("lab already up")
+			return old, nil
+		}
+		return nil, fmt.Errorf("lab %s already exists with another shape or stopped hosts (see `kforge lab status --name %s`): run `kforge lab down --name %s` first", o.Name, o.Name, o.Name)
+	} else if !errors.Is(err, ErrNotFound) {
+		return nil, err
+	}
+	if err := checkDirFS(filepath.Dir(o.Dir)); err != nil {
+		return nil, err
+	}
+	rootfs, err := EnsureRootfs(ctx, o.CacheDir, log)
+	if err != nil {
+		return nil, err
+	}
+	hier, err := cgroupHierarchies()
+	if err != nil {
+		return nil, err
+	}
+
+	l = &Lab{Name: o.Name, Dir: o.Dir, log: log}
+	l.st = state{Name: o.Name, Dir: o.Dir, Rootfs: rootfs, Created: time.Now().UTC()}
+	if err := l.register(ctx, o); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			log.Info("lab up failed; tearing down what was created", "err", err)
+			if derr := l.Down(context.WithoutCancel(ctx)); derr != nil {
+				err = errors.Join(err, fmt.Errorf("and tearing down lab %s failed too (run `kforge lab down --name %s`): %w", o.Name, o.Name, derr))
+			}
+		}
+	}()
+	start := time.Now()
+	if err := l.writeFiles(); err != nil {
+		return nil, err
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(8)
+	for _, h := range l.st.Hosts {
+		g.Go(func() error {
+			if err := l.prepareHost(h, hier); err != nil {
+				return fmt.Errorf("lab host %s: %w", h.Name, err)
+			}
+			if err := l.startHost(gctx, h); err != nil {
+				return fmt.Errorf("lab host %s: %w", h.Name, err)
+			}
+			return nil
+		})
+	}
+	err = g.Wait()
+	if serr := l.save(); serr != nil && err == nil {
+		err = serr
+	}
+	if err != nil {
+		return nil, err
+	}
+	log.Info("hosts started; waiting for sshd", "hosts", len(l.st.Hosts), "took", time.Since(start).Round(time.Millisecond))
+	if err := l.waitSSH(ctx, o.BootTimeout); err != nil {
+		return nil, err
+	}
+	log.Info("lab up", "hosts", len(l.st.Hosts), "took", time.Since(start).Round(time.Millisecond))
+	return l, nil
+}
+
+// Open returns the lab called name as registered on this machine, or ErrNotFound.
+func Open(name string) (*Lab, error) {
+	if !nameRE.MatchString(name) {
+		return nil, fmt.Errorf("lab name %q: use 1-20 lowercase letters, digits and '-', starting with a letter", name)
+	}
+	b, err := os.ReadFile(filepath.Join(RegistryDir, name+".json"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("lab %s: %w", name, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("lab %s: %w", name, err)
+	}
+	var st state
+	if err := json.Unmarshal(b, &st); err != nil {
+		return nil, fmt.Errorf("lab %s: reading %s: %w", name, filepath.Join(RegistryDir, name+".json"), err)
+	}
+	l := &Lab{Name: st.Name, Dir: st.Dir, st: st, log: slog.New(slog.DiscardHandler)}
+	l.index()
+	return l, nil
+}
+
+// List returns the names of the labs registered on this machine.
+func List() ([]string, error) {
+	ents, err := os.ReadDir(RegistryDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, e := range ents {
+		if n, ok := strings.CutSuffix(e.Name(), ".json"); ok && nameRE.MatchString(n) {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
+// Down tears down the lab called name if it exists; a missing lab is not an error.
+func Down(ctx context.Context, name string, log *slog.Logger) error {
+	l, err := Open(name)
+	if errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if log != nil {
+		l.log = log.With("lab", name)
+	}
+	return l.Down(ctx)
+}
+
+// SetLogger sets where an opened lab logs.
+func (l *Lab) SetLogger(log *slog.Logger) { l.log = log.With("lab", l.Name) }
+
+// index fills the public fields and the name index from st.
+func (l *Lab) index() {
+	l.Hosts, l.LoadBalancer = nil, nil
+	l.nodes = map[string]*hostState{}
+	for _, h := range l.st.Hosts {
+		l.nodes[h.Name] = h
+		if h.Role == RoleLoadBalancer {
+			lb := h.Host
+			l.LoadBalancer = &lb
+		} else {
+			l.Hosts = append(l.Hosts, h.Host)
+		}
+	}
+	l.IdentityFile = filepath.Join(l.Dir, "id_ed25519")
+	l.KnownHostsFile = filepath.Join(l.Dir, "known_hosts")
+	l.InventoryFile = filepath.Join(l.Dir, "inventory.yaml")
+}
+
+func (l *Lab) host(name string) (*hostState, error) {
+	h, ok := l.nodes[name]
+	if !ok {
+		var names []string
+		for _, h := range l.st.Hosts {
+			names = append(names, h.Name)
+		}
+		return nil, fmt.Errorf("lab %s has no host %q (hosts: %s)", l.Name, name, strings.Join(names, ", "))
+	}
+	return h, nil
+}
+
+// register allocates addresses under the registry lock, checks and creates the bridge, raises
+// the inotify limit when needed and writes the lab's registry entry.
+func (l *Lab) register(ctx context.Context, o Options) error {
+	if err := os.MkdirAll(RegistryDir, 0o755); err != nil {
+		return err
+	}
+	unlock, err := lockFile(ctx, filepath.Join(RegistryDir, ".lock"))
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if _, err := os.Stat(filepath.Join(RegistryDir, o.Name+".json")); err == nil {
+		return fmt.Errorf("lab %s was created concurrently by another process", o.Name)
+	}
+	if _, err := os.Stat(o.Dir); err == nil {
+		return fmt.Errorf("lab %s: %s exists but no lab of that name is registered (left over from a reboot or a crash?): remove it, or choose another --name", o.Name, o.Dir)
+	}
+	others, err := l.otherLabs()
+	if err != nil {
+		return err
+	}
+	used := map[string]string{}
+	otherHosts := 0
+	for _, st := range others {
+		for _, h := range st.Hosts {
+			used[h.Address] = st.Name
+			otherHosts++
+		}
+	}
+	n := o.Hosts
+	if o.LoadBalancer {
+		n++
+	}
+	var addrs []string
+	for oct := firstHostOct; oct <= lastHostOct && len(addrs) < n; oct++ {
+		if a := fmt.Sprintf("%s%d", subnetPrefix, oct); used[a] == "" {
+			addrs = append(addrs, a)
+		}
+	}
+	if len(addrs) < n {
+		return fmt.Errorf("lab %s: %d hosts wanted but only %d addresses of %s are free (%d used by labs %s): take fewer hosts or bring another lab down", o.Name, n, len(addrs), Subnet, len(used), labNames(others))
+	}
+	if err := ensureBridge(ctx, len(others) == 0); err != nil {
+		return err
+	}
+	for i := 0; i < n; i++ {
+		h := &hostState{Host: Host{Name: fmt.Sprintf("%s-%d", o.Name, i+1), Address: addrs[i], Port: 22, Role: RoleWorker}}
+		switch {
+		case i == o.Hosts:
+			h.Name, h.Role = o.Name+"-lb", RoleLoadBalancer
+		case i < o.Masters:
+			h.Role = RoleMaster
+		}
+		h.Dir = filepath.Join(o.Dir, "hosts", h.Name)
+		h.Veth = "kflab" + strings.TrimPrefix(h.Address, subnetPrefix)
+		l.st.Hosts = append(l.st.Hosts, h)
+	}
+	l.index()
+	if err := raiseInotify(otherHosts+n, l.log); err != nil {
+		return err
+	}
+	return l.saveLocked()
+}
+
+func labNames(sts []state) string {
+	var n []string
+	for _, s := range sts {
+		n = append(n, s.Name)
+	}
+	if len(n) == 0 {
+		return "(none)"
+	}
+	return strings.Join(n, ", ")
+}
+
+// otherLabs reads every registry entry but this lab's.
+func (l *Lab) otherLabs() ([]state, error) {
+	names, err := List()
+	if err != nil {
+		return nil, err
+	}
+	var out []state
+	for _, n := range names {
+		if n == l.Name {
+			continue
+		}
+		o, err := Open(n)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, o.st)
+	}
+	return out, nil
+}
+
+// save writes the registry entry atomically.
+func (l *Lab) save() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.saveLocked()
+}
+
+func (l *Lab) saveLocked() error {
+	b, err := json.MarshalIndent(l.st, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeAtomic(filepath.Join(RegistryDir, l.Name+".json"), b, 0o644)
+}
+
+func writeAtomic(path string, data []byte, mode os.FileMode) error {
+	tmp := fmt.Sprintf("%s.tmp%d", path, os.Getpid())
+	if err := os.WriteFile(tmp, data, mode); err != nil {
+		return err
+	}
+	if err := os.Chmod(tmp, mode); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// checkDirFS refuses lab directories on overlayfs: containerd's overlay snapshotter needs
+// /var/lib/containerd on a real filesystem, and host overlays cannot stack on overlays.
+func checkDirFS(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	var st statfs
+	if err := statFS(dir, &st); err != nil {
+		return err
+	}
+	if st.isOverlay() {
+		return fmt.Errorf("lab directory %s is on overlayfs; host overlays and containerd need a real filesystem: set KFORGE_LAB_DIR (or --dir) to a directory on ext4/xfs/btrfs/tmpfs", dir)
+	}
+	return nil
+}
+
+// writeFiles writes the lab's SSH key, known_hosts and inventory skeleton. Host keys are made
+// here too, so known_hosts is complete before any host boots.
+func (l *Lab) writeFiles() error {
+	if err := os.MkdirAll(l.Dir, 0o700); err != nil {
+		return err
+	}
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return err
+	}
+	blk, err := ssh.MarshalPrivateKey(priv, "kforge-lab-"+l.Name)
+	if err != nil {
+		return err
+	}
+	if err := writeAtomic(l.IdentityFile, pem.EncodeToMemory(blk), 0o600); err != nil {
+		return err
+	}
+	spub, err := ssh.NewPublicKey(pub)
+	if err != nil {
+		return err
+	}
+	authorized := ssh.MarshalAuthorizedKey(spub)
+	if err := writeAtomic(l.IdentityFile+".pub", authorized, 0o644); err != nil {
+		return err
+	}
+	var kh strings.Builder
+	for _, h := range l.st.Hosts {
+		hpub, hpriv, err := ed25519.GenerateKey(rand.Reader)
+		if err != nil {
+			return err
+		}
+		hblk, err := ssh.MarshalPrivateKey(hpriv, "root@"+h.Name)
+		if err != nil {
+			return err
+		}
+		hs, _ := ssh.NewPublicKey(hpub)
+		etc := filepath.Join(h.Dir, "upper", "etc")
+		if err := os.MkdirAll(filepath.Join(etc, "ssh"), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(etc, "ssh", "ssh_host_ed25519_key"), pem.EncodeToMemory(hblk), 0o600); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(etc, "ssh", "ssh_host_ed25519_key.pub"), ssh.MarshalAuthorizedKey(hs), 0o644); err != nil {
+			return err
+		}
+		sshDir := filepath.Join(h.Dir, "upper", "root", ".ssh")
+		if err := os.MkdirAll(sshDir, 0o700); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(sshDir, "authorized_keys"), authorized, 0o600); err != nil {
+			return err
+		}
+		kh.WriteString(knownhosts.Line([]string{knownhosts.Normalize(fmt.Sprintf("%s:%d", h.Address, h.Port))}, hs) + "\n")
+	}
+	if err := writeAtomic(l.KnownHostsFile, []byte(kh.String()), 0o644); err != nil {
+		return err
+	}
+	inv, err := l.inventory()
+	if err != nil {
+		return err
+	}
+	return writeAtomic(l.InventoryFile, inv, 0o644)
+}
+
+// allRunning says whether every host's launcher is alive.
+func (l *Lab) allRunning() bool {
+	for _, h := range l.st.Hosts {
+		if !alive(h.LauncherPID, h.LauncherStart) {
+			return false
+		}
+	}
+	return true
+}
+
+// Running says whether the host's processes run (it may still be booting).
+func (l *Lab) Running(host string) bool {
+	h, err := l.host(host)
+	if err != nil {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return alive(h.LauncherPID, h.LauncherStart)
+}
+
+// Down stops every host (a clean shutdown, SIGKILL after 10 s) and removes everything the lab
+// created: processes, cgroups, veths, the host overlays and files, the registry entry; the
+// bridge and the raised inotify limit go with the last lab. A host whose processes cannot be
+// ended keeps its files, and Down returns an error; running it again retries.
+func (l *Lab) Down(ctx context.Context) error {
+	start := time.Now()
+	deadline := time.Now().Add(10 * time.Second)
+	var errs []error
+	var emu sync.Mutex
+	var wg sync.WaitGroup
+	for _, h := range l.st.Hosts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := l.removeHost(ctx, h, deadline); err != nil {
+				emu.Lock()
+				errs = append(errs, fmt.Errorf("lab host %s: %w", h.Name, err))
+				emu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("lab %s: teardown incomplete (run `kforge lab down --name %s` again): %w", l.Name, l.Name, err)
+	}
+	if l.Dir != "" {
+		if err := removeUnmounted(l.Dir); err != nil {
+			return fmt.Errorf("lab %s: %w", l.Name, err)
+		}
+	}
+	if err := os.MkdirAll(RegistryDir, 0o755); err != nil {
+		return err
+	}
+	unlock, err := lockFile(ctx, filepath.Join(RegistryDir, ".lock"))
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if err := os.Remove(filepath.Join(RegistryDir, l.Name+".json")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	others, err := l.otherLabs()
+	if err != nil {
+		return err
+	}
+	if len(others) == 0 {
+		if err := deleteBridge(ctx); err != nil {
+			return err
+		}
+		if err := restoreInotify(l.log); err != nil {
+			return err
+		}
+	}
+	l.log.Info("lab down", "took", time.Since(start).Round(time.Millisecond))
+	return nil
+}

@@ -1,0 +1,253 @@
+package lab
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Packages is what the base rootfs holds on top of debootstrap's minbase: systemd as init, sshd,
+// containerd and runc, and the tools kubeadm's preflight checks look for. Changing the list (or
+// the files in files/) changes the rootfs hash, so a new rootfs is built beside the old one.
+var Packages = []string{
+	"systemd", "systemd-sysv", "dbus", "openssh-server",
+	"iproute2", "iptables", "conntrack", "socat", "ebtables", "ethtool", "kmod", "procps",
+	"containerd", "runc", "iputils-ping", "haproxy", "less",
+}
+
+// Suite is the Debian release the hosts run.
+const Suite = "bookworm"
+
+//go:embed files
+var files embed.FS
+
+// sysctlDir is where, inside a host, the files holding the values kubelet wants for machine-wide
+// sysctls live; each is bind-mounted read-only over its /proc/sys entry.
+const sysctlDir = "/etc/kforge-lab/sysctl"
+
+// rootfsRecipe is hashed into the rootfs directory name: bump it when build steps change.
+const rootfsRecipe = "kforge-lab-rootfs/3"
+
+// RootfsHash names the base rootfs: a hash of the suite, the package list and the files the
+// build adds.
+func RootfsHash() string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\n%s\n%s\n", rootfsRecipe, Suite, strings.Join(Packages, ","))
+	_ = fs.WalkDir(files, "files", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, _ := files.ReadFile(p)
+		fmt.Fprintf(h, "%s %x\n", p, sha256.Sum256(b))
+		return nil
+	})
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// EnsureRootfs returns the path of the base rootfs under cacheDir/lab, building it first when it
+// is missing. The build goes to a temporary directory renamed into place at the end, so an
+// interrupted build is never used; concurrent callers wait on a lock and reuse one build.
+func EnsureRootfs(ctx context.Context, cacheDir string, log *slog.Logger) (string, error) {
+	dir := filepath.Join(cacheDir, "lab")
+	final := filepath.Join(dir, "rootfs-"+RootfsHash())
+	if rootfsReady(final) {
+		return final, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("lab rootfs: %w", err)
+	}
+	unlock, err := lockFile(ctx, filepath.Join(dir, "rootfs.lock"))
+	if err != nil {
+		return "", fmt.Errorf("lab rootfs: %w", err)
+	}
+	defer unlock()
+	if rootfsReady(final) { // built by someone else while we waited
+		return final, nil
+	}
+	// Left-overs of interrupted builds: nobody else builds while we hold the lock.
+	stale, _ := filepath.Glob(filepath.Join(dir, "rootfs-*.tmp"))
+	for _, s := range stale {
+		if err := removeUnmounted(s); err != nil {
+			return "", fmt.Errorf("lab rootfs: removing an interrupted build: %w", err)
+		}
+	}
+	if _, err := exec.LookPath("debootstrap"); err != nil {
+		return "", fmt.Errorf("lab rootfs: debootstrap is not installed: install it (apt-get install debootstrap) or run hack/deps.sh")
+	}
+	mirror, err := aptMirror()
+	if err != nil {
+		return "", err
+	}
+	tmp := final + ".tmp"
+	start := time.Now()
+	log.Info("building the lab's base rootfs (once; cached)", "dir", final, "mirror", mirror)
+	// A private mount namespace: debootstrap's /proc, /sys and /dev mounts inside the target die
+	// with it, so an interrupted build never leaves mounts that a later cleanup could recurse into.
+	cmd := exec.CommandContext(ctx, "unshare", "--mount", "--propagation", "private",
+		"debootstrap", "--variant=minbase", "--include="+strings.Join(Packages, ","), Suite, tmp, mirror)
+	cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("lab rootfs: debootstrap %s from %s into %s failed: %w\n%s", Suite, mirror, tmp, err, tail(out, 20))
+	}
+	if err := customizeRootfs(tmp); err != nil {
+		return "", fmt.Errorf("lab rootfs: customizing %s: %w", tmp, err)
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		return "", fmt.Errorf("lab rootfs: %w", err)
+	}
+	log.Info("base rootfs built", "dir", final, "took", time.Since(start).Round(time.Second))
+	return final, nil
+}
+
+func rootfsReady(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, "etc", "kforge-lab", "rootfs"))
+	return err == nil
+}
+
+// customizeRootfs adds what every host shares: the boot-time fixes, sshd settings, sysctl
+// values, and masks units that are useless in a container.
+func customizeRootfs(r string) error {
+	write := func(p string, data []byte, mode os.FileMode) error {
+		p = filepath.Join(r, p)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+		return os.WriteFile(p, data, mode)
+	}
+	symlink := func(target, p string) error {
+		p = filepath.Join(r, p)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+		_ = os.Remove(p)
+		return os.Symlink(target, p)
+	}
+	for _, u := range []string{"kforge-lab-cgroup-rw.service", "kforge-lab-procsys-net-rw.service"} {
+		b, _ := files.ReadFile("files/" + u)
+		if err := write("etc/systemd/system/"+u, b, 0o644); err != nil {
+			return err
+		}
+		if err := symlink("../"+u, "etc/systemd/system/sysinit.target.wants/"+u); err != nil {
+			return err
+		}
+	}
+	b, _ := files.ReadFile("files/sshd.conf")
+	if err := write("etc/ssh/sshd_config.d/kforge-lab.conf", b, 0o644); err != nil {
+		return err
+	}
+	keys, _ := filepath.Glob(filepath.Join(r, "etc/ssh/ssh_host_*"))
+	for _, k := range keys { // every host gets its own key in its upper dir
+		if err := os.Remove(k); err != nil {
+			return err
+		}
+	}
+	ents, _ := files.ReadDir("files/sysctl")
+	for _, e := range ents {
+		b, _ := files.ReadFile("files/sysctl/" + e.Name())
+		if err := write(filepath.Join(sysctlDir, e.Name()), b, 0o444); err != nil {
+			return err
+		}
+	}
+	// Useless or harmful in a lab host: timers that do disk or network work, and haproxy, which
+	// only the load-balancer host runs (enabled in its upper dir).
+	for _, u := range []string{"e2scrub_reap.service", "e2scrub_all.timer", "fstrim.timer",
+		"apt-daily.timer", "apt-daily-upgrade.timer", "man-db.timer", "dpkg-db-backup.timer",
+		"systemd-networkd-wait-online.service", "getty@tty1.service", "console-getty.service"} {
+		if err := symlink("/dev/null", "etc/systemd/system/"+u); err != nil {
+			return err
+		}
+	}
+	_ = os.Remove(filepath.Join(r, "etc/systemd/system/multi-user.target.wants/haproxy.service"))
+	if err := write("etc/resolv.conf", []byte("# kforge lab: hosts have no route off the lab and no DNS server.\n"), 0o644); err != nil {
+		return err
+	}
+	if err := write("etc/machine-id", nil, 0o444); err != nil { // per host, in its upper dir
+		return err
+	}
+	_ = os.Remove(filepath.Join(r, "var/lib/dbus/machine-id"))
+	if err := os.MkdirAll(filepath.Join(r, "var/lib/containerd"), 0o711); err != nil {
+		return err
+	}
+	// Apt caches are useless in the hosts and cost every overlay nothing, but take cache space.
+	archives, _ := filepath.Glob(filepath.Join(r, "var/cache/apt/archives/*.deb"))
+	for _, a := range archives {
+		_ = os.Remove(a)
+	}
+	return write("etc/kforge-lab/rootfs", []byte(RootfsHash()+"\n"), 0o644)
+}
+
+// aptMirror is the Debian mirror this machine's apt uses.
+func aptMirror() (string, error) {
+	srcs, _ := filepath.Glob("/etc/apt/sources.list.d/*.sources")
+	for _, s := range srcs { // deb822: "URIs: http://deb.debian.org/debian", first one for the main suite
+		f, err := os.Open(s)
+		if err != nil {
+			continue
+		}
+		var uri string
+		var suites string
+		sc := bufio.NewScanner(f)
+		flush := func() (string, bool) {
+			ok := uri != "" && strings.Contains(" "+suites+" ", " "+Suite+" ")
+			return uri, ok
+		}
+		for sc.Scan() {
+			line := strings.TrimSpace(sc.Text())
+			if line == "" {
+				if u, ok := flush(); ok {
+					f.Close()
+					return u, nil
+				}
+				uri, suites = "", ""
+				continue
+			}
+			if v, ok := strings.CutPrefix(line, "URIs:"); ok {
+				uri = strings.Fields(v + " ")[0]
+			}
+			if v, ok := strings.CutPrefix(line, "Suites:"); ok {
+				suites = strings.TrimSpace(v)
+			}
+		}
+		f.Close()
+		if u, ok := flush(); ok {
+			return u, nil
+		}
+	}
+	if b, err := os.ReadFile("/etc/apt/sources.list"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Fields(line)
+			// deb [opts] URI suite components
+			if len(f) >= 3 && f[0] == "deb" {
+				i := 1
+				if strings.HasPrefix(f[i], "[") {
+					for i < len(f) && !strings.HasSuffix(f[i], "]") {
+						i++
+					}
+					i++
+				}
+				if i+1 < len(f) && f[i+1] == Suite {
+					return f[i], nil
+				}
+			}
+		}
+	}
+	return "", fmt.Errorf("lab rootfs: no apt mirror for Debian %s in /etc/apt/sources.list.d/*.sources or /etc/apt/sources.list: configure one (the lab builds its hosts from it)", Suite)
+}
+
+func tail(b []byte, n int) string {
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

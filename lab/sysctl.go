@@ -1,0 +1,100 @@
+package lab
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+)
+
+// inotifyLimit is the one machine-wide setting the lab may change: every booted systemd host
+// holds several inotify instances of root, and fs.inotify.max_user_instances (128 by default)
+// counts all of root's processes on the machine together. When the limit is too low for the
+// wanted hosts, new hosts' systemd dies silently, so the limit is raised before they start, and
+// restored when the last lab is gone if nobody changed it meanwhile.
+const inotifyLimit = "/proc/sys/fs/inotify/max_user_instances"
+
+// inotifyPerHost is what one idle host holds, with headroom (about 7 measured).
+const inotifyPerHost = 10
+
+// inotifySaved remembers the original value and the one the lab set.
+type inotifySaved struct {
+	Original int `json:"original"`
+	Set      int `json:"set"`
+}
+
+func inotifyFile() string { return filepath.Join(RegistryDir, "inotify.json") }
+
+// raiseInotify makes room for hosts lab hosts (all labs', including the new ones) on top of what
+// the machine uses now. Called under the registry lock.
+func raiseInotify(hosts int, log *slog.Logger) error {
+	cur, err := readInt(inotifyLimit)
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", inotifyLimit, err)
+	}
+	need := inotifyInUse() + hosts*inotifyPerHost + 16
+	if need <= cur {
+		return nil
+	}
+	var saved inotifySaved
+	b, err := os.ReadFile(inotifyFile())
+	switch {
+	case err == nil:
+		if err := json.Unmarshal(b, &saved); err != nil {
+			return fmt.Errorf("reading %s: %w", inotifyFile(), err)
+		}
+	case errors.Is(err, fs.ErrNotExist):
+		saved.Original = cur
+	default:
+		return err
+	}
+	if err := os.WriteFile(inotifyLimit, []byte(strconv.Itoa(need)), 0o644); err != nil {
+		return fmt.Errorf("raising %s from %d to %d for %d lab hosts: %w", inotifyLimit, cur, need, hosts, err)
+	}
+	saved.Set = need
+	b, _ = json.Marshal(saved)
+	log.Info("raised fs.inotify.max_user_instances for the lab hosts; restored when the last lab is down", "from", cur, "to", need)
+	return writeAtomic(inotifyFile(), b, 0o644)
+}
+
+// restoreInotify puts back the original limit if the lab raised it and it still holds the
+// lab's value. Called under the registry lock when no lab is left.
+func restoreInotify(log *slog.Logger) error {
+	b, err := os.ReadFile(inotifyFile())
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var saved inotifySaved
+	if err := json.Unmarshal(b, &saved); err != nil {
+		return fmt.Errorf("reading %s: %w", inotifyFile(), err)
+	}
+	cur, err := readInt(inotifyLimit)
+	if err != nil {
+		return err
+	}
+	if cur == saved.Set {
+		if err := os.WriteFile(inotifyLimit, []byte(strconv.Itoa(saved.Original)), 0o644); err != nil {
+			return fmt.Errorf("restoring %s to %d: %w", inotifyLimit, saved.Original, err)
+		}
+		log.Info("restored fs.inotify.max_user_instances", "to", saved.Original)
+	} else {
+		log.Warn("fs.inotify.max_user_instances was changed by someone else since the lab raised it; leaving it", "now", cur, "lab set", saved.Set, "original", saved.Original)
+	}
+	return os.Remove(inotifyFile())
+}
+
+type statfs struct{ syscall.Statfs_t }
+
+const overlayfsMagic = 0x794c7630
+
+func statFS(dir string, st *statfs) error { return syscall.Statfs(dir, &st.Statfs_t) }
+
+func (s *statfs) isOverlay() bool { return s.Type == overlayfsMagic }
