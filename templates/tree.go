@@ -158,9 +158,13 @@ func masterFiles(c *inventory.Cluster, set *pki.Set, i int, o Options) ([]File, 
 		if s.BaseName == "" {
 			continue
 		}
-		kp := set.Get(s.Name, m.Name)
+		node := ""
+		if s.Scope == pki.PerMaster {
+			node = m.Name
+		}
+		kp := set.Get(s.Name, node)
 		if kp == nil {
-			return nil, fmt.Errorf("no %s certificate in the PKI set", pki.Key(s.Name, m.Name))
+			return nil, fmt.Errorf("no %s certificate in the PKI set", pki.Key(s.Name, node))
 		}
 		pf, err := pairFiles(s.BaseName, kp)
 		if err != nil {

@@ -16,6 +16,7 @@ type CLI struct {
 	Inventory InventoryCmd `cmd:"" help:"Validate the inventory or print its schema."`
 	Bundle    BundleCmd    `cmd:"" help:"Build and verify offline bundles: Kubernetes binaries and images for hosts without internet."`
 	Lab       LabCmd       `cmd:"" help:"A local fleet of systemd hosts reachable over SSH, for trying kforge and for its tests."`
+	Render    RenderCmd    `cmd:"" help:"Write every file kforge would put on each host (PKI, kubeconfigs, manifests, kubelet, containerd) into a directory."`
 }
 
 func main() {
