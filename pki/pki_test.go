@@ -384,3 +384,35 @@ func BenchmarkFullSet(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkIssueOnly issues the same set in memory: the signing cost without the state dir's
+// file writes.
+func BenchmarkIssueOnly(b *testing.B) {
+	for _, alg := range []KeyAlgorithm{ECDSAP256, RSA2048} {
+		b.Run(string(alg), func(b *testing.B) {
+			p := testParams()
+			p.KeyAlgorithm = alg
+			reqs, err := Requests(p, testMasters)
+			if err != nil {
+				b.Fatal(err)
+			}
+			random := seeded(10)
+			for b.Loop() {
+				cas := map[string]*KeyPair{}
+				for _, r := range reqs {
+					kp, err := Issue(r, cas[r.Spec.SignedBy], alg, t0, time.Hour, random)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if r.Spec.IsCA() {
+						cas[r.Spec.Name] = kp
+					}
+				}
+				if _, err := ServiceAccountKey(alg, random); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(len(reqs)+1), "keys/op")
+		})
+	}
+}

@@ -41,6 +41,11 @@ const (
 	etcdMetricsPort     = 2381
 )
 
+// CACertDirCandidates are the host CA directories kubeadm mounts into the API server and
+// controller manager when they exist on the host (controlplane/volumes.go); apply checks them
+// per host.
+var CACertDirCandidates = []string{"/etc/pki/ca-trust", "/etc/pki/tls/certs", "/etc/ca-certificates", "/usr/share/ca-certificates", "/usr/local/share/ca-certificates"}
+
 // DebianCACertDirs are the extra host CA directories kubeadm mounts into the API server and
 // controller manager on a Debian/Ubuntu host (it mounts each of /etc/pki/ca-trust,
 // /etc/pki/tls/certs, /etc/ca-certificates, /usr/share/ca-certificates and

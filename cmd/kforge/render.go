@@ -24,6 +24,9 @@ type RenderCmd struct {
 	BootstrapToken string `env:"KFORGE_BOOTSTRAP_TOKEN" placeholder:"TOKEN" help:"Bootstrap token for workers' bootstrap-kubelet.conf (${env}; default: a fresh random one, as apply would create)."`
 	ResolvConf     string `placeholder:"FILE" help:"resolv.conf path kubelet gives pods (default: kubelet's own, /etc/resolv.conf)."`
 	CNIBinDir      string `default:"/opt/cni/bin" placeholder:"DIR" help:"Directory of CNI plugins on the hosts, for containerd's config."`
+	// kubeadm mounts whichever of its candidate CA directories exist on the host; apply
+	// detects them per host, render assumes a Debian/Ubuntu host unless told otherwise.
+	CACertDirs []string `name:"ca-cert-dirs" sep:"," default:"/etc/ca-certificates,/usr/local/share/ca-certificates,/usr/share/ca-certificates" placeholder:"DIRS" help:"Host CA directories mounted into the API server and controller manager (those of kubeadm's list that exist on the hosts; default: a Debian/Ubuntu host's)."`
 }
 
 // clusterStateDir is --state-dir or ~/.local/state/kforge/<cluster>.
@@ -63,7 +66,13 @@ func (r *RenderCmd) Run(s *streams, g *Globals) error {
 			return err
 		}
 	}
-	hosts, err := templates.Tree(c, set, templates.Options{BootstrapToken: token, ResolvConf: r.ResolvConf, CNIBinDir: r.CNIBinDir})
+	caDirs := []string{}
+	for _, d := range r.CACertDirs {
+		if d != "" {
+			caDirs = append(caDirs, d)
+		}
+	}
+	hosts, err := templates.Tree(c, set, templates.Options{BootstrapToken: token, ResolvConf: r.ResolvConf, CNIBinDir: r.CNIBinDir, CACertDirs: caDirs})
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,633 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/x509"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/yaml"
+
+	"github.com/kforge/kforge/bundle"
+	"github.com/kforge/kforge/pki"
+	"github.com/kforge/kforge/templates"
+)
+
+// requireIntegration skips (or, with KFORGE_REQUIRE_INTEGRATION=1, fails) a test whose real
+// prerequisites are missing.
+func requireIntegration(t *testing.T, ok bool, why string) {
+	t.Helper()
+	if ok {
+		return
+	}
+	if os.Getenv("KFORGE_REQUIRE_INTEGRATION") == "1" {
+		t.Fatalf("integration prerequisite missing: %s", why)
+	}
+	t.Skipf("integration prerequisite missing: %s", why)
+}
+
+type tlog struct{ t *testing.T }
+
+func (l tlog) Write(p []byte) (int, error) {
+	l.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// oracleCase is an inventory and the kubeadm configuration that says the same.
+type oracleCase struct {
+	name      string
+	inventory string
+	endpoint  string // controlPlaneEndpoint for kubeadm, may be empty
+	algorithm string // kubeadm encryptionAlgorithm
+	certSANs  []string
+	masters   [][2]string // name, IP
+}
+
+var oracleCases = []oracleCase{
+	{
+		name:      "ha-ecdsa",
+		endpoint:  "198.51.100.10:6443",
+		algorithm: "ECDSA-P256",
+		certSANs:  []string{"api.lab.example.test", "198.51.100.200"},
+		masters:   [][2]string{{"m1", "198.51.100.11"}, {"m2", "198.51.100.12"}, {"m3", "198.51.100.13"}},
+		inventory: `apiVersion: kforge.dev/v1alpha1
+kind: Cluster
+name: lab
+controlPlaneEndpoint: 198.51.100.10:6443
+pki:
+  apiServerCertSANs: [api.lab.example.test, 198.51.100.200]
+masters:
+  - {name: m1, address: 198.51.100.11}
+  - {name: m2, address: m2.lab.example.test, internalAddress: 198.51.100.12}
+  - {name: m3, address: 198.51.100.13}
+workers:
+  - {name: w1, address: 198.51.100.21}
+`,
+	},
+	{
+		name:      "single-rsa",
+		algorithm: "RSA-2048",
+		masters:   [][2]string{{"solo", "198.51.100.31"}},
+		inventory: `apiVersion: kforge.dev/v1alpha1
+kind: Cluster
+name: solo-cluster
+networking:
+  serviceSubnet: 10.100.0.0/16
+  podSubnet: 10.200.0.0/16
+  dnsDomain: corp.internal
+pki:
+  keyAlgorithm: rsa-2048
+  certValidity: 90d
+masters:
+  - {name: solo, address: 198.51.100.31}
+`,
+	},
+}
+
+func (c oracleCase) kubeadmConfig(master int, serviceSubnet, podSubnet, dnsDomain, clusterName string, certValidity time.Duration) string {
+	m := c.masters[master]
+	var b strings.Builder
+	fmt.Fprintf(&b, `apiVersion: kubeadm.k8s.io/v1beta4
+kind: InitConfiguration
+localAPIEndpoint:
+  advertiseAddress: %s
+  bindPort: 6443
+nodeRegistration:
+  name: %s
+  criSocket: unix:///run/containerd/containerd.sock
+---
+apiVersion: kubeadm.k8s.io/v1beta4
+kind: ClusterConfiguration
+clusterName: %s
+kubernetesVersion: v1.36.3
+imageRepository: registry.k8s.io
+certificatesDir: /etc/kubernetes/pki
+encryptionAlgorithm: %s
+certificateValidityPeriod: %s
+caCertificateValidityPeriod: 87600h0m0s
+networking:
+  serviceSubnet: %s
+  podSubnet: %s
+  dnsDomain: %s
+`, m[1], m[0], clusterName, c.algorithm, certValidity, serviceSubnet, podSubnet, dnsDomain)
+	if c.endpoint != "" {
+		fmt.Fprintf(&b, "controlPlaneEndpoint: %s\n", c.endpoint)
+	}
+	if len(c.certSANs) > 0 {
+		fmt.Fprintf(&b, "apiServer:\n  certSANs: [%s]\n", strings.Join(c.certSANs, ", "))
+	}
+	return b.String()
+}
+
+// inNamespace runs script under sh in a private mount namespace in which /etc is an overlay
+// over the real /etc, so kubeadm's fixed /etc/kubernetes paths never touch the machine. The
+// namespace and its mounts vanish with the process.
+func inNamespace(t *testing.T, env map[string]string, script string) string {
+	t.Helper()
+	scratch := t.TempDir()
+	full := `set -eu
+mount -t tmpfs kforge-oracle "$SCRATCH"
+mkdir "$SCRATCH/upper" "$SCRATCH/work"
+mount -t overlay kforge-oracle -o "lowerdir=/etc,upperdir=$SCRATCH/upper,workdir=$SCRATCH/work" /etc
+rm -rf /etc/kubernetes
+mkdir -p /etc/kubernetes
+` + script
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", full)
+	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "SCRATCH=" + scratch}
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubeadm in a private mount namespace: %v\n%s", err, out)
+	}
+	return string(out)
+}
+
+// difference is one semantic difference; key is what the allow-list names.
+type difference struct{ key, detail string }
+
+func TestRenderMatchesKubeadm(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration: builds and runs real kubeadm v1.36.3")
+	}
+	_, unshareErr := exec.LookPath("unshare")
+	requireIntegration(t, os.Geteuid() == 0, "must run as root (mount namespaces)")
+	requireIntegration(t, unshareErr == nil, "unshare (util-linux) not found")
+	_, goErr := exec.LookPath("go")
+	requireIntegration(t, goErr == nil, "go toolchain needed to build kubeadm")
+
+	start := time.Now()
+	bin, err := bundle.KubernetesBinaries(context.Background(), bundle.BuildOptions{Version: "v1.36.3", Log: tlog{t}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("kubeadm v1.36.3 ready in %s", time.Since(start).Round(time.Millisecond))
+	kubeadm := filepath.Join(bin, "kubeadm")
+
+	allowed := loadAllowList(t)
+	used := map[string]bool{}
+	// The CA directories kubeadm would mount on this machine: what apply detects per host.
+	var caDirs []string
+	for _, d := range templates.CACertDirCandidates {
+		if _, err := os.Stat(d); err == nil {
+			caDirs = append(caDirs, d)
+		}
+	}
+
+	for _, tc := range oracleCases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			inv := filepath.Join(dir, "kforge.yaml")
+			if err := os.WriteFile(inv, []byte(tc.inventory), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			out := filepath.Join(dir, "render")
+			t.Setenv("KFORGE_BOOTSTRAP_TOKEN", "abcdef.0123456789abcdef")
+			code, _, stderr := kforge(t, "-i", inv, "--state-dir", filepath.Join(dir, "state"), "render", "-o", out, "--ca-cert-dirs", strings.Join(append(caDirs, ""), ","))
+			if code != 0 {
+				t.Fatalf("render: %s", stderr)
+			}
+			c, err := loadInventory(&Globals{Inventory: inv})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var diffs []difference
+			for i, m := range tc.masters {
+				who := "first master"
+				if i > 0 {
+					who = "joining master"
+				}
+				mine := filepath.Join(out, m[0], "etc", "kubernetes")
+				theirs := filepath.Join(dir, "kubeadm-"+m[0])
+				cfg := filepath.Join(dir, "kubeadm-"+m[0]+".yaml")
+				kcfg := tc.kubeadmConfig(i, c.Networking.ServiceSubnet, c.Networking.PodSubnet, c.Networking.DNSDomain, c.Name, time.Duration(c.PKI.CertValidity))
+				if err := os.WriteFile(cfg, []byte(kcfg), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				// kubeadm signs with kforge's CAs and service-account key, as a joining
+				// master uses the cluster's: issuers and CA data then compare exactly.
+				seed := filepath.Join(dir, "seed-"+m[0], "pki")
+				for _, f := range []string{"ca.crt", "ca.key", "front-proxy-ca.crt", "front-proxy-ca.key", "etcd/ca.crt", "etcd/ca.key", "sa.key", "sa.pub"} {
+					copyFile(t, filepath.Join(mine, "pki", f), filepath.Join(seed, f))
+				}
+				if err := os.MkdirAll(theirs, 0o700); err != nil {
+					t.Fatal(err)
+				}
+				log := inNamespace(t, map[string]string{"KUBEADM": kubeadm, "CFG": cfg, "SEED": filepath.Dir(seed), "OUT": theirs}, `
+cp -a "$SEED/." /etc/kubernetes/
+"$KUBEADM" init phase certs all --config "$CFG"
+"$KUBEADM" init phase kubeconfig all --config "$CFG"
+"$KUBEADM" init phase control-plane all --config "$CFG"
+"$KUBEADM" init phase etcd local --config "$CFG"
+cp -a /etc/kubernetes/. "$OUT/"
+`)
+				t.Logf("kubeadm for %s:\n%s", m[0], log)
+				for _, d := range compareTrees(t, theirs, mine) {
+					d.key = who + ": " + d.key
+					diffs = append(diffs, d)
+				}
+			}
+			var bad []string
+			for _, d := range diffs {
+				if _, ok := allowed[d.key]; ok {
+					used[d.key] = true
+					t.Logf("allowed difference %s: %s", d.key, d.detail)
+					continue
+				}
+				bad = append(bad, fmt.Sprintf("%s: %s", d.key, d.detail))
+			}
+			if len(bad) > 0 {
+				t.Errorf("%d differences from kubeadm v1.36.3 not in docs/kubeadm-differences.md:\n%s", len(bad), strings.Join(bad, "\n"))
+			}
+
+			// kubeadm reads every certificate of the rendered first master.
+			m1 := filepath.Join(out, tc.masters[0][0], "etc", "kubernetes")
+			cfg := filepath.Join(dir, "kubeadm-"+tc.masters[0][0]+".yaml")
+			report := inNamespace(t, map[string]string{"KUBEADM": kubeadm, "CFG": cfg, "TREE": m1}, `
+cp -a "$TREE/." /etc/kubernetes/
+"$KUBEADM" certs check-expiration --config "$CFG"
+`)
+			checkExpirationReport(t, report, time.Duration(c.PKI.CertValidity))
+		})
+	}
+	for k := range allowed {
+		if !used[k] {
+			t.Logf("allow-list entry not needed by these cases: %s", k)
+		}
+	}
+}
+
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	data, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Dir(to), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// loadAllowList reads the table rows "| `key` | reason |" of docs/kubeadm-differences.md;
+// every row needs a reason.
+func loadAllowList(t *testing.T) map[string]string {
+	t.Helper()
+	f, err := os.Open(filepath.Join("..", "..", "docs", "kubeadm-differences.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	out := map[string]string{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if !strings.HasPrefix(line, "| `") {
+			continue
+		}
+		cells := strings.Split(strings.Trim(line, "|"), "|")
+		key := strings.Trim(strings.TrimSpace(cells[0]), "`")
+		reason := ""
+		if len(cells) > 1 {
+			reason = strings.TrimSpace(strings.Join(cells[1:], "|"))
+		}
+		if reason == "" {
+			t.Errorf("docs/kubeadm-differences.md: %q has no reason", key)
+		}
+		out[key] = reason
+	}
+	return out
+}
+
+// checkExpirationReport checks that kubeadm listed every certificate and CA, none missing or
+// externally managed, with the validity kforge was asked for.
+func checkExpirationReport(t *testing.T, report string, validity time.Duration) {
+	t.Helper()
+	want := []string{"admin.conf", "apiserver", "apiserver-etcd-client", "apiserver-kubelet-client", "controller-manager.conf",
+		"etcd-healthcheck-client", "etcd-peer", "etcd-server", "front-proxy-client", "scheduler.conf", "super-admin.conf",
+		"ca", "etcd-ca", "front-proxy-ca"}
+	rows := map[string]string{}
+	for _, line := range strings.Split(report, "\n") {
+		f := strings.Fields(line)
+		if len(f) > 0 {
+			rows[f[0]] = line
+		}
+	}
+	days := fmt.Sprintf("%dd", int(validity.Hours()/24)-1)
+	for _, w := range want {
+		line, ok := rows[w]
+		if !ok {
+			t.Errorf("kubeadm certs check-expiration does not list %s:\n%s", w, report)
+			continue
+		}
+		if strings.Contains(line, "MISSING") || strings.Contains(line, "invalid") || !strings.HasSuffix(strings.TrimSpace(line), "no") {
+			t.Errorf("kubeadm certs check-expiration: %s", line)
+		}
+		if !strings.HasSuffix(w, "ca") && !strings.Contains(line, days) {
+			t.Errorf("kubeadm certs check-expiration: %s: want residual time %s", line, days)
+		}
+	}
+	t.Logf("kubeadm certs check-expiration:\n%s", report)
+}
+
+// compareTrees compares kubeadm's /etc/kubernetes (theirs) with kforge's (mine).
+func compareTrees(t *testing.T, theirs, mine string) []difference {
+	t.Helper()
+	var diffs []difference
+	a, b := listFiles(t, theirs), listFiles(t, mine)
+	for _, f := range a {
+		if !slices.Contains(b, f) {
+			diffs = append(diffs, difference{f + " only in kubeadm's tree", ""})
+		}
+	}
+	for _, f := range b {
+		if !slices.Contains(a, f) {
+			diffs = append(diffs, difference{f + " only in kforge's tree", ""})
+		}
+	}
+	for _, f := range a {
+		if !slices.Contains(b, f) {
+			continue
+		}
+		pa, pb := filepath.Join(theirs, f), filepath.Join(mine, f)
+		var ds []difference
+		switch {
+		case strings.HasSuffix(f, ".crt"):
+			ds = compareCerts(t, pa, pb)
+		case strings.HasSuffix(f, ".conf"):
+			ds = compareKubeconfigs(t, pa, pb)
+		case strings.HasPrefix(f, "manifests/"):
+			ds = comparePods(t, pa, pb)
+		case strings.HasSuffix(f, ".key"):
+			ds = compareKeys(t, pa, pb)
+		}
+		for _, d := range ds {
+			d.key = f + " " + d.key
+			diffs = append(diffs, d)
+		}
+		if fa, fb := mode(t, pa), mode(t, pb); fa != fb {
+			diffs = append(diffs, difference{f + " mode", fmt.Sprintf("kubeadm %v, kforge %v", fa, fb)})
+		}
+	}
+	return diffs
+}
+
+func listFiles(t *testing.T, root string) []string {
+	var out []string
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() {
+			rel, _ := filepath.Rel(root, p)
+			out = append(out, filepath.ToSlash(rel))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func mode(t *testing.T, p string) os.FileMode {
+	fi, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Mode().Perm()
+}
+
+func readCert(t *testing.T, p string) *x509.Certificate {
+	data, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := pki.ParseCert(data)
+	if err != nil {
+		t.Fatalf("%s: %v", p, err)
+	}
+	return c
+}
+
+func sortedStrings(s []string) string {
+	s = slices.Clone(s)
+	sort.Strings(s)
+	return strings.Join(s, ",")
+}
+
+func ipList(ips []net.IP) string {
+	var s []string
+	for _, ip := range ips {
+		s = append(s, ip.String())
+	}
+	return sortedStrings(s)
+}
+
+func extUsages(u []x509.ExtKeyUsage) string {
+	var s []string
+	for _, x := range u {
+		s = append(s, fmt.Sprint(x))
+	}
+	return sortedStrings(s)
+}
+
+// certFacts are the fields compared per certificate.
+func certFacts(c *x509.Certificate) map[string]string {
+	return map[string]string{
+		"subject":      fmt.Sprintf("CN=%s O=%s", c.Subject.CommonName, sortedStrings(c.Subject.Organization)),
+		"DNS SANs":     sortedStrings(c.DNSNames),
+		"IP SANs":      ipList(c.IPAddresses),
+		"key usage":    fmt.Sprint(c.KeyUsage),
+		"ext usage":    extUsages(c.ExtKeyUsage),
+		"issuer":       c.Issuer.String(),
+		"CA":           fmt.Sprint(c.IsCA, c.BasicConstraintsValid),
+		"key type":     string(pki.AlgorithmOf(c.PublicKey)),
+		"validity":     c.NotAfter.Sub(c.NotBefore).Round(time.Hour).String(),
+		"signature":    c.SignatureAlgorithm.String(),
+		"authority id": fmt.Sprint(len(c.AuthorityKeyId) > 0),
+	}
+}
+
+func diffFacts(a, b map[string]string) []difference {
+	var out []difference
+	keys := make([]string, 0, len(a))
+	for k := range a {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if a[k] != b[k] {
+			out = append(out, difference{k, fmt.Sprintf("kubeadm %q, kforge %q", a[k], b[k])})
+		}
+	}
+	return out
+}
+
+func compareCerts(t *testing.T, a, b string) []difference {
+	return diffFacts(certFacts(readCert(t, a)), certFacts(readCert(t, b)))
+}
+
+func compareKeys(t *testing.T, a, b string) []difference {
+	read := func(p string) string {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k, err := pki.ParseKey(data)
+		if err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+		return string(pki.AlgorithmOf(k.Public()))
+	}
+	if ka, kb := read(a), read(b); ka != kb {
+		return []difference{{"key type", fmt.Sprintf("kubeadm %s, kforge %s", ka, kb)}}
+	}
+	return nil
+}
+
+func kubeconfigFacts(t *testing.T, p string) map[string]string {
+	cfg, err := clientcmd.LoadFromFile(p)
+	if err != nil {
+		t.Fatalf("%s: %v", p, err)
+	}
+	ctx := cfg.Contexts[cfg.CurrentContext]
+	if ctx == nil {
+		t.Fatalf("%s: no current context", p)
+	}
+	cl, user := cfg.Clusters[ctx.Cluster], cfg.AuthInfos[ctx.AuthInfo]
+	facts := map[string]string{"context": cfg.CurrentContext, "cluster name": ctx.Cluster, "user name": ctx.AuthInfo}
+	if cl != nil {
+		facts["server"] = cl.Server
+		if ca, err := pki.ParseCert(cl.CertificateAuthorityData); err == nil {
+			facts["cluster CA"] = pki.SPKIPin(ca)
+		}
+	}
+	if user != nil {
+		facts["token auth"] = fmt.Sprint(user.Token != "")
+		if c, err := pki.ParseCert(user.ClientCertificateData); err == nil {
+			for k, v := range certFacts(c) {
+				facts["client "+k] = v
+			}
+		}
+	}
+	return facts
+}
+
+func compareKubeconfigs(t *testing.T, a, b string) []difference {
+	return diffFacts(kubeconfigFacts(t, a), kubeconfigFacts(t, b))
+}
+
+func readPod(t *testing.T, p string) *corev1.Pod {
+	data, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pod corev1.Pod
+	if err := yaml.UnmarshalStrict(data, &pod); err != nil {
+		t.Fatalf("%s: %v", p, err)
+	}
+	return &pod
+}
+
+func flagMap(cmd []string) map[string]string {
+	m := map[string]string{}
+	for _, a := range cmd[1:] {
+		k, v, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+		m[k] = v
+	}
+	return m
+}
+
+func show(v any) string {
+	b, _ := yaml.Marshal(v)
+	return strings.TrimSpace(string(b))
+}
+
+func comparePods(t *testing.T, a, b string) []difference {
+	pa, pb := readPod(t, a), readPod(t, b)
+	var out []difference
+	add := func(key string, x, y any) {
+		if !reflect.DeepEqual(x, y) {
+			out = append(out, difference{key, fmt.Sprintf("kubeadm %s, kforge %s", show(x), show(y))})
+		}
+	}
+	add("metadata", []any{pa.Name, pa.Namespace, pa.Labels, pa.Annotations}, []any{pb.Name, pb.Namespace, pb.Labels, pb.Annotations})
+	sa, sb := pa.Spec, pb.Spec
+	add("priority", []any{sa.PriorityClassName, sa.Priority}, []any{sb.PriorityClassName, sb.Priority})
+	add("hostNetwork", sa.HostNetwork, sb.HostNetwork)
+	add("securityContext", sa.SecurityContext, sb.SecurityContext)
+	vols := func(vs []corev1.Volume) map[string]corev1.Volume {
+		m := map[string]corev1.Volume{}
+		for _, v := range vs {
+			m[v.Name] = v
+		}
+		return m
+	}
+	add("volumes", vols(sa.Volumes), vols(sb.Volumes))
+	if len(sa.Containers) != 1 || len(sb.Containers) != 1 {
+		add("containers", len(sa.Containers), len(sb.Containers))
+		return out
+	}
+	ca, cb := sa.Containers[0], sb.Containers[0]
+	add("image", ca.Image, cb.Image)
+	add("imagePullPolicy", ca.ImagePullPolicy, cb.ImagePullPolicy)
+	add("binary", ca.Command[0], cb.Command[0])
+	fa, fb := flagMap(ca.Command), flagMap(cb.Command)
+	for k := range fa {
+		if _, ok := fb[k]; !ok {
+			fb[k] = "<absent>"
+		}
+	}
+	for k := range fb {
+		if _, ok := fa[k]; !ok {
+			fa[k] = "<absent>"
+		}
+	}
+	for _, k := range slices.Sorted(func(yield func(string) bool) {
+		for k := range fa {
+			if !yield(k) {
+				return
+			}
+		}
+	}) {
+		if fa[k] != fb[k] {
+			out = append(out, difference{"flag --" + k, fmt.Sprintf("kubeadm %q, kforge %q", fa[k], fb[k])})
+		}
+	}
+	mounts := func(vs []corev1.VolumeMount) map[string]corev1.VolumeMount {
+		m := map[string]corev1.VolumeMount{}
+		for _, v := range vs {
+			m[v.Name] = v
+		}
+		return m
+	}
+	add("volumeMounts", mounts(ca.VolumeMounts), mounts(cb.VolumeMounts))
+	add("livenessProbe", ca.LivenessProbe, cb.LivenessProbe)
+	add("readinessProbe", ca.ReadinessProbe, cb.ReadinessProbe)
+	add("startupProbe", ca.StartupProbe, cb.StartupProbe)
+	add("resources", ca.Resources, cb.Resources)
+	add("ports", ca.Ports, cb.Ports)
+	add("env", ca.Env, cb.Env)
+	add("securityContext (container)", ca.SecurityContext, cb.SecurityContext)
+	return out
+}
