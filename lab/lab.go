@@ -210,7 +210,7 @@ func Prerequisites() error {
 // Up brings up a lab and returns once every host's sshd answers. An existing lab of that name
 // with the same shape and all hosts running is returned as is; any other existing lab of that
 // name is an error. A failed Up tears down what it created.
-func Up(ctx context.Context, o Options) (l *Lab, err error) {
+func Up(ctx context.Context, o Options) (_ *Lab, err error) {
 	if err := o.setDefaults(); err != nil {
 		return nil, err
 	}
@@ -244,7 +244,7 @@ func Up(ctx context.Context, o Options) (l *Lab, err error) {
 		return nil, err
 	}
 
-	l = &Lab{Name: o.Name, Dir: o.Dir, log: log}
+	l := &Lab{Name: o.Name, Dir: o.Dir, log: log}
 	l.st = state{Name: o.Name, Dir: o.Dir, Rootfs: rootfs, Created: time.Now().UTC()}
 	if err := l.register(ctx, o); err != nil {
 		return nil, err
@@ -419,7 +419,7 @@ func (l *Lab) register(ctx context.Context, o Options) error {
 	if len(addrs) < n {
 		return fmt.Errorf("lab %s: %d hosts wanted but only %d addresses of %s are free (%d used by labs %s): take fewer hosts or bring another lab down", o.Name, n, len(addrs), Subnet, len(used), labNames(others))
 	}
-	if err := ensureBridge(ctx, len(others) == 0); err != nil {
+	if err := ensureBridge(ctx); err != nil {
 		return err
 	}
 	for i := 0; i < n; i++ {

@@ -14,12 +14,37 @@ import (
 // ensureBridge creates the lab bridge with the lab subnet's first address, after checking that
 // nothing else on the machine routes or holds an address in the subnet. A bridge that exists
 // must carry exactly the lab address. Called under the registry lock.
-func ensureBridge(ctx context.Context, first bool) error {
-	lab := netip.MustParsePrefix(Subnet)
+func ensureBridge(ctx context.Context) error {
 	routes, err := ipJSON(ctx, "-4", "route", "show", "table", "all")
 	if err != nil {
 		return err
 	}
+	addrs, err := ipJSON(ctx, "-4", "addr", "show")
+	if err != nil {
+		return err
+	}
+	if err := checkSubnetFree(routes, addrs); err != nil {
+		return err
+	}
+	if _, err := os.Stat("/sys/class/net/" + Bridge); err == nil {
+		out, err := exec.CommandContext(ctx, "ip", "-4", "-o", "addr", "show", "dev", Bridge).Output()
+		if err != nil {
+			return fmt.Errorf("ip addr show dev %s: %w", Bridge, err)
+		}
+		want := fmt.Sprintf("%s/%d", bridgeAddr, prefixLen)
+		if !strings.Contains(string(out), " "+want+" ") || strings.Count(string(out), "\n") != 1 {
+			return fmt.Errorf("bridge %s exists but does not carry exactly %s (found: %q): delete it (ip link del %s) if no lab uses it", Bridge, want, strings.TrimSpace(string(out)), Bridge)
+		}
+		return run(ctx, "ip", "link", "set", Bridge, "up")
+	}
+	return runInput(ctx, fmt.Sprintf("link add %s type bridge\naddr add %s/%d dev %s\nlink set %s up\n",
+		Bridge, bridgeAddr, prefixLen, Bridge, Bridge), "ip", "-batch", "-")
+}
+
+// checkSubnetFree fails when a route or an address of the machine (`ip -j` output) overlaps
+// the lab subnet on any interface but the lab bridge.
+func checkSubnetFree(routes, addrs []map[string]any) error {
+	lab := netip.MustParsePrefix(Subnet)
 	for _, r := range routes {
 		dst, _ := r["dst"].(string)
 		dev, _ := r["dev"].(string)
@@ -38,10 +63,6 @@ func ensureBridge(ctx context.Context, first bool) error {
 			return fmt.Errorf("the lab subnet %s is already routed on this machine (%s dev %s), not by kforge's lab bridge %s: remove that route or the interface holding it; kforge lab will not share the subnet", Subnet, dst, dev, Bridge)
 		}
 	}
-	addrs, err := ipJSON(ctx, "-4", "addr", "show")
-	if err != nil {
-		return err
-	}
 	for _, l := range addrs {
 		ifname, _ := l["ifname"].(string)
 		infos, _ := l["addr_info"].([]any)
@@ -54,19 +75,7 @@ func ensureBridge(ctx context.Context, first bool) error {
 			}
 		}
 	}
-	if _, err := os.Stat("/sys/class/net/" + Bridge); err == nil {
-		out, err := exec.CommandContext(ctx, "ip", "-4", "-o", "addr", "show", "dev", Bridge).Output()
-		if err != nil {
-			return fmt.Errorf("ip addr show dev %s: %w", Bridge, err)
-		}
-		want := fmt.Sprintf("%s/%d", bridgeAddr, prefixLen)
-		if !strings.Contains(string(out), " "+want+" ") || strings.Count(string(out), "\n") != 1 {
-			return fmt.Errorf("bridge %s exists but does not carry exactly %s (found: %q): delete it (ip link del %s) if no lab uses it", Bridge, want, strings.TrimSpace(string(out)), Bridge)
-		}
-		return run(ctx, "ip", "link", "set", Bridge, "up")
-	}
-	return runInput(ctx, fmt.Sprintf("link add %s type bridge\naddr add %s/%d dev %s\nlink set %s up\n",
-		Bridge, bridgeAddr, prefixLen, Bridge, Bridge), "ip", "-batch", "-")
+	return nil
 }
 
 // deleteBridge removes the lab bridge; called under the registry lock when no lab is left.

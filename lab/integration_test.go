@@ -1,0 +1,561 @@
+package lab
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+	"golang.org/x/crypto/ssh/knownhosts"
+)
+
+// upLab brings up a fresh lab for a test (tearing down a leftover of the same name first) and
+// tears it down at the end.
+func upLab(t testing.TB, o Options) *Lab {
+	t.Helper()
+	requireIntegration(t)
+	ctx := context.Background()
+	if err := Down(ctx, o.Name, nil); err != nil {
+		t.Fatalf("tearing down a leftover lab %s: %v", o.Name, err)
+	}
+	o.Logger = testLogger(t)
+	l, err := Up(ctx, o)
+	if err != nil {
+		t.Fatalf("lab up: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := Down(context.Background(), o.Name, nil); err != nil {
+			t.Errorf("lab down in cleanup: %v", err)
+		}
+	})
+	return l
+}
+
+// dialHost opens an SSH connection as root with the lab's key, checking the host key strictly
+// against knownHostsFile.
+func dialHost(t testing.TB, l *Lab, h Host, knownHostsFile string) (*ssh.Client, error) {
+	t.Helper()
+	b, err := os.ReadFile(l.IdentityFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, err := ssh.ParsePrivateKey(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cb, err := knownhosts.New(knownHostsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ssh.Dial("tcp", net.JoinHostPort(h.Address, strconv.Itoa(h.Port)), &ssh.ClientConfig{
+		User: "root", Auth: []ssh.AuthMethod{ssh.PublicKeys(signer)}, HostKeyCallback: cb, Timeout: 10 * time.Second,
+	})
+}
+
+func sshRun(c *ssh.Client, cmd string, stdin []byte) (string, error) {
+	s, err := c.NewSession()
+	if err != nil {
+		return "", err
+	}
+	defer s.Close()
+	if stdin != nil {
+		s.Stdin = bytes.NewReader(stdin)
+	}
+	var out, errb bytes.Buffer
+	s.Stdout, s.Stderr = &out, &errb
+	if err := s.Run(cmd); err != nil {
+		return out.String(), fmt.Errorf("%s: %w: %s", cmd, err, errb.String())
+	}
+	return out.String(), nil
+}
+
+// TestLabUpThreeHosts is the lab's contract: three hosts reachable over SSH with strict host-key
+// checking, separate filesystems, systemd running, containerd running a container built offline,
+// and nothing left behind after Down.
+func TestLabUpThreeHosts(t *testing.T) {
+	requireIntegration(t)
+	inotifyBefore, _ := readInt(inotifyLimit)
+	l := upLab(t, Options{Name: "labtest", Hosts: 3})
+	ctx := context.Background()
+	if len(l.Hosts) != 3 || l.LoadBalancer != nil {
+		t.Fatalf("hosts %+v lb %v", l.Hosts, l.LoadBalancer)
+	}
+
+	clients := make([]*ssh.Client, len(l.Hosts))
+	for i, h := range l.Hosts {
+		c, err := dialHost(t, l, h, l.KnownHostsFile)
+		if err != nil {
+			t.Fatalf("ssh %s (%s) with strict host-key checking: %v", h.Name, h.Address, err)
+		}
+		defer c.Close()
+		clients[i] = c
+		out, err := sshRun(c, "hostname; systemctl is-system-running --wait", nil)
+		if err != nil {
+			t.Fatalf("%s: %v", h.Name, err)
+		}
+		if want := h.Name + "\nrunning\n"; out != want {
+			t.Fatalf("%s: hostname and system state %q, want %q", h.Name, out, want)
+		}
+	}
+
+	// Host keys are per host: host 1's key must not pass as host 2's.
+	mixed := filepath.Join(t.TempDir(), "known_hosts")
+	k1, err := os.ReadFile(filepath.Join(l.st.Hosts[0].Dir, "upper/etc/ssh/ssh_host_ed25519_key.pub"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(mixed, []byte(l.Hosts[1].Address+" "+string(k1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var kerr *knownhosts.KeyError
+	if c, err := dialHost(t, l, l.Hosts[1], mixed); err == nil {
+		c.Close()
+		t.Fatalf("%s accepted with %s's host key: host keys are shared or not checked", l.Hosts[1].Name, l.Hosts[0].Name)
+	} else if !errors.As(err, &kerr) || len(kerr.Want) == 0 {
+		t.Fatalf("dial with a wrong host key: %v, want a key mismatch", err)
+	}
+
+	// Each host has its own filesystem.
+	if _, err := sshRun(clients[0], "echo probe > /root/lab-probe", nil); err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range clients {
+		out, err := sshRun(c, "test -e /root/lab-probe && echo present || echo absent", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := "absent\n"
+		if i == 0 {
+			want = "present\n"
+		}
+		if out != want {
+			t.Fatalf("%s: /root/lab-probe is %q, want %q", l.Hosts[i].Name, out, want)
+		}
+	}
+
+	// containerd and runc run a container from an image built here, offline.
+	archive := helloImage(t)
+	if _, err := sshRun(clients[1], "ctr -n labtest images import -", archive); err != nil {
+		t.Fatalf("importing the image on %s: %v", l.Hosts[1].Name, err)
+	}
+	out, err := sshRun(clients[1], "ctr -n labtest run --rm kforge.dev/lab-hello:test hello1", nil)
+	if err != nil {
+		t.Fatalf("ctr run on %s: %v", l.Hosts[1].Name, err)
+	}
+	if out != "hello from a lab container\n" {
+		t.Fatalf("container printed %q", out)
+	}
+
+	// Exec reaches the same host as SSH.
+	got, err := l.Exec(ctx, l.Hosts[0].Name, "cat", "/root/lab-probe")
+	if err != nil || string(got) != "probe\n" {
+		t.Fatalf("Exec cat /root/lab-probe on %s: %q, %v", l.Hosts[0].Name, got, err)
+	}
+	// No machine-wide sysctl is writable from a host; the per-netns ones are.
+	if _, err := l.Exec(ctx, l.Hosts[0].Name, "sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward"); err != nil {
+		t.Fatalf("/proc/sys/net is not writable in a host: %v", err)
+	}
+	if v, _ := readInt("/proc/sys/net/ipv4/ip_forward"); v != 0 {
+		t.Fatalf("ip_forward of the machine is %d after a host set its own", v)
+	}
+	if _, err := l.Exec(ctx, l.Hosts[0].Name, "sh", "-c", "echo 0 > /proc/sys/vm/overcommit_memory"); err == nil {
+		t.Fatal("a host could write the machine-wide vm.overcommit_memory")
+	}
+
+	for _, c := range clients {
+		c.Close()
+	}
+	snap := takeSnapshot(t, l)
+	if err := l.Down(ctx); err != nil {
+		t.Fatalf("lab down: %v", err)
+	}
+	snap.assertGone(t)
+	if others, _ := List(); len(others) == 0 {
+		if v, _ := readInt(inotifyLimit); v != inotifyBefore {
+			t.Errorf("fs.inotify.max_user_instances is %d after the last lab went down, was %d", v, inotifyBefore)
+		}
+		if _, err := os.Stat("/sys/class/net/" + Bridge); err == nil {
+			t.Errorf("bridge %s left behind after the last lab went down", Bridge)
+		}
+	}
+	// Down is idempotent.
+	if err := Down(ctx, "labtest", nil); err != nil {
+		t.Fatalf("second down: %v", err)
+	}
+}
+
+// snapshot records what a lab owns, to prove Down removed all of it.
+type snapshot struct {
+	lab      string
+	dir      string
+	pids     map[int]uint64 // launcher, nspawn, init of each host
+	ns       map[string]bool
+	cgroups  []string
+	links    []string
+	registry string
+}
+
+func takeSnapshot(t *testing.T, l *Lab) snapshot {
+	t.Helper()
+	s := snapshot{lab: l.Name, dir: l.Dir, pids: map[int]uint64{}, ns: map[string]bool{},
+		registry: filepath.Join(RegistryDir, l.Name+".json")}
+	for _, h := range l.st.Hosts {
+		s.cgroups = append(s.cgroups, h.Cgroups...)
+		s.links = append(s.links, h.Veth)
+		lead, err := l.leader(h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range []int{h.LauncherPID, l.nspawnPID(h), lead} {
+			s.pids[p] = procStart(p)
+			for _, n := range []string{"net", "mnt", "pid", "uts", "ipc"} {
+				if id, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", p, n)); err == nil {
+					s.ns[id] = true
+				}
+			}
+		}
+	}
+	self := map[string]bool{}
+	for _, n := range []string{"net", "mnt", "pid", "uts", "ipc"} {
+		id, _ := os.Readlink("/proc/self/ns/" + n)
+		self[id] = true
+	}
+	for id := range s.ns {
+		if self[id] {
+			delete(s.ns, id) // shared with the machine (e.g. the launcher's PID namespace)
+		}
+	}
+	if len(s.ns) < 3*len(l.st.Hosts) {
+		t.Fatalf("hosts have only %d namespaces of their own: %v", len(s.ns), s.ns)
+	}
+	return s
+}
+
+func (s snapshot) assertGone(t *testing.T) {
+	t.Helper()
+	for p, st := range s.pids {
+		if alive(p, st) {
+			t.Errorf("process %d (%s) still runs after down", p, comm(p))
+		}
+	}
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil || procStart(pid) == 0 {
+			continue // not a process, or a zombie waiting for its parent to reap it: holds nothing
+		}
+		for _, n := range []string{"net", "mnt", "pid", "uts", "ipc"} {
+			if id, _ := os.Readlink("/proc/" + p.Name() + "/ns/" + n); s.ns[id] {
+				t.Errorf("process %s (%s) is still in lab namespace %s", p.Name(), comm(pid), id)
+			}
+		}
+		if cmd, _ := os.ReadFile("/proc/" + p.Name() + "/cmdline"); bytes.Contains(cmd, []byte(s.dir+"/")) {
+			t.Errorf("process %s still runs from the lab dir: %q", p.Name(), bytes.ReplaceAll(cmd, []byte{0}, []byte{' '}))
+		}
+		if cg, _ := os.ReadFile("/proc/" + p.Name() + "/cgroup"); bytes.Contains(cg, []byte("kforge-lab-"+s.lab+"-")) {
+			t.Errorf("process %s is still in a lab cgroup: %s", p.Name(), cg)
+		}
+	}
+	mi, _ := os.ReadFile("/proc/self/mountinfo")
+	for _, line := range strings.Split(string(mi), "\n") {
+		if strings.Contains(line, s.dir) || strings.Contains(line, "kforge-lab-"+s.lab) {
+			t.Errorf("mount left behind: %s", line)
+		}
+		for id := range s.ns {
+			// nsfs mounts show the namespace as e.g. net:[4026532281].
+			if strings.Contains(line, " - nsfs ") && strings.Contains(line, id) {
+				t.Errorf("namespace %s still mounted: %s", id, line)
+			}
+		}
+	}
+	for _, c := range s.cgroups {
+		if _, err := os.Stat(c); err == nil {
+			t.Errorf("cgroup %s left behind", c)
+		}
+	}
+	for _, h := range []string{"cpu", "cpuacct", "cpuset", "memory", "devices", "freezer", "blkio", "pids", "systemd", "unified"} {
+		_ = filepath.WalkDir("/sys/fs/cgroup/"+h, func(p string, d fs.DirEntry, err error) error {
+			if err != nil || !d.IsDir() {
+				return nil
+			}
+			if strings.HasPrefix(d.Name(), "kforge-lab-"+s.lab+"-") {
+				t.Errorf("cgroup %s left behind", p)
+			}
+			if strings.Count(strings.TrimPrefix(p, "/sys/fs/cgroup/"), "/") > 3 {
+				return filepath.SkipDir
+			}
+			return nil
+		})
+	}
+	for _, l := range s.links {
+		if _, err := os.Stat("/sys/class/net/" + l); err == nil {
+			t.Errorf("link %s left behind", l)
+		}
+	}
+	for _, f := range []string{s.dir, s.registry} {
+		if _, err := os.Stat(f); err == nil {
+			t.Errorf("%s left behind", f)
+		}
+	}
+}
+
+// helloImage builds a static Go program and packs it as a single-layer docker-archive image
+// kforge.dev/lab-hello:test, without any engine or registry.
+func helloImage(t *testing.T) []byte {
+	t.Helper()
+	dir := t.TempDir()
+	src := "package main\n\nimport \"fmt\"\n\nfunc main() { fmt.Println(\"hello from a lab container\") }\n"
+	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module hello\n\ngo 1.26\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", "hello", ".")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=-buildvcs=false", "GOWORK=off")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building the hello program: %v\n%s", err, out)
+	}
+	bin, err := os.ReadFile(filepath.Join(dir, "hello"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var layer bytes.Buffer
+	tw := tar.NewWriter(&layer)
+	must(t, tw.WriteHeader(&tar.Header{Name: "hello", Mode: 0o755, Size: int64(len(bin)), ModTime: time.Unix(0, 0)}))
+	_, err = tw.Write(bin)
+	must(t, err)
+	must(t, tw.Close())
+	layerSum := sha256.Sum256(layer.Bytes())
+	config, _ := json.Marshal(map[string]any{
+		"architecture": runtime.GOARCH, "os": "linux",
+		"config": map[string]any{"Cmd": []string{"/hello"}},
+		"rootfs": map[string]any{"type": "layers", "diff_ids": []string{"sha256:" + hex.EncodeToString(layerSum[:])}},
+	})
+	cfgSum := sha256.Sum256(config)
+	cfgName := hex.EncodeToString(cfgSum[:]) + ".json"
+	manifest, _ := json.Marshal([]map[string]any{{"Config": cfgName, "RepoTags": []string{"kforge.dev/lab-hello:test"}, "Layers": []string{"layer.tar"}}})
+	var out bytes.Buffer
+	aw := tar.NewWriter(&out)
+	for _, f := range []struct {
+		name string
+		data []byte
+	}{{"layer.tar", layer.Bytes()}, {cfgName, config}, {"manifest.json", manifest}} {
+		must(t, aw.WriteHeader(&tar.Header{Name: f.name, Mode: 0o644, Size: int64(len(f.data)), ModTime: time.Unix(0, 0)}))
+		_, err := aw.Write(f.data)
+		must(t, err)
+	}
+	must(t, aw.Close())
+	return out.Bytes()
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLabFaults checks every fault does what its doc says, and that each is undone.
+func TestLabFaults(t *testing.T) {
+	l := upLab(t, Options{Name: "labfault", Hosts: 1})
+	ctx := context.Background()
+	h := l.Hosts[0]
+	addr := net.JoinHostPort(h.Address, "22")
+	dial := func() error {
+		c, err := net.DialTimeout("tcp", addr, 1500*time.Millisecond)
+		if err == nil {
+			c.Close()
+		}
+		return err
+	}
+	isTimeout := func(err error) bool {
+		var ne net.Error
+		return errors.As(err, &ne) && ne.Timeout()
+	}
+	sshOK := func(what string) {
+		t.Helper()
+		c, err := dialHost(t, l, h, l.KnownHostsFile)
+		if err != nil {
+			t.Fatalf("after %s: ssh: %v", what, err)
+		}
+		c.Close()
+	}
+
+	must(t, l.CutLink(ctx, h.Name))
+	if err := dial(); !isTimeout(err) {
+		t.Fatalf("link cut: dial = %v, want a timeout", err)
+	}
+	must(t, l.RestoreLink(ctx, h.Name))
+	sshOK("RestoreLink")
+
+	must(t, l.DropPackets(ctx, h.Name, 1))
+	if err := dial(); !isTimeout(err) {
+		t.Fatalf("dropping all packets: dial = %v, want a timeout", err)
+	}
+	must(t, l.DropPackets(ctx, h.Name, 0.3))
+	if out, _ := l.Exec(ctx, h.Name, "iptables", "-S", "INPUT"); strings.Count(string(out), dropComment) != 1 {
+		t.Fatalf("want exactly one drop rule after changing the fraction:\n%s", out)
+	}
+	must(t, l.DropPackets(ctx, h.Name, 0))
+	sshOK("DropPackets 0")
+
+	must(t, l.StopSSHD(ctx, h.Name))
+	if err := dial(); err == nil || !strings.Contains(err.Error(), "refused") {
+		t.Fatalf("sshd stopped: dial = %v, want connection refused", err)
+	}
+	must(t, l.StartSSHD(ctx, h.Name))
+	sshOK("StartSSHD")
+
+	c, err := dialHost(t, l, h, l.KnownHostsFile)
+	must(t, err)
+	s, err := c.NewSession()
+	must(t, err)
+	var wg sync.WaitGroup
+	var sessErr error
+	wg.Add(1)
+	go func() { defer wg.Done(); sessErr = s.Run("sleep 60") }()
+	time.Sleep(500 * time.Millisecond)
+	must(t, l.KillSSHD(ctx, h.Name))
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		if sessErr == nil {
+			t.Fatal("a session survived KillSSHD")
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the open session did not end within 15s of KillSSHD")
+	}
+	c.Close()
+	// systemd restarts the listener.
+	deadline := time.Now().Add(15 * time.Second)
+	for dial() != nil && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+	}
+	sshOK("KillSSHD and the restart")
+
+	must(t, l.StopHost(ctx, h.Name))
+	if l.Running(h.Name) {
+		t.Fatal("host still running after StopHost")
+	}
+	if err := dial(); err == nil {
+		t.Fatal("sshd answers on a stopped host")
+	}
+	if _, err := l.Exec(ctx, h.Name, "true"); err == nil {
+		t.Fatal("Exec works on a stopped host")
+	}
+	must(t, l.StartHost(ctx, h.Name))
+	sshOK("StartHost") // same host key: known_hosts still matches
+	if out, err := l.Exec(ctx, h.Name, "systemctl", "is-system-running", "--wait"); err != nil || string(out) != "running\n" {
+		t.Fatalf("after StartHost: %q %v", out, err)
+	}
+}
+
+// TestLabsCoexist brings up two labs at once (one with a load balancer) and takes them down one
+// by one: addresses never collide and one lab's Down leaves the other working.
+func TestLabsCoexist(t *testing.T) {
+	requireIntegration(t)
+	var a, b *Lab
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); a = upLabNoFatal(t, Options{Name: "labcoa", Hosts: 2}) }()
+	go func() {
+		defer wg.Done()
+		b = upLabNoFatal(t, Options{Name: "labcob", Hosts: 2, Masters: 2, LoadBalancer: true})
+	}()
+	wg.Wait()
+	if a == nil || b == nil {
+		t.FailNow()
+	}
+	seen := map[string]string{}
+	for _, l := range []*Lab{a, b} {
+		for _, h := range l.st.Hosts {
+			if o, ok := seen[h.Address]; ok {
+				t.Fatalf("%s and %s share %s", o, h.Name, h.Address)
+			}
+			seen[h.Address] = h.Name
+		}
+	}
+	if b.LoadBalancer == nil {
+		t.Fatal("no load balancer")
+	}
+	ctx := context.Background()
+	if out, err := b.Exec(ctx, b.LoadBalancer.Name, "systemctl", "is-active", "haproxy"); err != nil || string(out) != "active\n" {
+		t.Fatalf("haproxy on %s: %q %v", b.LoadBalancer.Name, out, err)
+	}
+	// Hosts of one lab reach each other by name.
+	if _, err := b.Exec(ctx, b.Hosts[0].Name, "ping", "-c1", "-W2", b.Hosts[1].Name); err != nil {
+		t.Fatalf("%s cannot reach %s: %v", b.Hosts[0].Name, b.Hosts[1].Name, err)
+	}
+	snap := takeSnapshot(t, a)
+	must(t, a.Down(ctx))
+	snap.assertGone(t)
+	if _, err := os.Stat("/sys/class/net/" + Bridge); err != nil {
+		t.Fatal("the bridge went away while another lab still uses it")
+	}
+	for _, h := range b.Hosts {
+		c, err := dialHost(t, b, h, b.KnownHostsFile)
+		if err != nil {
+			t.Fatalf("%s after the other lab went down: %v", h.Name, err)
+		}
+		c.Close()
+	}
+}
+
+func upLabNoFatal(t *testing.T, o Options) *Lab {
+	ctx := context.Background()
+	if err := Down(ctx, o.Name, nil); err != nil {
+		t.Errorf("tearing down a leftover lab %s: %v", o.Name, err)
+		return nil
+	}
+	o.Logger = testLogger(t)
+	l, err := Up(ctx, o)
+	if err != nil {
+		t.Errorf("lab up %s: %v", o.Name, err)
+		return nil
+	}
+	t.Cleanup(func() {
+		if err := Down(context.Background(), o.Name, nil); err != nil {
+			t.Errorf("lab down %s in cleanup: %v", o.Name, err)
+		}
+	})
+	return l
+}
+
+// TestFailedUpCleansUp makes Up fail after the hosts started (a boot timeout too short for any
+// sshd) and checks nothing is left.
+func TestFailedUpCleansUp(t *testing.T) {
+	requireIntegration(t)
+	ctx := context.Background()
+	must(t, Down(ctx, "labfail", nil))
+	_, err := Up(ctx, Options{Name: "labfail", Hosts: 2, BootTimeout: time.Millisecond, Logger: testLogger(t)})
+	if err == nil {
+		t.Fatal("Up with a 1ms boot timeout succeeded")
+	}
+	if !strings.Contains(err.Error(), "did not answer") {
+		t.Fatalf("error does not say what timed out: %v", err)
+	}
+	if _, err := Open("labfail"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("the failed lab is still registered: %v", err)
+	}
+	s := snapshot{lab: "labfail", dir: defaultDir("labfail"), registry: filepath.Join(RegistryDir, "labfail.json")}
+	s.assertGone(t)
+}

@@ -1,0 +1,198 @@
+package lab
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kforge/kforge/inventory"
+)
+
+// requireIntegration skips an integration test in -short mode or when the machine lacks what a
+// lab needs, unless KFORGE_REQUIRE_INTEGRATION=1, which turns a missing prerequisite into a
+// failure.
+func requireIntegration(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("integration test (real systemd hosts): skipped in -short mode")
+	}
+	err := Prerequisites()
+	if err == nil && !rootfsReady(filepath.Join(DefaultCacheDir(), "lab", "rootfs-"+RootfsHash())) {
+		if _, lerr := exec.LookPath("debootstrap"); lerr != nil {
+			err = lerr
+		}
+	}
+	if err != nil {
+		if os.Getenv("KFORGE_REQUIRE_INTEGRATION") == "1" {
+			t.Fatalf("KFORGE_REQUIRE_INTEGRATION=1 but: %v", err)
+		}
+		t.Skip(err)
+	}
+}
+
+func TestOptionsDefaultsAndValidation(t *testing.T) {
+	o := Options{Hosts: 3}
+	if err := o.setDefaults(); err != nil {
+		t.Fatal(err)
+	}
+	if o.Name != "kforge" || o.Masters != 1 || o.Dir == "" || o.CacheDir == "" || o.BootTimeout == 0 || o.Logger == nil {
+		t.Fatalf("defaults not applied: %+v", o)
+	}
+	for _, bad := range []Options{
+		{Name: "Bad", Hosts: 1},
+		{Name: "1abc", Hosts: 1},
+		{Name: "abc-", Hosts: 1},
+		{Name: "a-very-long-lab-name-x", Hosts: 1},
+		{Name: "ok", Hosts: 0},
+		{Name: "ok", Hosts: 2, Masters: 3},
+	} {
+		if err := bad.setDefaults(); err == nil {
+			t.Errorf("%+v: accepted, want an error", bad)
+		}
+	}
+}
+
+func TestRootfsHashFollowsPackages(t *testing.T) {
+	h := RootfsHash()
+	if len(h) != 16 || h != RootfsHash() {
+		t.Fatalf("RootfsHash %q: want 16 stable hex digits", h)
+	}
+	saved := Packages
+	defer func() { Packages = saved }()
+	Packages = append(append([]string{}, saved...), "strace")
+	if RootfsHash() == h {
+		t.Fatal("adding a package did not change the rootfs hash: a stale rootfs would be reused")
+	}
+}
+
+func TestCheckSubnetFree(t *testing.T) {
+	parse := func(s string) []map[string]any {
+		var v []map[string]any
+		if err := json.Unmarshal([]byte(s), &v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	clean := parse(`[{"dst":"default","gateway":"192.0.2.1","dev":"eth0"},{"dst":"192.0.2.0/24","dev":"eth0"},
+		{"dst":"198.51.100.0/25","dev":"kforgelab0"},{"dst":"198.51.100.128/26","dev":"bench0"},{"type":"local","dst":"198.51.100.1","dev":"kforgelab0"}]`)
+	addrs := parse(`[{"ifname":"eth0","addr_info":[{"local":"192.0.2.2"}]},{"ifname":"kforgelab0","addr_info":[{"local":"198.51.100.1"}]},
+		{"ifname":"bench0","addr_info":[{"local":"198.51.100.129"}]}]`)
+	if err := checkSubnetFree(clean, addrs); err != nil {
+		t.Fatalf("a machine with only the lab bridge and a neighbour's /26 was refused: %v", err)
+	}
+	for _, r := range []string{
+		`[{"dst":"198.51.100.0/24","dev":"eth0"}]`,
+		`[{"dst":"198.51.100.64/26","dev":"other0"}]`,
+		`[{"type":"local","dst":"198.51.100.7","dev":"other0"}]`,
+	} {
+		if err := checkSubnetFree(parse(r), nil); err == nil || !strings.Contains(err.Error(), "already routed") {
+			t.Errorf("route %s: err %v, want 'already routed'", r, err)
+		}
+	}
+	if err := checkSubnetFree(nil, parse(`[{"ifname":"x0","addr_info":[{"local":"198.51.100.9"}]}]`)); err == nil {
+		t.Error("an address inside the subnet on another interface was accepted")
+	}
+}
+
+func TestFindRule(t *testing.T) {
+	listing := "-P INPUT ACCEPT\n-A INPUT -p tcp -m tcp --dport 22 -j ACCEPT\n" +
+		`-A INPUT -m comment --comment "kforge-lab-fault-drop" -m statistic --mode random --probability 0.30000000009 -j DROP` + "\n"
+	got := findRule(listing, dropComment)
+	want := []string{"-A", "INPUT", "-m", "comment", "--comment", dropComment, "-m", "statistic", "--mode", "random", "--probability", "0.30000000009", "-j", "DROP"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("findRule = %q\nwant %q", got, want)
+	}
+	if findRule("-P INPUT ACCEPT\n", dropComment) != nil {
+		t.Fatal("found a rule in a listing without one")
+	}
+}
+
+func TestInventorySkeletonLoads(t *testing.T) {
+	dir := t.TempDir()
+	l := &Lab{Name: "inv", Dir: dir}
+	l.st = state{Name: "inv", Dir: dir, Hosts: []*hostState{
+		{Host: Host{Name: "inv-1", Address: "198.51.100.2", Port: 22, Role: RoleMaster}},
+		{Host: Host{Name: "inv-2", Address: "198.51.100.3", Port: 22, Role: RoleMaster}},
+		{Host: Host{Name: "inv-3", Address: "198.51.100.4", Port: 22, Role: RoleWorker}},
+		{Host: Host{Name: "inv-lb", Address: "198.51.100.5", Port: 22, Role: RoleLoadBalancer}},
+	}}
+	l.index()
+	b, err := l.inventory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, "inventory.yaml")
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err := inventory.Load(p)
+	if err != nil {
+		t.Fatalf("the skeleton does not load:\n%s\n%v", b, err)
+	}
+	if len(c.Masters) != 2 || len(c.Workers) != 1 || c.Masters[0].Name != "inv-1" || c.Workers[0].Address != "198.51.100.4" {
+		t.Fatalf("hosts: masters %+v workers %+v", c.Masters, c.Workers)
+	}
+	if c.ControlPlaneEndpoint != "198.51.100.5:6443" {
+		t.Fatalf("controlPlaneEndpoint %q, want the load balancer 198.51.100.5:6443", c.ControlPlaneEndpoint)
+	}
+	if c.SSH.User != "root" || c.SSH.IdentityFile != l.IdentityFile || c.SSH.KnownHostsFile != l.KnownHostsFile {
+		t.Fatalf("ssh block %+v", c.SSH)
+	}
+}
+
+func TestAptMirrorFromThisMachine(t *testing.T) {
+	if _, err := os.Stat("/etc/apt"); err != nil {
+		t.Skip("not a Debian machine")
+	}
+	m, err := aptMirror()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(m, "http") {
+		t.Fatalf("mirror %q is not a URL", m)
+	}
+}
+
+func TestRemoveUnmountedRefusesMounts(t *testing.T) {
+	// "/" always has a mount at itself: removeUnmounted must refuse before deleting anything.
+	if err := removeUnmounted("/proc"); err == nil || !strings.Contains(err.Error(), "mounted") {
+		t.Fatalf("removeUnmounted(/proc) = %v, want a refusal", err)
+	}
+	d := t.TempDir()
+	if err := os.WriteFile(filepath.Join(d, "f"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := removeUnmounted(d); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(d); !os.IsNotExist(err) {
+		t.Fatalf("%s still exists", d)
+	}
+}
+
+func TestDownOfMissingLabIsNoop(t *testing.T) {
+	if err := Down(context.Background(), "no-such-lab-x", nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open("no-such-lab-x"); err == nil {
+		t.Fatal("Open of a missing lab succeeded")
+	}
+}
+
+// testLogger sends the lab's progress to the test log.
+func testLogger(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Helper()
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
