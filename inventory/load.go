@@ -263,6 +263,10 @@ func (d *decoder) decodeStruct(n *yaml.Node, v reflect.Value, path string, depth
 			continue
 		}
 		seen[k.Value] = k.Line
+		if val.Kind == yaml.MappingNode || val.Kind == yaml.SequenceNode {
+			// A block is best pointed at by its key: "masters:" rather than its first item.
+			d.src.pos[kp] = Pos{k.Line, k.Column}
+		}
 		d.decode(val, v.Field(idx), kp, depth+1)
 	}
 }

@@ -1,0 +1,188 @@
+package inventory
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func env(vars map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := vars[k]; return v, ok }
+}
+
+const minimal = `apiVersion: kforge.dev/v1alpha1
+kind: Cluster
+name: t
+masters:
+  - name: m1
+    address: 10.0.0.1
+`
+
+func TestMinimalGetsKubeadmDefaults(t *testing.T) {
+	c, err := Parse("t.yaml", []byte(minimal), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checks := map[string][2]string{
+		"version":       {c.KubernetesVersion, "v1.36.3"},
+		"podSubnet":     {c.Networking.PodSubnet, "10.244.0.0/16"},
+		"serviceSubnet": {c.Networking.ServiceSubnet, "10.96.0.0/12"},
+		"dnsDomain":     {c.Networking.DNSDomain, "cluster.local"},
+		"plugin":        {c.Networking.Plugin, "flannel"},
+		"keyAlgorithm":  {c.PKI.KeyAlgorithm, "ecdsa-p256"},
+		"certValidity":  {c.PKI.CertValidity.String(), "365d"},
+		"caValidity":    {c.PKI.CAValidity.String(), "3650d"},
+		"ssh.user":      {c.SSH.User, "root"},
+		"sudo":          {c.SSH.Sudo, "auto"},
+		"cgroupDriver":  {c.Kubelet.CgroupDriver, "systemd"},
+		"imageRepo":     {c.ImageRepository, "registry.k8s.io"},
+	}
+	for name, got := range checks {
+		if got[0] != got[1] {
+			t.Errorf("%s = %q, want %q", name, got[0], got[1])
+		}
+	}
+	if c.SSH.Port != 22 || c.Networking.NodeCIDRMaskSize != 24 || c.SSH.Agent == nil || !*c.SSH.Agent {
+		t.Errorf("port %d, mask %d, agent %v", c.SSH.Port, c.Networking.NodeCIDRMaskSize, c.SSH.Agent)
+	}
+	if got := c.Where("masters[0].address"); got != "t.yaml:6:14" {
+		t.Errorf("Where(masters[0].address) = %q", got)
+	}
+}
+
+func TestEnvSubstitution(t *testing.T) {
+	doc := minimal + `    ssh:
+      port: ${PORT}
+      user: ${USER_NAME:-admin}
+      identityFile: "$${HOME}/key"
+workers:
+  - name: w1
+    address: ${W1}
+`
+	c, err := Parse("t.yaml", []byte(doc), env(map[string]string{"PORT": "2222", "W1": "10.0.0.9", "USER_NAME": ""}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := c.Nodes()[0]
+	if n.SSH.Port != 2222 || n.SSH.User != "admin" || n.SSH.IdentityFile != "${HOME}/key" {
+		t.Errorf("ssh after substitution: %+v", n.SSH)
+	}
+	if c.Workers[0].Address != "10.0.0.9" {
+		t.Errorf("worker address %q", c.Workers[0].Address)
+	}
+}
+
+func TestSSHOverridesMerge(t *testing.T) {
+	doc := `apiVersion: kforge.dev/v1alpha1
+kind: Cluster
+name: t
+ssh:
+  user: ubuntu
+  port: 2200
+  sudo: passwordless
+masters:
+  - name: m1
+    address: 10.0.0.1
+    ssh: {user: admin, agent: false}
+`
+	c, err := Parse("t.yaml", []byte(doc), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := c.Nodes()[0].SSH
+	if s.User != "admin" || s.Port != 2200 || s.Sudo != "passwordless" || *s.Agent {
+		t.Errorf("merged ssh %+v", s)
+	}
+}
+
+func TestAllErrorsReportedTogether(t *testing.T) {
+	doc := `apiVersion: kforge.dev/v1alpha1
+kind: Cluster
+name: Bad_Name
+networking:
+  podSubnet: 10.244.0.0/33
+masters:
+  - name: m1
+    adress: 10.0.0.1
+`
+	_, err := Parse("t.yaml", []byte(doc), env(nil))
+	var es Errors
+	if !errors.As(err, &es) {
+		t.Fatalf("want Errors, got %v", err)
+	}
+	// the unknown key stops decoding; the value errors come from validation once keys decode
+	if len(es) != 1 || es[0].Line != 8 {
+		t.Fatalf("decode errors: %v", err)
+	}
+	doc = strings.Replace(doc, "adress", "address", 1)
+	_, err = Parse("t.yaml", []byte(doc), env(nil))
+	if !errors.As(err, &es) || len(es) != 2 || es[0].Line != 3 || es[1].Line != 5 {
+		t.Fatalf("want two errors on lines 3 and 5, got %v", err)
+	}
+}
+
+func TestLoadResolvesPathsAndChecksFiles(t *testing.T) {
+	dir := t.TempDir()
+	doc := minimal + `pki:
+  externalCA: {cert: ca.crt, key: ca.key}
+addons:
+  - path: addons/x.yaml
+bundle: ./bundle
+`
+	f := filepath.Join(dir, "k.yaml")
+	if err := os.WriteFile(f, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Load(f)
+	var es Errors
+	if !errors.As(err, &es) || len(es) != 3 {
+		t.Fatalf("want 3 missing-file errors, got %v", err)
+	}
+	for _, e := range es {
+		if !strings.Contains(e.Msg, "no such file") || e.Line < 8 {
+			t.Errorf("missing file error %v", e)
+		}
+	}
+	for _, p := range []string{"ca.crt", "ca.key", "addons/x.yaml"} {
+		os.MkdirAll(filepath.Dir(filepath.Join(dir, p)), 0o700)
+		os.WriteFile(filepath.Join(dir, p), []byte("x"), 0o600)
+	}
+	c, err := Load(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.PKI.ExternalCA.Cert != filepath.Join(dir, "ca.crt") || c.Bundle != filepath.Join(dir, "bundle") || c.Addons[0].Path != filepath.Join(dir, "addons/x.yaml") {
+		t.Errorf("paths not resolved: %+v %q %+v", c.PKI.ExternalCA, c.Bundle, c.Addons)
+	}
+	if _, err := Load(filepath.Join(dir, "nope.yaml")); err == nil || !strings.Contains(err.Error(), "nope.yaml not found") {
+		t.Errorf("missing inventory: %v", err)
+	}
+}
+
+func TestExamplesAreValid(t *testing.T) {
+	files, _ := filepath.Glob("../examples/*.yaml")
+	if len(files) < 2 {
+		t.Fatalf("examples: %v", files)
+	}
+	for _, f := range files {
+		if _, err := Load(f); err != nil {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+}
+
+func TestDurationParse(t *testing.T) {
+	for in, want := range map[string]string{"365d": "365d", "8760h": "365d", "90m": "1h30m0s", "1h30m": "1h30m0s"} {
+		d, err := ParseDuration(in)
+		if err != nil || d.String() != want {
+			t.Errorf("ParseDuration(%q) = %v, %v; want %s", in, d, err, want)
+		}
+	}
+	for _, in := range []string{"", "0d", "-1h", "1y", "d", "0s"} {
+		if _, err := ParseDuration(in); err == nil {
+			t.Errorf("ParseDuration(%q) accepted", in)
+		}
+	}
+}

@@ -1,0 +1,108 @@
+package inventory
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+// head is lines 1-3 of most cases below; the line numbers in the table count from it.
+const head = "apiVersion: kforge.dev/v1alpha1\nkind: Cluster\nname: t\n"
+
+// m1 is a valid masters block (lines 4-6 when it follows head).
+const m1 = "masters:\n  - name: m1\n    address: 10.0.0.1\n"
+
+// TestMalformedInventories: every bad inventory is refused with the exact line, the field's
+// path, and a message naming what is wrong.
+func TestMalformedInventories(t *testing.T) {
+	cases := []struct {
+		name  string
+		doc   string
+		env   map[string]string
+		line  int
+		field string
+		msg   string
+	}{
+		{"empty file", "", nil, 1, "", "file is empty"},
+		{"yaml syntax", head + "masters:\n  - name: m1\n   address: [\n", nil, 4, "", "YAML syntax"},
+		{"two documents", head + m1 + "---\nname: x\n", nil, 7, "", "second YAML document"},
+		{"not a mapping", "- a\n- b\n", nil, 1, "", "want a mapping"},
+		{"missing apiVersion", "kind: Cluster\nname: t\n" + m1, nil, 1, "apiVersion", "apiVersion is required"},
+		{"wrong apiVersion", "apiVersion: kforge.dev/v2\nkind: Cluster\nname: t\n" + m1, nil, 1, "apiVersion", `unsupported apiVersion "kforge.dev/v2"`},
+		{"wrong kind", "apiVersion: kforge.dev/v1alpha1\nkind: Clustr\nname: t\n" + m1, nil, 2, "kind", `unsupported kind "Clustr"`},
+		{"unknown top-level field", head + "mastres: []\n" + m1, nil, 4, "mastres", `unknown field "mastres"`},
+		{"unknown host field, suggestion", head + "masters:\n  - name: m1\n    adress: 10.0.0.1\n", nil, 6, "masters[0].adress", `did you mean "address"`},
+		{"duplicate key", head + "name: u\n" + m1, nil, 4, "name", `"name" is set twice (first on line 3)`},
+		{"cluster name invalid", "apiVersion: kforge.dev/v1alpha1\nkind: Cluster\nname: My_Cluster\n" + m1, nil, 3, "name", `"My_Cluster" is not a valid cluster name`},
+		{"cluster name missing", "apiVersion: kforge.dev/v1alpha1\nkind: Cluster\n" + m1, nil, 1, "name", "cluster name is required"},
+		{"no masters", head + "masters: []\n", nil, 4, "masters", "at least one master"},
+		{"masters not a list", head + "masters: m1\n", nil, 4, "masters", "want a list"},
+		{"host name missing", head + "masters:\n  - address: 10.0.0.1\n", nil, 5, "masters[0].name", "name is required"},
+		{"host name not a DNS label", head + "masters:\n  - name: M1.local\n    address: 10.0.0.1\n", nil, 5, "masters[0].name", `"M1.local" is not a valid node name`},
+		{"address missing", head + "masters:\n  - name: m1\n", nil, 5, "masters[0].address", "address is required"},
+		{"address invalid IP", head + "masters:\n  - name: m1\n    address: 10.0.0.256\n", nil, 6, "masters[0].address", `"10.0.0.256" is not a valid address`},
+		{"DNS address without internalAddress", head + "masters:\n  - name: m1\n    address: m1.example.com\n", nil, 5, "masters[0].internalAddress", "is a DNS name and no internalAddress"},
+		{"internalAddress not an IP", head + "masters:\n  - name: m1\n    address: 10.0.0.1\n    internalAddress: eth0\n", nil, 7, "masters[0].internalAddress", `"eth0" is not an IP address`},
+		{"duplicate name", head + m1 + "workers:\n  - name: m1\n    address: 10.0.0.2\n", nil, 8, "workers[0].name", `name "m1" is already used by masters[0]`},
+		{"duplicate address", head + m1 + "workers:\n  - name: w1\n    address: 10.0.0.1\n", nil, 9, "workers[0].address", "address 10.0.0.1:22 is already used by m1"},
+		{"master listed twice", head + m1 + "  - name: m1\n    address: 10.0.0.1\n", nil, 7, "masters[1]", `host "m1" is listed twice in masters`},
+		{"master also a worker", head + m1 + "workers:\n  - name: m1\n    address: 10.0.0.1\n", nil, 8, "workers[0]", `listed both as a master`},
+		{"duplicate internal address", head + "masters:\n  - {name: m1, address: 192.0.2.1, internalAddress: 10.0.0.1}\n  - {name: m2, address: 192.0.2.2, internalAddress: 10.0.0.1}\ncontrolPlaneEndpoint: lb:6443\n", nil, 6, "masters[1].internalAddress", "internal address 10.0.0.1 is already used by m1"},
+		{"HA without endpoint", head + m1 + "  - name: m2\n    address: 10.0.0.2\n", nil, 4, "masters", "2 masters need a controlPlaneEndpoint"},
+		{"endpoint bad port", head + "controlPlaneEndpoint: lb.example.com:99999\n" + m1, nil, 4, "controlPlaneEndpoint", "not a valid host:port"},
+		{"version unparseable", head + "kubernetesVersion: latest\n" + m1, nil, 4, "kubernetesVersion", `"vlatest" is not a Kubernetes version`},
+		{"version unsupported", head + "kubernetesVersion: v1.29.0\n" + m1, nil, 4, "kubernetesVersion", "v1.29.0 is not supported"},
+		{"pod subnet not a CIDR", head + "networking:\n  podSubnet: 10.244.0.0\n" + m1, nil, 5, "networking.podSubnet", `"10.244.0.0" is not a CIDR`},
+		{"pod subnet host bits", head + "networking:\n  podSubnet: 10.244.1.0/16\n" + m1, nil, 5, "networking.podSubnet", "did you mean 10.244.0.0/16"},
+		{"subnets overlap", head + "networking:\n  podSubnet: 10.0.0.0/8\n  serviceSubnet: 10.96.0.0/12\n" + "masters:\n  - name: m1\n    address: 192.168.0.1\n", nil, 6, "networking.serviceSubnet", "overlaps podSubnet 10.0.0.0/8"},
+		{"service subnet too large", head + "networking:\n  serviceSubnet: 172.0.0.0/8\n" + m1, nil, 5, "networking.serviceSubnet", "too large"},
+		{"node inside pod subnet", head + "networking:\n  podSubnet: 10.0.0.0/16\n" + m1, nil, 8, "masters[0].address", "lies inside podSubnet 10.0.0.0/16"},
+		{"node mask does not fit", head + "networking:\n  nodeCIDRMaskSize: 8\n" + m1, nil, 5, "networking.nodeCIDRMaskSize", "does not fit podSubnet"},
+		{"mask not a number", head + "networking:\n  nodeCIDRMaskSize: big\n" + m1, nil, 5, "networking.nodeCIDRMaskSize", `want a number, got "big"`},
+		{"dns domain", head + "networking:\n  dnsDomain: -bad-\n" + m1, nil, 5, "networking.dnsDomain", "not a valid DNS domain"},
+		{"unknown plugin", head + "networking:\n  plugin: calico\n" + m1, nil, 5, "networking.plugin", `unknown pod network plugin "calico"`},
+		{"unknown key algorithm", head + "pki:\n  keyAlgorithm: dsa\n" + m1, nil, 5, "pki.keyAlgorithm", `unknown key algorithm "dsa"`},
+		{"bad validity", head + "pki:\n  certValidity: 1y\n" + m1, nil, 5, "pki.certValidity", "not a duration"},
+		{"cert outlives CA", head + "pki:\n  certValidity: 4000d\n  caValidity: 3650d\n" + m1, nil, 5, "pki.certValidity", "cannot outlive its CA"},
+		{"bad SAN", head + "pki:\n  apiServerCertSANs: [ok.example.com, 'not a name']\n" + m1, nil, 5, "pki.apiServerCertSANs[1]", "not an IP address or DNS name"},
+		{"external CA without key", head + "pki:\n  externalCA:\n    cert: ca.crt\n" + m1, nil, 5, "pki.externalCA.key", "key is required"},
+		{"ssh port out of range", head + "ssh:\n  port: 70000\n" + m1, nil, 5, "ssh.port", "port 70000 is out of range"},
+		{"secret instead of env name", head + "ssh:\n  sudo: password\n  sudoPasswordEnv: hunter2!\n" + m1, nil, 6, "ssh.sudoPasswordEnv", "not an environment variable name"},
+		{"sudo password without env", head + "ssh:\n  sudo: password\n" + m1, nil, 4, "ssh.sudoPasswordEnv", "sudo: password needs sudoPasswordEnv"},
+		{"unknown sudo mode", head + "ssh:\n  sudo: doas\n" + m1, nil, 5, "ssh.sudo", `unknown sudo mode "doas"`},
+		{"bad pinned host key", head + m1 + "    ssh:\n      hostKey: ssh-ed25519 AAAA\n", nil, 8, "masters[0].ssh.hostKey", "not an SSH public key"},
+		{"bastion bad address", head + "ssh:\n  bastions:\n    - address: 'bastion:'\n" + m1, nil, 6, "ssh.bastions[0].address", "not a valid address"},
+		{"agent not a bool", head + "ssh:\n  agent: yes\n" + m1, nil, 5, "ssh.agent", `want true or false, got "yes"`},
+		{"bad label key", head + m1 + "    labels:\n      'example.com/a/b': x\n", nil, 8, "masters[0].labels.example.com/a/b", "invalid name part"},
+		{"bad label value", head + m1 + "    labels:\n      tier: 'has space'\n", nil, 8, "masters[0].labels.tier", `label value "has space" is not valid`},
+		{"bad taint effect", head + m1 + "    taints:\n      - {key: gpu, effect: NoWay}\n", nil, 8, "masters[0].taints[0].effect", `unknown taint effect "NoWay"`},
+		{"kubelet flag with dashes", head + "kubelet:\n  extraArgs:\n    --max-pods: '10'\n" + m1, nil, 6, "kubelet.extraArgs.--max-pods", "leading dashes"},
+		{"unknown cgroup driver", head + "kubelet:\n  cgroupDriver: cgroupv2\n" + m1, nil, 5, "kubelet.cgroupDriver", `unknown cgroup driver "cgroupv2"`},
+		{"runtime endpoint not unix", head + "containerRuntime:\n  endpoint: tcp://x:1\n" + m1, nil, 5, "containerRuntime.endpoint", "not a unix socket URL"},
+		{"env var unset", head + "masters:\n  - name: m1\n    address: ${M1_ADDR}\n", nil, 6, "masters[0].address", "environment variable M1_ADDR is not set"},
+		{"env var unclosed", head + "masters:\n  - name: m1\n    address: ${M1_ADDR\n", nil, 6, "masters[0].address", "unclosed"},
+		{"env substitution gives bad port", head + "ssh:\n  port: ${P}\n" + m1, map[string]string{"P": "twenty"}, 5, "ssh.port", `want a number, got "twenty"`},
+		{"addon without path", head + m1 + "addons:\n  - {}\n", nil, 8, "addons[0].path", "path is required"},
+	}
+	if len(cases) < 30 {
+		t.Fatalf("only %d cases", len(cases))
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse("bad.yaml", []byte(tc.doc), env(tc.env))
+			var es Errors
+			if !errors.As(err, &es) {
+				t.Fatalf("want inventory.Errors, got %v", err)
+			}
+			for _, e := range es {
+				if e.Line == tc.line && e.Field == tc.field && strings.Contains(e.Error(), tc.msg) {
+					if !strings.HasPrefix(e.Error(), "bad.yaml:") {
+						t.Errorf("error does not start with the file name: %q", e.Error())
+					}
+					return
+				}
+			}
+			t.Errorf("want line %d field %q msg ~%q; got:\n%v", tc.line, tc.field, tc.msg, err)
+		})
+	}
+}
