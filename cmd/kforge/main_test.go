@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 )
@@ -28,5 +30,66 @@ func TestUnknownCommandIsUsageError(t *testing.T) {
 	code, out, errs := kforge(t, "frobnicate")
 	if code != exitInvalid || out != "" || !strings.Contains(errs, "frobnicate") {
 		t.Fatalf("code %d, stdout %q, stderr %q", code, out, errs)
+	}
+}
+
+func TestInventoryValidate(t *testing.T) {
+	code, out, errs := kforge(t, "inventory", "validate", "../../examples/single-master.yaml", "../../examples/ha.yaml")
+	if code != 0 || errs != "" || strings.Count(out, "valid") != 2 {
+		t.Fatalf("examples: code %d, stdout %q, stderr %q", code, out, errs)
+	}
+
+	bad := t.TempDir() + "/bad.yaml"
+	writeFile(t, bad, "apiVersion: kforge.dev/v1alpha1\nkind: Cluster\nname: t\nmasters:\n  - name: m1\n    address: 10.0.0.300\n")
+	code, out, errs = kforge(t, "-i", bad, "inventory", "validate")
+	if code != exitInvalid || out != "" {
+		t.Fatalf("broken file: code %d, stdout %q", code, out)
+	}
+	if want := bad + ":6:14: masters[0].address:"; !strings.HasPrefix(errs, want) {
+		t.Fatalf("stderr %q does not start with %q", errs, want)
+	}
+
+	code, out, errs = kforge(t, "--output", "json", "inventory", "validate", bad)
+	if code != exitInvalid || out != "" || !strings.Contains(errs, `"event":"error"`) || !strings.Contains(errs, "bad.yaml:6:14") {
+		t.Fatalf("json: code %d, stdout %q, stderr %q", code, out, errs)
+	}
+}
+
+func TestInventorySchemaIsJSON(t *testing.T) {
+	code, out, _ := kforge(t, "inventory", "schema")
+	var v map[string]any
+	if code != 0 || json.Unmarshal([]byte(out), &v) != nil || v["title"] == nil {
+		t.Fatalf("code %d, stdout %.200q", code, out)
+	}
+}
+
+func TestPlan(t *testing.T) {
+	code, out, errs := kforge(t, "-i", "../../examples/ha.yaml", "plan")
+	if code != 0 || errs != "" {
+		t.Fatalf("code %d, stderr %q", code, errs)
+	}
+	for _, want := range []string{"Cluster prod-eu1", "k8s-api.prod.example.com:6443", "1. connect", "control-plane", "[cp1, cp2, cp3]", "join-workers", "kubeconfig"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("plan lacks %q:\n%s", want, out)
+		}
+	}
+	code, out, _ = kforge(t, "-i", "../../examples/single-master.yaml", "--output", "json", "plan")
+	var p struct {
+		Cluster string
+		Tasks   []struct{ Name string }
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &p) != nil || p.Cluster != "demo" || len(p.Tasks) < 10 {
+		t.Fatalf("json plan: code %d, %q", code, out)
+	}
+	code, out, errs = kforge(t, "-i", "does-not-exist.yaml", "plan")
+	if code == 0 || out != "" || !strings.Contains(errs, "does-not-exist.yaml not found") {
+		t.Fatalf("missing inventory: code %d, stdout %q, stderr %q", code, out, errs)
+	}
+}
+
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -1,0 +1,70 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/kforge/kforge/inventory"
+	"github.com/kforge/kforge/pki"
+	"github.com/kforge/kforge/tasks"
+)
+
+// PlanCmd shows the validated cluster and what apply would do, changing nothing.
+type PlanCmd struct{}
+
+type planHost struct {
+	Name    string            `json:"name"`
+	Role    inventory.Role    `json:"role"`
+	Address string            `json:"address"`
+	NodeIP  string            `json:"nodeIP"`
+	Labels  map[string]string `json:"labels,omitempty"`
+}
+
+func (PlanCmd) Run(s *streams, g *Globals) error {
+	c, err := loadInventory(g)
+	if err != nil {
+		return err
+	}
+	steps := tasks.Apply(c)
+	var hosts []planHost
+	for _, n := range c.Nodes() {
+		hosts = append(hosts, planHost{n.Name, n.Role, n.Address, n.NodeIP(), n.Labels})
+	}
+	if g.Output == "json" {
+		return json.NewEncoder(s.Out).Encode(map[string]any{
+			"cluster":           c.Name,
+			"kubernetesVersion": c.KubernetesVersion,
+			"apiEndpoint":       pki.Endpoint(c),
+			"networking":        c.Networking,
+			"hosts":             hosts,
+			"tasks":             steps,
+		})
+	}
+
+	w := tabwriter.NewWriter(s.Out, 0, 4, 2, ' ', 0)
+	n := c.Networking
+	fmt.Fprintf(w, "Cluster %s\tKubernetes %s\n", c.Name, c.KubernetesVersion)
+	fmt.Fprintf(w, "  API endpoint\t%s\n", pki.Endpoint(c))
+	fmt.Fprintf(w, "  networking\tpods %s (/%d per node), services %s, DNS %s, pod network %s\n", n.PodSubnet, n.NodeCIDRMaskSize, n.ServiceSubnet, n.DNSDomain, n.Plugin)
+	fmt.Fprintf(w, "  PKI\t%s, certificates %s, CAs %s\n", c.PKI.KeyAlgorithm, c.PKI.CertValidity, c.PKI.CAValidity)
+	if c.Bundle != "" {
+		fmt.Fprintf(w, "  bundle\t%s\n", c.Bundle)
+	}
+	for _, h := range hosts {
+		fmt.Fprintf(w, "  %s\t%s\t%s\n", h.Role, h.Name, h.Address)
+	}
+	fmt.Fprintf(w, "\nkforge apply will run:\n")
+	for i, t := range steps {
+		where := string(t.Scope)
+		if t.Scope == tasks.OnHosts {
+			where = strings.Join(t.Hosts, ", ")
+			if len(t.Hosts) > 5 {
+				where = fmt.Sprintf("%s +%d more", strings.Join(t.Hosts[:4], ", "), len(t.Hosts)-4)
+			}
+		}
+		fmt.Fprintf(w, "%3d. %s\t%s\t[%s]\n", i+1, t.Name, t.Description, where)
+	}
+	return w.Flush()
+}
