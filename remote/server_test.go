@@ -219,7 +219,10 @@ func (s *testServer) session(conn *ssh.ServerConn, ch ssh.Channel, reqs <-chan *
 				cmd.Env = append(cmd.Env, "FAKE_SUDO_PASSWORD="+s.sudoPassword)
 			}
 			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-			cmd.Stdin, cmd.Stdout, cmd.Stderr = ch, ch, ch.Stderr()
+			// Like sshd, do not wait for the client's stdin to end once the command exited.
+			cmd.Stdout, cmd.Stderr = ch, ch.Stderr()
+			stdin, _ := cmd.StdinPipe()
+			go func() { io.Copy(stdin, ch); stdin.Close() }()
 			if err := cmd.Start(); err != nil {
 				ch.SendRequest("exit-status", false, ssh.Marshal(struct{ C uint32 }{127}))
 				return

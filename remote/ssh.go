@@ -270,22 +270,24 @@ type proc struct {
 	ready  chan struct{}
 }
 
-// wrap turns command into what runs on the host: as is for root, under sudo otherwise. With a
-// sudo password, sudo prompts with a unique prompt on stderr (answered from the filter) and the
-// shell prints a unique marker once sudo let it run.
+// wrap turns command into what runs on the host: as is for root, under sudo otherwise. Under
+// sudo, the shell first prints a unique marker with its process group on stderr, so the caller
+// knows the command runs (and sudo's prompt, if any, is over) and can end the whole group at a
+// deadline: sshd sends signals with the login user's rights, which cannot reach root processes.
+// With a sudo password, sudo prompts with a unique prompt that the filter answers on stdin.
 func (h *SSH) wrap(command string) (string, *sudoFilter) {
-	switch h.sudo {
-	case SudoPasswordless:
-		return "sudo -n -- sh -c " + Quote(command), nil
-	case SudoPassword:
-		nonce := make([]byte, 8)
-		rand.Read(nonce)
-		n := hex.EncodeToString(nonce)
-		f := &sudoFilter{prompt: []byte("[kforge-sudo-" + n + "]"), marker: []byte("kforge-run-" + n + "\n"), password: h.sudoPW}
-		script := "printf '%s\\n' " + string(f.marker[:len(f.marker)-1]) + ` >&2; exec sh -c "$1"`
-		return "sudo -S -p " + Quote(string(f.prompt)) + " -- sh -c " + Quote(script) + " kforge " + Quote(command), f
+	if h.sudo != SudoPasswordless && h.sudo != SudoPassword {
+		return command, nil
 	}
-	return command, nil
+	nonce := make([]byte, 8)
+	rand.Read(nonce)
+	n := hex.EncodeToString(nonce)
+	f := &sudoFilter{prompt: []byte("[kforge-sudo-" + n + "]"), marker: []byte("kforge-run-" + n + ":"), password: h.sudoPW}
+	script := `read -r _ _ _ _ g _ </proc/$$/stat; printf '` + string(f.marker) + `%s\n' "$g" >&2; exec sh -c "$1"`
+	if h.sudo == SudoPasswordless {
+		return "sudo -n -- sh -c " + Quote(script) + " kforge " + Quote(command), f
+	}
+	return "sudo -S -p " + Quote(string(f.prompt)) + " -- sh -c " + Quote(script) + " kforge " + Quote(command), f
 }
 
 func (h *SSH) start(command string, stdout, stderr io.Writer) (*proc, error) {
@@ -385,21 +387,47 @@ func (h *SSH) Run(ctx context.Context, c Cmd) error {
 	return runErr
 }
 
-// stop ends a remote command whose context is done: SIGTERM (sudo passes it on), a moment to
-// exit, then SIGKILL and closing the session.
+// stop ends a remote command whose context is done: SIGTERM to the command (through sshd, and
+// to its process group as root when it runs under sudo), a moment to exit, then SIGKILL and
+// closing the session.
 func (h *SSH) stop(p *proc, done <-chan error) {
+	pg := p.filter.group()
 	p.sess.Signal(ssh.SIGTERM)
+	if pg > 1 {
+		h.killGroup(pg, "TERM")
+	}
 	select {
 	case <-done:
 		return
 	case <-time.After(2 * time.Second):
 	}
 	p.sess.Signal(ssh.SIGKILL)
+	if pg > 1 {
+		h.killGroup(pg, "KILL")
+	}
 	p.sess.Close()
 	select {
 	case <-done:
 	case <-time.After(5 * time.Second):
 	}
+}
+
+// killGroup sends sig to process group pg on the host, as root, on a new session; bounded, and
+// never itself stopped by stop.
+func (h *SSH) killGroup(pg int, sig string) {
+	p, err := h.start(fmt.Sprintf("kill -%s -- -%d 2>/dev/null || true", sig, pg), io.Discard, nil)
+	if err != nil {
+		return
+	}
+	defer p.sess.Close()
+	p.stdin.Close()
+	done := make(chan error, 1)
+	go func() { done <- p.sess.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+	}
+	h.log.Debug("killed remote process group", "host", h.name, "pgid", pg, "signal", sig)
 }
 
 func (h *SSH) ctxError(ctx context.Context, op string, after time.Duration, p *proc) error {
@@ -446,9 +474,9 @@ func orDiscard(w io.Writer) io.Writer {
 	return w
 }
 
-// sudoFilter sits on stderr of a command run with a sudo password: it answers sudo's prompt
-// with the password (on stdin, once), spots the marker printed once the command runs, and passes
-// everything after it through.
+// sudoFilter sits on stderr of a command run under sudo: it answers sudo's prompt with the
+// password (on stdin, once), spots the marker (and process group) printed once the command
+// runs, and passes everything after it through.
 type sudoFilter struct {
 	prompt, marker []byte
 	password       Secret
@@ -462,6 +490,7 @@ type sudoFilter struct {
 	buf     []byte
 	prompts int
 	passed  bool
+	pgid    int
 }
 
 func (f *sudoFilter) Write(p []byte) (int, error) {
@@ -475,24 +504,41 @@ func (f *sudoFilter) Write(p []byte) (int, error) {
 		if i := bytes.Index(f.buf, f.prompt); i >= 0 {
 			f.buf = append(f.buf[:i:i], f.buf[i+len(f.prompt):]...)
 			f.prompts++
-			if f.prompts == 1 {
+			if f.prompts == 1 && f.password != "" {
 				io.WriteString(f.stdin, f.password.Reveal()+"\n")
-			} else if f.prompts == 2 {
+			} else if f.prompts == 2 || f.password == "" {
 				close(f.rejected)
 			}
 			continue
 		}
-		if i := bytes.Index(f.buf, f.marker); i >= 0 {
-			rest := f.buf[i+len(f.marker):]
-			f.buf = nil
-			f.passed = true
-			close(f.ready)
-			if len(rest) > 0 {
-				f.out.Write(rest)
-			}
+		i := bytes.Index(f.buf, f.marker)
+		if i < 0 {
+			return len(p), nil
+		}
+		j := bytes.IndexByte(f.buf[i:], '\n')
+		if j < 0 {
+			return len(p), nil // the rest of the marker line is still on its way
+		}
+		fmt.Sscan(string(f.buf[i+len(f.marker):i+j]), &f.pgid)
+		rest := f.buf[i+j+1:]
+		f.buf = nil
+		f.passed = true
+		close(f.ready)
+		if len(rest) > 0 {
+			f.out.Write(rest)
 		}
 		return len(p), nil
 	}
+}
+
+// group is the remote command's process group, once known.
+func (f *sudoFilter) group() int {
+	if f == nil {
+		return 0
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.pgid
 }
 
 // flush keeps what sudo said before the command ran (its error, when it refused) for the error.
