@@ -191,7 +191,10 @@ func masterFiles(c *inventory.Cluster, set *pki.Set, i int, o Options) ([]File, 
 		{"admin.conf", endpoint},
 		{"controller-manager.conf", local},
 		{"scheduler.conf", local},
-		{"kubelet.conf", endpoint},
+		// kubeadm v1.36 points a master's kubelet at its own API server (init phase kubeconfig
+		// kubelet; join does the same after TLS bootstrap), so it works before the load
+		// balancer does.
+		{"kubelet.conf", local},
 	}
 	if i == 0 { // kubeadm creates super-admin.conf on the first master only (init, not join)
 		confs = append(confs, struct{ file, server string }{"super-admin.conf", endpoint})

@@ -282,7 +282,11 @@ func copyFile(t *testing.T, from, to string) {
 	if err := os.MkdirAll(filepath.Dir(to), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(to, data, 0o600); err != nil {
+	fi, err := os.Stat(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, data, fi.Mode().Perm()); err != nil {
 		t.Fatal(err)
 	}
 }
