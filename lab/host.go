@@ -200,11 +200,11 @@ func (l *Lab) startHost(ctx context.Context, h *hostState) error {
 }
 
 // waitSSH waits until every host's sshd sends its banner.
-func (l *Lab) waitSSH(ctx context.Context, timeout time.Duration) error {
+func (l *Lab) waitSSH(ctx context.Context, timeout time.Duration, hosts []*hostState) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	g, ctx := errgroup.WithContext(ctx)
-	for _, h := range l.st.Hosts {
+	for _, h := range hosts {
 		g.Go(func() error {
 			addr := net.JoinHostPort(h.Address, strconv.Itoa(h.Port))
 			var last error
@@ -223,6 +223,27 @@ func (l *Lab) waitSSH(ctx context.Context, timeout time.Duration) error {
 				case <-time.After(100 * time.Millisecond):
 				}
 			}
+		})
+	}
+	return g.Wait()
+}
+
+// waitRunning waits until systemd reports every host "running"; a host that ends up degraded
+// is an error naming its failed units.
+func (l *Lab) waitRunning(ctx context.Context, timeout time.Duration, hosts []*hostState) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(8)
+	for _, h := range hosts {
+		g.Go(func() error {
+			out, _ := l.Exec(ctx, h.Name, "systemctl", "is-system-running", "--wait")
+			if s := strings.TrimSpace(string(out)); s != "running" {
+				failed, _ := l.Exec(context.WithoutCancel(ctx), h.Name, "systemctl", "--failed", "--no-legend", "--plain")
+				return fmt.Errorf("lab host %s: systemd reports %q, not running (within %s); failed units: %s; look with `journalctl` inside the host (ssh, or nsenter)",
+					h.Name, s, timeout, strings.Join(strings.Fields(string(failed)), " "))
+			}
+			return nil
 		})
 	}
 	return g.Wait()
@@ -413,7 +434,8 @@ func (l *Lab) StopHost(ctx context.Context, host string) error {
 	return l.save()
 }
 
-// StartHost boots a stopped host again (same disk, keys and address) and waits for its sshd.
+// StartHost boots a stopped host again (same disk, keys and address) and waits until its sshd
+// answers and systemd runs.
 func (l *Lab) StartHost(ctx context.Context, host string) error {
 	h, err := l.host(host)
 	if err != nil {
@@ -429,6 +451,8 @@ func (l *Lab) StartHost(ctx context.Context, host string) error {
 	if err := l.save(); err != nil {
 		return err
 	}
-	sub := &Lab{Name: l.Name, st: state{Hosts: []*hostState{h}}, log: l.log}
-	return sub.waitSSH(ctx, 2*time.Minute)
+	if err := l.waitSSH(ctx, 2*time.Minute, []*hostState{h}); err != nil {
+		return err
+	}
+	return l.waitRunning(ctx, 2*time.Minute, []*hostState{h})
 }

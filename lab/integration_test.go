@@ -214,7 +214,7 @@ type snapshot struct {
 func takeSnapshot(t *testing.T, l *Lab) snapshot {
 	t.Helper()
 	s := snapshot{lab: l.Name, dir: l.Dir, pids: map[int]uint64{}, ns: map[string]bool{},
-		registry: filepath.Join(RegistryDir, l.Name+".json")}
+		registry: registryFile(l.Name)}
 	for _, h := range l.st.Hosts {
 		s.cgroups = append(s.cgroups, h.Cgroups...)
 		s.links = append(s.links, h.Veth)
@@ -556,6 +556,6 @@ func TestFailedUpCleansUp(t *testing.T) {
 	if _, err := Open("labfail"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("the failed lab is still registered: %v", err)
 	}
-	s := snapshot{lab: "labfail", dir: defaultDir("labfail"), registry: filepath.Join(RegistryDir, "labfail.json")}
+	s := snapshot{lab: "labfail", dir: defaultDir("labfail"), registry: registryFile("labfail")}
 	s.assertGone(t)
 }

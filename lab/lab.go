@@ -133,8 +133,8 @@ const (
 	lastHostOct   = 126
 	subnetPrefix  = "198.51.100."
 	defaultLabDir = "/var/lib/kforge/lab"
-	// RegistryDir is machine-wide: one JSON file per lab and the lock that serializes address
-	// allocation, the bridge and the inotify limit between labs.
+	// RegistryDir is machine-wide: one JSON file per lab under labs/, and the lock that
+	// serializes address allocation, the bridge and the inotify limit between labs.
 	RegistryDir = "/run/kforge/lab"
 )
 
@@ -207,7 +207,8 @@ func Prerequisites() error {
 	return nil
 }
 
-// Up brings up a lab and returns once every host's sshd answers. An existing lab of that name
+// Up brings up a lab and returns once every host's sshd answers and its systemd reports
+// "running" (so containerd is up too). An existing lab of that name
 // with the same shape and all hosts running is returned as is; any other existing lab of that
 // name is an error. A failed Up tears down what it created.
 func Up(ctx context.Context, o Options) (_ *Lab, err error) {
@@ -282,7 +283,10 @@ func Up(ctx context.Context, o Options) (_ *Lab, err error) {
 		return nil, err
 	}
 	log.Info("hosts started; waiting for sshd", "hosts", len(l.st.Hosts), "took", time.Since(start).Round(time.Millisecond))
-	if err := l.waitSSH(ctx, o.BootTimeout); err != nil {
+	if err := l.waitSSH(ctx, o.BootTimeout, l.st.Hosts); err != nil {
+		return nil, err
+	}
+	if err := l.waitRunning(ctx, o.BootTimeout, l.st.Hosts); err != nil {
 		return nil, err
 	}
 	log.Info("lab up", "hosts", len(l.st.Hosts), "took", time.Since(start).Round(time.Millisecond))
@@ -294,7 +298,7 @@ func Open(name string) (*Lab, error) {
 	if !nameRE.MatchString(name) {
 		return nil, fmt.Errorf("lab name %q: use 1-20 lowercase letters, digits and '-', starting with a letter", name)
 	}
-	b, err := os.ReadFile(filepath.Join(RegistryDir, name+".json"))
+	b, err := os.ReadFile(registryFile(name))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("lab %s: %w", name, ErrNotFound)
 	}
@@ -303,16 +307,19 @@ func Open(name string) (*Lab, error) {
 	}
 	var st state
 	if err := json.Unmarshal(b, &st); err != nil {
-		return nil, fmt.Errorf("lab %s: reading %s: %w", name, filepath.Join(RegistryDir, name+".json"), err)
+		return nil, fmt.Errorf("lab %s: reading %s: %w", name, registryFile(name), err)
 	}
 	l := &Lab{Name: st.Name, Dir: st.Dir, st: st, log: slog.New(slog.DiscardHandler)}
 	l.index()
 	return l, nil
 }
 
+// registryFile is where the lab called name is registered.
+func registryFile(name string) string { return filepath.Join(RegistryDir, "labs", name+".json") }
+
 // List returns the names of the labs registered on this machine.
 func List() ([]string, error) {
-	ents, err := os.ReadDir(RegistryDir)
+	ents, err := os.ReadDir(filepath.Join(RegistryDir, "labs"))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -380,7 +387,7 @@ func (l *Lab) host(name string) (*hostState, error) {
 // register allocates addresses under the registry lock, checks and creates the bridge, raises
 // the inotify limit when needed and writes the lab's registry entry.
 func (l *Lab) register(ctx context.Context, o Options) error {
-	if err := os.MkdirAll(RegistryDir, 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(RegistryDir, "labs"), 0o755); err != nil {
 		return err
 	}
 	unlock, err := lockFile(ctx, filepath.Join(RegistryDir, ".lock"))
@@ -388,7 +395,7 @@ func (l *Lab) register(ctx context.Context, o Options) error {
 		return err
 	}
 	defer unlock()
-	if _, err := os.Stat(filepath.Join(RegistryDir, o.Name+".json")); err == nil {
+	if _, err := os.Stat(registryFile(o.Name)); err == nil {
 		return fmt.Errorf("lab %s was created concurrently by another process", o.Name)
 	}
 	if _, err := os.Stat(o.Dir); err == nil {
@@ -484,7 +491,7 @@ func (l *Lab) saveLocked() error {
 	if err != nil {
 		return err
 	}
-	return writeAtomic(filepath.Join(RegistryDir, l.Name+".json"), b, 0o644)
+	return writeAtomic(registryFile(l.Name), b, 0o644)
 }
 
 func writeAtomic(path string, data []byte, mode os.FileMode) error {
@@ -630,7 +637,7 @@ func (l *Lab) Down(ctx context.Context) error {
 			return fmt.Errorf("lab %s: %w", l.Name, err)
 		}
 	}
-	if err := os.MkdirAll(RegistryDir, 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(RegistryDir, "labs"), 0o755); err != nil {
 		return err
 	}
 	unlock, err := lockFile(ctx, filepath.Join(RegistryDir, ".lock"))
@@ -638,7 +645,7 @@ func (l *Lab) Down(ctx context.Context) error {
 		return err
 	}
 	defer unlock()
-	if err := os.Remove(filepath.Join(RegistryDir, l.Name+".json")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := os.Remove(registryFile(l.Name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
 	others, err := l.otherLabs()
