@@ -54,19 +54,30 @@ type oracleCase struct {
 	algorithm string // kubeadm encryptionAlgorithm
 	certSANs  []string
 	masters   [][2]string // name, IP
+	// kubelet settings the inventory holds, repeated for kubeadm's KubeletConfiguration and
+	// kubeletExtraArgs; resolvConf is render's --resolv-conf.
+	maxPods       string
+	allowCgroupV1 bool
+	resolvConf    string
 }
 
 var oracleCases = []oracleCase{
 	{
-		name:      "ha-ecdsa",
-		endpoint:  "198.51.100.10:6443",
-		algorithm: "ECDSA-P256",
-		certSANs:  []string{"api.lab.example.test", "198.51.100.200"},
-		masters:   [][2]string{{"m1", "198.51.100.11"}, {"m2", "198.51.100.12"}, {"m3", "198.51.100.13"}},
+		name:          "ha-ecdsa",
+		endpoint:      "198.51.100.10:6443",
+		algorithm:     "ECDSA-P256",
+		certSANs:      []string{"api.lab.example.test", "198.51.100.200"},
+		masters:       [][2]string{{"m1", "198.51.100.11"}, {"m2", "198.51.100.12"}, {"m3", "198.51.100.13"}},
+		maxPods:       "150",
+		allowCgroupV1: true,
+		resolvConf:    "/etc/kforge/resolv.conf",
 		inventory: `apiVersion: kforge.dev/v1alpha1
 kind: Cluster
 name: lab
 controlPlaneEndpoint: 198.51.100.10:6443
+kubelet:
+  allowCgroupV1: true
+  extraArgs: {max-pods: "150"}
 pki:
   apiServerCertSANs: [api.lab.example.test, 198.51.100.200]
 masters:
@@ -108,6 +119,8 @@ localAPIEndpoint:
 nodeRegistration:
   name: %s
   criSocket: unix:///run/containerd/containerd.sock
+  kubeletExtraArgs:
+  - {name: node-ip, value: %s}
 ---
 apiVersion: kubeadm.k8s.io/v1beta4
 kind: ClusterConfiguration
@@ -122,28 +135,42 @@ networking:
   serviceSubnet: %s
   podSubnet: %s
   dnsDomain: %s
-`, m[1], m[0], clusterName, c.algorithm, certValidity, serviceSubnet, podSubnet, dnsDomain)
+`, m[1], m[0], m[1], clusterName, c.algorithm, certValidity, serviceSubnet, podSubnet, dnsDomain)
 	if c.endpoint != "" {
 		fmt.Fprintf(&b, "controlPlaneEndpoint: %s\n", c.endpoint)
 	}
 	if len(c.certSANs) > 0 {
 		fmt.Fprintf(&b, "apiServer:\n  certSANs: [%s]\n", strings.Join(c.certSANs, ", "))
 	}
-	return b.String()
+	b.WriteString("---\napiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncgroupDriver: systemd\n")
+	if c.allowCgroupV1 {
+		b.WriteString("failCgroupV1: false\n")
+	}
+	if c.resolvConf != "" {
+		fmt.Fprintf(&b, "resolvConf: %s\n", c.resolvConf)
+	}
+	out := b.String()
+	if c.maxPods != "" {
+		out = strings.Replace(out, "  kubeletExtraArgs:\n", fmt.Sprintf("  kubeletExtraArgs:\n  - {name: max-pods, value: %q}\n", c.maxPods), 1)
+	}
+	return out
 }
 
-// inNamespace runs script under sh in a private mount namespace in which /etc is an overlay
-// over the real /etc, so kubeadm's fixed /etc/kubernetes paths never touch the machine. The
-// namespace and its mounts vanish with the process.
+// inNamespace runs script under sh in a private mount namespace in which /etc and /var are
+// overlays over the real ones, so kubeadm's fixed /etc/kubernetes and /var/lib/kubelet paths
+// never touch the machine. The namespace and its mounts vanish with the process. Scripts run
+// kubeadm with an empty PATH so it finds no systemctl and cannot touch the machine's services.
 func inNamespace(t *testing.T, env map[string]string, script string) string {
 	t.Helper()
 	scratch := t.TempDir()
 	full := `set -eu
 mount -t tmpfs kforge-oracle "$SCRATCH"
 mkdir "$SCRATCH/upper" "$SCRATCH/work"
+mkdir "$SCRATCH/var-upper" "$SCRATCH/var-work"
 mount -t overlay kforge-oracle -o "lowerdir=/etc,upperdir=$SCRATCH/upper,workdir=$SCRATCH/work" /etc
-rm -rf /etc/kubernetes
-mkdir -p /etc/kubernetes
+mount -t overlay kforge-oracle -o "lowerdir=/var,upperdir=$SCRATCH/var-upper,workdir=$SCRATCH/var-work" /var
+rm -rf /etc/kubernetes /var/lib/kubelet
+mkdir -p /etc/kubernetes /var/lib/kubelet
 ` + script
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -199,7 +226,7 @@ func TestRenderMatchesKubeadm(t *testing.T) {
 			}
 			out := filepath.Join(dir, "render")
 			t.Setenv("KFORGE_BOOTSTRAP_TOKEN", "abcdef.0123456789abcdef")
-			code, _, stderr := kforge(t, "-i", inv, "--state-dir", filepath.Join(dir, "state"), "render", "-o", out, "--ca-cert-dirs", strings.Join(append(caDirs, ""), ","))
+			code, _, stderr := kforge(t, "-i", inv, "--state-dir", filepath.Join(dir, "state"), "render", "-o", out, "--resolv-conf", tc.resolvConf, "--ca-cert-dirs", strings.Join(append(caDirs, ""), ","))
 			if code != 0 {
 				t.Fatalf("render: %s", stderr)
 			}
@@ -226,19 +253,25 @@ func TestRenderMatchesKubeadm(t *testing.T) {
 				for _, f := range []string{"ca.crt", "ca.key", "front-proxy-ca.crt", "front-proxy-ca.key", "etcd/ca.crt", "etcd/ca.key", "sa.key", "sa.pub"} {
 					copyFile(t, filepath.Join(mine, "pki", f), filepath.Join(seed, f))
 				}
-				if err := os.MkdirAll(theirs, 0o700); err != nil {
-					t.Fatal(err)
+				for _, d := range []string{"etc-kubernetes", "var-lib-kubelet"} {
+					if err := os.MkdirAll(filepath.Join(theirs, d), 0o700); err != nil {
+						t.Fatal(err)
+					}
 				}
 				log := inNamespace(t, map[string]string{"KUBEADM": kubeadm, "CFG": cfg, "SEED": filepath.Dir(seed), "OUT": theirs}, `
 cp -a "$SEED/." /etc/kubernetes/
-"$KUBEADM" init phase certs all --config "$CFG"
-"$KUBEADM" init phase kubeconfig all --config "$CFG"
-"$KUBEADM" init phase control-plane all --config "$CFG"
-"$KUBEADM" init phase etcd local --config "$CFG"
-cp -a /etc/kubernetes/. "$OUT/"
+for phase in "certs all" "kubeconfig all" "control-plane all" "etcd local" "kubelet-start"; do
+	PATH=/nonexistent "$KUBEADM" init phase $phase --config "$CFG"
+done
+cp -a /etc/kubernetes/. "$OUT/etc-kubernetes/"
+cp -a /var/lib/kubelet/. "$OUT/var-lib-kubelet/"
 `)
 				t.Logf("kubeadm for %s:\n%s", m[0], log)
-				for _, d := range compareTrees(t, theirs, mine) {
+				for _, d := range compareTrees(t, filepath.Join(theirs, "etc-kubernetes"), mine) {
+					d.key = who + ": " + d.key
+					diffs = append(diffs, d)
+				}
+				for _, d := range compareKubelet(t, filepath.Join(theirs, "var-lib-kubelet"), filepath.Join(out, m[0], "var", "lib", "kubelet")) {
 					d.key = who + ": " + d.key
 					diffs = append(diffs, d)
 				}
@@ -261,7 +294,7 @@ cp -a /etc/kubernetes/. "$OUT/"
 			cfg := filepath.Join(dir, "kubeadm-"+tc.masters[0][0]+".yaml")
 			report := inNamespace(t, map[string]string{"KUBEADM": kubeadm, "CFG": cfg, "TREE": m1}, `
 cp -a "$TREE/." /etc/kubernetes/
-"$KUBEADM" certs check-expiration --config "$CFG"
+PATH=/nonexistent "$KUBEADM" certs check-expiration --config "$CFG"
 `)
 			checkExpirationReport(t, report, time.Duration(c.PKI.CertValidity))
 		})
@@ -634,4 +667,70 @@ func comparePods(t *testing.T, a, b string) []difference {
 	add("env", ca.Env, cb.Env)
 	add("securityContext (container)", ca.SecurityContext, cb.SecurityContext)
 	return out
+}
+
+// compareKubelet compares what `kubeadm init phase kubelet-start` writes in /var/lib/kubelet
+// with kforge's: config.yaml and instance-config.yaml field by field, kubeadm-flags.env flag by
+// flag.
+func compareKubelet(t *testing.T, theirs, mine string) []difference {
+	t.Helper()
+	var out []difference
+	for _, f := range []string{"config.yaml", "instance-config.yaml"} {
+		read := func(p string) map[string]any {
+			data, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := map[string]any{}
+			if err := yaml.Unmarshal(data, &m); err != nil {
+				t.Fatalf("%s: %v", p, err)
+			}
+			return m
+		}
+		a, b := read(filepath.Join(theirs, f)), read(filepath.Join(mine, f))
+		for _, k := range unionKeys(a, b) {
+			if !reflect.DeepEqual(a[k], b[k]) {
+				out = append(out, difference{"/var/lib/kubelet/" + f + " " + k, fmt.Sprintf("kubeadm %s, kforge %s", show(a[k]), show(b[k]))})
+			}
+		}
+	}
+	flags := func(p string) map[string]any {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		line := strings.TrimSpace(string(data))
+		v, ok := strings.CutPrefix(line, "KUBELET_KUBEADM_ARGS=")
+		if !ok {
+			t.Fatalf("%s: %q", p, line)
+		}
+		m := map[string]any{}
+		for _, a := range strings.Fields(strings.Trim(v, `"`)) {
+			k, val, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+			m[k] = val
+		}
+		return m
+	}
+	a, b := flags(filepath.Join(theirs, "kubeadm-flags.env")), flags(filepath.Join(mine, "kubeadm-flags.env"))
+	for _, k := range unionKeys(a, b) {
+		if a[k] != b[k] {
+			out = append(out, difference{"/var/lib/kubelet/kubeadm-flags.env flag --" + k, fmt.Sprintf("kubeadm %v, kforge %v", a[k], b[k])})
+		}
+	}
+	return out
+}
+
+func unionKeys(a, b map[string]any) []string {
+	seen := map[string]bool{}
+	var keys []string
+	for _, m := range []map[string]any{a, b} {
+		for k := range m {
+			if !seen[k] {
+				seen[k] = true
+				keys = append(keys, k)
+			}
+		}
+	}
+	sort.Strings(keys)
+	return keys
 }
