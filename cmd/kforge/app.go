@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/alecthomas/kong"
 )
@@ -70,18 +71,22 @@ func run(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	io := &streams{Out: stdout, Err: stderr}
+	log, dl := newLogger(&cli.Globals, stderr, time.Now())
+	defer dl.Close()
 	kctx.BindTo(ctx, (*context.Context)(nil))
-	kctx.Bind(io, &cli.Globals)
+	kctx.Bind(io, &cli.Globals, log)
+	log.Debug("kforge", "version", version, "args", args)
 	err = kctx.Run()
 	if err == nil {
 		return exitOK
 	}
+	log.Debug("command failed", "err", err)
+	code := exitCode(err)
 	if ctx.Err() != nil {
-		printError(io, &cli.Globals, fmt.Errorf("interrupted: %w", err))
-		return exitInterrupted
+		err, code = fmt.Errorf("interrupted: %w", err), exitInterrupted
 	}
-	printError(io, &cli.Globals, err)
-	return exitCode(err)
+	printError(io, &cli.Globals, err, logHint(dl))
+	return code
 }
 
 func isHelp(args []string) bool {
@@ -112,25 +117,31 @@ func exitCode(err error) int {
 type detailer interface{ Details() []string }
 
 // printError is the one place an error becomes text for a person (or JSON for a machine).
-func printError(s *streams, g *Globals, err error) {
+// hint, when not empty, says where to read more (the debug log).
+func printError(s *streams, g *Globals, err error, hint string) {
 	var details []string
 	var d detailer
 	if errors.As(err, &d) {
 		details = d.Details()
 	}
 	if g.Output == "json" {
-		ev := map[string]any{"event": "error", "error": err.Error()}
+		ev := map[string]any{"event": "error", "error": redactString(err.Error())}
 		if details != nil {
 			ev["details"] = details
+		}
+		if hint != "" {
+			ev["log"] = hint
 		}
 		_ = json.NewEncoder(s.Err).Encode(ev)
 		return
 	}
 	if details == nil {
-		fmt.Fprintf(s.Err, "kforge: error: %v\n", err)
-		return
+		details = []string{"kforge: error: " + err.Error()}
 	}
 	for _, line := range details {
-		fmt.Fprintln(s.Err, line)
+		fmt.Fprintln(s.Err, redactString(line))
+	}
+	if hint != "" {
+		fmt.Fprintln(s.Err, hint)
 	}
 }

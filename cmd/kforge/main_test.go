@@ -10,6 +10,9 @@ import (
 
 func kforge(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
+	if os.Getenv("XDG_STATE_HOME") == "" || !strings.HasPrefix(os.Getenv("XDG_STATE_HOME"), os.TempDir()) {
+		t.Setenv("XDG_STATE_HOME", t.TempDir()) // logs and state stay out of the real home
+	}
 	var out, errb bytes.Buffer
 	code = run(args, &out, &errb)
 	return code, out.String(), errb.String()
@@ -91,5 +94,28 @@ func writeFile(t *testing.T, path, content string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestDebugLogIsWrittenAndNamedOnFailure(t *testing.T) {
+	logFile := t.TempDir() + "/debug.log"
+	code, _, errs := kforge(t, "--log-file", logFile, "-i", "nope.yaml", "plan")
+	if code == 0 || !strings.Contains(errs, "debug log: "+logFile) {
+		t.Fatalf("code %d, stderr %q", code, errs)
+	}
+	b, err := os.ReadFile(logFile)
+	if err != nil || !strings.Contains(string(b), `"msg":"command failed"`) || !strings.Contains(string(b), "nope.yaml") {
+		t.Fatalf("log %q, %v", b, err)
+	}
+	if fi, _ := os.Stat(logFile); fi.Mode().Perm() != 0o600 {
+		t.Errorf("log mode %v", fi.Mode())
+	}
+}
+
+func TestRedactionSafetyNet(t *testing.T) {
+	in := "token abcdef.0123456789abcdef and -----BEGIN EC PRIVATE KEY-----\nMHc\n-----END EC PRIVATE KEY----- done"
+	out := redactString(in)
+	if strings.Contains(out, "0123456789abcdef") || strings.Contains(out, "MHc") || !strings.Contains(out, "done") {
+		t.Fatalf("redactString: %q", out)
 	}
 }
