@@ -1,0 +1,394 @@
+// Package facts learns what kforge needs to know about a host before changing it, in one round
+// trip: Script is one POSIX shell script run with remote.Host.Run, Parse (a pure function)
+// turns its output into a typed Facts. Nothing here decides whether a host is fit: package
+// preflight judges Facts centrally.
+package facts
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/kforge/kforge/inventory"
+	"github.com/kforge/kforge/remote"
+)
+
+// Paths of kforge's markers on a host (see docs/preflight.md, "Markers").
+const (
+	// ManifestsDir is kubelet's static-pod directory.
+	ManifestsDir = "/etc/kubernetes/manifests"
+	// ManifestsMarkerPath lists the static-pod manifests kforge wrote and the cluster they belong
+	// to (ManifestsMarker). kubelet ignores files whose name starts with a dot.
+	ManifestsMarkerPath = ManifestsDir + "/.kforge-manifests"
+	// KubeletDropInPath is kforge's kubelet drop-in (templates.KubeletDropInPath): its presence
+	// says the kubelet on the host was set up by kforge.
+	KubeletDropInPath = "/etc/systemd/system/kubelet.service.d/10-kforge.conf"
+	// EtcdDataDir is stacked etcd's data directory.
+	EtcdDataDir = "/var/lib/etcd"
+)
+
+// Binaries are the commands whose presence and version Facts reports, in this order.
+var Binaries = []string{
+	"kubelet", "kubeadm", "kubectl", "containerd", "runc", "ctr", "iptables", "ip6tables", "conntrack",
+	"socat", "ebtables", "ethtool", "nsenter", "mount", "losetup", "ip", "cp", "sha256sum", "systemctl",
+}
+
+// versionArgs are the arguments that make a binary print its version (default --version).
+var versionArgs = map[string]string{
+	"kubeadm": "version -o short",
+	"kubectl": "version --client",
+	"socat":   "-V",
+	"ip":      "-V",
+}
+
+// Facts are one host's facts, as gathered by Script and parsed by Parse.
+type Facts struct {
+	// Host is the inventory name of the host (remote.Host.Name); set by Gather.
+	Host string
+
+	Hostname  string // the kernel's hostname (uname -n)
+	MachineID string // /etc/machine-id; "" when absent
+	OS        OS
+	Arch      string // uname -m: x86_64, aarch64, ...
+	Kernel    string // uname -r
+	Systemd   bool   // /run/systemd/system exists: PID 1 is systemd
+
+	CPUs        int    // processors this shell may run on (nproc)
+	MemoryBytes uint64 // MemTotal
+	Swap        Swap
+	Cgroup      Cgroup
+
+	// UID is the effective user id commands run as (0 when root or sudo works).
+	UID int
+	// CapEff is the effective capability set of the commands kforge runs (/proc/self/status).
+	CapEff uint64
+
+	// Sysctls maps a key (net.ipv4.ip_forward) to its value; a key the kernel lacks (e.g.
+	// net.bridge.* without br_netfilter) is absent.
+	Sysctls map[string]string
+
+	// Listeners are the TCP sockets in LISTEN state (IPv4 and IPv6), sorted by port.
+	Listeners []Listener
+
+	// Binaries maps a command name from Binaries to what was found; absent: not on PATH.
+	Binaries map[string]Binary
+
+	Runtime   Runtime
+	Manifests Manifests
+	// EtcdDataDir lists up to five entries of /var/lib/etcd; nil when empty or absent.
+	EtcdDataDir []string
+	// KubeletDropIn says kforge's kubelet drop-in exists (KubeletDropInPath).
+	KubeletDropIn bool
+
+	// Files maps each requested path that is a regular file to its hex sha256; absent paths
+	// (missing, or not a regular file) are not in the map.
+	Files map[string]string
+
+	// Clock is the host's clock, read first thing by the script.
+	Clock time.Time
+	// Sent and Received are the workstation's clock just before the command was started and
+	// just after its output arrived (set by Gather): the host read Clock in between.
+	Sent, Received time.Time
+}
+
+// OS is from /etc/os-release.
+type OS struct {
+	ID         string // debian, ubuntu, rhel, ...
+	VersionID  string // 12, 22.04, ...
+	PrettyName string
+}
+
+// Swap is what /proc/swaps and /proc/meminfo say about swap.
+type Swap struct {
+	On         bool     // at least one swap area is active (kubeadm's test)
+	TotalBytes uint64   // SwapTotal
+	Devices    []string // active swap areas
+}
+
+// CgroupVersion is how cgroups are mounted.
+type CgroupVersion string
+
+const (
+	CgroupV1     CgroupVersion = "v1"     // only v1 hierarchies
+	CgroupHybrid CgroupVersion = "hybrid" // v1 hierarchies plus a controller-less cgroup2 (systemd's "unified")
+	CgroupV2     CgroupVersion = "v2"     // cgroup2 mounted at /sys/fs/cgroup
+	CgroupNone   CgroupVersion = ""       // no cgroup file system mounted
+)
+
+// Cgroup describes the host's cgroups.
+type Cgroup struct {
+	Version CgroupVersion
+	// V1Controllers are the controllers mounted in v1 hierarchies (cpu, memory, ...), sorted;
+	// named hierarchies like name=systemd are not controllers and are left out.
+	V1Controllers []string
+	// V2Controllers are the controllers available in the cgroup2 root (cgroup.controllers), plus
+	// devices and freezer, which cgroup2 always provides, sorted; in a hybrid setup those of the
+	// controller-less unified hierarchy (usually none).
+	V2Controllers []string
+}
+
+// V1 says whether kubelet would use cgroup v1 on this host (v1 or hybrid).
+func (c Cgroup) V1() bool { return c.Version == CgroupV1 || c.Version == CgroupHybrid }
+
+// Listener is one listening TCP socket.
+type Listener struct {
+	Addr  netip.Addr
+	Port  int
+	Inode uint64
+	// PID and Command (/proc/PID/comm, at most 15 characters) of a process holding the socket;
+	// 0 and "" when not found (no awk on the host, or the process exited meanwhile).
+	PID     int
+	Command string
+}
+
+func (l Listener) String() string {
+	s := netip.AddrPortFrom(l.Addr, uint16(l.Port)).String()
+	if l.PID != 0 {
+		s += fmt.Sprintf(" by PID %d (%s)", l.PID, l.Command)
+	}
+	return s
+}
+
+// Binary is a command found on PATH.
+type Binary struct {
+	Path string
+	// Version is the first version number in its version output (1.36.3, 1.6.20, 2.38.1); ""
+	// when none was found. Output holds the first lines of that output.
+	Version string
+	Output  string
+}
+
+// Runtime is what the container runtime's socket said.
+type Runtime struct {
+	Socket string // the socket path asked
+	// SocketExists says a Unix socket is at Socket.
+	SocketExists bool
+	// Answering says `ctr --address Socket version` got an answer from the server.
+	Answering bool
+	// Version is the server's version (containerd), when answering.
+	Version string
+	// Error is the tail of ctr's output when not answering; "" when ctr is missing.
+	Error string
+}
+
+// Manifests describes /etc/kubernetes/manifests.
+type Manifests struct {
+	Exists bool
+	// Entries are the names of the directory's entries, hidden ones (.name) left out, sorted.
+	Entries []string
+	// Marker is kforge's marker file there, nil when absent.
+	Marker *Marker
+}
+
+// Marker is the content of ManifestsMarkerPath.
+type Marker struct {
+	Cluster string   // the kforge cluster name
+	Files   []string // manifest file names kforge wrote
+}
+
+// Owns says whether the marker lists manifest file name.
+func (m *Marker) Owns(name string) bool { return m != nil && slices.Contains(m.Files, name) }
+
+// ManifestsMarker returns the content of ManifestsMarkerPath for cluster with the given static
+// pod file names (e.g. kube-apiserver.yaml). apply uploads it with (or before) the manifests.
+func ManifestsMarker(cluster string, manifests []string) []byte {
+	names := slices.Clone(manifests)
+	sort.Strings(names)
+	var b bytes.Buffer
+	b.WriteString("# Static pods written by kforge apply; kforge's preflight reads this file. Do not edit.\n")
+	fmt.Fprintf(&b, "cluster %s\n", cluster)
+	for _, n := range names {
+		fmt.Fprintf(&b, "file %s\n", n)
+	}
+	return b.Bytes()
+}
+
+// CapSysResource is the CAP_SYS_RESOURCE bit of CapEff.
+const CapSysResource = 24
+
+// HasCapSysResource says whether processes may lower oom_score_adj and raise limits; without it
+// (nested containers) containerd must set restrict_oom_score_adj.
+func (f *Facts) HasCapSysResource() bool { return f.CapEff&(1<<CapSysResource) != 0 }
+
+// ListenersOn returns the listeners on port.
+func (f *Facts) ListenersOn(port int) []Listener {
+	var out []Listener
+	for _, l := range f.Listeners {
+		if l.Port == port {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// ClockSkew is the host's clock minus the workstation's at the same moment, estimated as the
+// midpoint of Sent and Received, and the uncertainty of that estimate (half the round trip).
+func (f *Facts) ClockSkew() (skew, uncertainty time.Duration) {
+	rtt := f.Received.Sub(f.Sent)
+	mid := f.Sent.Add(rtt / 2)
+	return f.Clock.Sub(mid), rtt / 2
+}
+
+// Options are the inputs of one host's facts.
+type Options struct {
+	// CRIEndpoint is the container runtime's socket, unix:///path or a path; default
+	// inventory.DefaultCRIEndpoint.
+	CRIEndpoint string
+	// Hash lists absolute paths whose sha256 to report in Facts.Files (the files kforge
+	// installs, so later runs can skip uploads).
+	Hash []string
+	// Timeout bounds the remote command; default 60s.
+	Timeout time.Duration
+	// Now is the workstation's clock; time.Now when nil.
+	Now func() time.Time
+}
+
+func (o Options) socket() string {
+	e := o.CRIEndpoint
+	if e == "" {
+		e = inventory.DefaultCRIEndpoint
+	}
+	return strings.TrimPrefix(e, "unix://")
+}
+
+// header and trailer frame the script's output; anything before the header (a login shell's
+// chatter) is ignored, and a missing trailer means the output was cut short.
+const (
+	header  = "kforge-facts 1"
+	trailer = "kforge-facts end"
+)
+
+// Script returns the shell script that prints a host's facts. It is plain POSIX sh with
+// coreutils and grep; awk (for the processes holding listening sockets), timeout and
+// sha256sum are used when present. Every line it prints is "key=value" or "section rest".
+func Script(o Options) string {
+	var b strings.Builder
+	b.WriteString(`export LC_ALL=C PATH="$PATH:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+printf '%s\nclock=%s\n' '` + header + `' "$(date +%s%N)"
+printf 'uid=%s\nhostname=%s\narch=%s\nkernel=%s\n' "$(id -u)" "$(uname -n)" "$(uname -m)" "$(uname -r)"
+[ -r /etc/machine-id ] && printf 'machineid=%s\n' "$(cat /etc/machine-id)"
+if [ -d /run/systemd/system ]; then echo systemd=1; else echo systemd=0; fi
+osr=/etc/os-release; [ -r $osr ] || osr=/usr/lib/os-release
+[ -r $osr ] && while IFS= read -r l || [ -n "$l" ]; do printf 'os %s\n' "$l"; done <$osr
+printf 'cpus=%s\n' "$(nproc 2>/dev/null || grep -c '^processor' /proc/cpuinfo)"
+grep -E '^(MemTotal|SwapTotal):' /proc/meminfo | while read -r k v _; do printf 'meminfo %s %s\n' "$k" "$v"; done
+[ -r /proc/swaps ] && tail -n +2 /proc/swaps | while read -r dev _; do printf 'swap %s\n' "$dev"; done
+grep '^CapEff:' /proc/self/status | while read -r _ v; do printf 'capeff=%s\n' "$v"; done
+grep -E '^[^ ]+ [^ ]+ cgroup2? ' /proc/self/mounts | while IFS= read -r l; do printf 'mount %s\n' "$l"; done
+for d in /sys/fs/cgroup /sys/fs/cgroup/unified; do [ -r $d/cgroup.controllers ] && printf 'cgroup2 %s %s\n' $d "$(cat $d/cgroup.controllers)"; done
+for k in net/ipv4/ip_forward net/bridge/bridge-nf-call-iptables net/bridge/bridge-nf-call-ip6tables; do [ -r /proc/sys/$k ] && printf 'sysctl %s %s\n' $k "$(cat /proc/sys/$k)"; done
+for f in /proc/net/tcp /proc/net/tcp6; do [ -r $f ] && grep -E '^ *[0-9]+: [0-9A-Fa-f]+:[0-9A-Fa-f]+ [0-9A-Fa-f]+:[0-9A-Fa-f]+ 0A ' $f | while IFS= read -r l; do printf '%s %s\n' ${f#/proc/net/} "$l"; done; done
+if command -v awk >/dev/null; then
+  inodes=$(cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | awk '$4=="0A"{printf " %s", $10}')
+  [ -n "$inodes" ] && ls -l /proc/[0-9]*/fd 2>/dev/null | awk -v want="$inodes " '
+    /^\/proc\/[0-9]+\/fd:$/ { split($0, a, "/"); pid = a[3]; next }
+    /socket:\[/ { i = $NF; gsub(/[^0-9]/, "", i); if (index(want, " " i " ")) print i, pid }' |
+    while read -r i p; do printf 'sock %s %s %s\n' "$i" "$p" "$(cat /proc/$p/comm 2>/dev/null)"; done
+fi
+T=; command -v timeout >/dev/null && T="timeout 10"
+for b in ` + strings.Join(Binaries, " ") + `; do
+  p=$(command -v $b) || continue
+  printf 'bin %s %s\n' $b "$p"
+  case $b in
+`)
+	for _, name := range Binaries {
+		if a, ok := versionArgs[name]; ok {
+			fmt.Fprintf(&b, "  %s) a=%s;;\n", name, remote.Quote(a))
+		}
+	}
+	b.WriteString(`  *) a=--version;;
+  esac
+  $T "$p" $a 2>&1 </dev/null | head -n 3 | while IFS= read -r l; do printf 'ver %s %s\n' $b "$l"; done
+done
+sock=` + remote.Quote(o.socket()) + `
+printf 'runtime socket %s\n' "$sock"
+if [ -S "$sock" ]; then
+  echo 'runtime exists'
+  if command -v ctr >/dev/null; then
+    if out=$($T ctr --address "$sock" version 2>&1 </dev/null); then echo 'runtime answering'; fi
+    printf '%s\n' "$out" | tail -n 12 | while IFS= read -r l; do printf 'ctr %s\n' "$l"; done
+  fi
+fi
+d=` + ManifestsDir + `
+if [ -d $d ]; then
+  echo 'manifests exists'
+  ls -A $d | while IFS= read -r e; do printf 'manifest %s\n' "$e"; done
+  [ -f ` + ManifestsMarkerPath + ` ] && while IFS= read -r l || [ -n "$l" ]; do printf 'marker %s\n' "$l"; done <` + ManifestsMarkerPath + `
+fi
+[ -d ` + EtcdDataDir + ` ] && ls -A ` + EtcdDataDir + ` | head -n 5 | while IFS= read -r e; do printf 'etcd %s\n' "$e"; done
+[ -f ` + KubeletDropInPath + ` ] && echo kubeletdropin=1
+set --
+`)
+	if len(o.Hash) > 0 {
+		q := make([]string, len(o.Hash))
+		for i, p := range o.Hash {
+			q[i] = remote.Quote(p)
+		}
+		b.WriteString("for f in " + strings.Join(q, " ") + `; do [ -f "$f" ] && set -- "$@" "$f"; done
+[ $# -gt 0 ] && sha256sum -- "$@" | while read -r s p; do printf 'sum %s %s\n' "$s" "$p"; done
+`)
+	}
+	b.WriteString("echo '" + trailer + "'\n")
+	return b.String()
+}
+
+// Gather runs Script on h and parses its output. Sent and Received frame the run by the
+// workstation's clock.
+func Gather(ctx context.Context, h remote.Host, o Options) (*Facts, error) {
+	now := o.Now
+	if now == nil {
+		now = time.Now
+	}
+	timeout := o.Timeout
+	if timeout <= 0 {
+		timeout = 60 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var out bytes.Buffer
+	sent := now()
+	err := h.Run(ctx, remote.Cmd{Command: Command(o), Stdout: &out})
+	received := now()
+	if err != nil {
+		return nil, err
+	}
+	f, err := Parse(out.Bytes())
+	if err != nil {
+		return nil, &remote.HostError{Host: h.Name(), Err: fmt.Errorf("reading facts: %w", err)}
+	}
+	f.Host, f.Sent, f.Received = h.Name(), sent, received
+	return f, nil
+}
+
+// Command is the command line Gather runs: Script under sh, so the login shell does not matter.
+func Command(o Options) string {
+	return "sh -c " + remote.Quote(Script(o)) + " kforge-facts"
+}
+
+// GatherAll gathers every host's facts in parallel, opts giving each host's options by name.
+// It returns the facts of the hosts that answered, by host name, and the others' errors as a
+// remote.Errors.
+func GatherAll(ctx context.Context, hosts []remote.Host, lim remote.Limits, opts func(host string) Options) (map[string]*Facts, error) {
+	res := make([]*Facts, len(hosts))
+	idx := map[string]int{}
+	for i, h := range hosts {
+		idx[h.Name()] = i
+	}
+	err := remote.Each(ctx, hosts, lim, func(ctx context.Context, h remote.Host) error {
+		f, err := Gather(ctx, h, opts(h.Name()))
+		res[idx[h.Name()]] = f
+		return err
+	})
+	out := map[string]*Facts{}
+	for i, f := range res {
+		if f != nil {
+			out[hosts[i].Name()] = f
+		}
+	}
+	return out, err
+}

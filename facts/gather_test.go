@@ -1,0 +1,170 @@
+package facts
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kforge/kforge/remote"
+	"github.com/kforge/kforge/remote/remotetest"
+)
+
+// fakeClock returns t0, t0+step, t0+2*step, ...
+func fakeClock(t0 time.Time, step time.Duration) func() time.Time {
+	n := 0
+	return func() time.Time {
+		n++
+		return t0.Add(time.Duration(n-1) * step)
+	}
+}
+
+// TestGatherFakeHost: one command per host, built from the options; its output parsed; the
+// workstation's clock read around it; the host's name attached.
+func TestGatherFakeHost(t *testing.T) {
+	h := remotetest.New("m1")
+	canned := readTestdata(t, "ubuntu-v2-rerun.txt")
+	o := Options{CRIEndpoint: "unix:///run/k3s/containerd.sock", Hash: []string{"/usr/bin/kubelet", "/etc/it's here"}}
+	h.On(Command(o), remotetest.Result{Stdout: string(canned)})
+	t0 := time.Unix(1795295173, 0)
+	o.Now = fakeClock(t0, 200*time.Millisecond)
+	f, err := Gather(context.Background(), h, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cmds := h.Commands(); len(cmds) != 1 {
+		t.Fatalf("commands %q, want exactly one round trip", cmds)
+	}
+	cmd := h.Commands()[0]
+	for _, want := range []string{"/run/k3s/containerd.sock", "/usr/bin/kubelet", "s here"} {
+		if !strings.Contains(cmd, want) {
+			t.Errorf("command does not carry %q", want)
+		}
+	}
+	if f.Host != "m1" || f.Hostname != "m1" || !f.Sent.Equal(t0) || !f.Received.Equal(t0.Add(200*time.Millisecond)) {
+		t.Errorf("host %q hostname %q sent %v received %v", f.Host, f.Hostname, f.Sent, f.Received)
+	}
+	skew, unc := f.ClockSkew() // host clock 1795295173.5, midpoint 1795295173.1
+	if skew != 400*time.Millisecond || unc != 100*time.Millisecond {
+		t.Errorf("skew %v ± %v, want 400ms ± 100ms", skew, unc)
+	}
+}
+
+// TestGatherErrors: a failing command keeps its typed error; output that is not the script's is
+// a ParseError naming the host.
+func TestGatherErrors(t *testing.T) {
+	h := remotetest.New("w1")
+	h.On(Command(Options{}), remotetest.Result{Stderr: "sudo: a password is required", Exit: 1})
+	_, err := Gather(context.Background(), h, Options{})
+	var ce *remote.CommandError
+	if !errors.As(err, &ce) || ce.Host != "w1" {
+		t.Errorf("Gather = %v, want the CommandError", err)
+	}
+
+	h2 := remotetest.New("w2")
+	h2.On(Command(Options{}), remotetest.Result{Stdout: "kforge-facts 1\nclock=1\n"})
+	_, err = Gather(context.Background(), h2, Options{})
+	var pe *ParseError
+	if !errors.As(err, &pe) || !strings.HasPrefix(err.Error(), "w2: reading facts: ") {
+		t.Errorf("Gather = %v, want a ParseError for w2", err)
+	}
+}
+
+// TestGatherAll: hosts in parallel; the facts of those that answered, the errors of the others.
+func TestGatherAll(t *testing.T) {
+	canned := string(readTestdata(t, "debian12-hybrid.txt"))
+	var hosts []remote.Host
+	for _, n := range []string{"m1", "w1", "w2"} {
+		h := remotetest.New(n)
+		if n != "w1" {
+			h.OnPrefix("sh -c ", remotetest.Result{Stdout: canned})
+		}
+		hosts = append(hosts, h)
+	}
+	var asked []string
+	got, err := GatherAll(context.Background(), hosts, remote.Limits{Hosts: 1}, func(host string) Options {
+		asked = append(asked, host)
+		return Options{Hash: []string{"/etc/" + host}}
+	})
+	if len(got) != 2 || got["m1"] == nil || got["w2"] == nil || got["w2"].Host != "w2" {
+		t.Errorf("facts for %v", got)
+	}
+	var errs remote.Errors
+	if !errors.As(err, &errs) || len(errs) != 1 || !strings.HasPrefix(errs[0].Error(), "w1: ") {
+		t.Errorf("error %v, want w1's only", err)
+	}
+	if strings.Join(asked, ",") != "m1,w1,w2" {
+		t.Errorf("options asked for %v", asked)
+	}
+}
+
+// TestScriptOnThisMachine runs the script with this machine's sh and checks the facts against
+// what Go sees here: the script is real shell, so it is tested as such.
+func TestScriptOnThisMachine(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the facts script reads Linux /proc")
+	}
+	dir := t.TempDir()
+	file := filepath.Join(dir, "it's kubelet.conf") // quoting is part of the test
+	data := []byte("hello kforge\n")
+	if err := os.WriteFile(file, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+
+	o := Options{Hash: []string{file, filepath.Join(dir, "missing"), dir}}
+	sent := time.Now()
+	out, err := exec.Command("sh", "-c", Script(o), "kforge-facts").Output()
+	received := time.Now()
+	if err != nil {
+		t.Fatalf("script: %v", err)
+	}
+	f := mustParse(t, out)
+
+	host, _ := os.Hostname()
+	if f.Hostname != host || f.UID != os.Geteuid() || f.CPUs != runtime.NumCPU() {
+		t.Errorf("hostname %q uid %d cpus %d; want %q %d %d", f.Hostname, f.UID, f.CPUs, host, os.Geteuid(), runtime.NumCPU())
+	}
+	if f.Clock.Before(sent.Add(-time.Second)) || f.Clock.After(received.Add(time.Second)) {
+		t.Errorf("clock %v outside [%v, %v]", f.Clock, sent, received)
+	}
+	sum := sha256.Sum256(data)
+	if len(f.Files) != 1 || f.Files[file] != hex.EncodeToString(sum[:]) {
+		t.Errorf("files %v, want only %s", f.Files, file)
+	}
+	mem, _ := os.ReadFile("/proc/meminfo")
+	if !strings.Contains(string(mem), "MemTotal:") || f.MemoryBytes == 0 {
+		t.Errorf("memory %d", f.MemoryBytes)
+	}
+	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil != (f.Cgroup.Version == CgroupV2) {
+		t.Errorf("cgroup %q disagrees with /sys/fs/cgroup/cgroup.controllers (err %v)", f.Cgroup.Version, err)
+	}
+	ls := f.ListenersOn(port)
+	if len(ls) != 1 || ls[0].Addr.String() != "127.0.0.1" {
+		t.Fatalf("listeners on %d: %+v", port, ls)
+	}
+	if _, err := exec.LookPath("awk"); err == nil {
+		self, _ := os.ReadFile("/proc/self/comm")
+		if ls[0].PID != os.Getpid() || ls[0].Command != strings.TrimSpace(string(self)) {
+			t.Errorf("listener held by %d (%s), want this test process %d (%s)", ls[0].PID, ls[0].Command, os.Getpid(), self)
+		}
+	}
+	if p, err := exec.LookPath("mount"); err == nil {
+		if b := f.Binaries["mount"]; b.Path == "" || b.Version == "" {
+			t.Errorf("mount at %s reported as %+v", p, b)
+		}
+	}
+}

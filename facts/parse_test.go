@@ -1,0 +1,265 @@
+package facts
+
+import (
+	"errors"
+	"net/netip"
+	"os"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func readTestdata(t *testing.T, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile("testdata/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func mustParse(t *testing.T, out []byte) *Facts {
+	t.Helper()
+	f, err := Parse(out)
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	return f
+}
+
+// TestParseDebianHybrid reads the script's real output on a Debian 12 machine with hybrid
+// cgroups, no systemd, no swap, no CAP_SYS_RESOURCE and no container runtime running.
+func TestParseDebianHybrid(t *testing.T) {
+	f := mustParse(t, readTestdata(t, "debian12-hybrid.txt"))
+	if f.Hostname != "vm" || f.Arch != "x86_64" || f.Kernel != "6.18.44-fc-v595" || f.UID != 0 || f.CPUs != 2 {
+		t.Errorf("identity: %+v", f)
+	}
+	if f.MachineID != "3d1219c7c4c5404aaa1f6d2a48adfda4" || f.Systemd {
+		t.Errorf("machine-id %q systemd %v", f.MachineID, f.Systemd)
+	}
+	if want := (OS{ID: "debian", VersionID: "12", PrettyName: "Debian GNU/Linux 12 (bookworm)"}); f.OS != want {
+		t.Errorf("OS %+v, want %+v", f.OS, want)
+	}
+	if f.MemoryBytes != 24684096*1024 || f.Swap.On || f.Swap.TotalBytes != 0 {
+		t.Errorf("memory %d swap %+v", f.MemoryBytes, f.Swap)
+	}
+	wantCg := Cgroup{Version: CgroupHybrid, V1Controllers: []string{"blkio", "cpu", "cpuacct", "cpuset", "devices", "freezer", "memory", "pids"}, V2Controllers: []string{"hugetlb"}}
+	if !reflect.DeepEqual(f.Cgroup, wantCg) || !f.Cgroup.V1() {
+		t.Errorf("cgroup %+v, want %+v", f.Cgroup, wantCg)
+	}
+	if f.CapEff != 0x1fffeffffff || f.HasCapSysResource() {
+		t.Errorf("CapEff %x, CAP_SYS_RESOURCE %v; want it missing", f.CapEff, f.HasCapSysResource())
+	}
+	if want := map[string]string{"net.ipv4.ip_forward": "0", "net.bridge.bridge-nf-call-iptables": "1", "net.bridge.bridge-nf-call-ip6tables": "1"}; !reflect.DeepEqual(f.Sysctls, want) {
+		t.Errorf("sysctls %v", f.Sysctls)
+	}
+	if want := []Listener{{Addr: netip.MustParseAddr("0.0.0.0"), Port: 2024, Inode: 1595}}; !reflect.DeepEqual(f.Listeners, want) {
+		t.Errorf("listeners %+v", f.Listeners)
+	}
+	for name, v := range map[string]string{"containerd": "1.6.20", "runc": "1.1.5", "ctr": "1.6.20", "iptables": "1.8.9", "mount": "2.38.1", "ip": "6.1.0", "cp": "9.1", "nsenter": "2.38.1"} {
+		if b := f.Binaries[name]; b.Version != v || !strings.HasPrefix(b.Path, "/") {
+			t.Errorf("%s: %+v, want version %s", name, b, v)
+		}
+	}
+	if _, ok := f.Binaries["kubelet"]; ok {
+		t.Error("kubelet reported present")
+	}
+	if f.Binaries["kubectl"].Version != "" {
+		t.Errorf("kubectl printed only an error but got version %q", f.Binaries["kubectl"].Version)
+	}
+	if f.Runtime != (Runtime{Socket: "/run/containerd/containerd.sock"}) {
+		t.Errorf("runtime %+v", f.Runtime)
+	}
+	if f.Manifests.Exists || f.Manifests.Marker != nil || f.EtcdDataDir != nil || f.KubeletDropIn {
+		t.Errorf("manifests %+v etcd %v dropin %v", f.Manifests, f.EtcdDataDir, f.KubeletDropIn)
+	}
+	if want := map[string]string{
+		"/etc/hostname":   "427f93cafd9cc19be6eec03e590c9c6cdf9f688a5eaf21fa8d72351e2b15fd05",
+		"/etc/os-release": "59a77b5f2666d9c85c489bd1911a6eebbd91ef22fe48b90a3b75f1b21f3844d4",
+	}; !reflect.DeepEqual(f.Files, want) {
+		t.Errorf("files %v", f.Files)
+	}
+	if want := time.Unix(0, 1795295173674174604).UTC(); !f.Clock.Equal(want) {
+		t.Errorf("clock %v, want %v", f.Clock, want)
+	}
+}
+
+// TestParseRerunMaster reads a cgroup v2 master where kforge already runs the control plane:
+// listeners with their processes (IPv4 and IPv6), the runtime answering, kforge's marker.
+func TestParseRerunMaster(t *testing.T) {
+	f := mustParse(t, readTestdata(t, "ubuntu-v2-rerun.txt"))
+	if f.OS != (OS{ID: "ubuntu", VersionID: "24.04", PrettyName: "Ubuntu 24.04 LTS"}) || !f.Systemd || f.CPUs != 4 {
+		t.Errorf("OS %+v systemd %v cpus %d", f.OS, f.Systemd, f.CPUs)
+	}
+	if !f.Swap.On || f.Swap.TotalBytes != 2097148*1024 || !reflect.DeepEqual(f.Swap.Devices, []string{"/swap.img"}) {
+		t.Errorf("swap %+v", f.Swap)
+	}
+	wantCg := Cgroup{Version: CgroupV2, V2Controllers: []string{"cpu", "cpuset", "devices", "freezer", "hugetlb", "io", "memory", "misc", "pids", "rdma"}}
+	if !reflect.DeepEqual(f.Cgroup, wantCg) || f.Cgroup.V1() {
+		t.Errorf("cgroup %+v, want %+v", f.Cgroup, wantCg)
+	}
+	if !f.HasCapSysResource() {
+		t.Error("CAP_SYS_RESOURCE not seen in 000001ffffffffff")
+	}
+	a := netip.MustParseAddr
+	want := []Listener{
+		{a("0.0.0.0"), 22, 40004, 1, "systemd"},
+		{a("127.0.0.1"), 2379, 40003, 902, "etcd"},
+		{a("192.168.1.10"), 2380, 40002, 902, "etcd"},
+		{a("::"), 6443, 40005, 903, "kube-apiserver"},
+		{a("::1"), 10257, 40006, 0, ""},
+		{a("127.0.0.1"), 10259, 40001, 901, "kube-controller"},
+	}
+	if !reflect.DeepEqual(f.Listeners, want) {
+		t.Errorf("listeners\n got %+v\nwant %+v", f.Listeners, want)
+	}
+	if got := f.ListenersOn(6443); len(got) != 1 || got[0].String() != "[::]:6443 by PID 903 (kube-apiserver)" {
+		t.Errorf("ListenersOn(6443) = %v", got)
+	}
+	if f.Binaries["kubelet"].Version != "1.36.3" || f.Binaries["kubeadm"].Version != "1.36.3" || f.Binaries["containerd"].Version != "2.1.4" {
+		t.Errorf("versions %+v", f.Binaries)
+	}
+	if b := f.Binaries["socat"]; b.Version != "1.8.0.0" || !strings.Contains(b.Output, "\n") {
+		t.Errorf("socat %+v: want the version from its second line", b)
+	}
+	if want := (Runtime{Socket: "/run/containerd/containerd.sock", SocketExists: true, Answering: true, Version: "v2.1.4"}); f.Runtime != want {
+		t.Errorf("runtime %+v", f.Runtime)
+	}
+	wantMan := Manifests{Exists: true, Entries: []string{"etcd.yaml", "kube-apiserver.yaml", "kube-controller-manager.yaml", "kube-scheduler.yaml"},
+		Marker: &Marker{Cluster: "demo", Files: []string{"etcd.yaml", "kube-apiserver.yaml", "kube-controller-manager.yaml", "kube-scheduler.yaml"}}}
+	if !reflect.DeepEqual(f.Manifests, wantMan) {
+		t.Errorf("manifests %+v marker %+v", f.Manifests, f.Manifests.Marker)
+	}
+	if !f.Manifests.Marker.Owns("etcd.yaml") || f.Manifests.Marker.Owns("kube-vip.yaml") {
+		t.Error("Marker.Owns")
+	}
+	if !reflect.DeepEqual(f.EtcdDataDir, []string{"member"}) || !f.KubeletDropIn {
+		t.Errorf("etcd %v dropin %v", f.EtcdDataDir, f.KubeletDropIn)
+	}
+}
+
+// TestManifestsMarkerRoundTrip: what apply writes is what Parse reads back.
+func TestManifestsMarkerRoundTrip(t *testing.T) {
+	data := ManifestsMarker("prod", []string{"kube-scheduler.yaml", "etcd.yaml"})
+	var out strings.Builder
+	out.WriteString(header + "\nclock=1\nuid=0\nhostname=h\narch=x86_64\nkernel=6.1.0\ncpus=1\nmeminfo MemTotal: 1\ncapeff=0\nmanifests exists\n")
+	for _, l := range strings.Split(strings.TrimSuffix(string(data), "\n"), "\n") {
+		out.WriteString("marker " + l + "\n")
+	}
+	out.WriteString(trailer + "\n")
+	f := mustParse(t, []byte(out.String()))
+	if want := (&Marker{Cluster: "prod", Files: []string{"etcd.yaml", "kube-scheduler.yaml"}}); !reflect.DeepEqual(f.Manifests.Marker, want) {
+		t.Errorf("marker %+v, want %+v", f.Manifests.Marker, want)
+	}
+}
+
+func TestParseTCPAddresses(t *testing.T) {
+	for _, c := range []struct {
+		line string
+		big  bool
+		want string
+	}{
+		{"tcp 0: 0A01A8C0:1F90 00000000:0000 0A 0:0 00:0 0 0 0 7 1", false, "192.168.1.10:8080"},
+		{"tcp 0: C0A8010A:1F90 00000000:0000 0A 0:0 00:0 0 0 0 7 1", true, "192.168.1.10:8080"},
+		{"tcp6 0: 00000000000000000000000001000000:0016 0:0 0A 0:0 00:0 0 0 0 7 1", false, "[::1]:22"},
+		{"tcp6 0: 0000000000000000FFFF00000A01A8C0:0016 0:0 0A 0:0 00:0 0 0 0 7 1", false, "[::ffff:192.168.1.10]:22"},
+		{"tcp6 0: 000080FE00000000FF000002030000FE:0016 0:0 0A 0:0 00:0 0 0 0 7 1", false, "[fe80::200:ff:fe00:3]:22"},
+	} {
+		l, err := parseTCP(c.line, c.big)
+		if err != nil {
+			t.Errorf("%q: %v", c.line, err)
+			continue
+		}
+		if got := netip.AddrPortFrom(l.Addr, uint16(l.Port)).String(); got != c.want || l.Inode != 7 {
+			t.Errorf("%q: %s inode %d, want %s inode 7", c.line, got, l.Inode, c.want)
+		}
+	}
+}
+
+func TestParseClock(t *testing.T) {
+	for in, want := range map[string]time.Time{
+		"1795295173674174604": time.Unix(0, 1795295173674174604),
+		"1795295173":          time.Unix(1795295173, 0),
+		"1795295173%N":        time.Unix(1795295173, 0), // busybox without %N
+		"1795295173N":         time.Unix(1795295173, 0),
+	} {
+		got, err := parseClock(in)
+		if err != nil || !got.Equal(want) {
+			t.Errorf("parseClock(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "abc", "17952951736741746041234", "179529517367417"} {
+		if _, err := parseClock(in); err == nil {
+			t.Errorf("parseClock(%q) accepted", in)
+		}
+	}
+}
+
+// TestParseMalformed: each broken output is refused with a ParseError that points at the
+// problem.
+func TestParseMalformed(t *testing.T) {
+	good := string(readTestdata(t, "ubuntu-v2-rerun.txt"))
+	replace := func(old, new string) string {
+		if !strings.Contains(good, old) {
+			t.Fatalf("testdata lacks %q", old)
+		}
+		return strings.Replace(good, old, new, 1)
+	}
+	for _, c := range []struct {
+		name, out, want string
+	}{
+		{"empty", "", "no \"kforge-facts 1\" header"},
+		{"not our script", "sh: 1: Syntax error: \"(\" unexpected\n", "no \"kforge-facts 1\" header"},
+		{"cut short", good[:strings.Index(good, "bin kubelet")], "cut short"},
+		{"clock", replace("clock=1795295173500000000", "clock=soon"), "clock is not a number"},
+		{"uid", replace("uid=0", "uid=root"), `line 4 "uid=root"`},
+		{"cpus zero", replace("cpus=4", "cpus=0"), "positive"},
+		{"capeff", replace("capeff=000001ffffffffff", "capeff=xyz"), "capeff=xyz"},
+		{"missing hostname", replace("hostname=m1\n", ""), "missing hostname"},
+		{"missing memory", replace("meminfo MemTotal: 8123456\n", ""), "missing memtotal"},
+		{"meminfo", replace("meminfo MemTotal: 8123456", "meminfo MemTotal: lots"), "not a number of kB"},
+		{"meminfo fields", replace("meminfo MemTotal: 8123456", "meminfo MemTotal:"), "meminfo KEY"},
+		{"sysctl", replace("sysctl net/ipv4/ip_forward 1", "sysctl net/ipv4/ip_forward"), "sysctl KEY VALUE"},
+		{"tcp hex", replace("0100007F:2813", "0100007G:2813"), "not tcp hex"},
+		{"tcp short", replace("0A 00000000:00000000 00:00000000 00000000     0        0 40004 1 0000000000000000 100 0 0 10 0", "0A"), "at least 10 fields"},
+		{"tcp state", replace("00000000:0016 00000000:0000 0A", "00000000:0016 00000000:0000 01"), "not LISTEN"},
+		{"tcp6 length", replace("00000000000000000000000001000000:2811", "01000000:2811"), "not tcp6 hex"},
+		{"tcp port", replace("00000000:0016 ", "00000000:ZZ16 "), "port"},
+		{"tcp inode", replace(" 40004 1 ", " x40004 1 "), "inode"},
+		{"sock inode", replace("sock 40001 901", "sock ino 901"), "inode is not a number"},
+		{"sock pid", replace("sock 40001 901", "sock 40001 pid"), "PID is not a number"},
+		{"bin path", replace("bin kubelet /usr/bin/kubelet", "bin kubelet kubelet"), "bin NAME /PATH"},
+		{"ver orphan", replace("ver kubelet Kubernetes v1.36.3", "ver kubectl Client Version: v1.36.3"), "not reported found"},
+		{"manifest slash", replace("manifest etcd.yaml", "manifest ../etcd.yaml"), "manifest NAME"},
+		{"sum", replace("sum 2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae", "sum 2c26b4"), "sum SHA256 /PATH"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Parse([]byte(c.out))
+			var pe *ParseError
+			if !errors.As(err, &pe) {
+				t.Fatalf("Parse accepted it or returned %T %v", err, err)
+			}
+			if !strings.Contains(err.Error(), c.want) {
+				t.Errorf("error %q does not mention %q", err, c.want)
+			}
+		})
+	}
+}
+
+// FuzzParse: Parse never panics, and what it accepts has the required facts.
+func FuzzParse(f *testing.F) {
+	for _, name := range []string{"debian12-hybrid.txt", "ubuntu-v2-rerun.txt"} {
+		b, err := os.ReadFile("testdata/" + name)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, out []byte) {
+		fa, err := Parse(out)
+		if err == nil && (fa.Hostname == "" && !strings.Contains(string(out), "hostname=\n") || fa.CPUs < 1) {
+			t.Errorf("accepted output without required facts: %+v", fa)
+		}
+	})
+}
