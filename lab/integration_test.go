@@ -315,12 +315,17 @@ func (s snapshot) assertGone(t *testing.T) {
 	}
 }
 
-// helloImage builds a static Go program and packs it as a single-layer docker-archive image
-// kforge.dev/lab-hello:test, without any engine or registry.
+// helloImage is kforge.dev/lab-hello:test, a program printing one line.
 func helloImage(t *testing.T) []byte {
+	return goImage(t, "kforge.dev/lab-hello:test",
+		"package main\n\nimport \"fmt\"\n\nfunc main() { fmt.Println(\"hello from a lab container\") }\n")
+}
+
+// goImage builds the Go program src statically and packs it as a single-layer docker-archive
+// image called name, running /hello, without any engine or registry.
+func goImage(t *testing.T, name, src string) []byte {
 	t.Helper()
 	dir := t.TempDir()
-	src := "package main\n\nimport \"fmt\"\n\nfunc main() { fmt.Println(\"hello from a lab container\") }\n"
 	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(src), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -351,7 +356,7 @@ func helloImage(t *testing.T) []byte {
 	})
 	cfgSum := sha256.Sum256(config)
 	cfgName := hex.EncodeToString(cfgSum[:]) + ".json"
-	manifest, _ := json.Marshal([]map[string]any{{"Config": cfgName, "RepoTags": []string{"kforge.dev/lab-hello:test"}, "Layers": []string{"layer.tar"}}})
+	manifest, _ := json.Marshal([]map[string]any{{"Config": cfgName, "RepoTags": []string{name}, "Layers": []string{"layer.tar"}}})
 	var out bytes.Buffer
 	aw := tar.NewWriter(&out)
 	for _, f := range []struct {
