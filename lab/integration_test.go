@@ -114,6 +114,15 @@ func TestLabUpThreeHosts(t *testing.T) {
 		}
 	}
 
+	// Up of the same lab again returns it as it is.
+	again, err := Up(ctx, Options{Name: "labtest", Hosts: 3})
+	if err != nil || len(again.Hosts) != 3 || again.Hosts[2] != l.Hosts[2] || again.IdentityFile != l.IdentityFile {
+		t.Fatalf("second Up of the same lab: %+v, %v", again, err)
+	}
+	if _, err := Up(ctx, Options{Name: "labtest", Hosts: 4}); err == nil || !strings.Contains(err.Error(), "kforge lab down --name labtest") {
+		t.Fatalf("Up of an existing lab with another shape: %v, want an error saying to take it down first", err)
+	}
+
 	// Host keys are per host: host 1's key must not pass as host 2's.
 	mixed := filepath.Join(t.TempDir(), "known_hosts")
 	k1, err := os.ReadFile(filepath.Join(l.st.Hosts[0].Dir, "upper/etc/ssh/ssh_host_ed25519_key.pub"))

@@ -266,20 +266,25 @@ func Up(ctx context.Context, o Options) (_ *Lab, err error) {
 	g.SetLimit(8)
 	for _, h := range l.st.Hosts {
 		g.Go(func() error {
-			if err := l.prepareHost(h, hier); err != nil {
-				return fmt.Errorf("lab host %s: %w", h.Name, err)
+			// The registry learns each cgroup and PID as soon as they exist, so that Down
+			// (from this process or another) finds them even if this one dies half-way.
+			err := l.prepareHost(h, hier)
+			if serr := l.save(); err == nil {
+				err = serr
 			}
-			if err := l.startHost(gctx, h); err != nil {
+			if err == nil {
+				err = l.startHost(gctx, h)
+				if serr := l.save(); err == nil {
+					err = serr
+				}
+			}
+			if err != nil {
 				return fmt.Errorf("lab host %s: %w", h.Name, err)
 			}
 			return nil
 		})
 	}
-	err = g.Wait()
-	if serr := l.save(); serr != nil && err == nil {
-		err = serr
-	}
-	if err != nil {
+	if err := g.Wait(); err != nil {
 		return nil, err
 	}
 	log.Info("hosts started; waiting for sshd", "hosts", len(l.st.Hosts), "took", time.Since(start).Round(time.Millisecond))
