@@ -1,0 +1,546 @@
+package preflight
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/version"
+
+	"github.com/kforge/kforge/facts"
+	"github.com/kforge/kforge/inventory"
+)
+
+// kubeadm's numbers (cmd/kubeadm/app/constants/constants.go, v1.36).
+const (
+	ControlPlaneNumCPU = 2
+	ControlPlaneMemMB  = 1700
+	// KubeletSkew is how many minors a kubelet may lag the control plane
+	// (MinimumKubeletVersion = getSkewedKubernetesVersion(-3)).
+	KubeletSkew = 3
+)
+
+// Clock skew limits. Certificates kforge issues start five minutes before issue (kubeadm's
+// backdate): a host further behind than that rejects them. etcd warns above one second of skew
+// between members.
+const (
+	ClockSkewError   = 4 * time.Minute
+	ClockSkewWarning = time.Second
+)
+
+// Port is one port kubeadm checks, the component that listens there and, for static pods, the
+// manifest kforge writes for it.
+type Port struct {
+	Port      int
+	Component string // /proc/PID/comm of the component (15 characters at most)
+	Manifest  string // static-pod file name; "" for kubelet
+	Masters   bool   // checked on masters only
+}
+
+// Ports are the ports checked, in kubeadm's order.
+var Ports = []Port{
+	{6443, "kube-apiserver", "kube-apiserver.yaml", true},
+	{10259, "kube-scheduler", "kube-scheduler.yaml", true},
+	{10257, "kube-controller", "kube-controller-manager.yaml", true}, // comm is cut to 15 characters
+	{2379, "etcd", "etcd.yaml", true},
+	{2380, "etcd", "etcd.yaml", true},
+	{10250, "kubelet", "", false},
+}
+
+// Commands a host must have (kubeadm v1.36 requires losetup, mount and cp; kforge drives
+// containerd with ctr and hashes files with sha256sum) and commands whose absence is a warning
+// (older kubeadm checked them; networking and debugging use them).
+var (
+	RequiredCommands = []string{"containerd", "runc", "ctr", "mount", "losetup", "cp", "sha256sum"}
+	OptionalCommands = []string{"iptables", "conntrack", "socat", "ebtables", "ethtool", "ip", "nsenter"}
+)
+
+// kubeadm's supported kernels (k8s.io/system-validators DefaultSysSpec).
+var kernelRE = regexp.MustCompile(`^(5\.4|5\.10|5\.15)\.|^([6-9]|[1-9][0-9]+)\.([0-9]+)\.([0-9]+)`)
+
+// Cgroup controllers kubelet needs (system-validators DefaultSysSpec).
+var (
+	cgroupsV1         = []string{"cpu", "cpuacct", "cpuset", "devices", "freezer", "memory", "pids"}
+	cgroupsV1Optional = []string{"hugetlb", "blkio"}
+	cgroupsV2         = []string{"cpu", "cpuset", "devices", "freezer", "memory", "pids"}
+	cgroupsV2Optional = []string{"hugetlb", "io"}
+)
+
+// Check names.
+const (
+	CheckPrivilegedUser = "IsPrivilegedUser"
+	CheckSystem         = "SystemVerification"
+	CheckInitSystem     = "InitSystem"
+	CheckNumCPU         = "NumCPU"
+	CheckMem            = "Mem"
+	CheckSwap           = "Swap"
+	CheckCRI            = "CRI"
+	CheckRuntimeVersion = "ContainerRuntimeVersion"
+	CheckKubeletVersion = "KubeletVersion"
+	CheckHostname       = "Hostname"
+	CheckMachineID      = "MachineID"
+	CheckManifestsDir   = "DirAvailable--etc-kubernetes-manifests"
+	CheckEtcdDataDir    = "DirAvailable--var-lib-etcd"
+	CheckIPForward      = "FileContent--proc-sys-net-ipv4-ip_forward"
+	CheckBridgeNF       = "FileContent--proc-sys-net-bridge-bridge-nf-call-iptables"
+	CheckClockSkew      = "ClockSkew"
+	CheckCapSysResource = "CapSysResource"
+	CheckArch           = "Arch"
+)
+
+// PortCheck is the name of the check of port p (kubeadm's).
+func PortCheck(p int) string { return fmt.Sprintf("Port-%d", p) }
+
+// CommandCheck is the name of the check that command is on PATH (kubeadm's).
+func CommandCheck(cmd string) string { return "FileExisting-" + cmd }
+
+// CheckNames lists every check name --ignore-preflight-errors accepts (besides "all").
+func CheckNames() []string {
+	names := []string{CheckPrivilegedUser, CheckSystem, CheckInitSystem, CheckNumCPU, CheckMem, CheckSwap}
+	for _, c := range append(append([]string{"kubelet"}, RequiredCommands...), OptionalCommands...) {
+		names = append(names, CommandCheck(c))
+	}
+	names = append(names, CheckCRI, CheckRuntimeVersion, CheckKubeletVersion, CheckHostname, CheckMachineID)
+	for _, p := range Ports {
+		names = append(names, PortCheck(p.Port))
+	}
+	return append(names, CheckManifestsDir, CheckEtcdDataDir, CheckIPForward, CheckBridgeNF, CheckClockSkew, CheckArch)
+}
+
+type hostCheck func(c *inventory.Cluster, n inventory.Node, f *facts.Facts) []Finding
+
+// hostChecks run on every host, in this order (kubeadm's, roughly).
+var hostChecks = []hostCheck{
+	checkPrivilegedUser, checkSystem, checkInitSystem, checkCPUAndMemory, checkSwap, checkCommands,
+	checkCRI, checkKubeletVersion, checkHostname, checkPorts, checkManifestsDir, checkEtcdDataDir,
+	checkSysctls, checkClockSkew, checkCapSysResource,
+}
+
+func finding(n inventory.Node, check string, sev Severity, fix, format string, args ...any) Finding {
+	return Finding{Host: n.Name, Check: check, Severity: sev, Seen: fmt.Sprintf(format, args...), Fix: fix}
+}
+
+func checkPrivilegedUser(_ *inventory.Cluster, n inventory.Node, f *facts.Facts) []Finding {
+	if f.UID == 0 {
+		return nil
+	}
+	return []Finding{finding(n, CheckPrivilegedUser, Error,
+		`log in as root, or give the SSH user sudo rights and set ssh.sudo (passwordless, or password with sudoPasswordEnv) in the inventory`,
+		"commands run as uid %d, not root (ssh user %q, sudo %q)", f.UID, n.SSH.User, n.SSH.Sudo)}
+}
+
+func checkSystem(c *inventory.Cluster, n inventory.Node, f *facts.Facts) []Finding {
+	var out []Finding
+	if !kernelRE.MatchString(f.Kernel) {
+		out = append(out, finding(n, CheckSystem, Error, "upgrade the kernel to 5.4, 5.10, 5.15 or any 6.x or later",
+			"kernel %s is not one kubeadm supports (5.4, 5.10, 5.15, or 6.x and later)", f.Kernel))
+	}
+	cg := f.Cgroup
+	var required, optional, have []string
+	switch {
+	case cg.Version == facts.CgroupNone:
+		return append(out, finding(n, CheckSystem, Error, "mount the cgroup file system (cgroup2 at /sys/fs/cgroup)", "no cgroup file system is mounted"))
+	case cg.V1():
+		fix := "boot the host with cgroup v2 (systemd.unified_cgroup_hierarchy=1 on the kernel command line), or, where v2 is impossible, set kubelet.allowCgroupV1: true in the inventory"
+		seen := fmt.Sprintf("cgroups are %s (v1 controllers: %s); kubelet 1.35+ refuses cgroup v1 unless told otherwise, and support is being removed", cg.Version, strings.Join(cg.V1Controllers, ","))
+		if c.Kubelet.AllowCgroupV1 {
+			out = append(out, Finding{Host: n.Name, Check: CheckSystem, Severity: Warning, Seen: seen + "; allowed by kubelet.allowCgroupV1 (kubelet gets failCgroupV1: false)", Fix: "move the host to cgroup v2 when you can"})
+		} else {
+			out = append(out, finding(n, CheckSystem, Error, fix, "%s", seen))
+		}
+		required, optional, have = cgroupsV1, cgroupsV1Optional, cg.V1Controllers
+	default:
+		required, optional, have = cgroupsV2, cgroupsV2Optional, cg.V2Controllers
+	}
+	if miss := missing(required, have); len(miss) > 0 {
+		out = append(out, finding(n, CheckSystem, Error, "enable these cgroup controllers (kernel configuration or boot parameters)",
+			"missing required cgroup controllers: %s", strings.Join(miss, " ")))
+	}
+	if miss := missing(optional, have); len(miss) > 0 {
+		out = append(out, finding(n, CheckSystem, Warning, "", "missing optional cgroup controllers: %s", strings.Join(miss, " ")))
+	}
+	return out
+}
+
+func missing(want, have []string) []string {
+	var m []string
+	for _, w := range want {
+		if !slices.Contains(have, w) {
+			m = append(m, w)
+		}
+	}
+	return m
+}
+
+func checkInitSystem(_ *inventory.Cluster, n inventory.Node, f *facts.Facts) []Finding {
+	if f.Systemd && f.Binaries["systemctl"].Path != "" {
+		return nil
+	}
+	return []Finding{finding(n, CheckInitSystem, Error, "use a host whose init system is systemd",
+		"PID 1 is not systemd (or systemctl is missing): kforge runs kubelet and containerd as systemd units")}
+}
+
+func checkCPUAndMemory(_ *inventory.Cluster, n inventory.Node, f *facts.Facts) []Finding {
+	if n.Role != inventory.RoleMaster {
+		return nil
+	}
+	var out []Finding
+	if f.CPUs < ControlPlaneNumCPU {
+		out = append(out, finding(n, CheckNumCPU, Error, fmt.Sprintf("give the master at least %d CPUs", ControlPlaneNumCPU),
+			"the number of available CPUs %d is less than the required %d", f.CPUs, ControlPlaneNumCPU))
+	}
+	if mb := f.MemoryBytes >> 20; mb < ControlPlaneMemMB {
+		out = append(out, finding(n, CheckMem, Error, fmt.Sprintf("give the master at least %d MB of memory", ControlPlaneMemMB),
+			"the system RAM (%d MB) is less than the minimum %d MB", mb, ControlPlaneMemMB))
+	}
+	return out
+}
+
+// swapTolerated says whether kubelet is told not to fail on swap (kubelet.extraArgs fail-swap-on).
+func swapTolerated(c *inventory.Cluster) bool {
+	for k, v := range c.Kubelet.ExtraArgs {
+		if strings.TrimPrefix(k, "--") == "fail-swap-on" && strings.EqualFold(v, "false") {
+			return true
+		}
+	}
+	return false
+}
+
+func checkSwap(c *inventory.Cluster, n inventory.Node, f *facts.Facts) []Finding {
+	if !f.Swap.On {
+		return nil
+	}
+	seen := fmt.Sprintf("swap is on (%d MiB on %s)", f.Swap.TotalBytes>>20, strings.Join(f.Swap.Devices, ", "))
+	if swapTolerated(c) {
+		return []Finding{finding(n, CheckSwap, Warning, "see https://kubernetes.io/docs/concepts/architecture/nodes/#swap-memory for kubelet's swap settings",
+			"%s; kubelet runs with fail-swap-on=false (swap is supported for cgroup v2 only)", seen)}
+	}
+	return []Finding{finding(n, CheckSwap, Error,
+		`turn swap off (swapoff -a, and remove swap from /etc/fstab), or let kubelet run with it: kubelet.extraArgs: {fail-swap-on: "false"} in the inventory`,
+		"%s; kubelet refuses to start with swap unless configured for it", seen)}
+}
+
+func checkCommands(c *inventory.Cluster, n inventory.Node, f *facts.Facts) []Finding {
+	var out []Finding
+	if f.Binaries["kubelet"].Path == "" && c.Bundle == "" {
+		out = append(out, finding(n, CommandCheck("kubelet"), Error,
+			fmt.Sprintf("install kubelet %s on the host, or set bundle in the inventory (kforge bundle build) so kforge installs it", c.KubernetesVersion),
+			"kubelet not found in system path and the inventory has no bundle to install it from"))
+	}
+	for _, cmd := range RequiredCommands {
+		if f.Binaries[cmd].Path == "" {
+			out = append(out, finding(n, CommandCheck(cmd), Error, "install it: "+installHint(f, cmd), "%s not found in system path", cmd))
+		}
+	}
+	for _, cmd := range OptionalCommands {
+		if f.Binaries[cmd].Path == "" {
+			out = append(out, finding(n, CommandCheck(cmd), Warning, "install it: "+installHint(f, cmd), "%s not found in system path", cmd))
+		}
+	}
+	return out
+}
+
+// debPackages and rpmPackages name the package of each command.
+var (
+	debPackages = map[string]string{"containerd": "containerd", "runc": "runc", "ctr": "containerd", "mount": "mount", "losetup": "mount",
+		"cp": "coreutils", "sha256sum": "coreutils", "iptables": "iptables", "conntrack": "conntrack", "socat": "socat",
+		"ebtables": "ebtables", "ethtool": "ethtool", "ip": "iproute2", "nsenter": "util-linux"}
+	rpmPackages = map[string]string{"containerd": "containerd.io", "runc": "runc", "ctr": "containerd.io", "mount": "util-linux", "losetup": "util-linux",
+		"cp": "coreutils", "sha256sum": "coreutils", "iptables": "iptables", "conntrack": "conntrack-tools", "socat": "socat",
+		"ebtables": "ebtables", "ethtool": "ethtool", "ip": "iproute", "nsenter": "util-linux"}
+)
+
+func installHint(f *facts.Facts, cmd string) string {
+	switch f.OS.ID {
+	case "debian", "ubuntu":
+		return "apt-get install " + debPackages[cmd]
+	case "rhel", "centos", "rocky", "almalinux", "fedora", "ol", "amzn":
+		return "dnf install " + rpmPackages[cmd]
+	}
+	return "the package that provides " + cmd
+}
+
+func checkCRI(c *inventory.Cluster, n inventory.Node, f *facts.Facts) []Finding {
+	r := f.Runtime
+	if f.Binaries["ctr"].Path == "" {
+		return nil // FileExisting-ctr says it; without ctr the runtime cannot be asked
+	}
+	fix := "start containerd (systemctl enable --now containerd) and check `journalctl -u containerd`; or fix containerRuntime.endpoint in the inventory"
+	switch {
+	case !r.SocketExists:
+		return []Finding{finding(n, CheckCRI, Error, fix, "container runtime is not running: no socket at %s", r.Socket)}
+	case !r.Answering:
+		seen := "container runtime at " + r.Socket + " does not answer"
+		if r.Error != "" {
+			seen += ": " + lastLine(r.Error)
+		}
+		return []Finding{finding(n, CheckCRI, Error, fix, "%s", seen)}
+	}
+	v, err := version.ParseGeneric(runtimeVersion(f))
+	if err != nil {
+		return nil
+	}
+	if v.Major() < 2 {
+		return []Finding{finding(n, CheckRuntimeVersion, Warning, "upgrade to containerd 2.x before upgrading the cluster past Kubernetes 1.36",
+			"containerd %s: Kubernetes 1.36 is the last minor that supports containerd 1.x", v)}
+	}
+	return nil
+}
+
+var numRE = regexp.MustCompile(`\d+\.\d+(?:\.\d+)?`)
+
+// runtimeVersion is the server's version, else the containerd binary's.
+func runtimeVersion(f *facts.Facts) string {
+	if v := numRE.FindString(f.Runtime.Version); v != "" {
+		return v
+	}
+	return f.Binaries["containerd"].Version
+}
+
+func lastLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		return s[i+1:]
+	}
+	return s
+}
+
+func checkKubeletVersion(c *inventory.Cluster, n inventory.Node, f *facts.Facts) []Finding {
+	b := f.Binaries["kubelet"]
+	if b.Path == "" {
+		return nil // FileExisting-kubelet, or the bundle installs it
+	}
+	want, err := version.ParseSemantic(c.KubernetesVersion)
+	if err != nil {
+		return []Finding{finding(n, CheckKubeletVersion, Error, "set kubernetesVersion to vMAJOR.MINOR.PATCH", "cannot read the cluster version %q", c.KubernetesVersion)}
+	}
+	if c.Bundle != "" {
+		if b.Path != "/usr/bin/kubelet" {
+			return []Finding{finding(n, CheckKubeletVersion, Warning, fmt.Sprintf("remove %s, or make sure the kubelet unit runs /usr/bin/kubelet", b.Path),
+				"a kubelet (%s) is at %s; kforge installs the bundle's kubelet at /usr/bin/kubelet", or(b.Version, "unknown version"), b.Path)}
+		}
+		return nil // replaced by the bundle's, which matches the cluster
+	}
+	have, err := version.ParseGeneric(b.Version)
+	if err != nil {
+		return []Finding{finding(n, CheckKubeletVersion, Error, fmt.Sprintf("install kubelet %s", c.KubernetesVersion),
+			"cannot read the version of %s (it printed %q)", b.Path, b.Output)}
+	}
+	fix := fmt.Sprintf("install kubelet %s (or use a bundle)", c.KubernetesVersion)
+	if have.Major() != want.Major() || have.Minor() > want.Minor() {
+		return []Finding{finding(n, CheckKubeletVersion, Error, fix,
+			"the kubelet version v%s is higher than the control plane version %s: not a supported version skew", have, c.KubernetesVersion)}
+	}
+	if have.Minor()+KubeletSkew < want.Minor() {
+		return []Finding{finding(n, CheckKubeletVersion, Error, fix,
+			"kubelet v%s is more than %d minors older than the control plane %s", have, KubeletSkew, c.KubernetesVersion)}
+	}
+	if have.Minor() != want.Minor() || have.Patch() != want.Patch() {
+		return []Finding{finding(n, CheckKubeletVersion, Info, "", "kubelet v%s with control plane %s: a supported skew", have, c.KubernetesVersion)}
+	}
+	return nil
+}
+
+func or(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}
+
+func checkHostname(_ *inventory.Cluster, n inventory.Node, f *facts.Facts) []Finding {
+	var out []Finding
+	if errs := validation.IsDNS1123Subdomain(n.Name); len(errs) > 0 {
+		out = append(out, finding(n, CheckHostname, Error, "rename the host in the inventory: lowercase letters, digits, '-' and '.'",
+			"node name %q is not a valid Kubernetes node name: %s", n.Name, strings.Join(errs, "; ")))
+	}
+	if errs := validation.IsDNS1123Subdomain(f.Hostname); len(errs) > 0 {
+		out = append(out, finding(n, CheckHostname, Warning, "set a hostname of lowercase letters, digits, '-' and '.' (hostnamectl set-hostname)",
+			"hostname %q is not a valid DNS name (%s); the node is still named %q (kforge sets --hostname-override)", f.Hostname, strings.Join(errs, "; "), n.Name))
+	} else if f.Hostname != n.Name {
+		out = append(out, finding(n, CheckHostname, Info, "", "hostname %q differs from the node name %q; kubelet runs with --hostname-override=%s", f.Hostname, n.Name, n.Name))
+	}
+	return out
+}
+
+func checkPorts(c *inventory.Cluster, n inventory.Node, f *facts.Facts) []Finding {
+	var out []Finding
+	for _, p := range Ports {
+		if p.Masters && n.Role != inventory.RoleMaster {
+			continue
+		}
+		ls := f.ListenersOn(p.Port)
+		if len(ls) == 0 {
+			continue
+		}
+		var held []string
+		own := ownsComponent(c, f, p)
+		for _, l := range ls {
+			held = append(held, l.String())
+			if l.Command != p.Component {
+				own = false
+			}
+		}
+		if own {
+			out = append(out, finding(n, PortCheck(p.Port), Info, "", "port %d is held by kforge's own %s from an earlier run (%s)", p.Port, p.Component, strings.Join(held, ", ")))
+			continue
+		}
+		out = append(out, finding(n, PortCheck(p.Port), Error,
+			fmt.Sprintf("stop what listens on port %d (it is %s's port), or reset a node of another cluster first (kubeadm reset / kforge reset)", p.Port, p.Component),
+			"port %d is in use: %s", p.Port, strings.Join(held, ", ")))
+	}
+	return out
+}
+
+// ownsComponent says whether kforge set up port p's component on this host for this cluster:
+// for a static pod, kforge's marker (of this cluster) lists its manifest and the manifest is
+// there; for kubelet, kforge's drop-in is installed.
+func ownsComponent(c *inventory.Cluster, f *facts.Facts, p Port) bool {
+	if p.Manifest == "" {
+		return f.KubeletDropIn
+	}
+	m := f.Manifests.Marker
+	return m != nil && m.Cluster == c.Name && m.Owns(p.Manifest) && slices.Contains(f.Manifests.Entries, p.Manifest)
+}
+
+func checkManifestsDir(c *inventory.Cluster, n inventory.Node, f *facts.Facts) []Finding {
+	m := f.Manifests
+	if len(m.Entries) == 0 {
+		return nil
+	}
+	fix := "move them out of " + facts.ManifestsDir + " (kubeadm reset cleans a kubeadm node, kforge reset a kforge one); for a static pod you added on purpose (e.g. kube-vip), --ignore-preflight-errors=" + CheckManifestsDir
+	if m.Marker != nil && m.Marker.Cluster != c.Name {
+		return []Finding{finding(n, CheckManifestsDir, Error, fix, "%s holds static pods of another kforge cluster, %q: %s", facts.ManifestsDir, m.Marker.Cluster, strings.Join(m.Entries, ", "))}
+	}
+	var foreign []string
+	for _, e := range m.Entries {
+		if !m.Marker.Owns(e) {
+			foreign = append(foreign, e)
+		}
+	}
+	if len(foreign) > 0 {
+		return []Finding{finding(n, CheckManifestsDir, Error, fix, "%s is not empty and these are not kforge's: %s", facts.ManifestsDir, strings.Join(foreign, ", "))}
+	}
+	return nil
+}
+
+func checkEtcdDataDir(c *inventory.Cluster, n inventory.Node, f *facts.Facts) []Finding {
+	if n.Role != inventory.RoleMaster || len(f.EtcdDataDir) == 0 {
+		return nil
+	}
+	m := f.Manifests.Marker
+	if m != nil && m.Cluster == c.Name && m.Owns("etcd.yaml") {
+		return nil // kforge's own etcd from an earlier run
+	}
+	return []Finding{finding(n, CheckEtcdDataDir, Error,
+		"remove "+facts.EtcdDataDir+" if that data is no longer needed (it belongs to another etcd); kforge reset or kubeadm reset clean it",
+		"%s is not empty (%s) and kforge's etcd was not set up here", facts.EtcdDataDir, strings.Join(f.EtcdDataDir, ", "))}
+}
+
+func checkSysctls(_ *inventory.Cluster, n inventory.Node, f *facts.Facts) []Finding {
+	var out []Finding
+	switch v, ok := f.Sysctls["net.ipv4.ip_forward"]; {
+	case !ok:
+		out = append(out, finding(n, CheckIPForward, Error, "check that /proc/sys is mounted", "/proc/sys/net/ipv4/ip_forward cannot be read"))
+	case v != "1":
+		out = append(out, finding(n, CheckIPForward, Info, "", "net.ipv4.ip_forward is %s; kforge sets it to 1 in its own sysctl.d file", v))
+	}
+	switch v, ok := f.Sysctls["net.bridge.bridge-nf-call-iptables"]; {
+	case !ok:
+		out = append(out, finding(n, CheckBridgeNF, Error,
+			"load the module and keep it loaded at boot: modprobe br_netfilter && echo br_netfilter > /etc/modules-load.d/br_netfilter.conf",
+			"/proc/sys/net/bridge/bridge-nf-call-iptables does not exist: the br_netfilter module is not loaded"))
+	case v != "1":
+		out = append(out, finding(n, CheckBridgeNF, Info, "", "net.bridge.bridge-nf-call-iptables is %s; kforge sets it to 1 in its own sysctl.d file", v))
+	}
+	return out
+}
+
+func checkClockSkew(_ *inventory.Cluster, n inventory.Node, f *facts.Facts) []Finding {
+	if f.Sent.IsZero() || f.Received.IsZero() {
+		return nil // not gathered by Gather: nothing to compare with
+	}
+	skew, unc := f.ClockSkew()
+	abs := skew
+	if abs < 0 {
+		abs = -abs
+	}
+	way := "ahead of"
+	if skew < 0 {
+		way = "behind"
+	}
+	seen := fmt.Sprintf("the host's clock is %s %s the workstation's (±%s)", abs.Round(time.Millisecond), way, unc.Round(time.Millisecond))
+	fix := "synchronise the clocks with NTP on the host and the workstation (timedatectl set-ntp true, or chrony)"
+	switch {
+	case abs-unc > ClockSkewError:
+		return []Finding{finding(n, CheckClockSkew, Error, fix, "%s: certificates start %s before issue, so TLS between the nodes fails", seen, 5*time.Minute)}
+	case abs-unc > ClockSkewWarning:
+		return []Finding{finding(n, CheckClockSkew, Warning, fix, "%s: etcd and certificate checks want clocks within %s", seen, ClockSkewWarning)}
+	}
+	return nil
+}
+
+func checkCapSysResource(_ *inventory.Cluster, n inventory.Node, f *facts.Facts) []Finding {
+	if f.HasCapSysResource() {
+		return nil
+	}
+	return []Finding{finding(n, CheckCapSysResource, Info, "",
+		"no CAP_SYS_RESOURCE (a container?): containerd will run with restrict_oom_score_adj, so pods cannot get a negative oom_score_adj")}
+}
+
+// goarch maps `uname -m` to GOARCH.
+var goarch = map[string]string{"x86_64": "amd64", "aarch64": "arm64", "arm64": "arm64", "armv7l": "arm", "ppc64le": "ppc64le", "s390x": "s390x", "riscv64": "riscv64"}
+
+func checkArch(n inventory.Node, f *facts.Facts, want string) []Finding {
+	if goarch[f.Arch] == want {
+		return nil
+	}
+	return []Finding{finding(n, CheckArch, Error, "use a bundle built for "+or(goarch[f.Arch], f.Arch)+", or hosts of the bundle's architecture",
+		"the host is %s but the bundle's binaries are linux/%s", f.Arch, want)}
+}
+
+// crossHost compares hosts: hostnames and machine IDs must be unique.
+func crossHost(nodes []inventory.Node, hosts map[string]*facts.Facts) []Finding {
+	var out []Finding
+	byHostname, byMachine := map[string][]string{}, map[string][]string{}
+	for _, n := range nodes {
+		f := hosts[n.Name]
+		if f == nil {
+			continue
+		}
+		byHostname[strings.ToLower(f.Hostname)] = append(byHostname[strings.ToLower(f.Hostname)], n.Name)
+		if f.MachineID != "" {
+			byMachine[f.MachineID] = append(byMachine[f.MachineID], n.Name)
+		}
+	}
+	for _, n := range nodes {
+		f := hosts[n.Name]
+		if f == nil {
+			continue
+		}
+		if same := others(byHostname[strings.ToLower(f.Hostname)], n.Name); len(same) > 0 {
+			out = append(out, finding(n, CheckHostname, Error,
+				"give every host its own hostname (hostnamectl set-hostname), and check the inventory does not list one machine twice",
+				"hostname %q is also the hostname of %s", f.Hostname, strings.Join(same, ", ")))
+		}
+		if same := others(byMachine[f.MachineID], n.Name); len(same) > 0 {
+			out = append(out, finding(n, CheckMachineID, Error,
+				"if these are clones of one image, give each its own id (rm /etc/machine-id && systemd-machine-id-setup); if it is one machine, list it once",
+				"machine-id %s is also the machine-id of %s: one machine listed twice, or cloned machines", f.MachineID, strings.Join(same, ", ")))
+		}
+	}
+	return out
+}
+
+func others(names []string, self string) []string {
+	var out []string
+	for _, n := range names {
+		if n != self {
+			out = append(out, n)
+		}
+	}
+	return out
+}

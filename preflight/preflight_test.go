@@ -1,0 +1,343 @@
+package preflight
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kforge/kforge/facts"
+	"github.com/kforge/kforge/inventory"
+)
+
+var t0 = time.Date(2026, 11, 21, 21, 0, 0, 0, time.UTC)
+
+func cluster() *inventory.Cluster {
+	return &inventory.Cluster{
+		Name:              "demo",
+		KubernetesVersion: "v1.36.3",
+		SSH:               inventory.SSH{User: "root", Sudo: "auto"},
+		Masters:           []inventory.Host{{Name: "m1", Address: "198.51.100.10"}},
+		Workers:           []inventory.Host{{Name: "w1", Address: "198.51.100.11"}},
+	}
+}
+
+// healthy returns the facts of a host every check passes.
+func healthy(name string) *facts.Facts {
+	bins := map[string]facts.Binary{"kubelet": {Path: "/usr/bin/kubelet", Version: "1.36.3", Output: "Kubernetes v1.36.3"}, "systemctl": {Path: "/usr/bin/systemctl", Version: "252"}}
+	for _, c := range append(append([]string{}, RequiredCommands...), OptionalCommands...) {
+		bins[c] = facts.Binary{Path: "/usr/bin/" + c, Version: "1.0"}
+	}
+	bins["containerd"] = facts.Binary{Path: "/usr/bin/containerd", Version: "2.1.4"}
+	return &facts.Facts{
+		Host: name, Hostname: name, MachineID: "id-" + name,
+		OS: facts.OS{ID: "debian", VersionID: "12"}, Arch: "x86_64", Kernel: "6.1.0-28-amd64", Systemd: true,
+		CPUs: 2, MemoryBytes: 4 << 30,
+		Cgroup: facts.Cgroup{Version: facts.CgroupV2, V2Controllers: []string{"cpu", "cpuset", "devices", "freezer", "hugetlb", "io", "memory", "pids"}},
+		UID:    0, CapEff: 0x1ffffffffff,
+		Sysctls:  map[string]string{"net.ipv4.ip_forward": "1", "net.bridge.bridge-nf-call-iptables": "1"},
+		Binaries: bins,
+		Runtime:  facts.Runtime{Socket: "/run/containerd/containerd.sock", SocketExists: true, Answering: true, Version: "v2.1.4"},
+		Clock:    t0.Add(50 * time.Millisecond), Sent: t0, Received: t0.Add(100 * time.Millisecond),
+	}
+}
+
+func healthyHosts() map[string]*facts.Facts {
+	return map[string]*facts.Facts{"m1": healthy("m1"), "w1": healthy("w1")}
+}
+
+func TestHealthyClusterHasNoFindings(t *testing.T) {
+	fs := Check(cluster(), healthyHosts(), Options{BundleArch: "amd64"})
+	if len(fs) != 0 || fs.Err() != nil {
+		t.Fatalf("findings on healthy hosts: %v", fs)
+	}
+}
+
+func listener(port int, pid int, comm string) facts.Listener {
+	return facts.Listener{Addr: netip.MustParseAddr("0.0.0.0"), Port: port, Inode: uint64(port), PID: pid, Command: comm}
+}
+
+func kforgeMarker(cluster string) facts.Manifests {
+	all := []string{"etcd.yaml", "kube-apiserver.yaml", "kube-controller-manager.yaml", "kube-scheduler.yaml"}
+	return facts.Manifests{Exists: true, Entries: all, Marker: &facts.Marker{Cluster: cluster, Files: all}}
+}
+
+// TestChecks: for every check, facts (or inventory) that fail it and what the finding says;
+// cases with want "" pass (no finding of that check on that host).
+func TestChecks(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		host     string
+		facts    func(f *facts.Facts)
+		cluster  func(c *inventory.Cluster)
+		check    string
+		severity Severity
+		want     string // substring of Seen; "" = no finding of check on host
+	}{
+		{"root", "w1", func(f *facts.Facts) { f.UID = 1000 }, nil, CheckPrivilegedUser, Error, "commands run as uid 1000, not root"},
+		{"old kernel", "m1", func(f *facts.Facts) { f.Kernel = "4.19.0-21-amd64" }, nil, CheckSystem, Error, "kernel 4.19.0-21-amd64 is not one kubeadm supports"},
+		{"kernel 5.10", "m1", func(f *facts.Facts) { f.Kernel = "5.10.0-30-amd64" }, nil, CheckSystem, Error, ""},
+		{"cgroup v1", "w1", func(f *facts.Facts) {
+			f.Cgroup = facts.Cgroup{Version: facts.CgroupHybrid, V1Controllers: []string{"blkio", "cpu", "cpuacct", "cpuset", "devices", "freezer", "hugetlb", "memory", "pids"}}
+		}, nil, CheckSystem, Error, "cgroups are hybrid"},
+		{"cgroup v1 allowed", "w1", func(f *facts.Facts) {
+			f.Cgroup = facts.Cgroup{Version: facts.CgroupV1, V1Controllers: []string{"blkio", "cpu", "cpuacct", "cpuset", "devices", "freezer", "hugetlb", "memory", "pids"}}
+		}, func(c *inventory.Cluster) { c.Kubelet.AllowCgroupV1 = true }, CheckSystem, Warning, "allowed by kubelet.allowCgroupV1"},
+		{"cgroup v1 missing pids", "w1", func(f *facts.Facts) {
+			f.Cgroup = facts.Cgroup{Version: facts.CgroupV1, V1Controllers: []string{"cpu", "cpuacct", "cpuset", "devices", "freezer", "memory"}}
+		}, func(c *inventory.Cluster) { c.Kubelet.AllowCgroupV1 = true }, CheckSystem, Error, "missing required cgroup controllers: pids"},
+		{"cgroup v2 optional", "m1", func(f *facts.Facts) {
+			f.Cgroup.V2Controllers = []string{"cpu", "cpuset", "devices", "freezer", "memory", "pids"}
+		}, nil, CheckSystem, Warning, "missing optional cgroup controllers: hugetlb io"},
+		{"no cgroups", "m1", func(f *facts.Facts) { f.Cgroup = facts.Cgroup{} }, nil, CheckSystem, Error, "no cgroup file system"},
+		{"no systemd", "w1", func(f *facts.Facts) { f.Systemd = false }, nil, CheckInitSystem, Error, "PID 1 is not systemd"},
+		{"cpus master", "m1", func(f *facts.Facts) { f.CPUs = 1 }, nil, CheckNumCPU, Error, "the number of available CPUs 1 is less than the required 2"},
+		{"cpus worker", "w1", func(f *facts.Facts) { f.CPUs = 1 }, nil, CheckNumCPU, Error, ""},
+		{"memory master", "m1", func(f *facts.Facts) { f.MemoryBytes = 1600 << 20 }, nil, CheckMem, Error, "the system RAM (1600 MB) is less than the minimum 1700 MB"},
+		{"memory exactly", "m1", func(f *facts.Facts) { f.MemoryBytes = 1700 << 20 }, nil, CheckMem, Error, ""},
+		{"memory worker", "w1", func(f *facts.Facts) { f.MemoryBytes = 512 << 20 }, nil, CheckMem, Error, ""},
+		{"swap", "w1", func(f *facts.Facts) { f.Swap = facts.Swap{On: true, TotalBytes: 2 << 30, Devices: []string{"/dev/sda2"}} }, nil, CheckSwap, Error, "swap is on (2048 MiB on /dev/sda2)"},
+		{"swap tolerated", "w1", func(f *facts.Facts) { f.Swap = facts.Swap{On: true, TotalBytes: 2 << 30, Devices: []string{"/swapfile"}} },
+			func(c *inventory.Cluster) { c.Kubelet.ExtraArgs = map[string]string{"--fail-swap-on": "False"} }, CheckSwap, Warning, "fail-swap-on=false"},
+		{"required command", "m1", func(f *facts.Facts) { delete(f.Binaries, "losetup") }, nil, CommandCheck("losetup"), Error, "losetup not found in system path"},
+		{"optional command", "m1", func(f *facts.Facts) { delete(f.Binaries, "socat") }, nil, CommandCheck("socat"), Warning, "socat not found"},
+		{"no kubelet", "w1", func(f *facts.Facts) { delete(f.Binaries, "kubelet") }, nil, CommandCheck("kubelet"), Error, "no bundle to install it from"},
+		{"no kubelet, bundle", "w1", func(f *facts.Facts) { delete(f.Binaries, "kubelet") }, func(c *inventory.Cluster) { c.Bundle = "bundle" }, CommandCheck("kubelet"), Error, ""},
+		{"runtime down", "w1", func(f *facts.Facts) { f.Runtime.SocketExists, f.Runtime.Answering = false, false }, nil, CheckCRI, Error, "no socket at /run/containerd/containerd.sock"},
+		{"runtime silent", "w1", func(f *facts.Facts) {
+			f.Runtime.Answering, f.Runtime.Error = false, "Client:\n  Version: 1.6.20\nctr: failed to dial \"/run/containerd/containerd.sock\": connection refused"
+		}, nil, CheckCRI, Error, "does not answer: ctr: failed to dial"},
+		{"containerd 1.x", "w1", func(f *facts.Facts) { f.Runtime.Version = "1.6.20~ds1" }, nil, CheckRuntimeVersion, Warning, "containerd 1.6.20"},
+		{"kubelet newer", "w1", func(f *facts.Facts) { f.Binaries["kubelet"] = facts.Binary{Path: "/usr/bin/kubelet", Version: "1.37.0"} }, nil, CheckKubeletVersion, Error, "v1.37.0 is higher than the control plane version v1.36.3"},
+		{"kubelet too old", "w1", func(f *facts.Facts) { f.Binaries["kubelet"] = facts.Binary{Path: "/usr/bin/kubelet", Version: "1.32.9"} }, nil, CheckKubeletVersion, Error, "more than 3 minors older"},
+		{"kubelet skew ok", "w1", func(f *facts.Facts) { f.Binaries["kubelet"] = facts.Binary{Path: "/usr/bin/kubelet", Version: "1.33.0"} }, nil, CheckKubeletVersion, Info, "a supported skew"},
+		{"kubelet unreadable", "w1", func(f *facts.Facts) {
+			f.Binaries["kubelet"] = facts.Binary{Path: "/usr/bin/kubelet", Output: "Segmentation fault"}
+		}, nil, CheckKubeletVersion, Error, `it printed "Segmentation fault"`},
+		{"kubelet elsewhere, bundle", "w1", func(f *facts.Facts) { f.Binaries["kubelet"] = facts.Binary{Path: "/usr/local/bin/kubelet", Version: "1.30.0"} },
+			func(c *inventory.Cluster) { c.Bundle = "b" }, CheckKubeletVersion, Warning, "at /usr/local/bin/kubelet"},
+		{"kubelet replaced by bundle", "w1", func(f *facts.Facts) { f.Binaries["kubelet"] = facts.Binary{Path: "/usr/bin/kubelet", Version: "1.30.0"} },
+			func(c *inventory.Cluster) { c.Bundle = "b" }, CheckKubeletVersion, Error, ""},
+		{"hostname invalid", "w1", func(f *facts.Facts) { f.Hostname = "W1_box" }, nil, CheckHostname, Warning, `hostname "W1_box" is not a valid DNS name`},
+		{"hostname differs", "w1", func(f *facts.Facts) { f.Hostname = "box-17" }, nil, CheckHostname, Info, "--hostname-override=w1"},
+		{"node name invalid", "w1", nil, func(c *inventory.Cluster) { c.Workers[0].Name = "W1" }, CheckHostname, Error, `node name "W1" is not a valid Kubernetes node name`},
+		{"port taken", "m1", func(f *facts.Facts) { f.Listeners = []facts.Listener{listener(6443, 812, "nginx")} }, nil, PortCheck(6443), Error, "port 6443 is in use: 0.0.0.0:6443 by PID 812 (nginx)"},
+		{"port owner unknown", "m1", func(f *facts.Facts) { f.Listeners = []facts.Listener{listener(2380, 0, "")} }, nil, PortCheck(2380), Error, "port 2380 is in use: 0.0.0.0:2380"},
+		{"master port on worker", "w1", func(f *facts.Facts) { f.Listeners = []facts.Listener{listener(6443, 812, "nginx")} }, nil, PortCheck(6443), Error, ""},
+		{"kubelet port on worker", "w1", func(f *facts.Facts) { f.Listeners = []facts.Listener{listener(10250, 99, "kubelet")} }, nil, PortCheck(10250), Error, "port 10250 is in use"},
+		{"kforge's kubelet", "w1", func(f *facts.Facts) { f.Listeners = []facts.Listener{listener(10250, 99, "kubelet")}; f.KubeletDropIn = true }, nil, PortCheck(10250), Info, "kforge's own kubelet"},
+		{"kforge's apiserver", "m1", func(f *facts.Facts) {
+			f.Listeners = []facts.Listener{listener(6443, 900, "kube-apiserver")}
+			f.Manifests = kforgeMarker("demo")
+		}, nil, PortCheck(6443), Info, "kforge's own kube-apiserver"},
+		{"kubeadm's apiserver", "m1", func(f *facts.Facts) {
+			f.Listeners = []facts.Listener{listener(6443, 900, "kube-apiserver")}
+			f.Manifests = facts.Manifests{Exists: true, Entries: []string{"kube-apiserver.yaml"}}
+		}, nil, PortCheck(6443), Error, "by PID 900 (kube-apiserver)"},
+		{"other cluster's apiserver", "m1", func(f *facts.Facts) {
+			f.Listeners = []facts.Listener{listener(6443, 900, "kube-apiserver")}
+			f.Manifests = kforgeMarker("prod")
+		}, nil, PortCheck(6443), Error, "port 6443 is in use"},
+		{"impostor on apiserver port", "m1", func(f *facts.Facts) {
+			f.Listeners = []facts.Listener{listener(6443, 900, "kube-apiserver"), {Addr: netip.MustParseAddr("::"), Port: 6443, PID: 5, Command: "haproxy"}}
+			f.Manifests = kforgeMarker("demo")
+		}, nil, PortCheck(6443), Error, "(haproxy)"},
+		{"manifests foreign", "m1", func(f *facts.Facts) {
+			f.Manifests = facts.Manifests{Exists: true, Entries: []string{"kube-apiserver.yaml", "kube-vip.yaml"}}
+		}, nil, CheckManifestsDir, Error, "not kforge's: kube-apiserver.yaml, kube-vip.yaml"},
+		{"manifests plus extra", "m1", func(f *facts.Facts) {
+			f.Manifests = kforgeMarker("demo")
+			f.Manifests.Entries = append(f.Manifests.Entries, "kube-vip.yaml")
+		}, nil, CheckManifestsDir, Error, "not kforge's: kube-vip.yaml"},
+		{"manifests kforge's", "m1", func(f *facts.Facts) { f.Manifests = kforgeMarker("demo") }, nil, CheckManifestsDir, Error, ""},
+		{"manifests empty", "w1", func(f *facts.Facts) { f.Manifests = facts.Manifests{Exists: true} }, nil, CheckManifestsDir, Error, ""},
+		{"manifests other cluster", "m1", func(f *facts.Facts) { f.Manifests = kforgeMarker("prod") }, nil, CheckManifestsDir, Error, `another kforge cluster, "prod"`},
+		{"manifests on worker", "w1", func(f *facts.Facts) { f.Manifests = facts.Manifests{Exists: true, Entries: []string{"nginx.yaml"}} }, nil, CheckManifestsDir, Error, "not kforge's: nginx.yaml"},
+		{"etcd data", "m1", func(f *facts.Facts) { f.EtcdDataDir = []string{"member"} }, nil, CheckEtcdDataDir, Error, "/var/lib/etcd is not empty (member)"},
+		{"etcd data kforge's", "m1", func(f *facts.Facts) { f.EtcdDataDir = []string{"member"}; f.Manifests = kforgeMarker("demo") }, nil, CheckEtcdDataDir, Error, ""},
+		{"etcd data on worker", "w1", func(f *facts.Facts) { f.EtcdDataDir = []string{"member"} }, nil, CheckEtcdDataDir, Error, ""},
+		{"ip_forward off", "w1", func(f *facts.Facts) { f.Sysctls["net.ipv4.ip_forward"] = "0" }, nil, CheckIPForward, Info, "kforge sets it to 1"},
+		{"ip_forward unreadable", "w1", func(f *facts.Facts) { delete(f.Sysctls, "net.ipv4.ip_forward") }, nil, CheckIPForward, Error, "cannot be read"},
+		{"bridge-nf off", "m1", func(f *facts.Facts) { f.Sysctls["net.bridge.bridge-nf-call-iptables"] = "0" }, nil, CheckBridgeNF, Info, "kforge sets it to 1"},
+		{"no br_netfilter", "m1", func(f *facts.Facts) { delete(f.Sysctls, "net.bridge.bridge-nf-call-iptables") }, nil, CheckBridgeNF, Error, "br_netfilter module is not loaded"},
+		{"clock far behind", "w1", func(f *facts.Facts) { f.Clock = t0.Add(-10 * time.Minute) }, nil, CheckClockSkew, Error, "10m0.05s behind the workstation's (±50ms)"},
+		{"clock ahead", "w1", func(f *facts.Facts) { f.Clock = t0.Add(3 * time.Second) }, nil, CheckClockSkew, Warning, "2.95s ahead of"},
+		{"clock within uncertainty", "w1", func(f *facts.Facts) { f.Clock, f.Received = t0.Add(2500*time.Millisecond), t0.Add(4*time.Second) }, nil, CheckClockSkew, Warning, ""},
+		{"no CAP_SYS_RESOURCE", "w1", func(f *facts.Facts) { f.CapEff = 0x1fffeffffff }, nil, CheckCapSysResource, Info, "restrict_oom_score_adj"},
+		{"arch", "w1", func(f *facts.Facts) { f.Arch = "aarch64" }, nil, CheckArch, Error, "the host is aarch64 but the bundle's binaries are linux/amd64"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cl := cluster()
+			hosts := healthyHosts()
+			if c.cluster != nil {
+				c.cluster(cl)
+				if cl.Workers[0].Name != "w1" { // the node was renamed
+					hosts[cl.Workers[0].Name] = hosts["w1"]
+					c.host = cl.Workers[0].Name
+				}
+			}
+			if c.facts != nil {
+				c.facts(hosts[c.host])
+			}
+			fs := Check(cl, hosts, Options{BundleArch: "amd64"})
+			var got []Finding
+			for _, f := range fs {
+				if f.Check == c.check && f.Host == c.host {
+					got = append(got, f)
+				}
+			}
+			if c.want == "" {
+				if len(got) > 0 {
+					t.Fatalf("want no %s finding on %s, got %v", c.check, c.host, got)
+				}
+				return
+			}
+			var f *Finding
+			for i := range got {
+				if strings.Contains(got[i].Seen, c.want) {
+					f = &got[i]
+				}
+			}
+			if f == nil {
+				t.Fatalf("no %s finding on %s says %q; got %v", c.check, c.host, c.want, got)
+			}
+			if f.Severity != c.severity {
+				t.Errorf("got %s, want severity %s", f, c.severity)
+			}
+			if f.Severity == Error && f.Fix == "" {
+				t.Errorf("%s has no fix", f)
+			}
+			if (f.Severity == Error) != (fs.Err() != nil) {
+				t.Errorf("Err() = %v with findings %v", fs.Err(), fs)
+			}
+		})
+	}
+}
+
+func TestCrossHostDuplicates(t *testing.T) {
+	c := cluster()
+	c.Workers = append(c.Workers, inventory.Host{Name: "w2", Address: "198.51.100.12"})
+	hosts := healthyHosts()
+	hosts["w2"] = healthy("w2")
+	hosts["w1"].Hostname = "M1" // case-insensitively m1's
+	hosts["w2"].MachineID = hosts["m1"].MachineID
+	fs := Check(c, hosts, Options{})
+	want := []string{
+		`[ERROR Hostname] m1: hostname "m1" is also the hostname of w1`,
+		`[ERROR MachineID] m1: machine-id id-m1 is also the machine-id of w2: one machine listed twice, or cloned machines`,
+		`[ERROR Hostname] w1: hostname "M1" is also the hostname of m1`,
+		`[ERROR MachineID] w2: machine-id id-m1 is also the machine-id of m1: one machine listed twice, or cloned machines`,
+	}
+	var got []string
+	for _, f := range fs.Errors() {
+		got = append(got, f.String())
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("errors\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+func TestMissingFacts(t *testing.T) {
+	hosts := healthyHosts()
+	delete(hosts, "w1")
+	fs := Check(cluster(), hosts, Options{})
+	if len(fs) != 1 || fs[0].Host != "w1" || fs[0].Check != "Facts" || fs[0].Severity != Error {
+		t.Errorf("findings %v", fs)
+	}
+}
+
+// TestOrderAndAllHosts: every host is checked and findings come host by host in inventory
+// order, whatever the order of the checks that found them.
+func TestOrderAndAllHosts(t *testing.T) {
+	hosts := healthyHosts()
+	hosts["m1"].UID = 1000
+	hosts["m1"].Swap = facts.Swap{On: true, Devices: []string{"/swap"}}
+	hosts["w1"].UID = 1000
+	hosts["w1"].Hostname = "m1"
+	fs := Check(cluster(), hosts, Options{})
+	var got []string
+	for _, f := range fs {
+		got = append(got, f.Host+"/"+f.Check)
+	}
+	want := "m1/IsPrivilegedUser m1/Swap m1/Hostname w1/IsPrivilegedUser w1/Hostname w1/Hostname"
+	if strings.Join(got, " ") != want {
+		t.Errorf("order %v, want %s", got, want)
+	}
+}
+
+func TestIgnore(t *testing.T) {
+	hosts := healthyHosts()
+	hosts["m1"].Listeners = []facts.Listener{listener(6443, 1, "nginx")}
+	hosts["w1"].Swap = facts.Swap{On: true, Devices: []string{"/swap"}}
+
+	ig, err := ParseIgnore([]string{"port-6443,SWAP"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := Check(cluster(), hosts, Options{Ignore: ig})
+	if err := fs.Err(); err != nil {
+		t.Fatalf("errors left: %v", err)
+	}
+	if ws := fs.Warnings(); len(ws) != 2 || !ws[0].Ignored || !strings.HasPrefix(ws[0].String(), "[WARNING (ignored error) Port-6443] m1: ") {
+		t.Errorf("warnings %v", ws)
+	}
+
+	ig, _ = ParseIgnore([]string{"Swap"})
+	if errs := Check(cluster(), hosts, Options{Ignore: ig}).Errors(); len(errs) != 1 || errs[0].Check != "Port-6443" {
+		t.Errorf("with Swap ignored, errors %v", errs)
+	}
+	ig, _ = ParseIgnore([]string{"all"})
+	if err := Check(cluster(), hosts, Options{Ignore: ig}).Err(); err != nil {
+		t.Errorf("all: %v", err)
+	}
+	hosts["w1"].Arch = "s390x"
+	ig, _ = ParseIgnore([]string{"arch", "swap"})
+	if errs := Check(cluster(), hosts, Options{Ignore: ig, BundleArch: "amd64"}).Errors(); len(errs) != 1 || errs[0].Check != "Port-6443" {
+		t.Errorf("with Arch and Swap ignored, errors %v", errs)
+	}
+
+	for in, want := range map[string]string{
+		"all,Swap":    "together with 'all'",
+		"Prot-6443":   "unknown check prot-6443",
+		"Port-1234":   "unknown check port-1234",
+		"Swap,,Bogus": "unknown check bogus",
+	} {
+		if _, err := ParseIgnore([]string{in}); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseIgnore(%q) = %v, want %q", in, err, want)
+		}
+	}
+	for _, n := range CheckNames() {
+		if _, err := ParseIgnore([]string{n}); err != nil {
+			t.Errorf("ParseIgnore(%q): %v", n, err)
+		}
+	}
+}
+
+func TestFailedError(t *testing.T) {
+	hosts := healthyHosts()
+	hosts["m1"].Listeners = []facts.Listener{listener(6443, 812, "nginx")}
+	hosts["w1"].Swap = facts.Swap{On: true, TotalBytes: 1 << 30, Devices: []string{"/dev/sda2"}}
+	hosts["w1"].Sysctls["net.ipv4.ip_forward"] = "0"
+	err := fmt.Errorf("apply: %w", Check(cluster(), hosts, Options{}).Err())
+
+	var fe *FailedError
+	if !errors.As(err, &fe) || fe.ExitCode() != 3 {
+		t.Fatalf("error %v is not a FailedError with exit code 3", err)
+	}
+	if fe.Error() != "preflight failed: 2 errors on m1, w1" {
+		t.Errorf("Error() = %q", fe.Error())
+	}
+	want := []string{
+		"preflight failed: 2 errors on 2 hosts (every host was checked; nothing was changed)",
+		"[ERROR Port-6443] m1: port 6443 is in use: 0.0.0.0:6443 by PID 812 (nginx)",
+		"    fix: stop what listens on port 6443 (it is kube-apiserver's port), or reset a node of another cluster first (kubeadm reset / kforge reset)",
+		"[ERROR Swap] w1: swap is on (1024 MiB on /dev/sda2); kubelet refuses to start with swap unless configured for it",
+		`    fix: turn swap off (swapoff -a, and remove swap from /etc/fstab), or let kubelet run with it: kubelet.extraArgs: {fail-swap-on: "false"} in the inventory`,
+		"If you know what you are doing, make a check non-fatal with --ignore-preflight-errors=Port-6443,Swap",
+	}
+	if got := fe.Details(); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("Details\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
