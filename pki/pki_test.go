@@ -416,3 +416,23 @@ func BenchmarkIssueOnly(b *testing.B) {
 		})
 	}
 }
+
+func TestEnsureRefusesExpiredCAAndConcurrentRuns(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "pki")
+	o := Options{Dir: dir, Params: testParams(), Masters: testMasters[:1], Now: t0, Rand: seeded(13)}
+	ensure(t, o)
+
+	unlock, err := lockDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := Ensure(o); err == nil || !strings.Contains(err.Error(), "in use by another kforge run") {
+		t.Errorf("concurrent run: %v", err)
+	}
+	unlock()
+
+	o.Now = t0.Add(o.Params.CAValidity + time.Hour)
+	if _, _, err := Ensure(o); err == nil || !strings.Contains(err.Error(), "expired") || !strings.Contains(err.Error(), "does not rotate CAs") {
+		t.Errorf("expired CA: %v", err)
+	}
+}

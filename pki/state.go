@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -79,6 +80,11 @@ func Ensure(o Options) (*Set, []Change, error) {
 	if err := os.Chmod(o.Dir, 0o700); err != nil {
 		return nil, nil, err
 	}
+	unlock, err := lockDir(o.Dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer unlock()
 	reqs, err := Requests(o.Params, o.Masters)
 	if err != nil {
 		return nil, nil, err
@@ -160,6 +166,9 @@ func ensureCA(o Options, r Request) (*KeyPair, []Change, error) {
 			return nil, nil, fmt.Errorf("%s.crt is not a CA certificate; restore the cluster's CA there (kforge never replaces a CA)", base)
 		}
 		var ch []Change
+		if !o.Now.Before(cur.Cert.NotAfter) {
+			return nil, nil, fmt.Errorf("CA %s expired on %s; kforge does not rotate CAs: replace %s.crt and %s.key with a renewed CA (same key) or start a new cluster CA", r.Key(), cur.Cert.NotAfter.Format(time.RFC3339), base, base)
+		}
 		if left := cur.Cert.NotAfter.Sub(o.Now); left < o.RenewBefore {
 			ch = append(ch, Change{Key: r.Key(), Action: "warning", Reason: fmt.Sprintf("CA expires %s (in %s); kforge does not rotate CAs automatically", cur.Cert.NotAfter.Format(time.RFC3339), left.Round(time.Hour))})
 		}
@@ -394,6 +403,20 @@ func savePair(base string, kp *KeyPair) error {
 		return err
 	}
 	return writeFile(base+".crt", EncodeCert(kp.Cert), 0o644)
+}
+
+// lockDir takes an exclusive lock on dir/.lock so two kforge runs never issue into the same
+// state at once; the returned function releases it.
+func lockDir(dir string) (func(), error) {
+	f, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%s is in use by another kforge run (%v); wait for it to finish", dir, err)
+	}
+	return func() { f.Close() }, nil
 }
 
 // writeFile writes atomically: a temporary file beside path, mode set, synced, renamed.
