@@ -98,8 +98,12 @@ func TestChecks(t *testing.T) {
 		{"memory master", "m1", func(f *facts.Facts) { f.MemoryBytes = 1600 << 20 }, nil, CheckMem, Error, "the system RAM (1600 MB) is less than the minimum 1700 MB"},
 		{"memory exactly", "m1", func(f *facts.Facts) { f.MemoryBytes = 1700 << 20 }, nil, CheckMem, Error, ""},
 		{"memory worker", "w1", func(f *facts.Facts) { f.MemoryBytes = 512 << 20 }, nil, CheckMem, Error, ""},
-		{"swap", "w1", func(f *facts.Facts) { f.Swap = facts.Swap{On: true, TotalBytes: 2 << 30, Devices: []string{"/dev/sda2"}} }, nil, CheckSwap, Error, "swap is on (2048 MiB on /dev/sda2)"},
-		{"swap tolerated", "w1", func(f *facts.Facts) { f.Swap = facts.Swap{On: true, TotalBytes: 2 << 30, Devices: []string{"/swapfile"}} },
+		{"swap", "w1", func(f *facts.Facts) {
+			f.Swap = facts.Swap{On: true, TotalBytes: 2 << 30, Devices: []string{"/dev/sda2"}}
+		}, nil, CheckSwap, Error, "swap is on (2048 MiB on /dev/sda2)"},
+		{"swap tolerated", "w1", func(f *facts.Facts) {
+			f.Swap = facts.Swap{On: true, TotalBytes: 2 << 30, Devices: []string{"/swapfile"}}
+		},
 			func(c *inventory.Cluster) { c.Kubelet.ExtraArgs = map[string]string{"--fail-swap-on": "False"} }, CheckSwap, Warning, "fail-swap-on=false"},
 		{"required command", "m1", func(f *facts.Facts) { delete(f.Binaries, "losetup") }, nil, CommandCheck("losetup"), Error, "losetup not found in system path"},
 		{"optional command", "m1", func(f *facts.Facts) { delete(f.Binaries, "socat") }, nil, CommandCheck("socat"), Warning, "socat not found"},
@@ -110,15 +114,25 @@ func TestChecks(t *testing.T) {
 			f.Runtime.Answering, f.Runtime.Error = false, "Client:\n  Version: 1.6.20\nctr: failed to dial \"/run/containerd/containerd.sock\": connection refused"
 		}, nil, CheckCRI, Error, "does not answer: ctr: failed to dial"},
 		{"containerd 1.x", "w1", func(f *facts.Facts) { f.Runtime.Version = "1.6.20~ds1" }, nil, CheckRuntimeVersion, Warning, "containerd 1.6.20"},
-		{"kubelet newer", "w1", func(f *facts.Facts) { f.Binaries["kubelet"] = facts.Binary{Path: "/usr/bin/kubelet", Version: "1.37.0"} }, nil, CheckKubeletVersion, Error, "v1.37.0 is higher than the control plane version v1.36.3"},
-		{"kubelet too old", "w1", func(f *facts.Facts) { f.Binaries["kubelet"] = facts.Binary{Path: "/usr/bin/kubelet", Version: "1.32.9"} }, nil, CheckKubeletVersion, Error, "more than 3 minors older"},
-		{"kubelet skew ok", "w1", func(f *facts.Facts) { f.Binaries["kubelet"] = facts.Binary{Path: "/usr/bin/kubelet", Version: "1.33.0"} }, nil, CheckKubeletVersion, Info, "a supported skew"},
+		{"kubelet newer", "w1", func(f *facts.Facts) {
+			f.Binaries["kubelet"] = facts.Binary{Path: "/usr/bin/kubelet", Version: "1.37.0"}
+		}, nil, CheckKubeletVersion, Error, "v1.37.0 is higher than the control plane version v1.36.3"},
+		{"kubelet too old", "w1", func(f *facts.Facts) {
+			f.Binaries["kubelet"] = facts.Binary{Path: "/usr/bin/kubelet", Version: "1.32.9"}
+		}, nil, CheckKubeletVersion, Error, "more than 3 minors older"},
+		{"kubelet skew ok", "w1", func(f *facts.Facts) {
+			f.Binaries["kubelet"] = facts.Binary{Path: "/usr/bin/kubelet", Version: "1.33.0"}
+		}, nil, CheckKubeletVersion, Info, "a supported skew"},
 		{"kubelet unreadable", "w1", func(f *facts.Facts) {
 			f.Binaries["kubelet"] = facts.Binary{Path: "/usr/bin/kubelet", Output: "Segmentation fault"}
 		}, nil, CheckKubeletVersion, Error, `it printed "Segmentation fault"`},
-		{"kubelet elsewhere, bundle", "w1", func(f *facts.Facts) { f.Binaries["kubelet"] = facts.Binary{Path: "/usr/local/bin/kubelet", Version: "1.30.0"} },
+		{"kubelet elsewhere, bundle", "w1", func(f *facts.Facts) {
+			f.Binaries["kubelet"] = facts.Binary{Path: "/usr/local/bin/kubelet", Version: "1.30.0"}
+		},
 			func(c *inventory.Cluster) { c.Bundle = "b" }, CheckKubeletVersion, Warning, "at /usr/local/bin/kubelet"},
-		{"kubelet replaced by bundle", "w1", func(f *facts.Facts) { f.Binaries["kubelet"] = facts.Binary{Path: "/usr/bin/kubelet", Version: "1.30.0"} },
+		{"kubelet replaced by bundle", "w1", func(f *facts.Facts) {
+			f.Binaries["kubelet"] = facts.Binary{Path: "/usr/bin/kubelet", Version: "1.30.0"}
+		},
 			func(c *inventory.Cluster) { c.Bundle = "b" }, CheckKubeletVersion, Error, ""},
 		{"hostname invalid", "w1", func(f *facts.Facts) { f.Hostname = "W1_box" }, nil, CheckHostname, Warning, `hostname "W1_box" is not a valid DNS name`},
 		{"hostname differs", "w1", func(f *facts.Facts) { f.Hostname = "box-17" }, nil, CheckHostname, Info, "--hostname-override=w1"},
@@ -127,7 +141,10 @@ func TestChecks(t *testing.T) {
 		{"port owner unknown", "m1", func(f *facts.Facts) { f.Listeners = []facts.Listener{listener(2380, 0, "")} }, nil, PortCheck(2380), Error, "port 2380 is in use: 0.0.0.0:2380"},
 		{"master port on worker", "w1", func(f *facts.Facts) { f.Listeners = []facts.Listener{listener(6443, 812, "nginx")} }, nil, PortCheck(6443), Error, ""},
 		{"kubelet port on worker", "w1", func(f *facts.Facts) { f.Listeners = []facts.Listener{listener(10250, 99, "kubelet")} }, nil, PortCheck(10250), Error, "port 10250 is in use"},
-		{"kforge's kubelet", "w1", func(f *facts.Facts) { f.Listeners = []facts.Listener{listener(10250, 99, "kubelet")}; f.KubeletDropIn = true }, nil, PortCheck(10250), Info, "kforge's own kubelet"},
+		{"kforge's kubelet", "w1", func(f *facts.Facts) {
+			f.Listeners = []facts.Listener{listener(10250, 99, "kubelet")}
+			f.KubeletDropIn = true
+		}, nil, PortCheck(10250), Info, "kforge's own kubelet"},
 		{"kforge's apiserver", "m1", func(f *facts.Facts) {
 			f.Listeners = []facts.Listener{listener(6443, 900, "kube-apiserver")}
 			f.Manifests = kforgeMarker("demo")
