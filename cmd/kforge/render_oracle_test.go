@@ -64,7 +64,7 @@ type oracleCase struct {
 var oracleCases = []oracleCase{
 	{
 		name:          "ha-ecdsa",
-		endpoint:      "198.51.100.10:6443",
+		endpoint:      "k8s-api.lab.example.test:6443",
 		algorithm:     "ECDSA-P256",
 		certSANs:      []string{"api.lab.example.test", "198.51.100.200"},
 		masters:       [][2]string{{"m1", "198.51.100.11"}, {"m2", "198.51.100.12"}, {"m3", "198.51.100.13"}},
@@ -74,7 +74,7 @@ var oracleCases = []oracleCase{
 		inventory: `apiVersion: kforge.dev/v1alpha1
 kind: Cluster
 name: lab
-controlPlaneEndpoint: 198.51.100.10:6443
+controlPlaneEndpoint: k8s-api.lab.example.test:6443
 kubelet:
   allowCgroupV1: true
   extraArgs: {max-pods: "150"}

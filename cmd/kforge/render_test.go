@@ -119,3 +119,41 @@ func TestBootstrapTokenForm(t *testing.T) {
 		seen[tok] = true
 	}
 }
+
+func TestRenderUsesExternalCARelativeToInventory(t *testing.T) {
+	dir := t.TempDir()
+	// A user-made CA, written where the inventory points (relative path).
+	first := filepath.Join(dir, "first")
+	inv0 := filepath.Join(dir, "kforge.yaml")
+	os.WriteFile(inv0, []byte(renderInventory), 0o644)
+	if code, _, stderr := kforge(t, "-i", inv0, "--state-dir", first, "render", "-o", filepath.Join(dir, "out0")); code != 0 {
+		t.Fatal(stderr)
+	}
+	os.MkdirAll(filepath.Join(dir, "secrets"), 0o700)
+	copyFile(t, filepath.Join(first, "pki", "ca.crt"), filepath.Join(dir, "secrets", "ca.crt"))
+	copyFile(t, filepath.Join(first, "pki", "ca.key"), filepath.Join(dir, "secrets", "ca.key"))
+
+	inv := filepath.Join(dir, "ext.yaml")
+	os.WriteFile(inv, []byte(renderInventory+"pki:\n  externalCA: {cert: secrets/ca.crt, key: secrets/ca.key}\n"), 0o644)
+	out, state := filepath.Join(dir, "out"), filepath.Join(dir, "state")
+	code, _, stderr := kforge(t, "-i", inv, "--state-dir", state, "render", "-o", out)
+	if code != 0 || !strings.Contains(stderr, "using pki.externalCA") {
+		t.Fatalf("code %d: %s", code, stderr)
+	}
+	want, _ := os.ReadFile(filepath.Join(dir, "secrets", "ca.crt"))
+	got, _ := os.ReadFile(filepath.Join(out, "m1/etc/kubernetes/pki/ca.crt"))
+	if !bytes.Equal(want, got) {
+		t.Error("rendered ca.crt is not the external CA")
+	}
+	if _, err := os.Stat(filepath.Join(state, "pki", "ca.key")); err == nil {
+		t.Error("the external CA key was copied into the state dir")
+	}
+
+	// Pointing the same state at a different CA is refused, with what to do.
+	copyFile(t, filepath.Join(state, "pki", "front-proxy-ca.crt"), filepath.Join(dir, "secrets", "ca.crt"))
+	copyFile(t, filepath.Join(state, "pki", "front-proxy-ca.key"), filepath.Join(dir, "secrets", "ca.key"))
+	code, _, stderr = kforge(t, "-i", inv, "--state-dir", state, "render", "-o", out)
+	if code == 0 || !strings.Contains(stderr, "never replaces a CA silently") {
+		t.Errorf("different external CA: code %d, %s", code, stderr)
+	}
+}
