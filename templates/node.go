@@ -96,6 +96,9 @@ type Kubelet struct {
 	ResolvConf string
 	// ExtraArgs are extra kubelet flags (inventory kubelet.extraArgs), without "--".
 	ExtraArgs map[string]string
+	// RegisterWithTaints are "key=value:Effect" taints the node registers with. kubeadm join
+	// sets them for workers; masters are tainted through the API (mark-control-plane).
+	RegisterWithTaints []string
 }
 
 // ClusterDNSIP is kubeadm's cluster DNS address: the tenth address of the service subnet.
@@ -168,6 +171,9 @@ func (k Kubelet) InstanceConfig() []byte {
 // inventory's extra args, sorted by name, as kubeadm writes them.
 func (k Kubelet) FlagsEnv() []byte {
 	args := map[string]string{"node-ip": k.NodeIP, "hostname-override": k.NodeName}
+	if len(k.RegisterWithTaints) > 0 {
+		args["register-with-taints"] = strings.Join(k.RegisterWithTaints, ",")
+	}
 	for n, v := range k.ExtraArgs {
 		args[strings.TrimPrefix(n, "--")] = v
 	}

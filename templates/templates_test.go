@@ -52,7 +52,8 @@ func haCluster() *inventory.Cluster {
 			{Name: "m2", Address: "m2.example.test", InternalAddress: "198.51.100.12"},
 			{Name: "m3", Address: "198.51.100.13"},
 		},
-		Workers: []inventory.Host{{Name: "w1", Address: "198.51.100.21"}},
+		Workers: []inventory.Host{{Name: "w1", Address: "198.51.100.21", Taints: []inventory.Taint{
+			{Key: "node.example.com/gpu", Value: "true", Effect: "NoSchedule"}, {Key: "dedicated", Effect: "NoExecute"}}}},
 	}
 }
 
@@ -79,6 +80,7 @@ func TestNodeFileGoldens(t *testing.T) {
 	}
 	golden(t, "kubelet-config", cfg)
 	golden(t, "kubeadm-flags.env", k.FlagsEnv())
+	golden(t, "kubeadm-flags.env-worker", KubeletFor(c, c.Nodes()[3], Options{}).FlagsEnv())
 	golden(t, "instance-config", k.InstanceConfig())
 	unit, err := KubeletUnit{KubeletPath: DefaultKubeletPath}.Render()
 	if err != nil {

@@ -6,6 +6,8 @@ import (
 	"path"
 	"sort"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/kforge/kforge/inventory"
 	"github.com/kforge/kforge/pki"
 )
@@ -92,18 +94,27 @@ func ControlPlaneFor(c *inventory.Cluster, i int, caCertDirs []string) ControlPl
 	return cp
 }
 
-// KubeletFor is the kubelet input of a node.
+// KubeletFor is the kubelet input of a node. Workers register with their inventory taints, as
+// kubeadm join registers them; masters' taints and every node's labels are set through the API
+// after the node registers (kubeadm's mark-control-plane), not here.
 func KubeletFor(c *inventory.Cluster, n inventory.Node, o Options) Kubelet {
+	var taints []string
+	if n.Role == inventory.RoleWorker {
+		for _, t := range n.Taints {
+			taints = append(taints, (&corev1.Taint{Key: t.Key, Value: t.Value, Effect: corev1.TaintEffect(t.Effect)}).ToString())
+		}
+	}
 	return Kubelet{
-		NodeName:      n.Name,
-		NodeIP:        n.NodeIP(),
-		ServiceSubnet: or(c.Networking.ServiceSubnet, inventory.DefaultServiceSubnet),
-		DNSDomain:     or(c.Networking.DNSDomain, inventory.DefaultDNSDomain),
-		CgroupDriver:  or(c.Kubelet.CgroupDriver, "systemd"),
-		CRIEndpoint:   or(c.ContainerRuntime.Endpoint, inventory.DefaultCRIEndpoint),
-		AllowCgroupV1: c.Kubelet.AllowCgroupV1,
-		ResolvConf:    o.ResolvConf,
-		ExtraArgs:     c.Kubelet.ExtraArgs,
+		RegisterWithTaints: taints,
+		NodeName:           n.Name,
+		NodeIP:             n.NodeIP(),
+		ServiceSubnet:      or(c.Networking.ServiceSubnet, inventory.DefaultServiceSubnet),
+		DNSDomain:          or(c.Networking.DNSDomain, inventory.DefaultDNSDomain),
+		CgroupDriver:       or(c.Kubelet.CgroupDriver, "systemd"),
+		CRIEndpoint:        or(c.ContainerRuntime.Endpoint, inventory.DefaultCRIEndpoint),
+		AllowCgroupV1:      c.Kubelet.AllowCgroupV1,
+		ResolvConf:         o.ResolvConf,
+		ExtraArgs:          c.Kubelet.ExtraArgs,
 	}
 }
 
