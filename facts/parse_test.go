@@ -108,8 +108,9 @@ func TestParseRerunMaster(t *testing.T) {
 		{a("127.0.0.1"), 2379, 40003, 902, "etcd"},
 		{a("192.168.1.10"), 2380, 40002, 902, "etcd"},
 		{a("::"), 6443, 40005, 903, "kube-apiserver"},
-		{a("::1"), 10257, 40006, 0, ""},
-		{a("127.0.0.1"), 10259, 40001, 901, "kube-controller"},
+		{a("127.0.0.1"), 8080, 40007, 0, ""}, // holder not found
+		{a("::1"), 10257, 40006, 901, "kube-controller"},
+		{a("127.0.0.1"), 10259, 40001, 904, "kube-scheduler"},
 	}
 	if !reflect.DeepEqual(f.Listeners, want) {
 		t.Errorf("listeners\n got %+v\nwant %+v", f.Listeners, want)
@@ -227,8 +228,8 @@ func TestParseMalformed(t *testing.T) {
 		{"tcp6 length", replace("00000000000000000000000001000000:2811", "01000000:2811"), "not tcp6 hex"},
 		{"tcp port", replace("00000000:0016 ", "00000000:ZZ16 "), "port"},
 		{"tcp inode", replace(" 40004 1 ", " x40004 1 "), "inode"},
-		{"sock inode", replace("sock 40001 901", "sock ino 901"), "inode is not a number"},
-		{"sock pid", replace("sock 40001 901", "sock 40001 pid"), "PID is not a number"},
+		{"sock inode", replace("sock 40001 904", "sock ino 904"), "inode is not a number"},
+		{"sock pid", replace("sock 40001 904", "sock 40001 pid"), "PID is not a number"},
 		{"bin path", replace("bin kubelet /usr/bin/kubelet", "bin kubelet kubelet"), "bin NAME /PATH"},
 		{"ver orphan", replace("ver kubelet Kubernetes v1.36.3", "ver kubectl Client Version: v1.36.3"), "not reported found"},
 		{"manifest slash", replace("manifest etcd.yaml", "manifest ../etcd.yaml"), "manifest NAME"},

@@ -39,15 +39,18 @@ func (s Severity) String() string {
 	return "INFO"
 }
 
+// MarshalText makes a Severity "ERROR", "WARNING" or "INFO" in JSON events.
+func (s Severity) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
 // Finding is one check's verdict on one host.
 type Finding struct {
-	Host     string // inventory node name
-	Check    string // kubeadm's check name where kubeadm has the check, e.g. Port-6443
-	Severity Severity
-	Seen     string // what was found, e.g. "port 6443 is in use by PID 812 (nginx) on 0.0.0.0"
-	Fix      string // what to do; "" for Info
+	Host     string   `json:"host"`     // inventory node name
+	Check    string   `json:"check"`    // kubeadm's check name where kubeadm has the check, e.g. Port-6443
+	Severity Severity `json:"severity"` // ERROR, WARNING or INFO in JSON
+	Seen     string   `json:"seen"`     // what was found, e.g. "port 6443 is in use: 0.0.0.0:6443 by PID 812 (nginx)"
+	Fix      string   `json:"fix,omitempty"`
 	// Ignored says this was an Error turned into a Warning by --ignore-preflight-errors.
-	Ignored bool
+	Ignored bool `json:"ignored,omitempty"`
 }
 
 // String is the finding on one line, kubeadm's way: "[ERROR Port-6443] m1: port 6443 is in use".

@@ -1,6 +1,7 @@
 package preflight
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -356,5 +357,15 @@ func TestFailedError(t *testing.T) {
 	}
 	if got := fe.Details(); strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("Details\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+func TestFindingJSON(t *testing.T) {
+	b, err := json.Marshal(Finding{Host: "m1", Check: "Swap", Severity: Warning, Seen: "swap is on", Fix: "swapoff -a", Ignored: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"host":"m1","check":"Swap","severity":"WARNING","seen":"swap is on","fix":"swapoff -a","ignored":true}`; string(b) != want {
+		t.Errorf("JSON %s, want %s", b, want)
 	}
 }
