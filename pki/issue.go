@@ -19,7 +19,9 @@ type KeyPair struct {
 
 // Issue creates a key of algorithm alg and a certificate for r: self-signed when r is a CA
 // (signer must be nil), otherwise signed by signer. NotBefore is now minus Backdate; NotAfter
-// is now plus validity. It reads only its arguments.
+// is now plus validity. It reads only its arguments. random draws the serial number; since Go
+// 1.26 the standard library generates keys and signatures from its own secure source whatever
+// reader it is given (tests needing fixed keys use testing/cryptotest.SetGlobalRandom).
 func Issue(r Request, signer *KeyPair, alg KeyAlgorithm, now time.Time, validity time.Duration, random io.Reader) (*KeyPair, error) {
 	key, err := NewKey(alg, random)
 	if err != nil {
