@@ -177,11 +177,15 @@ func TestLabUpThreeHosts(t *testing.T) {
 		t.Fatalf("Exec cat /root/lab-probe on %s: %q, %v", l.Hosts[0].Name, got, err)
 	}
 	// No machine-wide sysctl is writable from a host; the per-netns ones are.
+	fwd, _ := readInt("/proc/sys/net/ipv4/ip_forward")
 	if _, err := l.Exec(ctx, l.Hosts[0].Name, "sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward"); err != nil {
 		t.Fatalf("/proc/sys/net is not writable in a host: %v", err)
 	}
-	if v, _ := readInt("/proc/sys/net/ipv4/ip_forward"); v != 0 {
-		t.Fatalf("ip_forward of the machine is %d after a host set its own", v)
+	if out, _ := l.Exec(ctx, l.Hosts[0].Name, "cat", "/proc/sys/net/ipv4/ip_forward"); string(out) != "1\n" {
+		t.Fatalf("the host's ip_forward is %q after setting it", out)
+	}
+	if v, _ := readInt("/proc/sys/net/ipv4/ip_forward"); v != fwd {
+		t.Fatalf("ip_forward of the machine changed from %d to %d when a host set its own", fwd, v)
 	}
 	if _, err := l.Exec(ctx, l.Hosts[0].Name, "sh", "-c", "echo 0 > /proc/sys/vm/overcommit_memory"); err == nil {
 		t.Fatal("a host could write the machine-wide vm.overcommit_memory")
