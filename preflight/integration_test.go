@@ -241,6 +241,57 @@ func TestFactsAndPreflightOnLab(t *testing.T) {
 		t.Errorf("preflight after socat stopped: %v", err)
 	}
 
+	// A re-run: "kube-apiserver" (socat under that name) holds 6443. Without kforge's marker it
+	// is someone else's API server; with this cluster's marker it is kforge's own; with another
+	// cluster's marker it is not.
+	out, err = remote.Output(ctx, hm, "cp \"$(command -v socat)\" /usr/local/bin/kube-apiserver && "+
+		"{ setsid kube-apiserver TCP-LISTEN:6443,reuseaddr,fork /dev/null </dev/null >/dev/null 2>&1 & echo $!; }")
+	if err != nil {
+		t.Fatal(err)
+	}
+	apiPID := strings.TrimSpace(string(out))
+	t.Cleanup(func() { hm.Run(context.Background(), remote.Cmd{Command: "kill " + apiPID}) })
+	gatherM := func(listening bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			all[m.Name], err = facts.Gather(ctx, hm, facts.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (len(all[m.Name].ListenersOn(6443)) > 0) == listening {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("port 6443 listening is not %v", listening)
+			}
+		}
+	}
+	gatherM(true)
+	if errs := Check(c, all, Options{}).Errors(); len(errs) != 1 || errs[0].Check != "Port-6443" || !strings.Contains(errs[0].Seen, "by PID "+apiPID+" (kube-apiserver)") {
+		t.Errorf("kube-apiserver without kforge's marker: errors %v, want Port-6443", errs)
+	}
+	upload := func(path string, data []byte) {
+		t.Helper()
+		if err := hm.Upload(ctx, remote.Bytes(path, data, 0o600)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	upload(facts.ManifestsDir+"/kube-apiserver.yaml", []byte("# not a pod: kubelet does not run here\n"))
+	upload(facts.ManifestsMarkerPath, facts.ManifestsMarker(c.Name, []string{"kube-apiserver.yaml"}))
+	gatherM(true)
+	fs = Check(c, all, Options{})
+	if err := fs.Err(); err != nil {
+		t.Errorf("kforge's own kube-apiserver on a re-run: %v", err)
+	}
+	if !strings.Contains(lines(fs), "[INFO Port-6443] "+m.Name+": port 6443 is held by kforge's own kube-apiserver") {
+		t.Errorf("no INFO for kforge's own kube-apiserver:\n%s", lines(fs))
+	}
+	upload(facts.ManifestsMarkerPath, facts.ManifestsMarker("another", []string{"kube-apiserver.yaml"}))
+	gatherM(true)
+	if !hasError(Check(c, all, Options{}), m.Name, "Port-6443") || !hasError(Check(c, all, Options{}), m.Name, CheckManifestsDir) {
+		t.Errorf("another cluster's marker passed:\n%s", lines(Check(c, all, Options{})))
+	}
+
 	// A login that is not root, without sudo: commands run as that user.
 	labExec(t, l, w.Name, "sh", "-c", "useradd -m -s /bin/sh kfuser && mkdir -p ~kfuser/.ssh && cp /root/.ssh/authorized_keys ~kfuser/.ssh/ && chown -R kfuser ~kfuser/.ssh")
 	hu := dial(t, l, w, "kfuser", remote.SudoNone)
