@@ -88,6 +88,8 @@ type Facts struct {
 	// Files maps each requested path that is a regular file to its hex sha256; absent paths
 	// (missing, or not a regular file) are not in the map.
 	Files map[string]string
+	// Dirs are the requested directories (Options.Dirs) that exist, in the order asked.
+	Dirs []string
 
 	// Clock is the host's clock, read first thing by the script.
 	Clock time.Time
@@ -242,6 +244,9 @@ type Options struct {
 	// Hash lists absolute paths whose sha256 to report in Facts.Files (the files kforge
 	// installs, so later runs can skip uploads).
 	Hash []string
+	// Dirs lists directories whose existence to report in Facts.Dirs, e.g.
+	// templates.CACertDirCandidates (kubeadm mounts those that exist into the control plane).
+	Dirs []string
 	// Timeout bounds the remote command; default 60s.
 	Timeout time.Duration
 	// Now is the workstation's clock; time.Now when nil.
@@ -324,17 +329,25 @@ fi
 [ -f ` + KubeletDropInPath + ` ] && echo kubeletdropin=1
 set --
 `)
+	if len(o.Dirs) > 0 {
+		b.WriteString("for d in " + quoteAll(o.Dirs) + `; do [ -d "$d" ] && printf 'dir %s\n' "$d"; done
+`)
+	}
 	if len(o.Hash) > 0 {
-		q := make([]string, len(o.Hash))
-		for i, p := range o.Hash {
-			q[i] = remote.Quote(p)
-		}
-		b.WriteString("for f in " + strings.Join(q, " ") + `; do [ -f "$f" ] && set -- "$@" "$f"; done
+		b.WriteString("for f in " + quoteAll(o.Hash) + `; do [ -f "$f" ] && set -- "$@" "$f"; done
 [ $# -gt 0 ] && sha256sum -- "$@" | while read -r s p; do printf 'sum %s %s\n' "$s" "$p"; done
 `)
 	}
 	b.WriteString("echo '" + trailer + "'\n")
 	return b.String()
+}
+
+func quoteAll(ps []string) string {
+	q := make([]string, len(ps))
+	for i, p := range ps {
+		q[i] = remote.Quote(p)
+	}
+	return strings.Join(q, " ")
 }
 
 // Gather runs Script on h and parses its output. Sent and Received frame the run by the

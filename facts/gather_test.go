@@ -125,7 +125,7 @@ func TestScriptOnThisMachine(t *testing.T) {
 	defer ln.Close()
 	port := ln.Addr().(*net.TCPAddr).Port
 
-	o := Options{Hash: []string{file, filepath.Join(dir, "missing"), dir}}
+	o := Options{Hash: []string{file, filepath.Join(dir, "missing"), dir}, Dirs: []string{filepath.Join(dir, "missing"), dir, file}}
 	sent := time.Now()
 	out, err := exec.Command("sh", "-c", Script(o), "kforge-facts").Output()
 	received := time.Now()
@@ -144,6 +144,9 @@ func TestScriptOnThisMachine(t *testing.T) {
 	sum := sha256.Sum256(data)
 	if len(f.Files) != 1 || f.Files[file] != hex.EncodeToString(sum[:]) {
 		t.Errorf("files %v, want only %s", f.Files, file)
+	}
+	if len(f.Dirs) != 1 || f.Dirs[0] != dir {
+		t.Errorf("dirs %q, want only %s", f.Dirs, dir)
 	}
 	mem, _ := os.ReadFile("/proc/meminfo")
 	if !strings.Contains(string(mem), "MemTotal:") || f.MemoryBytes == 0 {

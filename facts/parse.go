@@ -210,6 +210,11 @@ func Parse(out []byte) (*Facts, error) {
 		case "marker":
 			hasMarker = true
 			marker = append(marker, rest)
+		case "dir":
+			if !strings.HasPrefix(rest, "/") {
+				return nil, bad("want \"dir /PATH\"")
+			}
+			f.Dirs = append(f.Dirs, rest)
 		case "etcd":
 			f.EtcdDataDir = append(f.EtcdDataDir, rest)
 		case "sum":

@@ -135,6 +135,9 @@ func TestParseRerunMaster(t *testing.T) {
 	if !f.Manifests.Marker.Owns("etcd.yaml") || f.Manifests.Marker.Owns("kube-vip.yaml") {
 		t.Error("Marker.Owns")
 	}
+	if !reflect.DeepEqual(f.Dirs, []string{"/etc/ca-certificates", "/usr/share/ca-certificates"}) {
+		t.Errorf("dirs %q", f.Dirs)
+	}
 	if !reflect.DeepEqual(f.EtcdDataDir, []string{"member"}) || !f.KubeletDropIn {
 		t.Errorf("etcd %v dropin %v", f.EtcdDataDir, f.KubeletDropIn)
 	}
@@ -233,6 +236,7 @@ func TestParseMalformed(t *testing.T) {
 		{"bin path", replace("bin kubelet /usr/bin/kubelet", "bin kubelet kubelet"), "bin NAME /PATH"},
 		{"ver orphan", replace("ver kubelet Kubernetes v1.36.3", "ver kubectl Client Version: v1.36.3"), "not reported found"},
 		{"manifest slash", replace("manifest etcd.yaml", "manifest ../etcd.yaml"), "manifest NAME"},
+		{"dir", replace("etcd member", "dir etc/pki"), "dir /PATH"},
 		{"sum", replace("sum 2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae", "sum 2c26b4"), "sum SHA256 /PATH"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
