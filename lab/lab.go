@@ -143,6 +143,16 @@ var nameRE = regexp.MustCompile(`^[a-z]([a-z0-9-]{0,18}[a-z0-9])?$`)
 // ErrNotFound is returned by Open for a lab that does not exist.
 var ErrNotFound = errors.New("no such lab")
 
+// ErrInvalidOptions matches (errors.Is) the errors Up returns for invalid Options: nothing was
+// changed.
+var ErrInvalidOptions = errors.New("invalid lab options")
+
+type invalidOptions struct{ error }
+
+func (invalidOptions) Is(target error) bool { return target == ErrInvalidOptions }
+
+func invalidf(format string, args ...any) error { return invalidOptions{fmt.Errorf(format, args...)} }
+
 // DefaultCacheDir is $KFORGE_CACHE_DIR, else /var/cache/kforge.
 func DefaultCacheDir() string {
 	if d := os.Getenv("KFORGE_CACHE_DIR"); d != "" {
@@ -163,16 +173,16 @@ func (o *Options) setDefaults() error {
 		o.Name = "kforge"
 	}
 	if !nameRE.MatchString(o.Name) {
-		return fmt.Errorf("lab name %q: use 1-20 lowercase letters, digits and '-', starting with a letter", o.Name)
+		return invalidf("lab name %q: use 1-20 lowercase letters, digits and '-', starting with a letter", o.Name)
 	}
 	if o.Hosts < 1 {
-		return fmt.Errorf("lab %s: --hosts must be at least 1, got %d", o.Name, o.Hosts)
+		return invalidf("lab %s: --hosts must be at least 1, got %d", o.Name, o.Hosts)
 	}
 	if o.Masters == 0 {
 		o.Masters = 1
 	}
 	if o.Masters < 1 || o.Masters > o.Hosts {
-		return fmt.Errorf("lab %s: masters must be between 1 and the number of hosts (%d), got %d", o.Name, o.Hosts, o.Masters)
+		return invalidf("lab %s: masters must be between 1 and the number of hosts (%d), got %d", o.Name, o.Hosts, o.Masters)
 	}
 	if o.CacheDir == "" {
 		o.CacheDir = DefaultCacheDir()

@@ -3,6 +3,7 @@ package lab
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -51,8 +52,8 @@ func TestOptionsDefaultsAndValidation(t *testing.T) {
 		{Name: "ok", Hosts: 0},
 		{Name: "ok", Hosts: 2, Masters: 3},
 	} {
-		if err := bad.setDefaults(); err == nil {
-			t.Errorf("%+v: accepted, want an error", bad)
+		if err := bad.setDefaults(); !errors.Is(err, ErrInvalidOptions) {
+			t.Errorf("%+v: %v, want an ErrInvalidOptions", bad, err)
 		}
 	}
 }

@@ -37,6 +37,9 @@ func (c *LabUpCmd) Run(ctx context.Context, s *streams, g *Globals) error {
 		Name: c.Name, Hosts: c.Hosts, Masters: c.Masters, LoadBalancer: c.LoadBalancer,
 		Dir: c.Dir, CacheDir: c.CacheDir, BootTimeout: c.BootTimeout, Logger: statusLogger(s, g),
 	})
+	if errors.Is(err, lab.ErrInvalidOptions) {
+		return labUsageError{err}
+	}
 	if err != nil {
 		return err
 	}
@@ -137,6 +140,12 @@ func (c *LabDownCmd) Run(ctx context.Context, s *streams, g *Globals) error {
 	}
 	return errors.Join(errs...)
 }
+
+// labUsageError exits with exitInvalid: the command line was wrong and nothing was changed.
+type labUsageError struct{ error }
+
+func (e labUsageError) Unwrap() error { return e.error }
+func (labUsageError) ExitCode() int   { return exitInvalid }
 
 func labJSON(l *lab.Lab) map[string]any {
 	return map[string]any{
