@@ -268,3 +268,17 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkParse: parsing one host's facts (a re-run master) on the workstation.
+func BenchmarkParse(b *testing.B) {
+	out, err := os.ReadFile("testdata/ubuntu-v2-rerun.txt")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(out)))
+	for b.Loop() {
+		if _, err := Parse(out); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -369,3 +369,25 @@ func TestFindingJSON(t *testing.T) {
 		t.Errorf("JSON %s, want %s", b, want)
 	}
 }
+
+// BenchmarkCheck100Hosts: the central evaluation of 3 masters and 97 workers.
+func BenchmarkCheck100Hosts(b *testing.B) {
+	c := cluster()
+	c.Masters, c.Workers = nil, nil
+	hosts := map[string]*facts.Facts{}
+	for i := range 100 {
+		name := fmt.Sprintf("n%d", i)
+		if i < 3 {
+			c.Masters = append(c.Masters, inventory.Host{Name: name})
+		} else {
+			c.Workers = append(c.Workers, inventory.Host{Name: name})
+		}
+		hosts[name] = healthy(name)
+	}
+	for b.Loop() {
+		if err := Check(c, hosts, Options{}).Err(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/100, "µs/host")
+}
