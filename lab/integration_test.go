@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"os"
@@ -519,6 +520,25 @@ func TestLabsCoexist(t *testing.T) {
 	if out, err := b.Exec(ctx, b.LoadBalancer.Name, "systemctl", "is-active", "haproxy"); err != nil || string(out) != "active\n" {
 		t.Fatalf("haproxy on %s: %q %v", b.LoadBalancer.Name, out, err)
 	}
+	// The load balancer spreads :6443 over the masters: each answers with its hostname.
+	for _, m := range b.Hosts[:2] {
+		if _, err := b.Exec(ctx, m.Name, "systemd-run", "--unit=fake-apiserver", "socat", "TCP-LISTEN:6443,fork,reuseaddr", "SYSTEM:hostname"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seenMasters := map[string]bool{}
+	waitFor(t, 30*time.Second, "answers from both masters through the load balancer", func() bool {
+		c, err := net.DialTimeout("tcp", net.JoinHostPort(b.LoadBalancer.Address, "6443"), 2*time.Second)
+		if err != nil {
+			return false
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+		buf := make([]byte, 64)
+		n, _ := io.ReadAtLeast(c, buf, 1)
+		seenMasters[strings.TrimSpace(string(buf[:n]))] = true
+		return seenMasters[b.Hosts[0].Name] && seenMasters[b.Hosts[1].Name]
+	})
 	// Hosts of one lab reach each other by name.
 	if _, err := b.Exec(ctx, b.Hosts[0].Name, "ping", "-c1", "-W2", b.Hosts[1].Name); err != nil {
 		t.Fatalf("%s cannot reach %s: %v", b.Hosts[0].Name, b.Hosts[1].Name, err)
