@@ -295,7 +295,7 @@ if command -v awk >/dev/null; then
     /socket:\[/ { i = $NF; gsub(/[^0-9]/, "", i); if (index(want, " " i " ")) print i, pid }' |
     while read -r i p; do printf 'sock %s %s %s\n' "$i" "$p" "$(cat /proc/$p/comm 2>/dev/null)"; done
 fi
-T=; command -v timeout >/dev/null && T="timeout 10"
+T=; command -v timeout >/dev/null && T="timeout 5"
 for b in ` + strings.Join(Binaries, " ") + `; do
   p=$(command -v $b) || continue
   printf 'bin %s %s\n' $b "$p"

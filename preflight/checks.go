@@ -89,6 +89,8 @@ const (
 	CheckClockSkew      = "ClockSkew"
 	CheckCapSysResource = "CapSysResource"
 	CheckArch           = "Arch"
+	// CheckFacts is a host whose facts could not be gathered; it cannot be ignored.
+	CheckFacts = "Facts"
 )
 
 // PortCheck is the name of the check of port p (kubeadm's).

@@ -127,13 +127,16 @@ func (e *FailedError) Details() []string {
 	hs := e.hosts()
 	lines := []string{fmt.Sprintf("preflight failed: %s on %s (every host was checked; nothing was changed)", plural(len(e.Findings), "error"), plural(len(hs), "host"))}
 	var names []string
+	ignorable := CheckNames()
 	for _, f := range e.Findings {
 		lines = append(lines, f.Lines()...)
-		if !slices.Contains(names, f.Check) {
+		if !slices.Contains(names, f.Check) && slices.Contains(ignorable, f.Check) {
 			names = append(names, f.Check)
 		}
 	}
-	lines = append(lines, "If you know what you are doing, make a check non-fatal with --ignore-preflight-errors="+strings.Join(names, ","))
+	if len(names) > 0 {
+		lines = append(lines, "If you know what you are doing, make a check non-fatal with --ignore-preflight-errors="+strings.Join(names, ","))
+	}
 	return lines
 }
 
@@ -208,7 +211,7 @@ func Check(c *inventory.Cluster, hosts map[string]*facts.Facts, o Options) Findi
 	for _, n := range nodes {
 		f := hosts[n.Name]
 		if f == nil {
-			out = append(out, Finding{Host: n.Name, Check: "Facts", Severity: Error,
+			out = append(out, Finding{Host: n.Name, Check: CheckFacts, Severity: Error,
 				Seen: "no facts were gathered from this host", Fix: "make the host reachable over SSH and run again"})
 			continue
 		}
@@ -218,7 +221,7 @@ func Check(c *inventory.Cluster, hosts map[string]*facts.Facts, o Options) Findi
 	}
 	out = append(out, crossHost(nodes, hosts)...)
 	for i := range out {
-		if out[i].Severity == Error && o.Ignore.Has(out[i].Check) {
+		if out[i].Severity == Error && out[i].Check != CheckFacts && o.Ignore.Has(out[i].Check) {
 			out[i].Severity, out[i].Ignored = Warning, true
 		}
 	}

@@ -260,9 +260,14 @@ func TestCrossHostDuplicates(t *testing.T) {
 func TestMissingFacts(t *testing.T) {
 	hosts := healthyHosts()
 	delete(hosts, "w1")
-	fs := Check(cluster(), hosts, Options{})
+	ig, _ := ParseIgnore([]string{"all"})
+	fs := Check(cluster(), hosts, Options{Ignore: ig})
 	if len(fs) != 1 || fs[0].Host != "w1" || fs[0].Check != "Facts" || fs[0].Severity != Error {
-		t.Errorf("findings %v", fs)
+		t.Errorf("findings %v, want Facts (which cannot be ignored)", fs)
+	}
+	var fe *FailedError
+	if !errors.As(fs.Err(), &fe) || strings.Contains(strings.Join(fe.Details(), "\n"), "--ignore-preflight-errors") {
+		t.Errorf("details suggest ignoring what cannot be: %v", fs.Err())
 	}
 }
 
