@@ -1,0 +1,672 @@
+package kube
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/clientcmd"
+	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/kforge/kforge/bundle"
+	"github.com/kforge/kforge/inventory"
+	"github.com/kforge/kforge/templates"
+)
+
+// writes are the create/update/patch/delete actions a fake clientset recorded.
+func writes(c *fake.Clientset) []string {
+	var out []string
+	for _, a := range c.Actions() {
+		switch a.GetVerb() {
+		case "create", "update", "patch", "delete":
+			s := a.GetVerb() + " " + a.GetResource().Resource
+			if n, ok := a.(interface{ GetName() string }); ok {
+				s += " " + n.GetName()
+			}
+			if o, ok := a.(k8stesting.CreateAction); ok {
+				if m, err := metaName(o.GetObject()); err == nil {
+					s += " " + m
+				}
+			}
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func metaName(o runtime.Object) (string, error) {
+	m, ok := o.(metav1.Object)
+	if !ok {
+		return "", nil
+	}
+	return m.GetName(), nil
+}
+
+// twice runs f against c, then again, and checks that the second run wrote nothing and
+// reported every object Unchanged. It returns the first run's changes.
+func twice(t *testing.T, c *fake.Clientset, f func(kubernetes.Interface) ([]Change, error)) []Change {
+	t.Helper()
+	first, err := f(c)
+	if err != nil {
+		t.Fatalf("first run: %v", err)
+	}
+	c.ClearActions()
+	second, err := f(c)
+	if err != nil {
+		t.Fatalf("second run: %v", err)
+	}
+	if w := writes(c); len(w) > 0 {
+		t.Errorf("second run wrote %d time(s), want none: %v", len(w), w)
+	}
+	if Changed(second) {
+		t.Errorf("second run reported changes: %v", second)
+	}
+	if len(second) != len(first) {
+		t.Errorf("second run reported %d objects, first %d", len(second), len(first))
+	}
+	return first
+}
+
+func actions(cs []Change) map[string]Action {
+	m := map[string]Action{}
+	for _, c := range cs {
+		k := c.Kind + " " + c.Name
+		if c.Namespace != "" {
+			k = c.Kind + " " + c.Namespace + "/" + c.Name
+		}
+		m[k] = c.Action
+	}
+	return m
+}
+
+func testCluster(t *testing.T) *inventory.Cluster {
+	t.Helper()
+	return &inventory.Cluster{
+		APIVersion: inventory.APIVersion, Kind: inventory.Kind, Name: "lab",
+		KubernetesVersion: "v1.36.3",
+		Networking:        inventory.Networking{PodSubnet: "10.244.0.0/16", ServiceSubnet: "10.96.0.0/12", DNSDomain: "cluster.local"},
+		PKI:               inventory.PKI{KeyAlgorithm: "ecdsa-p256", CertValidity: inventory.DefaultCertValidity, CAValidity: inventory.DefaultCAValidity},
+		Kubelet:           inventory.Kubelet{CgroupDriver: "systemd", AllowCgroupV1: true},
+		Masters: []inventory.Host{{Name: "m1", Address: "198.51.100.11",
+			Labels: map[string]string{"zone": "a"}}},
+		Workers: []inventory.Host{{Name: "w1", Address: "198.51.100.12",
+			Labels: map[string]string{"gpu": "yes"},
+			Taints: []inventory.Taint{{Key: "dedicated", Value: "ml", Effect: "NoSchedule"}}}},
+	}
+}
+
+func TestClusterConfigurationIsKubeadmV1beta4(t *testing.T) {
+	c := testCluster(t)
+	c.ControlPlaneEndpoint = "lb.example:6443"
+	c.PKI.APIServerCertSANs = []string{"lb.example"}
+	cc, err := ClusterConfigurationFor(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := yaml.Marshal(cc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The shape `kubeadm config print init-defaults` (v1.36.3) prints, with this cluster's
+	// values; kubeadm stores the same marshalling in kubeadm-config.
+	want := `apiServer:
+  certSANs:
+  - lb.example
+apiVersion: kubeadm.k8s.io/v1beta4
+caCertificateValidityPeriod: 87600h0m0s
+certificateValidityPeriod: 8760h0m0s
+certificatesDir: /etc/kubernetes/pki
+clusterName: lab
+controlPlaneEndpoint: lb.example:6443
+controllerManager: {}
+dns: {}
+encryptionAlgorithm: ECDSA-P256
+etcd:
+  local:
+    dataDir: /var/lib/etcd
+imageRepository: registry.k8s.io
+kind: ClusterConfiguration
+kubernetesVersion: v1.36.3
+networking:
+  dnsDomain: cluster.local
+  podSubnet: 10.244.0.0/16
+  serviceSubnet: 10.96.0.0/12
+proxy: {}
+scheduler: {}
+`
+	if string(got) != want {
+		t.Errorf("ClusterConfiguration:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+func kubeletConfig(t *testing.T) *kubeletv1beta1.KubeletConfiguration {
+	t.Helper()
+	kc, err := KubeletConfigurationFor(testCluster(t), templates.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kc
+}
+
+func TestUploadConfigTwice(t *testing.T) {
+	cc, err := ClusterConfigurationFor(testCluster(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc := kubeletConfig(t)
+	if kc.ContainerRuntimeEndpoint == "" {
+		t.Fatal("the templates kubelet config has no containerRuntimeEndpoint; this test checks it is dropped")
+	}
+	c := fake.NewClientset()
+	first := twice(t, c, func(c kubernetes.Interface) ([]Change, error) {
+		return UploadConfig(context.Background(), c, UploadConfigInput{Cluster: cc, Kubelet: kc})
+	})
+	want := map[string]Action{
+		"ConfigMap kube-system/kubeadm-config":                 Created,
+		"Role kube-system/kubeadm:nodes-kubeadm-config":        Created,
+		"RoleBinding kube-system/kubeadm:nodes-kubeadm-config": Created,
+		"ConfigMap kube-system/kubelet-config":                 Created,
+		"Role kube-system/kubeadm:kubelet-config":              Created,
+		"RoleBinding kube-system/kubeadm:kubelet-config":       Created,
+	}
+	if got := actions(first); !equalMaps(got, want) {
+		t.Errorf("first run: %v, want %v", got, want)
+	}
+	ctx := context.Background()
+	cm, err := c.CoreV1().ConfigMaps("kube-system").Get(ctx, "kubelet-config", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(cm.Data["kubelet"], "containerRuntimeEndpoint: unix") {
+		t.Errorf("kubelet-config carries the node-local containerRuntimeEndpoint:\n%s", cm.Data["kubelet"])
+	}
+	if !strings.Contains(cm.Data["kubelet"], "failCgroupV1: false") || !strings.Contains(cm.Data["kubelet"], "clusterDNS:\n- 10.96.0.10") {
+		t.Errorf("kubelet-config lacks the cluster's kubelet settings:\n%s", cm.Data["kubelet"])
+	}
+	if h := cm.Annotations[ComponentConfigHashAnnotation]; !strings.HasPrefix(h, "sha256:") {
+		t.Errorf("kubelet-config annotation %s = %q, want kubeadm's sha256 signature", ComponentConfigHashAnnotation, h)
+	}
+	rb, err := c.RbacV1().RoleBindings("kube-system").Get(ctx, "kubeadm:nodes-kubeadm-config", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rb.Subjects) != 2 || rb.Subjects[0].Name != NodeBootstrapTokenAuthGroup || rb.Subjects[1].Name != NodesGroup || rb.RoleRef.Kind != "Role" {
+		t.Errorf("kubeadm:nodes-kubeadm-config binding = %+v", rb)
+	}
+
+	// A changed inventory updates the ConfigMap once, then nothing.
+	cc.Networking.DNSDomain = "corp.internal"
+	c.ClearActions()
+	ch, err := UploadConfig(ctx, c, UploadConfigInput{Cluster: cc, Kubelet: kc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := actions(ch)["ConfigMap kube-system/kubeadm-config"]; a != Updated {
+		t.Errorf("kubeadm-config after a change: %s, want updated", a)
+	}
+	if Changed(ch[1:]) {
+		t.Errorf("only kubeadm-config should change: %v", ch)
+	}
+}
+
+func equalMaps[K comparable, V comparable](a, b map[K]V) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if bv, ok := b[k]; !ok || bv != v {
+			return false
+		}
+	}
+	return true
+}
+
+func TestEnsureAdoptsAndKeepsOthersMetadata(t *testing.T) {
+	// A kubeadm-made binding with an extra subject someone added by hand, and a label.
+	existing := clusterRoleBinding(GetNodesRole, "wrong-role", group("someone"))
+	existing.Labels = map[string]string{"owner": "ops"}
+	existing.ResourceVersion = "7"
+	c := fake.NewClientset(existing)
+	var o objects
+	o.clusterRoleBinding(clusterRoleBinding(GetNodesRole, GetNodesRole, group(NodeBootstrapTokenAuthGroup)))
+	ch := twice(t, c, func(c kubernetes.Interface) ([]Change, error) { return o.apply(context.Background(), c) })
+	if ch[0].Action != Updated {
+		t.Fatalf("first run: %v, want updated", ch)
+	}
+	got, err := c.RbacV1().ClusterRoleBindings().Get(context.Background(), GetNodesRole, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.RoleRef.Name != GetNodesRole || len(got.Subjects) != 1 || got.Subjects[0].Name != NodeBootstrapTokenAuthGroup {
+		t.Errorf("binding not updated to kubeadm's: %+v", got)
+	}
+	if got.Labels["owner"] != "ops" {
+		t.Errorf("someone's label lost: %v", got.Labels)
+	}
+}
+
+func node(name string, labels map[string]string, taints ...corev1.Taint) *corev1.Node {
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels, ResourceVersion: "1"}, Spec: corev1.NodeSpec{Taints: taints}}
+}
+
+func TestMarkNodesMergesAndKeepsOthers(t *testing.T) {
+	c := fake.NewClientset(
+		node("m1", map[string]string{"kubernetes.io/hostname": "m1", "user": "keep"}),
+		node("w1", map[string]string{"zone": "b"},
+			corev1.Taint{Key: "dedicated", Value: "old", Effect: corev1.TaintEffectNoSchedule},
+			corev1.Taint{Key: "someone/else", Effect: corev1.TaintEffectNoExecute}),
+	)
+	marks := NodeMarksFor(testCluster(t))
+	first := twice(t, c, func(c kubernetes.Interface) ([]Change, error) {
+		return MarkNodes(context.Background(), c, marks, 10*time.Millisecond)
+	})
+	if got := actions(first); got["Node m1"] != Updated || got["Node w1"] != Updated {
+		t.Errorf("first run: %v", first)
+	}
+	ctx := context.Background()
+	m1, _ := c.CoreV1().Nodes().Get(ctx, "m1", metav1.GetOptions{})
+	for k, v := range map[string]string{LabelControlPlane: "", LabelExcludeFromExternalLB: "", "zone": "a", "user": "keep", "kubernetes.io/hostname": "m1"} {
+		if got, ok := m1.Labels[k]; !ok || got != v {
+			t.Errorf("m1 label %s = %q (present %v), want %q", k, got, ok, v)
+		}
+	}
+	if len(m1.Spec.Taints) != 1 || m1.Spec.Taints[0] != (corev1.Taint{Key: LabelControlPlane, Effect: corev1.TaintEffectNoSchedule}) {
+		t.Errorf("m1 taints = %v", m1.Spec.Taints)
+	}
+	w1, _ := c.CoreV1().Nodes().Get(ctx, "w1", metav1.GetOptions{})
+	if w1.Labels["gpu"] != "yes" || w1.Labels["zone"] != "b" {
+		t.Errorf("w1 labels = %v", w1.Labels)
+	}
+	if _, ok := w1.Labels[LabelControlPlane]; ok {
+		t.Error("worker got the control-plane label")
+	}
+	want := []corev1.Taint{{Key: "dedicated", Value: "ml", Effect: corev1.TaintEffectNoSchedule}, {Key: "someone/else", Effect: corev1.TaintEffectNoExecute}}
+	if len(w1.Spec.Taints) != 2 || w1.Spec.Taints[0] != want[0] || w1.Spec.Taints[1] != want[1] {
+		t.Errorf("w1 taints = %v, want %v", w1.Spec.Taints, want)
+	}
+}
+
+func TestMarkNodesNamesNodesThatNeverRegister(t *testing.T) {
+	c := fake.NewClientset(node("m1", nil))
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_, err := MarkNodes(ctx, c, NodeMarksFor(testCluster(t)), 10*time.Millisecond)
+	if err == nil || !strings.Contains(err.Error(), "w1") || strings.Contains(err.Error(), "m1") {
+		t.Fatalf("err = %v, want one naming w1 only", err)
+	}
+}
+
+func TestMasterTaintEffectFromInventoryWins(t *testing.T) {
+	c := testCluster(t)
+	c.Masters[0].Taints = []inventory.Taint{{Key: LabelControlPlane, Effect: "PreferNoSchedule"}}
+	m := NodeMarksFor(c)[0]
+	if len(m.Taints) != 1 || m.Taints[0].Effect != corev1.TaintEffectPreferNoSchedule {
+		t.Errorf("master taints = %v", m.Taints)
+	}
+}
+
+var (
+	testCA    = []byte("-----BEGIN CERTIFICATE-----\nMIIBdummy\n-----END CERTIFICATE-----\n")
+	testToken = BootstrapToken{ID: "abcdef", Secret: "0123456789abcdef", TTL: 24 * time.Hour}
+	testNow   = time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+)
+
+func bootstrapInput() BootstrapInput {
+	return BootstrapInput{Token: testToken, Now: testNow, Server: "https://198.51.100.11:6443", CACert: testCA}
+}
+
+func TestBootstrapTwice(t *testing.T) {
+	// cluster-info exists with the bootstrap signer's signature, which must survive.
+	c := fake.NewClientset(&corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "cluster-info", Namespace: "kube-public"},
+		Data:       map[string]string{"jws-kubeconfig-abcdef": "sig"},
+	})
+	first := twice(t, c, func(c kubernetes.Interface) ([]Change, error) {
+		return Bootstrap(context.Background(), c, bootstrapInput())
+	})
+	want := map[string]Action{
+		"Secret kube-system/bootstrap-token-abcdef":                        Created,
+		"ClusterRole kubeadm:get-nodes":                                    Created,
+		"ClusterRoleBinding kubeadm:get-nodes":                             Created,
+		"ClusterRoleBinding kubeadm:kubelet-bootstrap":                     Created,
+		"ClusterRoleBinding kubeadm:node-autoapprove-bootstrap":            Created,
+		"ClusterRoleBinding kubeadm:node-autoapprove-certificate-rotation": Created,
+		"ClusterRoleBinding kubeadm:apiserver-kubelet-client":              Created,
+		"ConfigMap kube-public/cluster-info":                               Updated,
+		"Role kube-public/kubeadm:bootstrap-signer-clusterinfo":            Created,
+		"RoleBinding kube-public/kubeadm:bootstrap-signer-clusterinfo":     Created,
+	}
+	if got := actions(first); !equalMaps(got, want) {
+		t.Errorf("first run: %v\nwant %v", got, want)
+	}
+	ctx := context.Background()
+	s, err := c.CoreV1().Secrets("kube-system").Get(ctx, "bootstrap-token-abcdef", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantData := map[string]string{
+		"token-id": "abcdef", "token-secret": "0123456789abcdef", "expiration": "2026-11-22T12:00:00Z",
+		"usage-bootstrap-signing": "true", "usage-bootstrap-authentication": "true",
+		"auth-extra-groups": "system:bootstrappers:kubeadm:default-node-token",
+	}
+	if s.Type != "bootstrap.kubernetes.io/token" || len(s.Data) != len(wantData) {
+		t.Errorf("token secret type %s data %v", s.Type, s.Data)
+	}
+	for k, v := range wantData {
+		if string(s.Data[k]) != v {
+			t.Errorf("token secret %s = %q, want %q", k, s.Data[k], v)
+		}
+	}
+	ci, _ := c.CoreV1().ConfigMaps("kube-public").Get(ctx, "cluster-info", metav1.GetOptions{})
+	if ci.Data["jws-kubeconfig-abcdef"] != "sig" {
+		t.Error("the bootstrap signer's signature was dropped from cluster-info")
+	}
+	kc, err := clientcmd.Load([]byte(ci.Data["kubeconfig"]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cl := kc.Clusters[""]; cl == nil || cl.Server != "https://198.51.100.11:6443" || string(cl.CertificateAuthorityData) != string(testCA) || len(kc.AuthInfos) != 0 {
+		t.Errorf("cluster-info kubeconfig = %s", ci.Data["kubeconfig"])
+	}
+	rb, _ := c.RbacV1().RoleBindings("kube-public").Get(ctx, ClusterInfoRole, metav1.GetOptions{})
+	if len(rb.Subjects) != 1 || rb.Subjects[0] != (rbacv1.Subject{Kind: "User", Name: "system:anonymous"}) {
+		t.Errorf("cluster-info binding subjects = %v", rb.Subjects)
+	}
+	crb, _ := c.RbacV1().ClusterRoleBindings().Get(ctx, NodeAutoApproveRotation, metav1.GetOptions{})
+	if crb.RoleRef.Name != "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient" || crb.Subjects[0].Name != "system:nodes" {
+		t.Errorf("rotation binding = %+v", crb)
+	}
+}
+
+func TestBootstrapTokenRenewal(t *testing.T) {
+	ctx := context.Background()
+	c := fake.NewClientset()
+	if _, err := Bootstrap(ctx, c, bootstrapInput()); err != nil {
+		t.Fatal(err)
+	}
+	// Eleven hours later more than half the TTL is left: the token is left alone.
+	in := bootstrapInput()
+	in.Now = testNow.Add(11 * time.Hour)
+	ch, err := Bootstrap(ctx, c, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := ch[0].Action; a != Unchanged {
+		t.Errorf("token with 13h of 24h left: %s, want unchanged", a)
+	}
+	// Thirteen hours later it is renewed to Now+TTL.
+	in.Now = testNow.Add(13 * time.Hour)
+	ch, err = Bootstrap(ctx, c, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := ch[0].Action; a != Updated {
+		t.Errorf("token with 11h of 24h left: %s, want updated", a)
+	}
+	s, _ := c.CoreV1().Secrets("kube-system").Get(ctx, "bootstrap-token-abcdef", metav1.GetOptions{})
+	if got := string(s.Data["expiration"]); got != "2026-11-23T01:00:00Z" {
+		t.Errorf("renewed expiration %s", got)
+	}
+	// A token made never-expiring loses its expiration.
+	in.Token.TTL = 0
+	if _, err := Bootstrap(ctx, c, in); err != nil {
+		t.Fatal(err)
+	}
+	s, _ = c.CoreV1().Secrets("kube-system").Get(ctx, "bootstrap-token-abcdef", metav1.GetOptions{})
+	if _, ok := s.Data["expiration"]; ok {
+		t.Error("expiration kept on a token without TTL")
+	}
+}
+
+func TestBadTokenErrorHidesTheSecret(t *testing.T) {
+	in := bootstrapInput()
+	in.Token.Secret = "TOPSECRETVALUE!!"
+	_, err := Bootstrap(context.Background(), fake.NewClientset(), in)
+	if err == nil {
+		t.Fatal("invalid token accepted")
+	}
+	if strings.Contains(err.Error(), "TOPSECRET") {
+		t.Errorf("error shows the token secret: %v", err)
+	}
+	if s := in.Token.String(); strings.Contains(s, "TOPSECRET") {
+		t.Errorf("BootstrapToken.String shows the secret: %s", s)
+	}
+}
+
+func testImages() Images {
+	v, err := bundle.DefaultVersions("v1.36.3")
+	if err != nil {
+		panic(err)
+	}
+	return ImagesFor("", v)
+}
+
+func TestImagesMatchTheBundle(t *testing.T) {
+	im := testImages()
+	want := Images{CoreDNS: "registry.k8s.io/coredns/coredns:v1.14.2", KubeProxy: "registry.k8s.io/kube-proxy:v1.36.3", Flannel: "ghcr.io/flannel-io/flannel:v0.28.10"}
+	if im != want {
+		t.Errorf("images %+v, want %+v", im, want)
+	}
+}
+
+func TestCoreDNSTwiceKeepsScaledReplicas(t *testing.T) {
+	in := CoreDNSInput{Image: testImages().CoreDNS, DNSDomain: "cluster.local", ServiceSubnet: "10.96.0.0/12"}
+	c := fake.NewClientset()
+	first := twice(t, c, func(c kubernetes.Interface) ([]Change, error) { return CoreDNS(context.Background(), c, in) })
+	if len(first) != 6 || Changed(first) && first[0].Action != Created {
+		t.Errorf("first run: %v", first)
+	}
+	ctx := context.Background()
+	svc, err := c.CoreV1().Services("kube-system").Get(ctx, "kube-dns", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if svc.Spec.ClusterIP != "10.96.0.10" || len(svc.Spec.Ports) != 3 {
+		t.Errorf("kube-dns service %+v", svc.Spec)
+	}
+	cm, _ := c.CoreV1().ConfigMaps("kube-system").Get(ctx, "coredns", metav1.GetOptions{})
+	if !strings.Contains(cm.Data["Corefile"], "kubernetes cluster.local in-addr.arpa ip6.arpa {") ||
+		!strings.Contains(cm.Data["Corefile"], "disable denial cluster.local") {
+		t.Errorf("Corefile:\n%s", cm.Data["Corefile"])
+	}
+	// Someone scales CoreDNS to 3: kforge keeps it.
+	d, _ := c.AppsV1().Deployments("kube-system").Get(ctx, "coredns", metav1.GetOptions{})
+	d.Spec.Replicas = new(int32(3))
+	if _, err := c.AppsV1().Deployments("kube-system").Update(ctx, d, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	twice(t, c, func(c kubernetes.Interface) ([]Change, error) { return CoreDNS(ctx, c, in) })
+	d, _ = c.AppsV1().Deployments("kube-system").Get(ctx, "coredns", metav1.GetOptions{})
+	if *d.Spec.Replicas != 3 {
+		t.Errorf("replicas %d after apply, want the 3 someone set", *d.Spec.Replicas)
+	}
+	// A new image is rolled out.
+	in.Image = "registry.k8s.io/coredns/coredns:v9"
+	ch, err := CoreDNS(ctx, c, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if actions(ch)["Deployment kube-system/coredns"] != Updated {
+		t.Errorf("image change: %v", ch)
+	}
+}
+
+func TestKubeProxyTwice(t *testing.T) {
+	in := KubeProxyInput{Image: testImages().KubeProxy, Server: "https://198.51.100.11:6443", PodSubnet: "10.244.0.0/16", ConntrackMaxPerCore: new(int32(0))}
+	c := fake.NewClientset()
+	first := twice(t, c, func(c kubernetes.Interface) ([]Change, error) { return KubeProxy(context.Background(), c, in) })
+	if len(first) != 6 {
+		t.Errorf("first run: %v", first)
+	}
+	ctx := context.Background()
+	cm, _ := c.CoreV1().ConfigMaps("kube-system").Get(ctx, "kube-proxy", metav1.GetOptions{})
+	conf := cm.Data["config.conf"]
+	for _, want := range []string{"mode: iptables", "maxPerCore: 0", "clusterCIDR: 10.244.0.0/16", "kubeconfig: /var/lib/kube-proxy/kubeconfig.conf", "bindAddress: 0.0.0.0", "kind: KubeProxyConfiguration"} {
+		if !strings.Contains(conf, want) {
+			t.Errorf("config.conf lacks %q:\n%s", want, conf)
+		}
+	}
+	if !strings.Contains(cm.Data["kubeconfig.conf"], "server: https://198.51.100.11:6443") {
+		t.Errorf("kubeconfig.conf:\n%s", cm.Data["kubeconfig.conf"])
+	}
+	ds, _ := c.AppsV1().DaemonSets("kube-system").Get(ctx, "kube-proxy", metav1.GetOptions{})
+	if ds.Spec.Template.Spec.Containers[0].Image != in.Image || !ds.Spec.Template.Spec.HostNetwork {
+		t.Errorf("kube-proxy daemonset %+v", ds.Spec.Template.Spec)
+	}
+	// Unset maxPerCore is kube-proxy's default (null), as kubeadm writes it.
+	in.ConntrackMaxPerCore = nil
+	b, _ := yaml.Marshal(KubeProxyConfiguration(in))
+	if !strings.Contains(string(b), "maxPerCore: null") {
+		t.Errorf("default config:\n%s", b)
+	}
+}
+
+func TestFlannelTwice(t *testing.T) {
+	in := FlannelInput{Image: testImages().Flannel, PodSubnet: "10.244.0.0/16", Endpoint: "198.51.100.11:6443"}
+	c := fake.NewClientset()
+	first := twice(t, c, func(c kubernetes.Interface) ([]Change, error) { return Flannel(context.Background(), c, in) })
+	if len(first) != 6 {
+		t.Errorf("first run: %v", first)
+	}
+	ctx := context.Background()
+	ns, _ := c.CoreV1().Namespaces().Get(ctx, "kube-flannel", metav1.GetOptions{})
+	if ns.Labels["pod-security.kubernetes.io/enforce"] != "privileged" {
+		t.Errorf("namespace labels %v", ns.Labels)
+	}
+	cm, _ := c.CoreV1().ConfigMaps("kube-flannel").Get(ctx, "kube-flannel-cfg", metav1.GetOptions{})
+	if !strings.Contains(cm.Data["net-conf.json"], `"Network": "10.244.0.0/16"`) || !strings.Contains(cm.Data["net-conf.json"], `"Type": "vxlan"`) {
+		t.Errorf("net-conf.json %s", cm.Data["net-conf.json"])
+	}
+	ds, _ := c.AppsV1().DaemonSets("kube-flannel").Get(ctx, "kube-flannel-ds", metav1.GetOptions{})
+	ctr := ds.Spec.Template.Spec.Containers[0]
+	env := map[string]string{}
+	for _, e := range ctr.Env {
+		env[e.Name] = e.Value
+		if e.ValueFrom != nil {
+			env[e.Name] = e.ValueFrom.FieldRef.FieldPath
+		}
+	}
+	if env["KUBERNETES_SERVICE_HOST"] != "198.51.100.11" || env["KUBERNETES_SERVICE_PORT"] != "6443" || env["NODE_IP"] != "status.hostIP" {
+		t.Errorf("flannel env %v", env)
+	}
+	if strings.Join(ctr.Args, " ") != "--ip-masq --kube-subnet-mgr --iface=$(NODE_IP)" || len(ds.Spec.Template.Spec.InitContainers) != 0 {
+		t.Errorf("flannel args %v, init containers %d", ctr.Args, len(ds.Spec.Template.Spec.InitContainers))
+	}
+	if _, err := flannelObjects(FlannelInput{Image: "x", PodSubnet: "10.244.0.0/16", Endpoint: "no-port"}); err == nil {
+		t.Error("endpoint without a port accepted")
+	}
+}
+
+func TestEnsureClusterAdminsTwice(t *testing.T) {
+	c := fake.NewClientset()
+	twice(t, c, func(c kubernetes.Interface) ([]Change, error) { return EnsureClusterAdmins(context.Background(), c) })
+	crb, err := c.RbacV1().ClusterRoleBindings().Get(context.Background(), "kubeadm:cluster-admins", metav1.GetOptions{})
+	if err != nil || crb.RoleRef.Name != "cluster-admin" || crb.Subjects[0].Name != "kubeadm:cluster-admins" {
+		t.Errorf("binding %+v, %v", crb, err)
+	}
+}
+
+func readyNode(name string, ready bool) *corev1.Node {
+	st := corev1.ConditionTrue
+	reason := "KubeletReady"
+	if !ready {
+		st, reason = corev1.ConditionFalse, "KubeletNotReady"
+	}
+	n := node(name, nil)
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: st, Reason: reason, Message: "container runtime network not ready: NetworkReady=false"}}
+	return n
+}
+
+func TestWaitForReadyNamesWhatIsNotReady(t *testing.T) {
+	crashing := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "coredns-1", Namespace: "kube-system"},
+		Spec:       corev1.PodSpec{NodeName: "w1"},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{
+			Name: "coredns", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff", Message: "back-off 10s"}},
+			LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error"}},
+		}}},
+	}
+	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "kube-proxy", Namespace: "kube-system"},
+		Status: appsv1.DaemonSetStatus{DesiredNumberScheduled: 2, NumberReady: 1, UpdatedNumberScheduled: 2}}
+	c := fake.NewClientset(readyNode("m1", true), readyNode("w1", false), crashing, ds)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	var seen int
+	err := WaitForReady(ctx, c, WaitReadyInput{Nodes: []string{"m1", "w1", "w2"}, Interval: 10 * time.Millisecond, Progress: func(ReadyStatus) { seen++ }})
+	nre, ok := err.(*NotReadyError)
+	if !ok {
+		t.Fatalf("err = %v, want *NotReadyError", err)
+	}
+	d := strings.Join(nre.Details(), "\n")
+	for _, want := range []string{
+		"node w1: Ready=False KubeletNotReady: container runtime network not ready",
+		"node w2: not registered",
+		"pod kube-system/coredns-1 on w1: Running, container coredns waiting: CrashLoopBackOff (back-off 10s), last exit 1 Error",
+		"DaemonSet kube-system/kube-proxy: 1 of 2 pods ready",
+	} {
+		if !strings.Contains(d, want) {
+			t.Errorf("details lack %q:\n%s", want, d)
+		}
+	}
+	if strings.Contains(d, "node m1") {
+		t.Errorf("ready node m1 reported:\n%s", d)
+	}
+	if seen == 0 {
+		t.Error("no progress reported")
+	}
+
+	// Once everything is ready the wait returns at once.
+	ok2 := readyNode("w1", true)
+	c2 := fake.NewClientset(readyNode("m1", true), ok2, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "coredns-1", Namespace: "kube-system"},
+		Status:     corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
+	})
+	if err := WaitForReady(context.Background(), c2, WaitReadyInput{Nodes: []string{"m1", "w1"}}); err != nil {
+		t.Errorf("ready cluster: %v", err)
+	}
+}
+
+func TestDecodeManifest(t *testing.T) {
+	objs, err := DecodeManifest(Manifest{Path: "a.yaml", Data: []byte(`
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: demo}
+---
+# only a comment
+---
+apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: ConfigMap
+  metadata: {name: one, namespace: demo}
+- apiVersion: v1
+  kind: ConfigMap
+  metadata: {name: two}
+`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, o := range objs {
+		names = append(names, o.GetKind()+"/"+o.GetName())
+	}
+	if strings.Join(names, " ") != "Namespace/demo ConfigMap/one ConfigMap/two" {
+		t.Errorf("objects %v", names)
+	}
+	_, err = DecodeManifest(Manifest{Path: "bad.yaml", Data: []byte("apiVersion: v1\nkind: ConfigMap\n---\nkind: [\n")})
+	if err == nil || !strings.Contains(err.Error(), "bad.yaml: document 1") {
+		t.Errorf("err = %v, want one naming bad.yaml document 1", err)
+	}
+}

@@ -1,0 +1,162 @@
+package kube
+
+import (
+	"context"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// Names kubeadm v1.36 gives the groups and RBAC objects kforge creates
+// (cmd/kubeadm/app/constants/constants.go).
+const (
+	NodesGroup                  = "system:nodes"
+	NodeBootstrapTokenAuthGroup = "system:bootstrappers:kubeadm:default-node-token"
+	ClusterAdminsGroup          = "kubeadm:cluster-admins"
+
+	NodesKubeadmConfigRole      = "kubeadm:nodes-kubeadm-config"
+	KubeletConfigRole           = "kubeadm:kubelet-config"
+	KubeletBootstrapBinding     = "kubeadm:kubelet-bootstrap"
+	NodeAutoApproveBootstrap    = "kubeadm:node-autoapprove-bootstrap"
+	NodeAutoApproveRotation     = "kubeadm:node-autoapprove-certificate-rotation"
+	GetNodesRole                = "kubeadm:get-nodes"
+	APIServerKubeletClient      = "kubeadm:apiserver-kubelet-client"
+	ClusterInfoRole             = "kubeadm:bootstrap-signer-clusterinfo"
+	NodeProxierBinding          = "kubeadm:node-proxier"
+	nodeBootstrapperClusterRole = "system:node-bootstrapper"
+	csrNodeClientClusterRole    = "system:certificates.k8s.io:certificatesigningrequests:nodeclient"
+	csrSelfNodeClusterRole      = "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient"
+	kubeletAPIAdminClusterRole  = "system:kubelet-api-admin"
+	nodeProxierClusterRole      = "system:node-proxier"
+	apiserverKubeletClientUser  = "kube-apiserver-kubelet-client"
+	anonymousUser               = "system:anonymous"
+)
+
+func group(name string) rbacv1.Subject { return rbacv1.Subject{Kind: rbacv1.GroupKind, Name: name} }
+func user(name string) rbacv1.Subject  { return rbacv1.Subject{Kind: rbacv1.UserKind, Name: name} }
+func serviceAccount(ns, name string) rbacv1.Subject {
+	return rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: ns}
+}
+
+// getConfigMapRole is a Role allowing get on one ConfigMap, as kubeadm writes them.
+func getConfigMapRole(ns, name, configMap string) *rbacv1.Role {
+	return &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Rules: []rbacv1.PolicyRule{{
+			Verbs:         []string{"get"},
+			APIGroups:     []string{""},
+			Resources:     []string{"configmaps"},
+			ResourceNames: []string{configMap},
+		}},
+	}
+}
+
+func roleBinding(ns, name, role string, subjects ...rbacv1.Subject) *rbacv1.RoleBinding {
+	return &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role},
+		Subjects:   subjects,
+	}
+}
+
+func clusterRoleBinding(name, clusterRole string, subjects ...rbacv1.Subject) *rbacv1.ClusterRoleBinding {
+	return &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: clusterRole},
+		Subjects:   subjects,
+	}
+}
+
+// objects is an ordered list of typed objects to ensure. Each ensure call is appended as a
+// closure so one list can mix kinds.
+type objects []func(context.Context, kubernetes.Interface) (Change, error)
+
+func (o *objects) role(r *rbacv1.Role) {
+	*o = append(*o, func(ctx context.Context, c kubernetes.Interface) (Change, error) {
+		return ensure(ctx, c.RbacV1().Roles(r.Namespace), "Role", r)
+	})
+}
+
+func (o *objects) roleBinding(b *rbacv1.RoleBinding) {
+	*o = append(*o, func(ctx context.Context, c kubernetes.Interface) (Change, error) {
+		return ensure(ctx, c.RbacV1().RoleBindings(b.Namespace), "RoleBinding", b)
+	})
+}
+
+func (o *objects) clusterRole(r *rbacv1.ClusterRole) {
+	*o = append(*o, func(ctx context.Context, c kubernetes.Interface) (Change, error) {
+		return ensure(ctx, c.RbacV1().ClusterRoles(), "ClusterRole", r)
+	})
+}
+
+func (o *objects) clusterRoleBinding(b *rbacv1.ClusterRoleBinding) {
+	*o = append(*o, func(ctx context.Context, c kubernetes.Interface) (Change, error) {
+		return ensure(ctx, c.RbacV1().ClusterRoleBindings(), "ClusterRoleBinding", b)
+	})
+}
+
+// apply ensures every object in order and stops at the first error.
+func (o objects) apply(ctx context.Context, c kubernetes.Interface) ([]Change, error) {
+	var out []Change
+	for _, f := range o {
+		ch, err := f(ctx, c)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, ch)
+	}
+	return out, nil
+}
+
+// EnsureClusterAdmins creates the ClusterRoleBinding kubeadm:cluster-admins (group
+// kubeadm:cluster-admins → cluster-admin) that gives admin.conf its rights. As with `kubeadm
+// init`, it must be called with a client authenticated as system:masters (super-admin.conf):
+// admin.conf itself can do nothing before the binding exists.
+func EnsureClusterAdmins(ctx context.Context, superAdmin kubernetes.Interface) ([]Change, error) {
+	var o objects
+	o.clusterRoleBinding(clusterRoleBinding(ClusterAdminsGroup, "cluster-admin", group(ClusterAdminsGroup)))
+	return o.apply(ctx, superAdmin)
+}
+
+func addObject[T object](o *objects, kind string, client func(kubernetes.Interface) typedClient[T], obj T) {
+	*o = append(*o, func(ctx context.Context, c kubernetes.Interface) (Change, error) {
+		return ensure(ctx, client(c), kind, obj)
+	})
+}
+
+func (o *objects) configMap(cm *corev1.ConfigMap) {
+	addObject(o, "ConfigMap", func(c kubernetes.Interface) typedClient[*corev1.ConfigMap] {
+		return c.CoreV1().ConfigMaps(cm.Namespace)
+	}, cm)
+}
+
+func (o *objects) secret(s *corev1.Secret) {
+	addObject(o, "Secret", func(c kubernetes.Interface) typedClient[*corev1.Secret] { return c.CoreV1().Secrets(s.Namespace) }, s)
+}
+
+func (o *objects) serviceAccount(sa *corev1.ServiceAccount) {
+	addObject(o, "ServiceAccount", func(c kubernetes.Interface) typedClient[*corev1.ServiceAccount] {
+		return c.CoreV1().ServiceAccounts(sa.Namespace)
+	}, sa)
+}
+
+func (o *objects) service(s *corev1.Service) {
+	addObject(o, "Service", func(c kubernetes.Interface) typedClient[*corev1.Service] { return c.CoreV1().Services(s.Namespace) }, s)
+}
+
+func (o *objects) namespace(n *corev1.Namespace) {
+	addObject(o, "Namespace", func(c kubernetes.Interface) typedClient[*corev1.Namespace] { return c.CoreV1().Namespaces() }, n)
+}
+
+func (o *objects) deployment(d *appsv1.Deployment) {
+	addObject(o, "Deployment", func(c kubernetes.Interface) typedClient[*appsv1.Deployment] {
+		return c.AppsV1().Deployments(d.Namespace)
+	}, d)
+}
+
+func (o *objects) daemonSet(d *appsv1.DaemonSet) {
+	addObject(o, "DaemonSet", func(c kubernetes.Interface) typedClient[*appsv1.DaemonSet] { return c.AppsV1().DaemonSets(d.Namespace) }, d)
+}

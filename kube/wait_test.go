@@ -1,0 +1,88 @@
+package kube
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// healthServer answers /readyz with 500 and a failing check until ready() says otherwise.
+func healthServer(t *testing.T, ready func(n int) bool) kubernetes.Interface {
+	t.Helper()
+	var n atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/readyz" || !r.URL.Query().Has("verbose") {
+			http.Error(w, "unexpected "+r.URL.String(), http.StatusNotFound)
+			return
+		}
+		if ready(int(n.Add(1))) {
+			fmt.Fprint(w, "[+]ping ok\n[+]etcd ok\nreadyz check passed\n")
+			return
+		}
+		w.WriteHeader(http.StatusInternalServerError)
+		fmt.Fprint(w, "[+]ping ok\n[-]etcd failed: reason withheld\n[+]informer-sync ok\nreadyz check failed\n")
+	}))
+	t.Cleanup(srv.Close)
+	c, err := kubernetes.NewForConfig(&rest.Config{Host: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestWaitForAPIServerBacksOffUntilReady(t *testing.T) {
+	c := healthServer(t, func(n int) bool { return n >= 3 })
+	var answers []HealthAnswer
+	err := WaitForAPIServer(context.Background(), c, WaitAPIServerInput{Interval: time.Millisecond, Progress: func(h HealthAnswer) { answers = append(answers, h) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(answers) != 3 || answers[0].StatusCode != 500 || !answers[2].OK() {
+		t.Fatalf("answers %+v", answers)
+	}
+	if s := answers[0].String(); s != "HTTP 500: [-]etcd failed: reason withheld" {
+		t.Errorf("answer line %q", s)
+	}
+}
+
+func TestWaitForAPIServerTimeoutCarriesLastAnswer(t *testing.T) {
+	c := healthServer(t, func(int) bool { return false })
+	err := WaitForAPIServer(context.Background(), c, WaitAPIServerInput{Timeout: 100 * time.Millisecond, Interval: 5 * time.Millisecond})
+	var nre *APIServerNotReadyError
+	if !errors.As(err, &nre) {
+		t.Fatalf("err = %v, want *APIServerNotReadyError", err)
+	}
+	if nre.Last.StatusCode != 500 || !strings.Contains(err.Error(), "[-]etcd failed") {
+		t.Errorf("error %q, last %+v", err, nre.Last)
+	}
+	if d := strings.Join(nre.Details(), "\n"); !strings.Contains(d, "HTTP 500") || !strings.Contains(d, "readyz check failed") {
+		t.Errorf("details:\n%s", d)
+	}
+	if !errors.Is(err, context.DeadlineExceeded) && nre.Cause == nil {
+		t.Error("no cause")
+	}
+}
+
+func TestWaitForAPIServerNoAnswer(t *testing.T) {
+	srv := httptest.NewServer(http.NotFoundHandler())
+	url := srv.URL
+	srv.Close() // nothing listens there any more
+	c, err := kubernetes.NewForConfig(&rest.Config{Host: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = WaitForAPIServer(context.Background(), c, WaitAPIServerInput{Timeout: 50 * time.Millisecond, Interval: 5 * time.Millisecond})
+	var nre *APIServerNotReadyError
+	if !errors.As(err, &nre) || nre.Last.StatusCode != 0 || !strings.Contains(err.Error(), "connection refused") {
+		t.Fatalf("err = %v", err)
+	}
+}
