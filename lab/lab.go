@@ -218,9 +218,9 @@ func Prerequisites() error {
 }
 
 // Up brings up a lab and returns once every host's sshd answers and its systemd reports
-// "running" (so containerd is up too). An existing lab of that name
-// with the same shape and all hosts running is returned as is; any other existing lab of that
-// name is an error. A failed Up tears down what it created.
+// "running" (so containerd is up too). An existing lab of that name with the same shape and all
+// hosts running is returned as is; any other existing lab of that name is an error. A failed Up
+// tears down what it created.
 func Up(ctx context.Context, o Options) (_ *Lab, err error) {
 	if err := o.setDefaults(); err != nil {
 		return nil, err
