@@ -172,6 +172,17 @@ func TestLabUpThreeHosts(t *testing.T) {
 		t.Fatalf("container printed %q", out)
 	}
 
+	// Hosts reach the lab subnet and nothing else.
+	for _, h := range l.Hosts {
+		out, err := l.Exec(ctx, h.Name, "ip", "-4", "route", "show")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := "198.51.100.0/25 dev eth0 proto kernel scope link src " + h.Address + " \n"; string(out) != want {
+			t.Fatalf("%s routes:\n%s\nwant only the lab subnet (no default route)", h.Name, out)
+		}
+	}
+
 	// Exec reaches the same host as SSH.
 	got, err := l.Exec(ctx, l.Hosts[0].Name, "cat", "/root/lab-probe")
 	if err != nil || string(got) != "probe\n" {
