@@ -40,10 +40,12 @@ func TestKubeletStaticPodInLabHost(t *testing.T) {
 	requireIntegration(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
+	start := time.Now()
 	bins, err := bundle.KubernetesBinaries(ctx, bundle.BuildOptions{Version: inventory.DefaultKubernetesVersion})
 	if err != nil {
 		t.Fatalf("kubelet from the bundle: %v", err)
 	}
+	t.Logf("Kubernetes binaries (bundle, built or cached) in %s", time.Since(start).Round(time.Millisecond))
 	l := upLab(t, Options{Name: "labkubelet", Hosts: 1})
 	before := readSysctls(t)
 	h := l.Hosts[0].Name
@@ -130,6 +132,7 @@ RestartSec=1
 WantedBy=multi-user.target
 `), "644")
 	exec("systemctl", "daemon-reload")
+	kubeletStart := time.Now()
 	exec("systemctl", "start", "kubelet")
 
 	var id string
@@ -158,7 +161,7 @@ WantedBy=multi-user.target
 	if out := exec("systemctl", "is-active", "kubelet"); out != "active\n" {
 		t.Fatalf("kubelet is %q", out)
 	}
-	t.Logf("static pod container %s running on %s", id, h)
+	t.Logf("static pod container %s running on %s, %s after kubelet started", id, h, time.Since(kubeletStart).Round(time.Millisecond))
 
 	// kubelet saw the values it wants for the machine-wide sysctls, and the machine kept its own.
 	if out := exec("cat", "/proc/sys/vm/overcommit_memory", "/proc/sys/kernel/panic"); out != "1\n10\n" {
