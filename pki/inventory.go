@@ -26,7 +26,7 @@ func FromInventory(c *inventory.Cluster) (Params, []Master, error) {
 		if net.ParseIP(ip) == nil {
 			return Params{}, nil, fmt.Errorf("master %s: node IP %q is not an IP address; set internalAddress", h.Name, ip)
 		}
-		masters = append(masters, Master{Name: h.Name, IP: ip})
+		masters = append(masters, Master{Name: h.Name, IP: ip, Address: h.Address})
 	}
 	if len(masters) == 0 {
 		return Params{}, nil, fmt.Errorf("the inventory lists no masters")

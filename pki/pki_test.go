@@ -26,7 +26,7 @@ func testParams() Params {
 	}
 }
 
-var testMasters = []Master{{"m1", "198.51.100.11"}, {"m2", "198.51.100.12"}, {"m3", "198.51.100.13"}}
+var testMasters = []Master{{Name: "m1", IP: "198.51.100.11"}, {Name: "m2", IP: "198.51.100.12"}, {Name: "m3", IP: "198.51.100.13"}}
 
 func ipStrings(ips []net.IP) []string {
 	var s []string
@@ -306,7 +306,7 @@ func TestEnsureReusesAndReissuesWithReasons(t *testing.T) {
 	// Subject change (a renamed node keeps its IP): kubelet.conf for the new name is created,
 	// the old one removed.
 	o.Now = t0
-	o.Masters = []Master{{"m1", testMasters[0].IP}, {"m9", testMasters[2].IP}}
+	o.Masters = []Master{{Name: "m1", IP: testMasters[0].IP}, {Name: "m9", IP: testMasters[2].IP}}
 	_, ch = ensure(t, o)
 	got = changed(ch)
 	if got["kubelet.conf@m9"] != "created: missing" || !strings.HasPrefix(got["m3"], "removed") {
@@ -434,5 +434,29 @@ func TestEnsureRefusesExpiredCAAndConcurrentRuns(t *testing.T) {
 	o.Now = t0.Add(o.Params.CAValidity + time.Hour)
 	if _, _, err := Ensure(o); err == nil || !strings.Contains(err.Error(), "expired") || !strings.Contains(err.Error(), "does not rotate CAs") {
 		t.Errorf("expired CA: %v", err)
+	}
+}
+
+// TestAPIServerCertCoversTheHostAddress: a master reached at an address other than its node IP
+// (a public IP or a DNS name) gets that address in its apiserver certificate, so kubectl can
+// use it; etcd certificates stay on the node IP.
+func TestAPIServerCertCoversTheHostAddress(t *testing.T) {
+	spec, _ := Lookup("apiserver")
+	for addr, wantDNS := range map[string]bool{"m2.example.test": true, "203.0.113.7": false} {
+		r, err := spec.Resolve(testParams(), Master{Name: "m2", IP: "198.51.100.12", Address: addr})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := slices.Contains(r.DNSNames, addr); got != wantDNS {
+			t.Errorf("%s: DNS SANs %v", addr, r.DNSNames)
+		}
+		if got := slices.Contains(ipStrings(r.IPs), addr); got == wantDNS {
+			t.Errorf("%s: IP SANs %v", addr, ipStrings(r.IPs))
+		}
+	}
+	etcd, _ := Lookup("etcd-server")
+	r, _ := etcd.Resolve(testParams(), Master{Name: "m2", IP: "198.51.100.12", Address: "203.0.113.7"})
+	if slices.Contains(ipStrings(r.IPs), "203.0.113.7") {
+		t.Errorf("etcd server SANs %v", ipStrings(r.IPs))
 	}
 }

@@ -49,10 +49,12 @@ type Params struct {
 	CAValidity        time.Duration
 }
 
-// Master is one control-plane node: its node name and the IP it advertises.
+// Master is one control-plane node: its node name, the IP it advertises and, when different,
+// the address kforge reaches it at (an IP or DNS name users may also point kubectl at).
 type Master struct {
-	Name string
-	IP   string
+	Name    string
+	IP      string
+	Address string
 }
 
 // Scope says how many times a row is issued.
@@ -177,6 +179,13 @@ func apiserverSANs(p Params, m Master) ([]string, []net.IP, error) {
 		dns = append(dns, "kubernetes.default.svc."+p.DNSDomain)
 	}
 	ips := []net.IP{svc, adv}
+	if m.Address != "" && m.Address != m.IP {
+		if ip := net.ParseIP(m.Address); ip != nil {
+			ips = append(ips, ip)
+		} else {
+			dns = append(dns, m.Address)
+		}
+	}
 	if p.ControlPlaneEndpoint != "" {
 		host, _, err := net.SplitHostPort(p.ControlPlaneEndpoint)
 		if err != nil {

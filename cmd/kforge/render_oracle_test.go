@@ -54,6 +54,9 @@ type oracleCase struct {
 	algorithm string // kubeadm encryptionAlgorithm
 	certSANs  []string
 	masters   [][2]string // name, IP
+	// addresses are masters' SSH addresses that differ from their IP: kforge puts them in the
+	// apiserver certificate, the equivalent kubeadm config lists them in certSANs.
+	addresses map[string]string
 	// kubelet settings the inventory holds, repeated for kubeadm's KubeletConfiguration and
 	// kubeletExtraArgs; resolvConf is render's --resolv-conf.
 	maxPods       string
@@ -68,6 +71,7 @@ var oracleCases = []oracleCase{
 		algorithm:     "ECDSA-P256",
 		certSANs:      []string{"api.lab.example.test", "198.51.100.200"},
 		masters:       [][2]string{{"m1", "198.51.100.11"}, {"m2", "198.51.100.12"}, {"m3", "198.51.100.13"}},
+		addresses:     map[string]string{"m2": "m2.lab.example.test"},
 		maxPods:       "150",
 		allowCgroupV1: true,
 		resolvConf:    "/etc/kforge/resolv.conf",
@@ -139,8 +143,12 @@ networking:
 	if c.endpoint != "" {
 		fmt.Fprintf(&b, "controlPlaneEndpoint: %s\n", c.endpoint)
 	}
-	if len(c.certSANs) > 0 {
-		fmt.Fprintf(&b, "apiServer:\n  certSANs: [%s]\n", strings.Join(c.certSANs, ", "))
+	sans := c.certSANs
+	if a, ok := c.addresses[m[0]]; ok {
+		sans = append(append([]string{}, sans...), a)
+	}
+	if len(sans) > 0 {
+		fmt.Fprintf(&b, "apiServer:\n  certSANs: [%s]\n", strings.Join(sans, ", "))
 	}
 	b.WriteString("---\napiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncgroupDriver: systemd\n")
 	if c.allowCgroupV1 {
