@@ -429,6 +429,20 @@ func TestLabFaults(t *testing.T) {
 		c.Close()
 	}
 
+	// A cancelled Exec ends the command inside the host, not only nsenter.
+	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	start := time.Now()
+	_, err := l.Exec(cctx, h.Name, "sleep", "37")
+	cancel()
+	if err == nil || time.Since(start) > 5*time.Second {
+		t.Fatalf("Exec of sleep 37 with a 300ms deadline: %v after %s", err, time.Since(start))
+	}
+	time.Sleep(200 * time.Millisecond)
+	// A killed command may linger as a zombie until the host's init reaps it: that is not running.
+	if out, err := l.Exec(ctx, h.Name, "sh", "-c", `ps -eo stat=,args= | awk '$2 == "sleep" && $1 !~ /^Z/'`); err != nil || len(out) > 0 {
+		t.Fatalf("the cancelled command still runs in the host: %q %v", out, err)
+	}
+
 	must(t, l.CutLink(ctx, h.Name))
 	if err := dial(); !isTimeout(err) {
 		t.Fatalf("link cut: dial = %v, want a timeout", err)
