@@ -140,6 +140,14 @@ func applyObject(ctx context.Context, dyn dynamic.Interface, mapper meta.Resetta
 	default:
 		before = have.GetResourceVersion()
 	}
+	if before != "" && onlyIdentity(u) {
+		// Nothing to apply: the object sets no field beyond its name. The API server would
+		// record an empty field set for kforge, drop it, and on the next apply hand the
+		// server-set fields (a Namespace's finalizers and name label) to "before-first-apply"
+		// with a write. Existing is all such a manifest asks for.
+		ch.Action = Unchanged
+		return ch, nil
+	}
 	data, err := u.MarshalJSON()
 	if err != nil {
 		return ch, err
@@ -157,4 +165,27 @@ func applyObject(ctx context.Context, dyn dynamic.Interface, mapper meta.Resetta
 		ch.Action = Updated
 	}
 	return ch, nil
+}
+
+// onlyIdentity reports whether u sets nothing but apiVersion, kind, metadata.name and
+// metadata.namespace.
+func onlyIdentity(u *unstructured.Unstructured) bool {
+	for k, v := range u.Object {
+		switch k {
+		case "apiVersion", "kind":
+		case "metadata":
+			m, ok := v.(map[string]any)
+			if !ok {
+				return false
+			}
+			for mk := range m {
+				if mk != "name" && mk != "namespace" {
+					return false
+				}
+			}
+		default:
+			return false
+		}
+	}
+	return true
 }

@@ -1,0 +1,379 @@
+package kube
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/kforge/kforge/pki"
+	"github.com/kforge/kforge/templates"
+)
+
+const userManifest = `apiVersion: v1
+kind: Namespace
+metadata: {name: demo}
+---
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: widgets.example.kforge.dev}
+spec:
+  group: example.kforge.dev
+  names: {kind: Widget, plural: widgets, singular: widget, listKind: WidgetList}
+  scope: Namespaced
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            properties:
+              size: {type: integer}
+---
+# a custom resource of the kind defined just above, in the same file
+apiVersion: example.kforge.dev/v1
+kind: Widget
+metadata: {name: w, namespace: demo}
+spec: {size: 3}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: settings}
+data: {a: "1"}
+`
+
+// resources maps the kinds the functions report to their resources, to read them back.
+var resources = map[string]schema.GroupVersionResource{
+	"ConfigMap":                {Version: "v1", Resource: "configmaps"},
+	"Secret":                   {Version: "v1", Resource: "secrets"},
+	"ServiceAccount":           {Version: "v1", Resource: "serviceaccounts"},
+	"Service":                  {Version: "v1", Resource: "services"},
+	"Namespace":                {Version: "v1", Resource: "namespaces"},
+	"Node":                     {Version: "v1", Resource: "nodes"},
+	"Role":                     {Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "roles"},
+	"RoleBinding":              {Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "rolebindings"},
+	"ClusterRole":              {Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterroles"},
+	"ClusterRoleBinding":       {Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterrolebindings"},
+	"Deployment":               {Group: "apps", Version: "v1", Resource: "deployments"},
+	"DaemonSet":                {Group: "apps", Version: "v1", Resource: "daemonsets"},
+	"CustomResourceDefinition": {Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"},
+	"Widget":                   {Group: "example.kforge.dev", Version: "v1", Resource: "widgets"},
+}
+
+// resourceVersions reads back every object the changes name.
+func resourceVersions(t *testing.T, dyn dynamic.Interface, changes []Change) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, c := range changes {
+		gvr, ok := resources[c.Kind]
+		if !ok {
+			t.Fatalf("no resource known for kind %s", c.Kind)
+		}
+		var ri dynamic.ResourceInterface = dyn.Resource(gvr)
+		if c.Namespace != "" {
+			ri = dyn.Resource(gvr).Namespace(c.Namespace)
+		}
+		u, err := ri.Get(context.Background(), c.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("read back %s: %v", c, err)
+		}
+		out[objName(c)] = u.GetResourceVersion()
+	}
+	return out
+}
+
+func TestEverythingTwiceAgainstARealAPIServer(t *testing.T) {
+	cp := startControlPlane(t)
+	answers := cp.waitUp(t)
+	t.Logf("API server ready after %d health answers, %s", len(answers), answers[len(answers)-1].Elapsed.Round(time.Millisecond))
+	ctx := context.Background()
+	super := cp.client(t, cp.superAdmin)
+	admin := cp.client(t, cp.admin)
+
+	// admin.conf (group kubeadm:cluster-admins) can do nothing until the binding exists.
+	if _, err := admin.CoreV1().Namespaces().List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Fatalf("admin.conf before kubeadm:cluster-admins: err = %v, want forbidden", err)
+	}
+	ch, err := EnsureClusterAdmins(ctx, super)
+	if err != nil || len(ch) != 1 || ch[0].Action != Created {
+		t.Fatalf("EnsureClusterAdmins: %v %v", ch, err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err := admin.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("admin.conf still refused after kubeadm:cluster-admins: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	// The nodes, as their kubelets register them; someone already labelled m1.
+	for _, n := range []*corev1.Node{node("m1", map[string]string{"user": "keep"}), node("w1", nil)} {
+		n.ResourceVersion = ""
+		if _, err := admin.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	c := cp.cluster
+	cc, err := ClusterConfigurationFor(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, err := KubeletConfigurationFor(c, templates.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	images := testImages()
+	dyn, err := dynamic.NewForConfig(cp.admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mapper := NewRESTMapper(admin.Discovery())
+	token := BootstrapToken{ID: "abcdef", Secret: "0123456789abcdef", TTL: 24 * time.Hour}
+	now := time.Now()
+	run := func(c kubernetes.Interface) ([]Change, error) {
+		var all []Change
+		steps := []func() ([]Change, error){
+			func() ([]Change, error) { return UploadConfig(ctx, c, UploadConfigInput{Cluster: cc, Kubelet: kc}) },
+			func() ([]Change, error) { return MarkNodes(ctx, c, NodeMarksFor(cp.cluster), 0) },
+			func() ([]Change, error) {
+				return Bootstrap(ctx, c, BootstrapInput{Token: token, Now: now, Server: cp.server, CACert: pki.EncodeCert(cp.set.CAs[pki.CA].Cert)})
+			},
+			func() ([]Change, error) {
+				return CoreDNS(ctx, c, CoreDNSInput{Image: images.CoreDNS, DNSDomain: "cluster.local", ServiceSubnet: "10.96.0.0/12"})
+			},
+			func() ([]Change, error) {
+				return KubeProxy(ctx, c, KubeProxyInput{Image: images.KubeProxy, Server: cp.server, PodSubnet: "10.244.0.0/16", ConntrackMaxPerCore: new(int32(0))})
+			},
+			func() ([]Change, error) {
+				return Flannel(ctx, c, FlannelInput{Image: images.Flannel, PodSubnet: "10.244.0.0/16", Endpoint: strings.TrimPrefix(cp.server, "https://")})
+			},
+			func() ([]Change, error) {
+				return ApplyManifests(ctx, dyn, mapper, ApplyInput{Manifests: []Manifest{{Path: "addons/demo.yaml", Data: []byte(userManifest)}}})
+			},
+		}
+		for _, s := range steps {
+			ch, err := s()
+			all = append(all, ch...)
+			if err != nil {
+				return all, err
+			}
+		}
+		return all, nil
+	}
+
+	start := time.Now()
+	first, err := run(admin)
+	if err != nil {
+		t.Fatalf("first run: %v", err)
+	}
+	t.Logf("first run: %d objects in %s", len(first), time.Since(start).Round(time.Millisecond))
+	for _, c := range first {
+		if c.Action == Unchanged {
+			t.Errorf("first run left %s unchanged: it existed before", c)
+		}
+	}
+	before := resourceVersions(t, dyn, first)
+
+	start = time.Now()
+	second, err := run(admin)
+	if err != nil {
+		t.Fatalf("second run: %v", err)
+	}
+	t.Logf("second run: %d objects in %s", len(second), time.Since(start).Round(time.Millisecond))
+	if len(second) != len(first) {
+		t.Errorf("second run reported %d objects, first %d", len(second), len(first))
+	}
+	for _, c := range second {
+		if c.Action != Unchanged {
+			t.Errorf("second run: %s", c)
+		}
+	}
+	after := resourceVersions(t, dyn, first)
+	for k, v := range before {
+		if after[k] != v {
+			t.Errorf("%s: resourceVersion %s after the second run, %s before", k, after[k], v)
+		}
+	}
+
+	t.Run("objects", func(t *testing.T) { checkObjects(t, cp, admin, dyn) })
+	t.Run("bootstrap token rights", func(t *testing.T) { checkTokenRights(t, cp, token) })
+	t.Run("wait for ready", func(t *testing.T) { checkWaitForReady(t, admin) })
+}
+
+func checkObjects(t *testing.T, cp *controlPlane, admin kubernetes.Interface, dyn dynamic.Interface) {
+	ctx := context.Background()
+	m1, err := admin.CoreV1().Nodes().Get(ctx, "m1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range map[string]string{"user": "keep", "tier": "control", LabelControlPlane: "", LabelExcludeFromExternalLB: ""} {
+		if got, ok := m1.Labels[k]; !ok || got != v {
+			t.Errorf("m1 label %s = %q (present %v), want %q", k, got, ok, v)
+		}
+	}
+	// The API server itself adds node.kubernetes.io/not-ready:NoSchedule to new nodes
+	// (TaintNodesByCondition); it must survive.
+	notReady := corev1.Taint{Key: "node.kubernetes.io/not-ready", Effect: corev1.TaintEffectNoSchedule}
+	want := []corev1.Taint{notReady, {Key: LabelControlPlane, Effect: corev1.TaintEffectNoSchedule}}
+	if !sameTaints(m1.Spec.Taints, want) {
+		t.Errorf("m1 taints %v, want %v", m1.Spec.Taints, want)
+	}
+	w1, _ := admin.CoreV1().Nodes().Get(ctx, "w1", metav1.GetOptions{})
+	want = []corev1.Taint{notReady, {Key: "dedicated", Value: "ml", Effect: corev1.TaintEffectNoSchedule}}
+	if w1.Labels["gpu"] != "yes" || !sameTaints(w1.Spec.Taints, want) {
+		t.Errorf("w1 labels %v taints %v, want %v", w1.Labels, w1.Spec.Taints, want)
+	}
+	svc, err := admin.CoreV1().Services("kube-system").Get(ctx, "kube-dns", metav1.GetOptions{})
+	if err != nil || svc.Spec.ClusterIP != "10.96.0.10" {
+		t.Errorf("kube-dns: %v %v", svc.Spec.ClusterIP, err)
+	}
+	cm, err := admin.CoreV1().ConfigMaps("default").Get(ctx, "settings", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("user manifest ConfigMap without namespace not in default: %v", err)
+	}
+	managers := map[string]string{}
+	for _, f := range cm.ManagedFields {
+		managers[f.Manager] = string(f.Operation)
+	}
+	if managers[FieldManager] != "Apply" {
+		t.Errorf("settings managed fields %v, want %s/Apply", managers, FieldManager)
+	}
+	w, err := dyn.Resource(resources["Widget"]).Namespace("demo").Get(ctx, "w", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("custom resource: %v", err)
+	}
+	if size, _, _ := unstructuredInt(w.Object, "spec", "size"); size != 3 {
+		t.Errorf("widget spec %v", w.Object["spec"])
+	}
+	// A changed manifest is an update through server-side apply.
+	ch, err := ApplyManifests(ctx, dyn, NewRESTMapper(admin.Discovery()), ApplyInput{Manifests: []Manifest{{Path: "x.yaml", Data: []byte(
+		"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings}\ndata: {a: \"2\"}\n")}}})
+	if err != nil || len(ch) != 1 || ch[0].Action != Updated {
+		t.Errorf("changed manifest: %v %v", ch, err)
+	}
+	// A document of a kind the server does not serve names the file, the document and the kind.
+	_, err = ApplyManifests(ctx, dyn, NewRESTMapper(admin.Discovery()), ApplyInput{KindWait: time.Second, Manifests: []Manifest{{Path: "bad.yaml", Data: []byte(
+		"apiVersion: nope.example/v1\nkind: Gadget\nmetadata: {name: g}\n")}}})
+	if err == nil || !strings.Contains(err.Error(), "bad.yaml: document 1 (Gadget g)") {
+		t.Errorf("unknown kind: %v", err)
+	}
+}
+
+func unstructuredInt(obj map[string]any, path ...string) (int64, bool, error) {
+	var cur any = obj
+	for _, p := range path {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return 0, false, nil
+		}
+		cur = m[p]
+	}
+	n, ok := cur.(int64)
+	return n, ok, nil
+}
+
+// checkTokenRights proves the RBAC kforge created does for a joining node what kubeadm's does:
+// anonymous users read cluster-info only; the bootstrap token authenticates in kubeadm's group
+// and may read the cluster configuration, get nodes and post CSRs.
+func checkTokenRights(t *testing.T, cp *controlPlane, token BootstrapToken) {
+	ctx := context.Background()
+	anon := cp.anonymous(t)
+	if _, err := anon.CoreV1().ConfigMaps("kube-public").Get(ctx, "cluster-info", metav1.GetOptions{}); err != nil {
+		t.Errorf("anonymous get cluster-info: %v", err)
+	}
+	if _, err := anon.CoreV1().ConfigMaps("kube-system").Get(ctx, "kubeadm-config", metav1.GetOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("anonymous get kubeadm-config: err = %v, want forbidden", err)
+	}
+	tc := cp.token(t, token.ID+"."+token.Secret)
+	r, err := tc.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("bootstrap token does not authenticate: %v", err)
+	}
+	if u := r.Status.UserInfo; u.Username != "system:bootstrap:abcdef" || !strings.Contains(strings.Join(u.Groups, ","), NodeBootstrapTokenAuthGroup) {
+		t.Errorf("bootstrap token user %+v", u)
+	}
+	for _, a := range []authorizationv1.ResourceAttributes{
+		{Namespace: "kube-system", Verb: "get", Resource: "configmaps", Name: "kubeadm-config"},
+		{Namespace: "kube-system", Verb: "get", Resource: "configmaps", Name: "kubelet-config"},
+		{Namespace: "kube-system", Verb: "get", Resource: "configmaps", Name: "kube-proxy"},
+		{Verb: "get", Resource: "nodes", Name: "m1"},
+		{Verb: "create", Group: "certificates.k8s.io", Resource: "certificatesigningrequests"},
+		{Verb: "create", Group: "certificates.k8s.io", Resource: "certificatesigningrequests", Subresource: "nodeclient"},
+	} {
+		res, err := tc.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
+			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &a}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !res.Status.Allowed {
+			t.Errorf("bootstrap token may not %s %s/%s %s: %s", a.Verb, a.Resource, a.Subresource, a.Name, res.Status.Reason)
+		}
+	}
+	res, err := tc.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
+		Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: "kube-system", Verb: "get", Resource: "secrets"}}}, metav1.CreateOptions{})
+	if err != nil || res.Status.Allowed {
+		t.Errorf("bootstrap token may read secrets: %v %v", res.Status, err)
+	}
+}
+
+func checkWaitForReady(t *testing.T, admin kubernetes.Interface) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	err := WaitForReady(ctx, admin, WaitReadyInput{Nodes: []string{"m1", "w1"}, Interval: 200 * time.Millisecond})
+	nre, ok := err.(*NotReadyError)
+	if !ok {
+		t.Fatalf("err = %v, want *NotReadyError (no kubelet, no controllers)", err)
+	}
+	d := strings.Join(nre.Details(), "\n")
+	for _, want := range []string{"node m1: no Ready condition yet", "node w1: no Ready condition yet", "Deployment kube-system/coredns: 0 of 2 pods ready"} {
+		if !strings.Contains(d, want) {
+			t.Errorf("details lack %q:\n%s", want, d)
+		}
+	}
+	// Nodes reporting Ready, in a namespace with no workloads: ready at once.
+	for _, name := range []string{"m1", "w1"} {
+		n, err := admin.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+		if _, err := admin.CoreV1().Nodes().UpdateStatus(context.Background(), n, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel2()
+	if err := WaitForReady(ctx2, admin, WaitReadyInput{Nodes: []string{"m1", "w1"}, Namespaces: []string{"kube-public"}}); err != nil {
+		t.Errorf("ready nodes: %v", err)
+	}
+}
+
+func sameTaints(a, b []corev1.Taint) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Key != b[i].Key || a[i].Value != b[i].Value || a[i].Effect != b[i].Effect {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,308 @@
+package kube
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/kforge/kforge/bundle"
+	"github.com/kforge/kforge/inventory"
+	"github.com/kforge/kforge/pki"
+)
+
+// needIntegration skips the test in -short mode, or when why is not empty (a prerequisite is
+// missing) — unless KFORGE_REQUIRE_INTEGRATION=1, in which case a missing prerequisite fails it.
+func needIntegration(t testing.TB, why string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("integration test; skipped in -short mode")
+	}
+	if why == "" {
+		return
+	}
+	if os.Getenv("KFORGE_REQUIRE_INTEGRATION") == "1" {
+		t.Fatalf("prerequisite missing (KFORGE_REQUIRE_INTEGRATION=1): %s", why)
+	}
+	t.Skip(why)
+}
+
+func cacheDir() string {
+	if d := os.Getenv("KFORGE_CACHE_DIR"); d != "" {
+		return d
+	}
+	return bundle.DefaultCacheDir
+}
+
+// binaries returns kube-apiserver and etcd as the bundle package builds them: the Kubernetes
+// binaries from bundle.KubernetesBinaries, etcd from the bundle build cache (building a bundle
+// first when it is not there yet).
+func binaries(t testing.TB) (apiserver, etcd string) {
+	t.Helper()
+	if _, err := exec.LookPath("go"); err != nil {
+		needIntegration(t, "the go command is not on PATH (it builds the Kubernetes binaries)")
+	}
+	needIntegration(t, "")
+	ctx := context.Background()
+	v, err := bundle.DefaultVersions(inventory.DefaultKubernetesVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := bundle.BuildOptions{Version: v.Kubernetes, Log: testLog{t}}
+	k8s, err := bundle.KubernetesBinaries(ctx, o)
+	if err != nil {
+		t.Fatalf("kubernetes binaries: %v", err)
+	}
+	etcd = filepath.Join(cacheDir(), "bin", "etcd", v.Etcd, "etcd")
+	if _, err := os.Stat(etcd); err != nil {
+		out := filepath.Join(cacheDir(), fmt.Sprintf("kube-test-bundle-%d", os.Getpid()))
+		defer os.RemoveAll(out)
+		if _, err := bundle.Build(ctx, bundle.Options{BuildOptions: o, Out: out}); err != nil {
+			t.Fatalf("bundle build (for etcd): %v", err)
+		}
+		if _, err := os.Stat(etcd); err != nil {
+			t.Fatalf("etcd not in the bundle build cache after a build: %v", err)
+		}
+	}
+	return filepath.Join(k8s, "kube-apiserver"), etcd
+}
+
+type testLog struct{ t testing.TB }
+
+func (l testLog) Write(p []byte) (int, error) {
+	l.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// process runs a command until the test ends, then kills it by PID and waits for it. Its
+// output goes to a buffer shown when the test fails.
+type process struct {
+	cmd  *exec.Cmd
+	mu   sync.Mutex
+	out  bytes.Buffer
+	done chan struct{}
+}
+
+func (p *process) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.out.Write(b)
+}
+
+func (p *process) tail() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return tail(p.out.String(), 4000, 40)
+}
+
+func start(t testing.TB, name string, args ...string) *process {
+	t.Helper()
+	p := &process{cmd: exec.Command(name, args...), done: make(chan struct{})}
+	p.cmd.Stdout, p.cmd.Stderr = p, p
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	go func() { p.cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(10 * time.Second):
+			p.cmd.Process.Kill()
+			<-p.done
+		}
+		if t.Failed() {
+			t.Logf("%s output (tail):\n%s", filepath.Base(name), p.tail())
+		}
+	})
+	return p
+}
+
+func writeFile(t testing.TB, path string, data []byte) string {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func writePair(t testing.TB, dir, base string, kp *pki.KeyPair) (crt, key string) {
+	t.Helper()
+	k, err := pki.EncodeKey(kp.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return writeFile(t, filepath.Join(dir, base+".crt"), pki.EncodeCert(kp.Cert)), writeFile(t, filepath.Join(dir, base+".key"), k)
+}
+
+// controlPlane is a real etcd and kube-apiserver on loopback, with kforge's PKI.
+type controlPlane struct {
+	cluster    *inventory.Cluster
+	set        *pki.Set
+	server     string // https://127.0.0.1:port
+	apiserver  *process
+	superAdmin *rest.Config
+	admin      *rest.Config
+}
+
+// integrationCluster is a one-master, one-worker inventory whose master certificates also
+// name 127.0.0.1, where the test's API server listens. Nothing is ever sent to the hosts'
+// addresses.
+func integrationCluster() *inventory.Cluster {
+	return &inventory.Cluster{
+		APIVersion: inventory.APIVersion, Kind: inventory.Kind, Name: "kube-it",
+		KubernetesVersion: inventory.DefaultKubernetesVersion,
+		Networking:        inventory.Networking{PodSubnet: "10.244.0.0/16", ServiceSubnet: "10.96.0.0/12", DNSDomain: "cluster.local"},
+		PKI: inventory.PKI{KeyAlgorithm: "ecdsa-p256", CertValidity: inventory.DefaultCertValidity, CAValidity: inventory.DefaultCAValidity,
+			APIServerCertSANs: []string{"127.0.0.1"}},
+		Kubelet: inventory.Kubelet{CgroupDriver: "systemd", AllowCgroupV1: true},
+		Masters: []inventory.Host{{Name: "m1", Address: "198.51.100.10", Labels: map[string]string{"tier": "control"}}},
+		Workers: []inventory.Host{{Name: "w1", Address: "198.51.100.11", Labels: map[string]string{"gpu": "yes"},
+			Taints: []inventory.Taint{{Key: "dedicated", Value: "ml", Effect: "NoSchedule"}}}},
+	}
+}
+
+func startControlPlane(t *testing.T) *controlPlane {
+	t.Helper()
+	apiserverBin, etcdBin := binaries(t)
+	c := integrationCluster()
+	state := t.TempDir()
+	set, _, err := pki.EnsureCluster(c, "", state, time.Now(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(state, "files")
+	caCrt, _ := writePair(t, dir, "ca", set.CAs[pki.CA])
+	etcdCA, _ := writePair(t, dir, "etcd-ca", set.CAs[pki.EtcdCA])
+	srvCrt, srvKey := writePair(t, dir, "etcd-server", set.Get("etcd-server", "m1"))
+	peerCrt, peerKey := writePair(t, dir, "etcd-peer", set.Get("etcd-peer", "m1"))
+	ecCrt, ecKey := writePair(t, dir, "apiserver-etcd-client", set.Get("apiserver-etcd-client", ""))
+	asCrt, asKey := writePair(t, dir, "apiserver", set.Get("apiserver", "m1"))
+	kcCrt, kcKey := writePair(t, dir, "apiserver-kubelet-client", set.Get("apiserver-kubelet-client", ""))
+	saKeyPEM, err := pki.EncodeKey(set.ServiceAccount)
+	if err != nil {
+		t.Fatal(err)
+	}
+	saPub, err := pki.EncodePublicKey(set.ServiceAccount.Public())
+	if err != nil {
+		t.Fatal(err)
+	}
+	saKey := writeFile(t, filepath.Join(dir, "sa.key"), saKeyPEM)
+	saPubFile := writeFile(t, filepath.Join(dir, "sa.pub"), saPub)
+
+	clientPort, peerPort, metricsPort, apiPort := freePort(t), freePort(t), freePort(t), freePort(t)
+	clientURL := "https://127.0.0.1:" + strconv.Itoa(clientPort)
+	peerURL := "https://127.0.0.1:" + strconv.Itoa(peerPort)
+	start(t, etcdBin,
+		"--name=m1", "--data-dir="+filepath.Join(state, "etcd"),
+		"--listen-client-urls="+clientURL, "--advertise-client-urls="+clientURL,
+		"--listen-peer-urls="+peerURL, "--initial-advertise-peer-urls="+peerURL,
+		"--initial-cluster=m1="+peerURL, "--initial-cluster-state=new",
+		"--listen-metrics-urls=http://127.0.0.1:"+strconv.Itoa(metricsPort),
+		"--cert-file="+srvCrt, "--key-file="+srvKey, "--trusted-ca-file="+etcdCA, "--client-cert-auth=true",
+		"--peer-cert-file="+peerCrt, "--peer-key-file="+peerKey, "--peer-trusted-ca-file="+etcdCA, "--peer-client-cert-auth=true",
+		"--snapshot-count=10000", "--log-level=warn",
+	)
+	cp := &controlPlane{cluster: c, set: set, server: "https://127.0.0.1:" + strconv.Itoa(apiPort)}
+	// The flags that matter here are those of kforge's static pod (templates.ControlPlane):
+	// RBAC and Node authorization, bootstrap-token authentication, the service-account keys.
+	// Anonymous requests stay enabled, as kubeadm leaves them, for cluster-info.
+	cp.apiserver = start(t, apiserverBin,
+		"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(apiPort),
+		"--advertise-address=198.51.100.10",
+		"--etcd-servers="+clientURL, "--etcd-cafile="+etcdCA, "--etcd-certfile="+ecCrt, "--etcd-keyfile="+ecKey,
+		"--client-ca-file="+caCrt, "--tls-cert-file="+asCrt, "--tls-private-key-file="+asKey,
+		"--kubelet-client-certificate="+kcCrt, "--kubelet-client-key="+kcKey,
+		"--service-account-key-file="+saPubFile, "--service-account-signing-key-file="+saKey,
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-cluster-ip-range=10.96.0.0/12", "--authorization-mode=Node,RBAC",
+		"--enable-bootstrap-token-auth=true", "--allow-privileged=true",
+		"--enable-admission-plugins=NodeRestriction",
+		"--cert-dir="+filepath.Join(state, "apiserver-certs"),
+	)
+	cp.superAdmin = cp.restConfig(t, "super-admin.conf")
+	cp.admin = cp.restConfig(t, "admin.conf")
+	return cp
+}
+
+func (cp *controlPlane) restConfig(t testing.TB, name string) *rest.Config {
+	t.Helper()
+	kc, err := pki.Kubeconfig(cp.cluster.Name, cp.server, cp.set.CAs[pki.CA].Cert, cp.set.Get(name, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := clientcmd.RESTConfigFromKubeConfig(kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc.QPS, rc.Burst = 200, 400
+	return rc
+}
+
+func (cp *controlPlane) client(t testing.TB, rc *rest.Config) kubernetes.Interface {
+	t.Helper()
+	c, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// anonymous is a client with no credentials that trusts the cluster CA.
+func (cp *controlPlane) anonymous(t testing.TB) kubernetes.Interface {
+	rc := rest.AnonymousClientConfig(cp.admin)
+	return cp.client(t, rc)
+}
+
+func (cp *controlPlane) token(t testing.TB, token string) kubernetes.Interface {
+	rc := rest.AnonymousClientConfig(cp.admin)
+	rc.BearerToken = token
+	return cp.client(t, rc)
+}
+
+// waitUp waits for the API server, failing with its log when it does not come up.
+func (cp *controlPlane) waitUp(t *testing.T) []HealthAnswer {
+	t.Helper()
+	var answers []HealthAnswer
+	err := WaitForAPIServer(context.Background(), cp.client(t, cp.superAdmin), WaitAPIServerInput{
+		Timeout:  2 * time.Minute,
+		Progress: func(h HealthAnswer) { answers = append(answers, h) },
+	})
+	if err != nil {
+		var nre *APIServerNotReadyError
+		if errors.As(err, &nre) {
+			t.Fatalf("%v\n%s", err, strings.Join(nre.Details(), "\n"))
+		}
+		t.Fatal(err)
+	}
+	return answers
+}
