@@ -49,6 +49,7 @@ func kubernetesModule(version string) (goModule, error) {
 			"-X", p+".gitMajor=1",
 			"-X", p+".gitMinor="+minor,
 			"-X", p+".gitTreeState=clean",
+			"-X", p+".gitCommit=", // unknown in a module build; empty rather than "$Format:%H$"
 		)
 	}
 	var pkgs []string
