@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"strings"
 	"text/tabwriter"
@@ -31,11 +32,11 @@ type LabUpCmd struct {
 	BootTimeout  time.Duration `placeholder:"DURATION" help:"How long to wait for every sshd (default 60s + 1s per host)."`
 }
 
-func (c *LabUpCmd) Run(ctx context.Context, s *streams, g *Globals) error {
+func (c *LabUpCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Logger) error {
 	start := time.Now()
 	l, err := lab.Up(ctx, lab.Options{
 		Name: c.Name, Hosts: c.Hosts, Masters: c.Masters, LoadBalancer: c.LoadBalancer,
-		Dir: c.Dir, CacheDir: c.CacheDir, BootTimeout: c.BootTimeout, Logger: statusLogger(s, g),
+		Dir: c.Dir, CacheDir: c.CacheDir, BootTimeout: c.BootTimeout, Logger: statusLogger(s, g, log),
 	})
 	if errors.Is(err, lab.ErrInvalidOptions) {
 		return labUsageError{err}
@@ -117,7 +118,7 @@ type LabDownCmd struct {
 	All  bool   `help:"Every lab on this machine."`
 }
 
-func (c *LabDownCmd) Run(ctx context.Context, s *streams, g *Globals) error {
+func (c *LabDownCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Logger) error {
 	names := []string{c.Name}
 	if c.All {
 		var err error
@@ -132,7 +133,7 @@ func (c *LabDownCmd) Run(ctx context.Context, s *streams, g *Globals) error {
 			fmt.Fprintf(s.Err, "lab %s: not found (nothing to do)\n", n)
 			continue
 		}
-		if err := lab.Down(ctx, n, statusLogger(s, g)); err != nil {
+		if err := lab.Down(ctx, n, statusLogger(s, g, log)); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -154,17 +155,61 @@ func labJSON(l *lab.Lab) map[string]any {
 	}
 }
 
-// statusLogger shows the lab's progress on stderr (-v adds debug detail), without timestamps.
-func statusLogger(s *streams, g *Globals) *slog.Logger {
-	level := slog.LevelInfo
-	if g.Verbose > 0 {
-		level = slog.LevelDebug
+// statusLogger is the bound logger (the debug log file; stderr with -v) plus, without -v, one
+// terse line per lab step on stderr, so a person sees the minute-long rootfs build happen.
+func statusLogger(s *streams, g *Globals, log *slog.Logger) *slog.Logger {
+	if g.Verbose > 0 || g.Output == "json" {
+		return log
 	}
-	return slog.New(slog.NewTextHandler(s.Err, &slog.HandlerOptions{Level: level,
-		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
-			if len(groups) == 0 && a.Key == slog.TimeKey {
-				return slog.Attr{}
+	return slog.New(statusHandler{next: log.Handler(), w: s.Err})
+}
+
+// statusHandler passes every record on and prints Info and above as "msg (k=v, ...)".
+type statusHandler struct {
+	next  slog.Handler
+	w     io.Writer
+	attrs []slog.Attr
+}
+
+func (h statusHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelInfo || h.next.Enabled(ctx, l)
+}
+
+func (h statusHandler) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level >= slog.LevelInfo {
+		var b strings.Builder
+		lab := ""
+		add := func(a slog.Attr) bool {
+			if a.Key == "lab" {
+				lab = a.Value.String()
+				return true
 			}
-			return a
-		}}))
+			if b.Len() > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "%s %v", a.Key, a.Value)
+			return true
+		}
+		for _, a := range h.attrs {
+			add(a)
+		}
+		r.Attrs(add)
+		line := "lab " + lab + ": " + r.Message
+		if b.Len() > 0 {
+			line += " (" + b.String() + ")"
+		}
+		fmt.Fprintln(h.w, line)
+	}
+	if h.next.Enabled(ctx, r.Level) {
+		return h.next.Handle(ctx, r)
+	}
+	return nil
+}
+
+func (h statusHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return statusHandler{next: h.next.WithAttrs(as), w: h.w, attrs: append(append([]slog.Attr{}, h.attrs...), as...)}
+}
+
+func (h statusHandler) WithGroup(name string) slog.Handler {
+	return statusHandler{next: h.next.WithGroup(name), w: h.w, attrs: h.attrs}
 }
