@@ -46,7 +46,7 @@ type sshdLab struct {
 	goFuncs    []func() // let each sshd start once its network is configured
 }
 
-func requireTools(t *testing.T, tools ...string) {
+func requireTools(t testing.TB, tools ...string) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("integration test; skipped in -short mode")
@@ -61,7 +61,7 @@ func requireTools(t *testing.T, tools ...string) {
 	}
 }
 
-func run(t *testing.T, stdin string, name string, args ...string) string {
+func run(t testing.TB, stdin string, name string, args ...string) string {
 	t.Helper()
 	cmd := exec.Command(name, args...)
 	cmd.Stdin = strings.NewReader(stdin)
@@ -158,53 +158,9 @@ PrintMotd no
 PrintLastLog no
 LogLevel ERROR
 `, listen, dir, name, dir)), 0o644)
-		holder := `set -e
-mount --bind "$D/etc" /etc
-mount --bind "$D/$N/log" /var/log
-mount --bind "$D/$N/sudo" /var/lib/sudo
-mount -t tmpfs tmpfs /run
-mkdir -m 0755 /run/sshd
-echo mounted
-read go
-exec /usr/sbin/sshd -D -e -f "$CFG"
-`
-		c := exec.Command("unshare", "--net", "--mount", "--propagation", "private", "sh", "-c", holder)
-		c.Env = append(os.Environ(), "D="+dir, "N="+name, "CFG="+cfg)
-		in, _ := c.StdinPipe()
-		out, _ := c.StdoutPipe()
-		errb := &syncBuffer{}
+		pid, goOn, errb := startNS(t, dir, name, cfg, true, "")
 		lab.stderr[name] = errb
-		c.Stderr = errb
-		if err := c.Start(); err != nil {
-			t.Fatal(err)
-		}
-		pid := c.Process.Pid
-		t.Cleanup(func() {
-			pids := netnsProcs(pid)
-			c.Process.Signal(syscall.SIGTERM)
-			for _, p := range pids {
-				if p != pid {
-					syscall.Kill(p, syscall.SIGKILL)
-				}
-			}
-			done := make(chan struct{})
-			go func() { c.Wait(); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(5 * time.Second):
-				c.Process.Kill()
-				<-done
-			}
-			if t.Failed() {
-				t.Logf("%s sshd stderr:\n%s", name, errb.String())
-			}
-		})
-		line, err := bufio.NewReader(out).ReadString('\n')
-		if err != nil || line != "mounted\n" {
-			t.Fatalf("%s namespace setup failed: %q %v\n%s", name, line, err, errb.String())
-		}
-		t.Cleanup(func() { in.Close() })
-		lab.goFuncs = append(lab.goFuncs, func() { io.WriteString(in, "go\n") })
+		lab.goFuncs = append(lab.goFuncs, goOn)
 		return pid
 	}
 	bpid := start("b", labBastionIP)
@@ -434,4 +390,67 @@ func TestRealSSHD(t *testing.T) {
 			t.Fatalf("want mismatch, got %v", err)
 		}
 	})
+}
+
+// startNS starts sshd -f cfg in new network and mount namespaces: /run is a private tmpfs,
+// /var/log, /var/lib/sudo and /root (a clean root home) private directories under dir/name, and, with etc, dir/etc is
+// bound over /etc. The shell holding the namespaces waits until goOn is called (the caller
+// moves a network interface in first), runs netSetup in the namespace, then execs sshd.
+// Cleanup ends every process of the namespace by PID.
+func startNS(tb testing.TB, dir, name, cfg string, etc bool, netSetup string) (pid int, goOn func(), stderr *syncBuffer) {
+	tb.Helper()
+	os.MkdirAll(filepath.Join(dir, name, "log"), 0o755)
+	os.MkdirAll(filepath.Join(dir, name, "sudo"), 0o700)
+	os.MkdirAll(filepath.Join(dir, name, "root"), 0o700)
+	holder := `set -e
+[ -z "$ETC" ] || mount --bind "$D/etc" /etc
+mount --bind "$D/$N/log" /var/log
+mount --bind "$D/$N/root" /root
+[ ! -d /var/lib/sudo ] || mount --bind "$D/$N/sudo" /var/lib/sudo
+mount -t tmpfs tmpfs /run
+mkdir -m 0755 /run/sshd
+echo mounted
+read go
+eval "$NETSETUP"
+exec /usr/sbin/sshd -D -e -f "$CFG"
+`
+	c := exec.Command("unshare", "--net", "--mount", "--propagation", "private", "sh", "-c", holder)
+	c.Env = append(os.Environ(), "D="+dir, "N="+name, "CFG="+cfg, "NETSETUP="+netSetup)
+	if etc {
+		c.Env = append(c.Env, "ETC=1")
+	}
+	in, _ := c.StdinPipe()
+	out, _ := c.StdoutPipe()
+	errb := &syncBuffer{}
+	c.Stderr = errb
+	if err := c.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	pid = c.Process.Pid
+	tb.Cleanup(func() {
+		pids := netnsProcs(pid)
+		c.Process.Signal(syscall.SIGTERM)
+		for _, p := range pids {
+			if p != pid {
+				syscall.Kill(p, syscall.SIGKILL)
+			}
+		}
+		done := make(chan struct{})
+		go func() { c.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			c.Process.Kill()
+			<-done
+		}
+		if tb.Failed() {
+			tb.Logf("%s sshd stderr:\n%s", name, errb.String())
+		}
+	})
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || line != "mounted\n" {
+		tb.Fatalf("%s namespace setup failed: %q %v\n%s", name, line, err, errb.String())
+	}
+	tb.Cleanup(func() { in.Close() })
+	return pid, func() { io.WriteString(in, "go\n") }, errb
 }
