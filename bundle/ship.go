@@ -85,7 +85,7 @@ func StateCommand(m *Manifest) string {
 	for _, f := range m.Files {
 		paths = append(paths, remote.Quote(f.Install))
 	}
-	return "for f in " + strings.Join(paths, " ") + `; do if [ -f "$f" ]; then sha256sum -- "$f"; fi; done; echo ` + imagesMarker + "; ctr -n k8s.io images ls"
+	return "for f in " + strings.Join(paths, " ") + `; do if [ -f "$f" ]; then sha256sum -- "$f"; fi; done; echo ` + remote.Quote(imagesMarker) + "; ctr -n k8s.io images ls"
 }
 
 // ParseState parses StateCommand's output.

@@ -9,6 +9,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -226,5 +229,37 @@ func TestShipReportsAFailedImport(t *testing.T) {
 	var ce *remote.CommandError
 	if !errors.As(err, &ce) {
 		t.Errorf("the *remote.CommandError is not reachable through %v", err)
+	}
+}
+
+// TestStateCommandRunsInAShell runs StateCommand through sh with a stand-in ctr on PATH, so
+// the command line's shell syntax is checked (the fake host above does not use a shell).
+func TestStateCommandRunsInAShell(t *testing.T) {
+	if _, err := exec.LookPath("sha256sum"); err != nil {
+		t.Skip("sha256sum not installed")
+	}
+	tmp := t.TempDir()
+	present := filepath.Join(tmp, "it's here")
+	os.WriteFile(present, []byte("x"), 0o644)
+	bin := filepath.Join(tmp, "bin")
+	os.Mkdir(bin, 0o755)
+	os.WriteFile(filepath.Join(bin, "ctr"), []byte("#!/bin/sh\necho 'REF TYPE DIGEST SIZE PLATFORMS LABELS'\necho \"registry.k8s.io/pause:3.10.2 application/vnd.oci.image.manifest.v1+json sha256:ab 1 KiB linux/amd64 -\"\n"), 0o755)
+	m := &Manifest{Files: []File{{Name: "a", Install: present}, {Name: "b", Install: filepath.Join(tmp, "absent")}}}
+	cmd := exec.Command("sh", "-c", StateCommand(m))
+	cmd.Env = []string{"PATH=" + bin + ":/usr/bin:/bin"}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	s, err := ParseState(out)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	sum := sha256.Sum256([]byte("x"))
+	if s.Files[present] != hex.EncodeToString(sum[:]) || len(s.Files) != 1 {
+		t.Errorf("files %v", s.Files)
+	}
+	if s.Images["registry.k8s.io/pause:3.10.2"] != "sha256:ab" {
+		t.Errorf("images %v", s.Images)
 	}
 }
