@@ -89,8 +89,6 @@ PermitRootLogin prohibit-password
 AuthorizedKeysFile %s/ak/%%u
 StrictModes no
 Subsystem sftp /usr/lib/openssh/sftp-server
-MaxStartups 100
-MaxSessions 100
 PrintMotd no
 PrintLastLog no
 LogLevel ERROR

@@ -152,8 +152,6 @@ AuthorizedKeysFile %s/ak/%%u
 StrictModes no
 Subsystem sftp /usr/lib/openssh/sftp-server
 AllowTcpForwarding yes
-MaxStartups 100
-MaxSessions 100
 PrintMotd no
 PrintLastLog no
 LogLevel ERROR
@@ -265,6 +263,28 @@ func TestRealSSHD(t *testing.T) {
 		}
 		if !strings.Contains(lab.logs.String(), "skipped=true") {
 			t.Error("second identical upload not skipped")
+		}
+	})
+
+	t.Run("many commands and uploads at once within sshd's default MaxSessions", func(t *testing.T) {
+		c, o := lab.cfg("kfnopw", true)
+		h := lab.dial(t, c, o)
+		ctx := ctxT(t, 60*time.Second)
+		jobs := make([]named, 40)
+		for i := range jobs {
+			jobs[i] = named(strconv.Itoa(i))
+		}
+		err := Each(ctx, jobs, Limits{Hosts: 40}, func(ctx context.Context, j named) error {
+			if _, err := Output(ctx, h, "sleep 0.1; id -u"); err != nil {
+				return err
+			}
+			return h.Upload(ctx, Bytes(filepath.Join(lab.dir, "rootonly", "many", string(j)), []byte(j), 0o644))
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ents, _ := os.ReadDir(filepath.Join(lab.dir, "rootonly", "many")); len(ents) != 40 {
+			t.Errorf("%d files", len(ents))
 		}
 	})
 

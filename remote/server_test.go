@@ -42,6 +42,7 @@ type testServer struct {
 	conns        atomic.Int32 // TCP connections accepted
 	keyAttempts  atomic.Int32 // public keys offered (all connections)
 	commandsSeen chan string
+	onExec       func() (done func()) // called around every exec
 
 	mu      sync.Mutex
 	closers []io.Closer
@@ -228,8 +229,13 @@ func (s *testServer) session(conn *ssh.ServerConn, ch ssh.Channel, reqs <-chan *
 				return
 			}
 			once.Do(started.Done)
+			finished := func() {}
+			if s.onExec != nil {
+				finished = s.onExec()
+			}
 			go func() {
 				err := cmd.Wait()
+				finished()
 				ch.CloseWrite()
 				var ee *exec.ExitError
 				if errors.As(err, &ee) {

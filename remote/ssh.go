@@ -35,7 +35,14 @@ type SSH struct {
 
 	sftpMu sync.Mutex
 	sftp   *sftpConn
+
+	sessions chan struct{} // slots for concurrent commands
 }
+
+// maxCommandSessions bounds concurrent commands on one connection: OpenSSH's sshd allows 10
+// sessions per connection by default (MaxSessions); one is kept for the SFTP session and one
+// for ending a command at its deadline.
+const maxCommandSessions = 8
 
 // Dial connects to the host cfg describes and returns it. Connection failures (refused,
 // unreachable, timed out) are retried with backoff for cfg.DialRetry; authentication and host key
@@ -48,7 +55,7 @@ func Dial(ctx context.Context, cfg Config, o Options) (*SSH, error) {
 		return nil, &HostError{Host: name, Err: err}
 	}
 	target := p.hops[len(p.hops)-1]
-	h := &SSH{name: name, addr: target.addr, user: target.user, log: log, stopKA: make(chan struct{})}
+	h := &SSH{name: name, addr: target.addr, user: target.user, log: log, stopKA: make(chan struct{}), sessions: make(chan struct{}, maxCommandSessions)}
 	switch cfg.Sudo {
 	case "", SudoAuto:
 		h.sudo = SudoPasswordless
@@ -291,7 +298,7 @@ func (h *SSH) wrap(command string) (string, *sudoFilter) {
 }
 
 func (h *SSH) start(command string, stdout, stderr io.Writer) (*proc, error) {
-	sess, err := h.client.NewSession()
+	sess, err := h.newSession()
 	if err != nil {
 		return nil, &CommandError{Host: h.name, Command: command, ExitCode: -1, Reason: "cannot open an SSH session: " + err.Error(),
 			Hint: fmt.Sprintf("the connection to %s was lost or sshd refused a new session (MaxSessions)", h.addr)}
@@ -328,9 +335,31 @@ func (h *SSH) start(command string, stdout, stderr io.Writer) (*proc, error) {
 	return p, nil
 }
 
+// newSession opens a session channel. sshd frees a finished session's slot a moment after the
+// channel closes, so a refused open (nothing ran) is retried briefly; this is the one retry
+// besides dialing.
+func (h *SSH) newSession() (*ssh.Session, error) {
+	wait := 10 * time.Millisecond
+	for deadline := time.Now().Add(3 * time.Second); ; {
+		sess, err := h.client.NewSession()
+		var oe *ssh.OpenChannelError
+		if err == nil || !errors.As(err, &oe) || oe.Reason != ssh.ConnectionFailed || time.Now().After(deadline) {
+			return sess, err
+		}
+		time.Sleep(wait)
+		wait = min(2*wait, 200*time.Millisecond)
+	}
+}
+
 // Run implements Host.
 func (h *SSH) Run(ctx context.Context, c Cmd) error {
 	start := time.Now()
+	select {
+	case h.sessions <- struct{}{}:
+		defer func() { <-h.sessions }()
+	case <-ctx.Done():
+		return h.ctxError(ctx, "command "+short(c.Command), time.Since(start), nil)
+	}
 	if err := ctx.Err(); err != nil {
 		return h.ctxError(ctx, "command "+short(c.Command), 0, nil)
 	}

@@ -540,3 +540,27 @@ func TestSSHHonoursSSHConfig(t *testing.T) {
 		t.Errorf("hops %+v", p.hops)
 	}
 }
+
+func TestSSHManyConcurrentCommandsOnOneConnection(t *testing.T) {
+	f := newFixture(t)
+	var cur, peak int
+	var mu sync.Mutex
+	f.srv.onExec = func() func() {
+		mu.Lock()
+		cur++
+		peak = max(peak, cur)
+		mu.Unlock()
+		return func() { mu.Lock(); cur--; mu.Unlock() }
+	}
+	h := f.dial(t)
+	ctx := ctxT(t, 30*time.Second)
+	err := Each(ctx, make([]named, 40), Limits{Hosts: 40}, func(ctx context.Context, _ named) error {
+		return h.Run(ctx, Cmd{Command: "sleep 0.05"})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if peak > maxCommandSessions || peak < 2 {
+		t.Errorf("peak concurrent sessions %d, want 2..%d (sshd's MaxSessions is 10)", peak, maxCommandSessions)
+	}
+}
