@@ -49,7 +49,7 @@ type CoreDNSInput struct {
 }
 
 // CoreDNS deploys CoreDNS as `kubeadm init phase addon coredns` renders it for v1.36: the
-// coredns ConfigMap (Corefile), ClusterRole and ClusterRoleBinding system:coredns,
+// coredns ConfigMap (Corefile; created once, an existing one is kept), ClusterRole and ClusterRoleBinding system:coredns,
 // ServiceAccount coredns, Deployment coredns and Service kube-dns, all in kube-system.
 func CoreDNS(ctx context.Context, c kubernetes.Interface, in CoreDNSInput) ([]Change, error) {
 	if in.Replicas == 0 {
@@ -106,7 +106,9 @@ func coreDNSObjects(in CoreDNSInput) (objects, error) {
 	const ns = metav1.NamespaceSystem
 	labels := map[string]string{"k8s-app": "kube-dns"}
 	var o objects
-	o.configMap(&corev1.ConfigMap{
+	// An existing Corefile is kept, as kubeadm keeps one it did not write (stub domains,
+	// forwarders someone configured).
+	o.configMapRetain(&corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: "coredns", Namespace: ns},
 		Data:       map[string]string{"Corefile": Corefile(in.DNSDomain)},
 	})
@@ -311,13 +313,15 @@ func kubeProxyObjects(in KubeProxyInput) (objects, error) {
 	o.clusterRoleBinding(clusterRoleBinding(NodeProxierBinding, nodeProxierClusterRole, serviceAccount(ns, "kube-proxy")))
 	o.role(getConfigMapRole(ns, "kube-proxy", "kube-proxy"))
 	o.roleBinding(roleBinding(ns, "kube-proxy", "kube-proxy", group(NodeBootstrapTokenAuthGroup)))
-	o.configMap(signed(&corev1.ConfigMap{
+	// Unsigned, as kubeadm leaves a user-supplied KubeProxyConfiguration: the mode and conntrack
+	// settings are kforge's choices, which `kubeadm upgrade` must keep, not regenerate.
+	o.configMap(&corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: "kube-proxy", Namespace: ns, Labels: map[string]string{"app": "kube-proxy"}},
 		Data: map[string]string{
 			"kubeconfig.conf": kubeProxyKubeconfigConf(in.Server),
 			"config.conf":     conf,
 		},
-	}))
+	})
 	labels := map[string]string{"k8s-app": "kube-proxy"}
 	o.daemonSet(&appsv1.DaemonSet{
 		ObjectMeta: metav1.ObjectMeta{Name: "kube-proxy", Namespace: ns, Labels: labels},

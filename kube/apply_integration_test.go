@@ -96,7 +96,7 @@ func resourceVersions(t *testing.T, dyn dynamic.Interface, changes []Change) map
 }
 
 func TestEverythingTwiceAgainstARealAPIServer(t *testing.T) {
-	cp := startControlPlane(t)
+	cp := startControlPlane(t, integrationCluster(), t.TempDir())
 	answers := cp.waitUp(t)
 	t.Logf("API server ready after %d health answers, %s", len(answers), answers[len(answers)-1].Elapsed.Round(time.Millisecond))
 	ctx := context.Background()

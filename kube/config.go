@@ -164,13 +164,26 @@ func uploadConfigObjects(in UploadConfigInput) (objects, error) {
 	})
 	o.role(getConfigMapRole(ns, NodesKubeadmConfigRole, KubeadmConfigMap))
 	o.roleBinding(roleBinding(ns, NodesKubeadmConfigRole, NodesKubeadmConfigRole, group(NodeBootstrapTokenAuthGroup), group(NodesGroup)))
-	o.configMap(signed(&corev1.ConfigMap{
+	kcm := &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: KubeletConfigMap, Namespace: ns},
 		Data:       map[string]string{KubeletConfigKey: string(kb)},
-	}))
+	}
+	if kubeadmDefaultKubelet(kc) {
+		signed(kcm)
+	}
+	o.configMap(kcm)
 	o.role(getConfigMapRole(ns, KubeletConfigRole, KubeletConfigMap))
 	o.roleBinding(roleBinding(ns, KubeletConfigRole, KubeletConfigRole, group(NodesGroup), group(NodeBootstrapTokenAuthGroup)))
 	return o, nil
+}
+
+// kubeadmDefaultKubelet reports whether kc is what kubeadm generates itself: none of the
+// settings the inventory may choose (kubelet.allowCgroupV1 → failCgroupV1, a resolvConf) is
+// set. kubeadm signs only the configurations it generated (a user-supplied KubeletConfiguration
+// stays unsigned), and `kubeadm upgrade` may regenerate a signed one from its defaults — which
+// would drop those choices.
+func kubeadmDefaultKubelet(kc *kubeletv1beta1.KubeletConfiguration) bool {
+	return kc.FailCgroupV1 == nil && kc.ResolverConfig == nil
 }
 
 // signed adds kubeadm's component-config hash annotation (componentconfigs.SignConfigMap):

@@ -102,6 +102,24 @@ func ensure[T object](ctx context.Context, c typedClient[T], kind string, want T
 	return ch, nil
 }
 
+// ensureRetain creates want when missing and otherwise leaves whatever exists alone
+// (kubeadm's CreateOrRetain).
+func ensureRetain[T object](ctx context.Context, c typedClient[T], kind string, want T) (Change, error) {
+	ch := Change{Kind: kind, Namespace: want.GetNamespace(), Name: want.GetName(), Action: Unchanged}
+	_, err := c.Get(ctx, want.GetName(), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		_, err = c.Create(ctx, want, metav1.CreateOptions{})
+		ch.Action = Created
+		if apierrors.IsAlreadyExists(err) {
+			ch.Action, err = Unchanged, nil
+		}
+	}
+	if err != nil {
+		return ch, fmt.Errorf("ensure %s: %w", objName(ch), err)
+	}
+	return ch, nil
+}
+
 func objName(c Change) string {
 	if c.Namespace != "" {
 		return c.Kind + " " + c.Namespace + "/" + c.Name

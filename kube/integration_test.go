@@ -52,7 +52,7 @@ func cacheDir() string {
 // binaries returns kube-apiserver and etcd as the bundle package builds them: the Kubernetes
 // binaries from bundle.KubernetesBinaries, etcd from the bundle build cache (building a bundle
 // first when it is not there yet).
-func binaries(t testing.TB) (apiserver, etcd string) {
+func binaries(t testing.TB) (k8sDir, etcd string) {
 	t.Helper()
 	if _, err := exec.LookPath("go"); err != nil {
 		needIntegration(t, "the go command is not on PATH (it builds the Kubernetes binaries)")
@@ -79,7 +79,7 @@ func binaries(t testing.TB) (apiserver, etcd string) {
 			t.Fatalf("etcd not in the bundle build cache after a build: %v", err)
 		}
 	}
-	return filepath.Join(k8s, "kube-apiserver"), etcd
+	return k8s, etcd
 }
 
 type testLog struct{ t testing.TB }
@@ -191,12 +191,14 @@ func integrationCluster() *inventory.Cluster {
 	}
 }
 
-func startControlPlane(t *testing.T) *controlPlane {
+// startControlPlane starts etcd and kube-apiserver for cluster c with the PKI kept in
+// pkiState (created there when missing, so two control planes can share one CA).
+func startControlPlane(t *testing.T, c *inventory.Cluster, pkiState string) *controlPlane {
 	t.Helper()
-	apiserverBin, etcdBin := binaries(t)
-	c := integrationCluster()
+	k8sDir, etcdBin := binaries(t)
+	apiserverBin := filepath.Join(k8sDir, "kube-apiserver")
 	state := t.TempDir()
-	set, _, err := pki.EnsureCluster(c, "", state, time.Now(), rand.Reader)
+	set, _, err := pki.EnsureCluster(c, "", pkiState, time.Now(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}

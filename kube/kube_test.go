@@ -193,8 +193,24 @@ func TestUploadConfigTwice(t *testing.T) {
 	if !strings.Contains(cm.Data["kubelet"], "failCgroupV1: false") || !strings.Contains(cm.Data["kubelet"], "clusterDNS:\n- 10.96.0.10") {
 		t.Errorf("kubelet-config lacks the cluster's kubelet settings:\n%s", cm.Data["kubelet"])
 	}
-	if h := cm.Annotations[ComponentConfigHashAnnotation]; !strings.HasPrefix(h, "sha256:") {
-		t.Errorf("kubelet-config annotation %s = %q, want kubeadm's sha256 signature", ComponentConfigHashAnnotation, h)
+	// failCgroupV1 is the inventory's choice: kubeadm would leave such a configuration
+	// unsigned (user supplied), so kubeadm upgrade keeps it.
+	if h, ok := cm.Annotations[ComponentConfigHashAnnotation]; ok {
+		t.Errorf("kubelet-config with failCgroupV1 signed %q, want unsigned", h)
+	}
+	kc2 := kc.DeepCopy()
+	kc2.FailCgroupV1 = nil
+	o, err := uploadConfigObjects(UploadConfigInput{Cluster: cc, Kubelet: kc2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc := fake.NewClientset()
+	if _, err := o.apply(ctx, fc); err != nil {
+		t.Fatal(err)
+	}
+	cm2, _ := fc.CoreV1().ConfigMaps("kube-system").Get(ctx, "kubelet-config", metav1.GetOptions{})
+	if h := cm2.Annotations[ComponentConfigHashAnnotation]; !strings.HasPrefix(h, "sha256:") {
+		t.Errorf("default kubelet-config annotation %s = %q, want kubeadm's sha256 signature", ComponentConfigHashAnnotation, h)
 	}
 	rb, err := c.RbacV1().RoleBindings("kube-system").Get(ctx, "kubeadm:nodes-kubeadm-config", metav1.GetOptions{})
 	if err != nil {
@@ -489,6 +505,16 @@ func TestCoreDNSTwiceKeepsScaledReplicas(t *testing.T) {
 	d, _ = c.AppsV1().Deployments("kube-system").Get(ctx, "coredns", metav1.GetOptions{})
 	if *d.Spec.Replicas != 3 {
 		t.Errorf("replicas %d after apply, want the 3 someone set", *d.Spec.Replicas)
+	}
+	// A Corefile someone edited is kept.
+	cm.Data["Corefile"] += "example.org:53 {\n    forward . 198.51.100.53\n}\n"
+	if _, err := c.CoreV1().ConfigMaps("kube-system").Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	twice(t, c, func(c kubernetes.Interface) ([]Change, error) { return CoreDNS(ctx, c, in) })
+	cm2, _ := c.CoreV1().ConfigMaps("kube-system").Get(ctx, "coredns", metav1.GetOptions{})
+	if !strings.Contains(cm2.Data["Corefile"], "example.org:53") {
+		t.Error("an edited Corefile was replaced")
 	}
 	// A new image is rolled out.
 	in.Image = "registry.k8s.io/coredns/coredns:v9"

@@ -133,6 +133,13 @@ func (o *objects) configMap(cm *corev1.ConfigMap) {
 	}, cm)
 }
 
+// configMapRetain creates cm when missing and never changes an existing one.
+func (o *objects) configMapRetain(cm *corev1.ConfigMap) {
+	*o = append(*o, func(ctx context.Context, c kubernetes.Interface) (Change, error) {
+		return ensureRetain(ctx, c.CoreV1().ConfigMaps(cm.Namespace), "ConfigMap", cm)
+	})
+}
+
 func (o *objects) secret(s *corev1.Secret) {
 	addObject(o, "Secret", func(c kubernetes.Interface) typedClient[*corev1.Secret] { return c.CoreV1().Secrets(s.Namespace) }, s)
 }
