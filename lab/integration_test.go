@@ -489,12 +489,17 @@ func TestLabFaults(t *testing.T) {
 		t.Fatal("the open session did not end within 15s of KillSSHD")
 	}
 	c.Close()
-	// systemd restarts the listener.
-	deadline := time.Now().Add(15 * time.Second)
-	for dial() != nil && time.Now().Before(deadline) {
-		time.Sleep(200 * time.Millisecond)
-	}
-	sshOK("KillSSHD and the restart")
+	// systemd restarts the listener (Restart=on-failure); while it does, connections may be
+	// refused or reset, so retry the whole SSH handshake for a while.
+	var lastErr error
+	waitFor(t, 20*time.Second, "SSH working again after KillSSHD", func() bool {
+		c, err := dialHost(t, l, h, l.KnownHostsFile)
+		if lastErr = err; err != nil {
+			return false
+		}
+		c.Close()
+		return true
+	}, func() string { return fmt.Sprint("last error: ", lastErr) })
 
 	must(t, l.StopHost(ctx, h.Name))
 	if l.Running(h.Name) {
