@@ -16,6 +16,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
 	"github.com/kforge/kforge/inventory"
@@ -129,23 +130,33 @@ nodeRegistration:
 	if err != nil {
 		t.Fatal(err)
 	}
-	var changes []Change
-	for _, step := range []func() ([]Change, error){
-		func() ([]Change, error) { return UploadConfig(ctx, bc, UploadConfigInput{Cluster: cc, Kubelet: kc}) },
-		func() ([]Change, error) {
-			// cluster-info names the server of the kubeconfig kubeadm was given.
-			return Bootstrap(ctx, bc, BootstrapInput{Token: token, Now: now, Server: a.server, CACert: pki.EncodeCert(a.set.CAs[pki.CA].Cert)})
-		},
-		func() ([]Change, error) {
-			return CoreDNS(ctx, bc, CoreDNSInput{Image: testImages().CoreDNS, DNSDomain: "cluster.local", ServiceSubnet: "10.96.0.0/12"})
-		},
-		func() ([]Change, error) { return KubeProxy(ctx, bc, proxy) },
-	} {
-		ch, err := step()
-		if err != nil {
-			t.Fatal(err)
+	run := func(bc kubernetes.Interface) []Change {
+		var changes []Change
+		for _, step := range []func() ([]Change, error){
+			func() ([]Change, error) { return UploadConfig(ctx, bc, UploadConfigInput{Cluster: cc, Kubelet: kc}) },
+			func() ([]Change, error) {
+				// cluster-info names the server of the kubeconfig kubeadm was given.
+				return Bootstrap(ctx, bc, BootstrapInput{Token: token, Now: now, Server: a.server, CACert: pki.EncodeCert(a.set.CAs[pki.CA].Cert)})
+			},
+			func() ([]Change, error) {
+				return CoreDNS(ctx, bc, CoreDNSInput{Image: testImages().CoreDNS, DNSDomain: "cluster.local", ServiceSubnet: "10.96.0.0/12"})
+			},
+			func() ([]Change, error) { return KubeProxy(ctx, bc, proxy) },
+		} {
+			ch, err := step()
+			if err != nil {
+				t.Fatal(err)
+			}
+			changes = append(changes, ch...)
 		}
-		changes = append(changes, ch...)
+		return changes
+	}
+	changes := run(bc)
+	// On the cluster kubeadm set up, kforge finds everything already right and writes nothing.
+	for _, ch := range run(a.client(t, a.superAdmin)) {
+		if ch.Action != Unchanged {
+			t.Errorf("on kubeadm's objects kforge did: %s", ch)
+		}
 	}
 
 	ad, err := dynamic.NewForConfig(a.superAdmin)
