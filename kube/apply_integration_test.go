@@ -95,42 +95,14 @@ func resourceVersions(t *testing.T, dyn dynamic.Interface, changes []Change) map
 	return out
 }
 
-func TestEverythingTwiceAgainstARealAPIServer(t *testing.T) {
-	cp := startControlPlane(t, integrationCluster(), t.TempDir())
-	answers := cp.waitUp(t)
-	t.Logf("API server ready after %d health answers, %s", len(answers), answers[len(answers)-1].Elapsed.Round(time.Millisecond))
+// itToken is the bootstrap token of the integration tests (a test value, not a secret).
+var itToken = BootstrapToken{ID: "abcdef", Secret: "0123456789abcdef", TTL: 24 * time.Hour}
+
+// applySteps returns every step of apply's API work, in apply's order, as one function over
+// a client, and a dynamic client for reading objects back.
+func applySteps(t testing.TB, cp *controlPlane, admin kubernetes.Interface) (func(kubernetes.Interface) ([]Change, error), dynamic.Interface) {
+	t.Helper()
 	ctx := context.Background()
-	super := cp.client(t, cp.superAdmin)
-	admin := cp.client(t, cp.admin)
-
-	// admin.conf (group kubeadm:cluster-admins) can do nothing until the binding exists.
-	if _, err := admin.CoreV1().Namespaces().List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
-		t.Fatalf("admin.conf before kubeadm:cluster-admins: err = %v, want forbidden", err)
-	}
-	ch, err := EnsureClusterAdmins(ctx, super)
-	if err != nil || len(ch) != 1 || ch[0].Action != Created {
-		t.Fatalf("EnsureClusterAdmins: %v %v", ch, err)
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		_, err := admin.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("admin.conf still refused after kubeadm:cluster-admins: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-
-	// The nodes, as their kubelets register them; someone already labelled m1.
-	for _, n := range []*corev1.Node{node("m1", map[string]string{"user": "keep"}), node("w1", nil)} {
-		n.ResourceVersion = ""
-		if _, err := admin.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-
 	c := cp.cluster
 	cc, err := ClusterConfigurationFor(c)
 	if err != nil {
@@ -146,9 +118,9 @@ func TestEverythingTwiceAgainstARealAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	mapper := NewRESTMapper(admin.Discovery())
-	token := BootstrapToken{ID: "abcdef", Secret: "0123456789abcdef", TTL: 24 * time.Hour}
+	token := itToken
 	now := time.Now()
-	run := func(c kubernetes.Interface) ([]Change, error) {
+	return func(c kubernetes.Interface) ([]Change, error) {
 		var all []Change
 		steps := []func() ([]Change, error){
 			func() ([]Change, error) { return UploadConfig(ctx, c, UploadConfigInput{Cluster: cc, Kubelet: kc}) },
@@ -177,8 +149,79 @@ func TestEverythingTwiceAgainstARealAPIServer(t *testing.T) {
 			}
 		}
 		return all, nil
-	}
+	}, dyn
+}
 
+// bootstrapAdmin creates kubeadm:cluster-admins with super-admin.conf, as kubeadm init does,
+// waits until admin.conf may act, and registers nodes m1 and w1 as their kubelets would
+// (m1 already labelled by someone).
+func bootstrapAdmin(t testing.TB, cp *controlPlane) kubernetes.Interface {
+	t.Helper()
+	ctx := context.Background()
+	super := cp.client(t, cp.superAdmin)
+	admin := cp.client(t, cp.admin)
+	// admin.conf (group kubeadm:cluster-admins) can do nothing until the binding exists.
+	if _, err := admin.CoreV1().Namespaces().List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Fatalf("admin.conf before kubeadm:cluster-admins: err = %v, want forbidden", err)
+	}
+	ch, err := EnsureClusterAdmins(ctx, super)
+	if err != nil || len(ch) != 1 || ch[0].Action != Created {
+		t.Fatalf("EnsureClusterAdmins: %v %v", ch, err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err := admin.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("admin.conf still refused after kubeadm:cluster-admins: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, n := range []*corev1.Node{node("m1", map[string]string{"user": "keep"}), node("w1", nil)} {
+		n.ResourceVersion = ""
+		if _, err := admin.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return admin
+}
+
+// BenchmarkApplySteps measures apply's API work against a real API server on loopback: the
+// first run (everything created) once, then the idempotent run (everything read, nothing
+// written) b.N times.
+func BenchmarkApplySteps(b *testing.B) {
+	cp := startControlPlane(b, integrationCluster(), b.TempDir())
+	cp.waitUp(b)
+	admin := bootstrapAdmin(b, cp)
+	run, _ := applySteps(b, cp, admin)
+	start := time.Now()
+	first, err := run(admin)
+	if err != nil {
+		b.Fatal(err)
+	}
+	firstMS := float64(time.Since(start).Microseconds()) / 1000
+	b.ResetTimer()
+	for b.Loop() {
+		ch, err := run(admin)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if Changed(ch) {
+			b.Fatalf("idempotent run changed something: %v", ch)
+		}
+	}
+	b.ReportMetric(firstMS, "first-run-ms")
+	b.ReportMetric(float64(len(first)), "objects")
+}
+
+func TestEverythingTwiceAgainstARealAPIServer(t *testing.T) {
+	cp := startControlPlane(t, integrationCluster(), t.TempDir())
+	answers := cp.waitUp(t)
+	t.Logf("API server ready after %d health answers, %s", len(answers), answers[len(answers)-1].Elapsed.Round(time.Millisecond))
+	admin := bootstrapAdmin(t, cp)
+	run, dyn := applySteps(t, cp, admin)
 	start := time.Now()
 	first, err := run(admin)
 	if err != nil {
@@ -214,7 +257,7 @@ func TestEverythingTwiceAgainstARealAPIServer(t *testing.T) {
 	}
 
 	t.Run("objects", func(t *testing.T) { checkObjects(t, cp, admin, dyn) })
-	t.Run("bootstrap token rights", func(t *testing.T) { checkTokenRights(t, cp, token) })
+	t.Run("bootstrap token rights", func(t *testing.T) { checkTokenRights(t, cp, itToken) })
 	t.Run("wait for ready", func(t *testing.T) { checkWaitForReady(t, admin) })
 }
 

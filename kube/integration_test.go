@@ -193,7 +193,7 @@ func integrationCluster() *inventory.Cluster {
 
 // startControlPlane starts etcd and kube-apiserver for cluster c with the PKI kept in
 // pkiState (created there when missing, so two control planes can share one CA).
-func startControlPlane(t *testing.T, c *inventory.Cluster, pkiState string) *controlPlane {
+func startControlPlane(t testing.TB, c *inventory.Cluster, pkiState string) *controlPlane {
 	t.Helper()
 	k8sDir, etcdBin := binaries(t)
 	apiserverBin := filepath.Join(k8sDir, "kube-apiserver")
@@ -292,7 +292,7 @@ func (cp *controlPlane) token(t testing.TB, token string) kubernetes.Interface {
 }
 
 // waitUp waits for the API server, failing with its log when it does not come up.
-func (cp *controlPlane) waitUp(t *testing.T) []HealthAnswer {
+func (cp *controlPlane) waitUp(t testing.TB) []HealthAnswer {
 	t.Helper()
 	var answers []HealthAnswer
 	err := WaitForAPIServer(context.Background(), cp.client(t, cp.superAdmin), WaitAPIServerInput{

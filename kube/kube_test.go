@@ -624,7 +624,12 @@ func TestWaitForReadyNamesWhatIsNotReady(t *testing.T) {
 	}
 	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "kube-proxy", Namespace: "kube-system"},
 		Status: appsv1.DaemonSetStatus{DesiredNumberScheduled: 2, NumberReady: 1, UpdatedNumberScheduled: 2}}
-	c := fake.NewClientset(readyNode("m1", true), readyNode("w1", false), crashing, ds)
+	evicted := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "coredns-old", Namespace: "kube-system", OwnerReferences: []metav1.OwnerReference{{
+			APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "coredns-1", UID: "u", Controller: new(true)}}},
+		Status: corev1.PodStatus{Phase: corev1.PodFailed, Reason: "Evicted"},
+	}
+	c := fake.NewClientset(readyNode("m1", true), readyNode("w1", false), crashing, ds, evicted)
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	var seen int
@@ -644,7 +649,7 @@ func TestWaitForReadyNamesWhatIsNotReady(t *testing.T) {
 			t.Errorf("details lack %q:\n%s", want, d)
 		}
 	}
-	if strings.Contains(d, "node m1") {
+	if strings.Contains(d, "node m1") || strings.Contains(d, "coredns-old") {
 		t.Errorf("ready node m1 reported:\n%s", d)
 	}
 	if seen == 0 {

@@ -201,9 +201,19 @@ func nodeNotReady(n *corev1.Node) string {
 
 // podNotReady says why a pod is not running and ready, or "" (also for finished pods).
 func podNotReady(p *corev1.Pod) string {
+	if p.DeletionTimestamp != nil {
+		return "" // going away; its controller's count says whether a replacement is ready
+	}
 	switch p.Status.Phase {
 	case corev1.PodSucceeded:
 		return ""
+	case corev1.PodFailed:
+		if metav1.GetControllerOf(p) != nil {
+			// An evicted or failed pod a controller has replaced stays until garbage
+			// collection: the workload check judges the replacement.
+			return ""
+		}
+		return fmt.Sprintf("Failed: %s %s", p.Status.Reason, p.Status.Message)
 	case corev1.PodRunning:
 	default:
 		why := string(p.Status.Phase)
