@@ -15,7 +15,6 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/kforge/kforge/pki"
 	"github.com/kforge/kforge/templates"
 )
 
@@ -120,22 +119,24 @@ func applySteps(t testing.TB, cp *controlPlane, admin kubernetes.Interface) (fun
 	mapper := NewRESTMapper(admin.Discovery())
 	token := itToken
 	now := time.Now()
+	// The inputs are those apply derives from the inventory; the endpoint they publish
+	// (198.51.100.10:6443) is only data here, nothing dials it.
 	return func(c kubernetes.Interface) ([]Change, error) {
 		var all []Change
 		steps := []func() ([]Change, error){
 			func() ([]Change, error) { return UploadConfig(ctx, c, UploadConfigInput{Cluster: cc, Kubelet: kc}) },
 			func() ([]Change, error) { return MarkNodes(ctx, c, NodeMarksFor(cp.cluster), 0) },
 			func() ([]Change, error) {
-				return Bootstrap(ctx, c, BootstrapInput{Token: token, Now: now, Server: cp.server, CACert: pki.EncodeCert(cp.set.CAs[pki.CA].Cert)})
+				return Bootstrap(ctx, c, BootstrapInputFor(cp.cluster, cp.set, token, now))
 			},
 			func() ([]Change, error) {
-				return CoreDNS(ctx, c, CoreDNSInput{Image: images.CoreDNS, DNSDomain: "cluster.local", ServiceSubnet: "10.96.0.0/12"})
+				return CoreDNS(ctx, c, CoreDNSInputFor(cp.cluster, images))
 			},
 			func() ([]Change, error) {
-				return KubeProxy(ctx, c, KubeProxyInput{Image: images.KubeProxy, Server: cp.server, PodSubnet: "10.244.0.0/16", ConntrackMaxPerCore: new(int32(0))})
+				return KubeProxy(ctx, c, KubeProxyInputFor(cp.cluster, images, new(int32(0))))
 			},
 			func() ([]Change, error) {
-				return Flannel(ctx, c, FlannelInput{Image: images.Flannel, PodSubnet: "10.244.0.0/16", Endpoint: strings.TrimPrefix(cp.server, "https://")})
+				return Flannel(ctx, c, FlannelInputFor(cp.cluster, images))
 			},
 			func() ([]Change, error) {
 				return ApplyManifests(ctx, dyn, mapper, ApplyInput{Manifests: []Manifest{{Path: "addons/demo.yaml", Data: []byte(userManifest)}}})
