@@ -30,7 +30,6 @@ import (
 const (
 	benchHosts    = 50
 	benchFiles    = 30
-	benchFileSize = 200 << 10 / benchFiles // ~6.8 KB each, ~200 KB per host
 	benchBridge   = "kfr-br"
 	benchBridgeIP = "198.51.100.129"
 )
@@ -55,12 +54,6 @@ func startBenchLab(b *testing.B) *benchLab {
 	os.MkdirAll(filepath.Join(dir, "ak"), 0o755)
 	pub, _ := os.ReadFile(lab.key + ".pub")
 	os.WriteFile(filepath.Join(dir, "ak", "root"), pub, 0o644)
-	os.MkdirAll(lab.files, 0o755)
-	for i := range benchFiles {
-		data := make([]byte, benchFileSize)
-		rand.Read(data)
-		os.WriteFile(filepath.Join(lab.files, fmt.Sprintf("file-%02d", i)), data, 0o644)
-	}
 
 	// A bridge of our own; stale ones from a killed run are ours (kfr- prefix) and go first.
 	exec.Command("ip", "link", "del", benchBridge).Run()
@@ -213,6 +206,20 @@ func (l *benchLab) runOpenSSH(round string, mux bool) error {
 	return nil
 }
 
+// useFiles makes (once) and selects the set of benchFiles files of size bytes each.
+func (l *benchLab) useFiles(size int) {
+	l.files = filepath.Join(l.dir, fmt.Sprintf("files-%d", size))
+	if _, err := os.Stat(l.files); err == nil {
+		return
+	}
+	os.MkdirAll(l.files, 0o755)
+	for i := range benchFiles {
+		data := make([]byte, size)
+		rand.Read(data)
+		os.WriteFile(filepath.Join(l.files, fmt.Sprintf("file-%02d", i)), data, 0o644)
+	}
+}
+
 func (l *benchLab) verify(b *testing.B, round, side string) {
 	for _, ip := range l.addrs {
 		ents, err := os.ReadDir(filepath.Join(l.dir, "out", round, side, ip))
@@ -222,8 +229,19 @@ func (l *benchLab) verify(b *testing.B, round, side string) {
 	}
 }
 
+// BenchmarkFanout50Hosts: 30 files of ~6.8 KB (~200 KB per host, the figure) and,
+// for bulk transfer, 30 files of 200 KB (6 MB per host).
 func BenchmarkFanout50Hosts(b *testing.B) {
 	lab := startBenchLab(b)
+	for _, size := range []int{200 << 10 / benchFiles, 200 << 10} {
+		b.Run(fmt.Sprintf("files=%dx%.1fKB", benchFiles, float64(size)/1024), func(b *testing.B) {
+			lab.useFiles(size)
+			benchFanout(b, lab, size)
+		})
+	}
+}
+
+func benchFanout(b *testing.B, lab *benchLab, size int) {
 	names := []string{"kforge", "openssh", "openssh-mux"}
 	total := make([]time.Duration, len(names))
 	sides := []func(round string) error{
@@ -237,7 +255,7 @@ func BenchmarkFanout50Hosts(b *testing.B) {
 	}
 	b.ResetTimer()
 	for i := range b.N {
-		round := strconv.Itoa(i)
+		round := fmt.Sprintf("%d-%d", size, i)
 		// Rotate which side goes first, so none always meets warm caches.
 		for k := range sides {
 			j := (i + k) % len(sides)
@@ -263,5 +281,5 @@ func BenchmarkFanout50Hosts(b *testing.B) {
 	b.ReportMetric(m/k, "speedup-vs-mux-x")
 	load, _ := os.ReadFile("/proc/loadavg")
 	b.Logf("%d hosts, 5 commands + %d files (%d KB) each, mean of %d rounds: kforge %.2fs; OpenSSH ssh/scp, xargs -P %d: %.2fs (kforge %.1fx faster); same with ControlMaster: %.2fs (kforge %.1fx faster); load average %s",
-		benchHosts, benchFiles, benchFiles*benchFileSize>>10, b.N, k, benchHosts, o, o/k, m, m/k, strings.Fields(string(load))[0])
+		benchHosts, benchFiles, benchFiles*size>>10, b.N, k, benchHosts, o, o/k, m, m/k, strings.Fields(string(load))[0])
 }

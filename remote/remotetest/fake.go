@@ -5,6 +5,7 @@ package remotetest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -165,8 +166,8 @@ func (h *Host) Exit(command string, code int, stderr string) error {
 // without one, the built-ins (cat, mkdir -p, the facts command) do; otherwise the command fails
 // with status 127.
 func (h *Host) Run(ctx context.Context, c remote.Cmd) error {
-	if err := ctx.Err(); err != nil {
-		return &remote.TimeoutError{Host: h.name, Op: "command " + c.Command}
+	if err := h.ctxErr(ctx, "command "+c.Command); err != nil {
+		return err
 	}
 	if c.Stdout == nil {
 		c.Stdout = io.Discard
@@ -255,8 +256,8 @@ func unquote(s string) string {
 // Upload implements remote.Host: it stores the file, or records a skip when content, mode and
 // owner already match.
 func (h *Host) Upload(ctx context.Context, f remote.File) error {
-	if err := ctx.Err(); err != nil {
-		return &remote.TimeoutError{Host: h.name, Op: "upload " + f.Path}
+	if err := h.ctxErr(ctx, "upload "+f.Path); err != nil {
+		return err
 	}
 	if !path.IsAbs(f.Path) {
 		return fmt.Errorf("%s: upload %s: path is not absolute", h.name, f.Path)
@@ -293,6 +294,18 @@ func (h *Host) Upload(ctx context.Context, f remote.File) error {
 	h.files[f.Path] = nf
 	h.uploads = append(h.uploads, f.Path)
 	return nil
+}
+
+// ctxErr is what the SSH implementation returns for a done context: a *remote.TimeoutError
+// past the deadline, the cancellation wrapped with the host otherwise.
+func (h *Host) ctxErr(ctx context.Context, op string) error {
+	switch {
+	case ctx.Err() == nil:
+		return nil
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return &remote.TimeoutError{Host: h.name, Op: op}
+	}
+	return &remote.HostError{Host: h.name, Err: fmt.Errorf("%s: %w", op, ctx.Err())}
 }
 
 var _ remote.Host = (*Host)(nil)

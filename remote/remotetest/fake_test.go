@@ -82,3 +82,18 @@ func TestFakeWorksWithEach(t *testing.T) {
 		t.Errorf("message %q", err.Error())
 	}
 }
+
+func TestFakeContextErrorsMatchSSH(t *testing.T) {
+	h := New("n")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := h.Run(ctx, remote.Cmd{Command: "true"}); !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled: %v", err)
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), 0)
+	defer cancel()
+	var te *remote.TimeoutError
+	if err := h.Upload(ctx, remote.Bytes("/x", nil, 0)); !errors.As(err, &te) {
+		t.Errorf("deadline: %v", err)
+	}
+}
