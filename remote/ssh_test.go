@@ -564,3 +564,108 @@ func TestSSHManyConcurrentCommandsOnOneConnection(t *testing.T) {
 		t.Errorf("peak concurrent sessions %d, want 2..%d (sshd's MaxSessions is 10)", peak, maxCommandSessions)
 	}
 }
+
+// freezer forwards TCP to addr until frozen, then holds every byte: a link that went down
+// without a reset.
+type freezer struct {
+	ln     net.Listener
+	frozen chan struct{}
+}
+
+func newFreezer(t *testing.T, addr string) *freezer {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &freezer{ln: ln, frozen: make(chan struct{})}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			d, err := net.Dial("tcp", addr)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			t.Cleanup(func() { c.Close(); d.Close() })
+			pipe := func(dst, src net.Conn) {
+				buf := make([]byte, 32<<10)
+				for {
+					n, err := src.Read(buf)
+					select {
+					case <-f.frozen:
+						return // drop and stop, keep both ends open
+					default:
+					}
+					if err != nil {
+						return
+					}
+					dst.Write(buf[:n])
+				}
+			}
+			go pipe(d, c)
+			go pipe(c, d)
+		}
+	}()
+	return f
+}
+
+func TestSSHKeepaliveEndsADeadConnection(t *testing.T) {
+	f := newFixture(t)
+	fr := newFreezer(t, f.srv.addr)
+	_, port, _ := net.SplitHostPort(fr.ln.Addr().String())
+	f.cfg.Port, _ = strconv.Atoi(port)
+	// known_hosts names the server's own port; pin the key instead.
+	f.cfg.HostKey = string(ssh.MarshalAuthorizedKey(f.srv.hostKey.PublicKey()))
+	f.cfg.KeepAlive = 250 * time.Millisecond
+	h := f.dial(t)
+	if _, err := Output(ctxT(t, 10*time.Second), h, "true"); err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- h.Run(context.Background(), Cmd{Command: "sleep 2"}) }()
+	time.Sleep(100 * time.Millisecond)
+	close(fr.frozen)
+	select {
+	case err := <-errc:
+		var ce *CommandError
+		if !errors.As(err, &ce) || ce.ExitCode != -1 {
+			t.Fatalf("want lost-connection CommandError, got %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("command on a dead link hung; keepalives did not end the connection")
+	}
+}
+
+func TestSSHDialTimeoutWhenTheServerNeverAnswers(t *testing.T) {
+	f := newFixture(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { c.Close() }) // accept and say nothing
+		}
+	}()
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	f.cfg.Port, _ = strconv.Atoi(port)
+	f.cfg.DialTimeout = 300 * time.Millisecond
+	start := time.Now()
+	_, err = Dial(ctxT(t, 10*time.Second), f.cfg, f.opts)
+	var de *DialError
+	if !errors.As(err, &de) || !strings.Contains(err.Error(), "handshake did not finish within 300ms") {
+		t.Fatalf("want DialError for the handshake timeout, got %v", err)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("took %s", d)
+	}
+}
