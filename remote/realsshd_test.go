@@ -102,7 +102,7 @@ func startSSHDLab(t *testing.T) *sshdLab {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	os.Chmod(dir, 0o755)
+	os.Chmod(dir, 0o711) // test users traverse to their homes; the /etc copy (shadow) stays unlisted
 	lab := &sshdLab{dir: dir, home: filepath.Join(dir, "client"), logs: &syncBuffer{}, stderr: map[string]*syncBuffer{}}
 	for _, d := range []string{"home", "ak", "client", "b/log", "b/sudo", "t/log", "t/sudo", "rootonly"} {
 		os.MkdirAll(filepath.Join(dir, d), 0o755)
