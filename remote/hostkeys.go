@@ -79,9 +79,51 @@ func hostKeyCheck(name string, h hop, cfg Config, o Options) (ssh.HostKeyCallbac
 			return &HostKeyError{Host: name, Addr: h.label, Got: fingerprint(key), Want: want, KnownHosts: file,
 				Hint: fmt.Sprintf("if the host was reinstalled, check its new key on the host itself (ssh-keygen -lf /etc/ssh/ssh_host_%s_key.pub), then remove the old entry: ssh-keygen -f %s -R %s", keyFileType(key), file, knownhosts.Normalize(h.addr))}
 		}
-		return err
+		// A certificate that no trusted CA signed, or that is invalid (principals, validity).
+		hk := &HostKeyError{Host: name, Addr: h.label, Got: fingerprint(key), KnownHosts: file,
+			Hint: fmt.Sprintf("the host's certificate was refused (%v); check its CA against the @cert-authority lines in %s and its principals and validity (ssh-keygen -L -f /etc/ssh/ssh_host_*_key-cert.pub on the host)", err, file)}
+		if c, ok := key.(*ssh.Certificate); ok {
+			hk.Got = fingerprint(c.Key) + " certified by " + fingerprint(c.SignatureKey)
+			hk.Want = []string{"a host certificate signed by a CA in " + file}
+		}
+		return hk
 	}
-	return cb, knownAlgorithms(db, h.addr), nil
+	algos := knownAlgorithms(db, h.addr)
+	if hostHasCA(file, h.addr) {
+		algos = nil // let the server present its certificate (x/crypto prefers certificate algorithms)
+	}
+	return cb, algos, nil
+}
+
+// hostHasCA reports whether an @cert-authority line of file covers addr. knownhosts does not
+// say which of its lines are CAs, so the CA lines alone are loaded and asked.
+func hostHasCA(file, addr string) bool {
+	data, err := os.ReadFile(file)
+	if err != nil || !bytes.Contains(data, []byte("@cert-authority")) {
+		return false
+	}
+	var ca bytes.Buffer
+	for _, line := range bytes.Split(data, []byte("\n")) {
+		if f := bytes.Fields(line); len(f) > 0 && string(f[0]) == "@cert-authority" {
+			ca.Write(line)
+			ca.WriteByte('\n')
+		}
+	}
+	tmp, err := os.CreateTemp("", "kforge-known-cas-")
+	if err != nil {
+		return false
+	}
+	defer os.Remove(tmp.Name())
+	_, err = tmp.Write(ca.Bytes())
+	tmp.Close()
+	if err != nil {
+		return false
+	}
+	db, err := knownhosts.New(tmp.Name())
+	if err != nil {
+		return false
+	}
+	return knownAlgorithms(db, addr) != nil
 }
 
 // knownAlgorithms asks the database which keys it holds for addr by offering a key it cannot

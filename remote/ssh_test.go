@@ -669,3 +669,30 @@ func TestSSHDialTimeoutWhenTheServerNeverAnswers(t *testing.T) {
 		t.Errorf("took %s", d)
 	}
 }
+
+func TestSSHHostCertificateFromKnownCA(t *testing.T) {
+	f := newFixture(t)
+	_, caPriv, _ := ed25519.GenerateKey(rand.Reader)
+	ca, _ := ssh.NewSignerFromKey(caPriv)
+	cert := &ssh.Certificate{Key: f.srv.hostKey.PublicKey(), CertType: ssh.HostCert, ValidPrincipals: []string{"127.0.0.1"}, ValidBefore: ssh.CertTimeInfinity}
+	if err := cert.SignCert(rand.Reader, ca); err != nil {
+		t.Fatal(err)
+	}
+	cs, err := ssh.NewCertSigner(cert, f.srv.hostKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.srv.cfg.AddHostKey(cs)
+	line := "@cert-authority " + knownhosts.Normalize(f.srv.addr) + " " + string(ssh.MarshalAuthorizedKey(ca.PublicKey()))
+	os.WriteFile(f.cfg.KnownHostsFile, []byte(line), 0o600)
+	f.dial(t)
+	// Another CA's certificate is not trusted.
+	_, otherPriv, _ := ed25519.GenerateKey(rand.Reader)
+	other, _ := ssh.NewSignerFromKey(otherPriv)
+	os.WriteFile(f.cfg.KnownHostsFile, []byte("@cert-authority "+knownhosts.Normalize(f.srv.addr)+" "+string(ssh.MarshalAuthorizedKey(other.PublicKey()))), 0o600)
+	_, err = Dial(ctxT(t, 10*time.Second), f.cfg, f.opts)
+	var hk *HostKeyError
+	if !errors.As(err, &hk) || !strings.Contains(hk.Got, "certified by ssh-ed25519 "+ssh.FingerprintSHA256(ca.PublicKey())) {
+		t.Fatalf("a host certificate from an unknown CA: want HostKeyError naming its CA, got %v", err)
+	}
+}
