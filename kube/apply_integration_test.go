@@ -2,6 +2,7 @@ package kube
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -260,6 +261,28 @@ func TestEverythingTwiceAgainstARealAPIServer(t *testing.T) {
 	t.Run("objects", func(t *testing.T) { checkObjects(t, cp, admin, dyn) })
 	t.Run("bootstrap token rights", func(t *testing.T) { checkTokenRights(t, cp, itToken) })
 	t.Run("wait for ready", func(t *testing.T) { checkWaitForReady(t, admin) })
+	t.Run("API server health error", func(t *testing.T) { checkHealthError(t, cp, admin) })
+}
+
+// checkHealthError stops etcd (the test's own process, by PID) and expects WaitForAPIServer to
+// give up with the API server's own account: HTTP 500 and the failing etcd check.
+func checkHealthError(t *testing.T, cp *controlPlane, admin kubernetes.Interface) {
+	cp.etcd.cmd.Process.Kill()
+	<-cp.etcd.done
+	var answers []HealthAnswer
+	err := WaitForAPIServer(context.Background(), admin, WaitAPIServerInput{Timeout: 10 * time.Second, Progress: func(h HealthAnswer) { answers = append(answers, h) }})
+	var nre *APIServerNotReadyError
+	if !errors.As(err, &nre) {
+		t.Fatalf("err = %v, want *APIServerNotReadyError", err)
+	}
+	t.Logf("%v", err)
+	t.Logf("details:\n%s", strings.Join(nre.Details(), "\n"))
+	if nre.Last.StatusCode != 500 || !strings.Contains(nre.Last.Body, "[-]etcd failed") || strings.Contains(nre.Last.Body, "[+]") {
+		t.Errorf("last answer %d %q, want 500 naming the etcd check", nre.Last.StatusCode, nre.Last.Body)
+	}
+	if len(answers) < 2 {
+		t.Errorf("%d progress reports", len(answers))
+	}
 }
 
 func checkObjects(t *testing.T, cp *controlPlane, admin kubernetes.Interface, dyn dynamic.Interface) {
@@ -289,6 +312,38 @@ func checkObjects(t *testing.T, cp *controlPlane, admin kubernetes.Interface, dy
 	if err != nil || svc.Spec.ClusterIP != "10.96.0.10" {
 		t.Errorf("kube-dns: %v %v", svc.Spec.ClusterIP, err)
 	}
+	// Someone edits kforge's objects: the next run puts them back, through real updates.
+	svc.Spec.Ports = svc.Spec.Ports[:1]
+	svc.Labels["team"] = "dns"
+	if _, err := admin.CoreV1().Services("kube-system").Update(ctx, svc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := admin.AppsV1().DaemonSets("kube-system").Get(ctx, "kube-proxy", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds.Spec.Template.Spec.Containers[0].Image = "example.invalid/kube-proxy:edited"
+	if _, err := admin.AppsV1().DaemonSets("kube-system").Update(ctx, ds, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	images := testImages()
+	ch, err := CoreDNS(ctx, admin, CoreDNSInputFor(cp.cluster, images))
+	if err != nil || actions(ch)["Service kube-system/kube-dns"] != Updated {
+		t.Errorf("CoreDNS after an edit of kube-dns: %v %v", ch, err)
+	}
+	ch, err = KubeProxy(ctx, admin, KubeProxyInputFor(cp.cluster, images, new(int32(0))))
+	if err != nil || actions(ch)["DaemonSet kube-system/kube-proxy"] != Updated {
+		t.Errorf("KubeProxy after an edit of its DaemonSet: %v %v", ch, err)
+	}
+	svc, _ = admin.CoreV1().Services("kube-system").Get(ctx, "kube-dns", metav1.GetOptions{})
+	if len(svc.Spec.Ports) != 3 || svc.Labels["team"] != "dns" || svc.Spec.ClusterIP != "10.96.0.10" {
+		t.Errorf("kube-dns after repair: ports %v labels %v", svc.Spec.Ports, svc.Labels)
+	}
+	ds, _ = admin.AppsV1().DaemonSets("kube-system").Get(ctx, "kube-proxy", metav1.GetOptions{})
+	if ds.Spec.Template.Spec.Containers[0].Image != images.KubeProxy {
+		t.Errorf("kube-proxy image after repair: %s", ds.Spec.Template.Spec.Containers[0].Image)
+	}
+
 	cm, err := admin.CoreV1().ConfigMaps("default").Get(ctx, "settings", metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("user manifest ConfigMap without namespace not in default: %v", err)
@@ -308,7 +363,7 @@ func checkObjects(t *testing.T, cp *controlPlane, admin kubernetes.Interface, dy
 		t.Errorf("widget spec %v", w.Object["spec"])
 	}
 	// A changed manifest is an update through server-side apply.
-	ch, err := ApplyManifests(ctx, dyn, NewRESTMapper(admin.Discovery()), ApplyInput{Manifests: []Manifest{{Path: "x.yaml", Data: []byte(
+	ch, err = ApplyManifests(ctx, dyn, NewRESTMapper(admin.Discovery()), ApplyInput{Manifests: []Manifest{{Path: "x.yaml", Data: []byte(
 		"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings}\ndata: {a: \"2\"}\n")}}})
 	if err != nil || len(ch) != 1 || ch[0].Action != Updated {
 		t.Errorf("changed manifest: %v %v", ch, err)

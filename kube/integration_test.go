@@ -170,6 +170,7 @@ type controlPlane struct {
 	set        *pki.Set
 	server     string // https://127.0.0.1:port
 	apiserver  *process
+	etcd       *process
 	superAdmin *rest.Config
 	admin      *rest.Config
 }
@@ -224,7 +225,7 @@ func startControlPlane(t testing.TB, c *inventory.Cluster, pkiState string) *con
 	clientPort, peerPort, metricsPort, apiPort := freePort(t), freePort(t), freePort(t), freePort(t)
 	clientURL := "https://127.0.0.1:" + strconv.Itoa(clientPort)
 	peerURL := "https://127.0.0.1:" + strconv.Itoa(peerPort)
-	start(t, etcdBin,
+	etcdProc := start(t, etcdBin,
 		"--name=m1", "--data-dir="+filepath.Join(state, "etcd"),
 		"--listen-client-urls="+clientURL, "--advertise-client-urls="+clientURL,
 		"--listen-peer-urls="+peerURL, "--initial-advertise-peer-urls="+peerURL,
@@ -234,7 +235,7 @@ func startControlPlane(t testing.TB, c *inventory.Cluster, pkiState string) *con
 		"--peer-cert-file="+peerCrt, "--peer-key-file="+peerKey, "--peer-trusted-ca-file="+etcdCA, "--peer-client-cert-auth=true",
 		"--snapshot-count=10000", "--log-level=warn",
 	)
-	cp := &controlPlane{cluster: c, set: set, server: "https://127.0.0.1:" + strconv.Itoa(apiPort)}
+	cp := &controlPlane{cluster: c, set: set, server: "https://127.0.0.1:" + strconv.Itoa(apiPort), etcd: etcdProc}
 	// The flags that matter here are those of kforge's static pod (templates.ControlPlane):
 	// RBAC and Node authorization, bootstrap-token authentication, the service-account keys.
 	// Anonymous requests stay enabled, as kubeadm leaves them, for cluster-info.

@@ -16,7 +16,8 @@ type HealthAnswer struct {
 	Elapsed time.Duration
 	// StatusCode is the HTTP status, 0 when no answer came (Err says why).
 	StatusCode int
-	// Body is the tail of the answer (with ?verbose, the checks that failed).
+	// Body is the answer: with ?verbose, only the checks that failed ("[-]etcd failed: ...")
+	// and the verdict; otherwise its tail.
 	Body string
 	Err  error
 }
@@ -45,7 +46,8 @@ type WaitAPIServerInput struct {
 	// Interval is the first pause between attempts, growing ×1.5 up to MaxInterval; defaults
 	// 200 ms and 2 s.
 	Interval, MaxInterval time.Duration
-	// RequestTimeout bounds each attempt; default 5 s.
+	// RequestTimeout bounds each attempt; default 10 s (with etcd down, /readyz takes ~4 s to
+	// answer).
 	RequestTimeout time.Duration
 	// Progress, when set, is called with every answer.
 	Progress func(HealthAnswer)
@@ -100,7 +102,7 @@ func WaitForAPIServer(ctx context.Context, c kubernetes.Interface, in WaitAPISer
 		in.MaxInterval = 2 * time.Second
 	}
 	if in.RequestTimeout <= 0 {
-		in.RequestTimeout = 5 * time.Second
+		in.RequestTimeout = 10 * time.Second
 	}
 	rc := c.Discovery().RESTClient()
 	if rc == nil {
@@ -110,7 +112,7 @@ func WaitForAPIServer(ctx context.Context, c kubernetes.Interface, in WaitAPISer
 	ctx, cancel := context.WithTimeoutCause(ctx, in.Timeout, fmt.Errorf("waited %s", in.Timeout))
 	defer cancel()
 	pause := in.Interval
-	var last HealthAnswer
+	var last, lastHTTP HealthAnswer
 	for attempt := 1; ; attempt++ {
 		rctx, rcancel := context.WithTimeout(ctx, in.RequestTimeout)
 		res := rc.Get().AbsPath(in.Path).Param("verbose", "").Do(rctx)
@@ -118,10 +120,18 @@ func WaitForAPIServer(ctx context.Context, c kubernetes.Interface, in WaitAPISer
 		var code int
 		res.StatusCode(&code)
 		body, err := res.Raw()
-		last = HealthAnswer{Attempt: attempt, Elapsed: time.Since(start), StatusCode: code, Body: tail(string(body), 2048, 30), Err: err}
+		last = HealthAnswer{Attempt: attempt, Elapsed: time.Since(start), StatusCode: code, Body: healthBody(string(body)), Err: err}
 		if code != 0 {
 			// An HTTP answer: its status and body say more than client-go's error for it.
 			last.Err = nil
+		}
+		if ctx.Err() != nil && code == 0 && lastHTTP.StatusCode != 0 {
+			// The wait's own deadline cut this attempt short: the API server's last real
+			// answer says more than "context deadline exceeded".
+			return &APIServerNotReadyError{Path: in.Path, Waited: time.Since(start), Last: lastHTTP, Cause: context.Cause(ctx)}
+		}
+		if code != 0 {
+			lastHTTP = last
 		}
 		if in.Progress != nil {
 			in.Progress(last)
@@ -136,6 +146,27 @@ func WaitForAPIServer(ctx context.Context, c kubernetes.Interface, in WaitAPISer
 		}
 		pause = min(pause*3/2, in.MaxInterval)
 	}
+}
+
+// healthBody reduces a verbose health answer to its failed checks and verdict (the passing
+// checks, some forty lines, say nothing); any other body to its tail.
+func healthBody(body string) string {
+	lines := strings.Split(strings.TrimRight(body, "\n"), "\n")
+	var out []string
+	verbose := false
+	for _, l := range lines {
+		switch {
+		case strings.HasPrefix(l, "[+]"):
+			verbose = true
+		case strings.HasPrefix(l, "[-]"):
+			verbose = true
+			out = append(out, l)
+		}
+	}
+	if !verbose {
+		return tail(body, 2048, 30)
+	}
+	return tail(strings.Join(append(out, lines[len(lines)-1]), "\n"), 4096, 40)
 }
 
 // tail keeps the last lines of s, at most maxLines lines and about maxBytes bytes.

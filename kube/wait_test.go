@@ -64,8 +64,12 @@ func TestWaitForAPIServerTimeoutCarriesLastAnswer(t *testing.T) {
 	if nre.Last.StatusCode != 500 || !strings.Contains(err.Error(), "[-]etcd failed") {
 		t.Errorf("error %q, last %+v", err, nre.Last)
 	}
-	if d := strings.Join(nre.Details(), "\n"); !strings.Contains(d, "HTTP 500") || !strings.Contains(d, "readyz check failed") {
+	d := strings.Join(nre.Details(), "\n")
+	if !strings.Contains(d, "HTTP 500") || !strings.Contains(d, "[-]etcd failed: reason withheld") || !strings.Contains(d, "readyz check failed") {
 		t.Errorf("details:\n%s", d)
+	}
+	if strings.Contains(d, "[+]") {
+		t.Errorf("details list passing checks:\n%s", d)
 	}
 	if !errors.Is(err, context.DeadlineExceeded) && nre.Cause == nil {
 		t.Error("no cause")
@@ -84,5 +88,28 @@ func TestWaitForAPIServerNoAnswer(t *testing.T) {
 	var nre *APIServerNotReadyError
 	if !errors.As(err, &nre) || nre.Last.StatusCode != 0 || !strings.Contains(err.Error(), "connection refused") {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestWaitForAPIServerKeepsTheLastRealAnswer(t *testing.T) {
+	// The first answer is a 500; later ones hang past the wait's deadline.
+	var n atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n.Add(1) > 1 {
+			<-r.Context().Done()
+			return
+		}
+		w.WriteHeader(http.StatusInternalServerError)
+		fmt.Fprint(w, "[+]ping ok\n[-]etcd failed: reason withheld\nreadyz check failed\n")
+	}))
+	defer srv.Close()
+	c, err := kubernetes.NewForConfig(&rest.Config{Host: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = WaitForAPIServer(context.Background(), c, WaitAPIServerInput{Timeout: 300 * time.Millisecond, Interval: time.Millisecond})
+	var nre *APIServerNotReadyError
+	if !errors.As(err, &nre) || nre.Last.StatusCode != 500 || !strings.Contains(err.Error(), "[-]etcd failed") {
+		t.Fatalf("err = %v, want the 500 answer", err)
 	}
 }
