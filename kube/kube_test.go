@@ -77,6 +77,19 @@ func twice(t *testing.T, c *fake.Clientset, f func(kubernetes.Interface) ([]Chan
 	return first
 }
 
+// allCreated checks that a first run on an empty cluster created n objects.
+func allCreated(t *testing.T, cs []Change, n int) {
+	t.Helper()
+	if len(cs) != n {
+		t.Errorf("first run touched %d objects, want %d: %v", len(cs), n, cs)
+	}
+	for _, c := range cs {
+		if c.Action != Created {
+			t.Errorf("first run on an empty cluster: %s", c)
+		}
+	}
+}
+
 func actions(cs []Change) map[string]Action {
 	m := map[string]Action{}
 	for _, c := range cs {
@@ -479,9 +492,7 @@ func TestCoreDNSTwiceKeepsScaledReplicas(t *testing.T) {
 	in := CoreDNSInput{Image: testImages().CoreDNS, DNSDomain: "cluster.local", ServiceSubnet: "10.96.0.0/12"}
 	c := fake.NewClientset()
 	first := twice(t, c, func(c kubernetes.Interface) ([]Change, error) { return CoreDNS(context.Background(), c, in) })
-	if len(first) != 6 || Changed(first) && first[0].Action != Created {
-		t.Errorf("first run: %v", first)
-	}
+	allCreated(t, first, 6)
 	ctx := context.Background()
 	svc, err := c.CoreV1().Services("kube-system").Get(ctx, "kube-dns", metav1.GetOptions{})
 	if err != nil {
@@ -531,9 +542,7 @@ func TestKubeProxyTwice(t *testing.T) {
 	in := KubeProxyInput{Image: testImages().KubeProxy, Server: "https://198.51.100.11:6443", PodSubnet: "10.244.0.0/16", ConntrackMaxPerCore: new(int32(0))}
 	c := fake.NewClientset()
 	first := twice(t, c, func(c kubernetes.Interface) ([]Change, error) { return KubeProxy(context.Background(), c, in) })
-	if len(first) != 6 {
-		t.Errorf("first run: %v", first)
-	}
+	allCreated(t, first, 6)
 	ctx := context.Background()
 	cm, _ := c.CoreV1().ConfigMaps("kube-system").Get(ctx, "kube-proxy", metav1.GetOptions{})
 	conf := cm.Data["config.conf"]
@@ -561,9 +570,7 @@ func TestFlannelTwice(t *testing.T) {
 	in := FlannelInput{Image: testImages().Flannel, PodSubnet: "10.244.0.0/16", Endpoint: "198.51.100.11:6443"}
 	c := fake.NewClientset()
 	first := twice(t, c, func(c kubernetes.Interface) ([]Change, error) { return Flannel(context.Background(), c, in) })
-	if len(first) != 6 {
-		t.Errorf("first run: %v", first)
-	}
+	allCreated(t, first, 6)
 	ctx := context.Background()
 	ns, _ := c.CoreV1().Namespaces().Get(ctx, "kube-flannel", metav1.GetOptions{})
 	if ns.Labels["pod-security.kubernetes.io/enforce"] != "privileged" {

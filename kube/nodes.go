@@ -26,7 +26,8 @@ const (
 )
 
 // NodeMarks are the labels and taints one node must carry. Labels and taints the node has
-// beyond these are kept.
+// beyond these are kept: kforge never removes a mark, so one dropped from the inventory stays on
+// the node until someone removes it (kubectl label/taint).
 type NodeMarks struct {
 	Name   string
 	Labels map[string]string
