@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"reflect"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -48,6 +49,25 @@ func Changed(cs []Change) bool {
 		}
 	}
 	return false
+}
+
+// Summary counts changes by action for a status line: "3 created, 1 updated, 36 unchanged"
+// (actions with no change left out; "nothing" for none).
+func Summary(cs []Change) string {
+	n := map[Action]int{}
+	for _, c := range cs {
+		n[c.Action]++
+	}
+	var parts []string
+	for _, a := range []Action{Created, Updated, Unchanged} {
+		if n[a] > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n[a], a))
+		}
+	}
+	if len(parts) == 0 {
+		return "nothing"
+	}
+	return strings.Join(parts, ", ")
 }
 
 type object interface {

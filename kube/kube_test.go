@@ -708,3 +708,13 @@ items:
 		t.Errorf("err = %v, want one naming bad.yaml document 1", err)
 	}
 }
+
+func TestSummary(t *testing.T) {
+	cs := []Change{{Action: Created}, {Action: Unchanged}, {Action: Created}, {Action: Updated}}
+	if got := Summary(cs); got != "2 created, 1 updated, 1 unchanged" {
+		t.Errorf("Summary = %q", got)
+	}
+	if got := Summary(nil); got != "nothing" {
+		t.Errorf("Summary(nil) = %q", got)
+	}
+}
