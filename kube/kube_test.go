@@ -718,3 +718,20 @@ func TestSummary(t *testing.T) {
 		t.Errorf("Summary(nil) = %q", got)
 	}
 }
+
+func TestImagesFromManifest(t *testing.T) {
+	v, _ := bundle.DefaultVersions("v1.36.3")
+	names := bundle.ImageNames("", v)
+	m := &bundle.Manifest{}
+	for _, c := range []string{"coredns", "kube-proxy", "flannel"} {
+		m.Images = append(m.Images, bundle.Image{Component: c, Name: names[c]})
+	}
+	im, err := ImagesFromManifest(m)
+	if err != nil || im != testImages() {
+		t.Errorf("images %+v %v, want %+v", im, err, testImages())
+	}
+	m.Images = m.Images[:1]
+	if _, err := ImagesFromManifest(m); err == nil || !strings.Contains(err.Error(), "kube-proxy, flannel") {
+		t.Errorf("err = %v", err)
+	}
+}
