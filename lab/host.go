@@ -70,6 +70,12 @@ func (l *Lab) prepareHost(h *hostState, hier []hierarchy) error {
 	if err := os.WriteFile(filepath.Join(etc, "machine-id"), []byte(hex.EncodeToString(id)+"\n"), 0o444); err != nil {
 		return err
 	}
+	// A nameserver nothing answers on, inside the lab: CoreDNS needs an upstream to start, and
+	// its queries for outside names then end at the lab bridge, never off the machine.
+	resolv := fmt.Sprintf("# kforge lab: no DNS server answers at %s; hosts have no route off the lab.\nnameserver %s\n", bridgeAddr, bridgeAddr)
+	if err := os.WriteFile(filepath.Join(etc, "resolv.conf"), []byte(resolv), 0o644); err != nil {
+		return err
+	}
 	var hosts strings.Builder
 	hosts.WriteString("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n")
 	for _, o := range l.st.Hosts {

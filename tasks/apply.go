@@ -4,10 +4,11 @@
 package tasks
 
 import (
+	"context"
 	"fmt"
+	"strings"
 
 	"github.com/kforge/kforge/inventory"
-	"github.com/kforge/kforge/pki"
 )
 
 // Scope says where a task does its work.
@@ -27,40 +28,52 @@ type Task struct {
 	Hosts       []string // the hosts a task touches, when Scope is OnHosts
 }
 
-// Apply returns the steps `kforge apply` takes for cluster c, in order. Ordinary ifs decide
-// what is in the list.
+// Apply returns the tasks `kforge apply` runs for cluster c, in order: what `kforge plan` shows.
 func Apply(c *inventory.Cluster) []Task {
-	all, masters, workers := names(c.Nodes(), ""), names(c.Nodes(), inventory.RoleMaster), names(c.Nodes(), inventory.RoleWorker)
 	var ts []Task
-	add := func(name string, scope Scope, hosts []string, format string, args ...any) {
-		ts = append(ts, Task{Name: name, Description: fmt.Sprintf(format, args...), Scope: scope, Hosts: hosts})
+	for _, s := range NewApplier(c, Options{}).Steps() {
+		ts = append(ts, s.Task)
+	}
+	return ts
+}
+
+// Steps is apply, top to bottom. Ordinary ifs decide what is in the list.
+func (a *Applier) Steps() []Step {
+	c := a.inv
+	all, masters, workers := names(a.nodes, ""), names(a.nodes, inventory.RoleMaster), names(a.nodes, inventory.RoleWorker)
+	var ss []Step
+	add := func(name string, scope Scope, hosts []string, run func(context.Context, Reporter) error, format string, args ...any) {
+		ss = append(ss, Step{Task: Task{Name: name, Description: fmt.Sprintf(format, args...), Scope: scope, Hosts: hosts}, Run: run})
 	}
 
-	add("connect", OnHosts, all, "connect to %s over SSH (host keys verified) and gather facts in one round trip each", count(all, "host"))
-	add("preflight", OnHosts, all, "run kubeadm's preflight checks on every host before anything changes")
-	add("pki", OnWorkstation, nil, "generate or reuse the cluster's certificates (%s) and kubeconfigs in the state dir", c.PKI.KeyAlgorithm)
-	add("render", OnWorkstation, nil, "render static-pod manifests, kubelet and containerd configuration for every host")
+	add("connect", OnHosts, all, a.connect, "connect to %s over SSH (host keys verified) and gather facts in one round trip each", count(all, "host"))
+	add("preflight", OnHosts, all, a.preflight, "run kubeadm's preflight checks on every host before anything changes")
+	add("pki", OnWorkstation, nil, a.ensurePKI, "generate or reuse the cluster's certificates (%s), kubeconfigs and bootstrap token in the state dir", c.PKI.KeyAlgorithm)
+	add("render", OnWorkstation, nil, a.render, "render static-pod manifests, kubelet and containerd configuration for every host")
 	if c.Bundle != "" {
-		add("bundle", OnHosts, all, "upload what each host lacks from the bundle %s, install binaries, import images", c.Bundle)
+		add("bundle", OnHosts, all, a.shipBundle, "upload what each host lacks from the bundle %s, install binaries, import images", c.Bundle)
 	}
-	add("runtime", OnHosts, all, "configure containerd (%s cgroup driver) and the kernel settings Kubernetes needs", c.Kubelet.CgroupDriver)
-	add("control-plane", OnHosts, masters, "push PKI, kubeconfigs and static pods (etcd, kube-apiserver, kube-controller-manager, kube-scheduler), start kubelet")
-	add("wait-apiserver", ThroughAPI, nil, "wait until the API server answers at %s", pki.Endpoint(c))
-	add("cluster-config", ThroughAPI, nil, "upload kubeadm-config and kubelet-config, label and taint the masters")
-	add("bootstrap", ThroughAPI, nil, "create the bootstrap token, node-bootstrap RBAC, CSR auto-approval and cluster-info")
-	add("core-addons", ThroughAPI, nil, "install CoreDNS and kube-proxy")
-	if c.Networking.Plugin == "flannel" {
-		add("pod-network", ThroughAPI, nil, "install flannel (vxlan) over %s", c.Networking.PodSubnet)
-	}
+	add("runtime", OnHosts, all, a.runtime, "configure containerd (%s cgroup driver) and the kernel settings Kubernetes needs", c.Kubelet.CgroupDriver)
+	add("nodes", OnHosts, all, a.stageNodes, "push every host's files; start kubelet and the static-pod control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler) on %s", strings.Join(masters, ", "))
+	add("wait-apiserver", ThroughAPI, nil, a.waitAPIServer, "wait until the API server answers, through an SSH tunnel to %s", masters[0])
+	add("cluster-config", ThroughAPI, nil, a.clusterConfig, "grant kubeadm:cluster-admins, upload kubeadm-config and kubelet-config")
+	add("bootstrap", ThroughAPI, nil, a.bootstrap, "create the bootstrap token, node-bootstrap RBAC, CSR auto-approval and cluster-info")
 	if len(workers) > 0 {
-		add("join-workers", OnHosts, workers, "push CA and bootstrap kubeconfig, start kubelet: workers join by TLS bootstrap")
+		add("join-workers", OnHosts, workers, a.joinWorkers, "start kubelet on the staged workers: they join by TLS bootstrap")
 	}
+	add("core-addons", ThroughAPI, nil, a.coreAddons, "install kube-proxy and CoreDNS")
+	if c.Networking.Plugin == "flannel" {
+		add("pod-network", OnHosts, all, a.podNetwork, "install flannel (vxlan) over %s and write each node's CNI config for its pod CIDR", c.Networking.PodSubnet)
+	}
+	add("mark-nodes", ThroughAPI, nil, a.markNodes, "label and taint the masters, apply the inventory's labels and taints")
 	if len(c.Addons) > 0 {
-		add("addons", ThroughAPI, nil, "apply %s (server-side)", count(make([]string, len(c.Addons)), "user manifest"))
+		add("addons", ThroughAPI, nil, a.addons, "apply %s (server-side)", count(make([]string, len(c.Addons)), "user manifest"))
 	}
-	add("wait-ready", ThroughAPI, nil, "wait until every node is Ready and kube-system pods run")
-	add("kubeconfig", OnWorkstation, nil, "write the admin kubeconfig to the state dir")
-	return ts
+	if c.Networking.Plugin != "none" {
+		add("wait-ready", ThroughAPI, nil, a.waitReady, "wait until every node is Ready and kube-system pods run")
+	}
+	add("kubeconfig", OnWorkstation, nil, a.writeKubeconfig, "write the admin kubeconfig to the state dir")
+	return ss
 }
 
 func names(nodes []inventory.Node, role inventory.Role) []string {

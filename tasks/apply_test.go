@@ -27,14 +27,14 @@ func taskNames(ts []Task) []string {
 
 func TestApplyListFollowsTheInventory(t *testing.T) {
 	single := taskNames(Apply(cluster(t, "networking: {plugin: none}\n")))
-	want := []string{"connect", "preflight", "pki", "render", "runtime", "control-plane", "wait-apiserver", "cluster-config", "bootstrap", "core-addons", "wait-ready", "kubeconfig"}
+	want := []string{"connect", "preflight", "pki", "render", "runtime", "nodes", "wait-apiserver", "cluster-config", "bootstrap", "core-addons", "mark-nodes", "kubeconfig"}
 	if !slices.Equal(single, want) {
 		t.Errorf("single master, no pod network:\n got %v\nwant %v", single, want)
 	}
 
 	full := Apply(cluster(t, "workers:\n  - {name: w1, address: 10.0.0.2}\nbundle: /b\naddons: [{path: /a.yaml}]\n"))
 	names := taskNames(full)
-	for _, n := range []string{"bundle", "pod-network", "join-workers", "addons"} {
+	for _, n := range []string{"bundle", "pod-network", "join-workers", "addons", "wait-ready"} {
 		if !slices.Contains(names, n) {
 			t.Errorf("%s missing from %v", n, names)
 		}
@@ -44,9 +44,9 @@ func TestApplyListFollowsTheInventory(t *testing.T) {
 	}
 	for _, task := range full {
 		switch task.Name {
-		case "control-plane":
-			if !slices.Equal(task.Hosts, []string{"m1"}) {
-				t.Errorf("control-plane hosts %v", task.Hosts)
+		case "nodes":
+			if !slices.Equal(task.Hosts, []string{"m1", "w1"}) {
+				t.Errorf("nodes hosts %v", task.Hosts)
 			}
 		case "join-workers":
 			if !slices.Equal(task.Hosts, []string{"w1"}) {

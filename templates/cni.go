@@ -1,0 +1,52 @@
+package templates
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
+)
+
+// FlannelMTU is the MTU of flannel's vxlan backend (1500 less its 50-byte header); pod
+// interfaces use it so packets fit the tunnel.
+const FlannelMTU = 1450
+
+// FlannelCNIConfig is a node's CNI network config for the flannel pod network: a bridge (cni0)
+// with host-local addresses from the node's pod CIDR and a route to the whole pod network, plus
+// portmap for hostPorts. It does what flannel's own CNI plugin would (which cannot be built
+// from Go modules): flanneld routes each node's pod CIDR over vxlan.
+func FlannelCNIConfig(nodePodCIDR, podSubnet string) ([]byte, error) {
+	node, err := netip.ParsePrefix(nodePodCIDR)
+	if err != nil {
+		return nil, fmt.Errorf("node pod CIDR %q: %w", nodePodCIDR, err)
+	}
+	pods, err := netip.ParsePrefix(podSubnet)
+	if err != nil {
+		return nil, fmt.Errorf("pod subnet %q: %w", podSubnet, err)
+	}
+	if !pods.Contains(node.Addr()) {
+		return nil, fmt.Errorf("node pod CIDR %s is not inside the pod subnet %s", node, pods)
+	}
+	conf := map[string]any{
+		"cniVersion": "1.0.0",
+		"name":       "kforge",
+		"plugins": []any{
+			map[string]any{
+				"type":             "bridge",
+				"bridge":           "cni0",
+				"mtu":              FlannelMTU,
+				"isGateway":        true,
+				"isDefaultGateway": true,
+				"ipMasq":           false,
+				"hairpinMode":      true,
+				"ipam": map[string]any{
+					"type":   "host-local",
+					"ranges": [][]map[string]string{{{"subnet": node.String()}}},
+					"routes": []map[string]string{{"dst": pods.String()}},
+				},
+			},
+			map[string]any{"type": "portmap", "capabilities": map[string]bool{"portMappings": true}},
+		},
+	}
+	b, err := json.MarshalIndent(conf, "", "  ")
+	return append(b, '\n'), err
+}
