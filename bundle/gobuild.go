@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -100,12 +102,15 @@ func (m goModule) recipe() string {
 const recipeRevision = 1
 
 // binaries returns the directory holding m's binaries, building them first unless a complete
-// build with the same recipe is cached. Builds land atomically: into a temporary directory that
-// is renamed into place, under an exclusive lock so that concurrent callers build once.
+// build with the same recipe is cached. Each recipe has its own directory,
+// <cache>/bin/<name>/<version>-<recipe hash>, so a returned directory never changes under its
+// user. Builds land atomically: into a temporary directory that is renamed into place, under an
+// exclusive lock so that concurrent callers build once.
 func binaries(ctx context.Context, o BuildOptions, m goModule) (string, error) {
 	root := filepath.Join(o.cacheDir(), "bin", m.Name)
-	final := filepath.Join(root, m.Version)
 	want := m.recipe()
+	sum := sha256.Sum256([]byte(want))
+	final := filepath.Join(root, m.Version+"-"+hex.EncodeToString(sum[:])[:12])
 	if cachedRecipe(final) == want {
 		return final, nil
 	}
@@ -152,14 +157,10 @@ func binaries(ctx context.Context, o BuildOptions, m goModule) (string, error) {
 	if err := os.Chmod(tmp, 0o755); err != nil {
 		return "", err
 	}
-	// Replace an outdated build: move it aside first, so final never holds a mix.
-	if _, err := os.Stat(final); err == nil {
-		old := final + ".old"
-		os.RemoveAll(old)
-		if err := os.Rename(final, old); err != nil {
-			return "", err
-		}
-		defer os.RemoveAll(old)
+	// A directory of this recipe without a complete build (a crash between rename and recipe
+	// cannot happen, but a person may have edited it) is replaced.
+	if err := os.RemoveAll(final); err != nil {
+		return "", err
 	}
 	if err := os.Rename(tmp, final); err != nil {
 		return "", err

@@ -22,7 +22,7 @@ var kubeVersionRE = regexp.MustCompile(`^v1\.(\d+)\.(\d+)$`)
 // kube-controller-manager, kube-scheduler and kube-proxy of version o.Version (e.g. "v1.36.3"),
 // each reporting that version. They are built from the Go module k8s.io/kubernetes with the
 // local Go toolchain (CGO_ENABLED=0) on first use and cached under
-// <cache>/bin/kubernetes/<version>; later calls return the cached directory at once. The
+// <cache>/bin/kubernetes/<version>-<recipe hash>; later calls return the cached directory at once. The
 // directory must be treated as read-only.
 func KubernetesBinaries(ctx context.Context, o BuildOptions) (string, error) {
 	m, err := kubernetesModule(o.Version)
