@@ -17,6 +17,8 @@ import (
 
 // HostState is what a host already has of a bundle.
 type HostState struct {
+	// Arch is the host's `uname -m`, e.g. x86_64.
+	Arch string
 	// Files maps an install path to the hex sha256 of the file there; absent: no file.
 	Files map[string]string
 	// Images maps an image name in containerd's k8s.io namespace to the digest of its target.
@@ -72,20 +74,24 @@ func PlanHost(m *Manifest, have HostState, need Need) HostPlan {
 	return p
 }
 
+// unameArch maps a bundle platform to the `uname -m` of hosts that run it.
+var unameArch = map[string]string{"linux/amd64": "x86_64", "linux/arm64": "aarch64"}
+
 // StagingDir is where image archives are uploaded on hosts before import; each archive is
 // deleted once imported.
 const StagingDir = "/var/lib/kforge/images"
 
 const imagesMarker = "#kforge-images"
 
-// StateCommand is the one command ReadHostState runs: the sha256 of each of the bundle's
-// install paths that exists, then containerd's image list in the k8s.io namespace.
+// StateCommand is the one command ReadHostState runs: the host's machine architecture, the
+// sha256 of each of the bundle's install paths that exists, then containerd's image list in the
+// k8s.io namespace.
 func StateCommand(m *Manifest) string {
 	var paths []string
 	for _, f := range m.Files {
 		paths = append(paths, remote.Quote(f.Install))
 	}
-	return "for f in " + strings.Join(paths, " ") + `; do if [ -f "$f" ]; then sha256sum -- "$f"; fi; done; echo ` + remote.Quote(imagesMarker) + "; ctr -n k8s.io images ls"
+	return `echo "arch=$(uname -m)"; for f in ` + strings.Join(paths, " ") + `; do if [ -f "$f" ]; then sha256sum -- "$f"; fi; done; echo ` + remote.Quote(imagesMarker) + "; ctr -n k8s.io images ls"
 }
 
 // ParseState parses StateCommand's output.
@@ -97,6 +103,10 @@ func ParseState(out []byte) (HostState, error) {
 		return s, fmt.Errorf("no %s line in the output", imagesMarker)
 	}
 	for _, l := range strings.Split(files, "\n") {
+		if a, ok := strings.CutPrefix(l, "arch="); ok {
+			s.Arch = a
+			continue
+		}
 		sum, p, ok := strings.Cut(l, "  ")
 		if !ok {
 			continue
@@ -162,6 +172,9 @@ func Ship(ctx context.Context, h remote.Host, dir string, m *Manifest, need Need
 	have, err := ReadHostState(ctx, h, m)
 	if err != nil {
 		return HostPlan{}, err
+	}
+	if want := unameArch[m.Platform]; have.Arch != want {
+		return HostPlan{}, fmt.Errorf("the bundle is for %s but the host's machine is %q (uname -m): build or fetch a bundle for it", m.Platform, have.Arch)
 	}
 	plan := PlanHost(m, have, need)
 	if plan.Empty() {

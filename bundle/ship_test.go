@@ -67,12 +67,15 @@ func TestPlanHost(t *testing.T) {
 }
 
 func TestParseState(t *testing.T) {
-	out := "0123  /usr/bin/kubelet\n4567  /opt/cni/bin/bridge\n" + imagesMarker + "\n" +
+	out := "arch=x86_64\n0123  /usr/bin/kubelet\n4567  /opt/cni/bin/bridge\n" + imagesMarker + "\n" +
 		"REF                          TYPE                                       DIGEST        SIZE     PLATFORMS   LABELS \n" +
 		"registry.k8s.io/pause:3.10.2 application/vnd.oci.image.manifest.v1+json sha256:abcd 1.1 MiB linux/amd64 io.cri-containerd.image=managed \n"
 	s, err := ParseState([]byte(out))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if s.Arch != "x86_64" {
+		t.Errorf("arch %q", s.Arch)
 	}
 	if s.Files["/usr/bin/kubelet"] != "0123" || s.Files["/opt/cni/bin/bridge"] != "4567" || len(s.Files) != 2 {
 		t.Errorf("files %v", s.Files)
@@ -95,11 +98,13 @@ type fakeNode struct {
 	mu      sync.Mutex
 	images  map[string]string
 	imports []string
+	arch    string
 }
 
 func newFakeNode(t *testing.T, name string, m *Manifest) *fakeNode {
-	n := &fakeNode{Host: remotetest.New(name), images: map[string]string{}}
+	n := &fakeNode{Host: remotetest.New(name), images: map[string]string{}, arch: "x86_64"}
 	n.Handle(func(c string) bool { return c == StateCommand(m) }, func(_ context.Context, c remote.Cmd) error {
+		fmt.Fprintf(c.Stdout, "arch=%s\n", n.arch)
 		for _, f := range m.Files {
 			if ff, ok := n.File(f.Install); ok {
 				sum := sha256.Sum256(ff.Data)
@@ -261,5 +266,21 @@ func TestStateCommandRunsInAShell(t *testing.T) {
 	}
 	if s.Images["registry.k8s.io/pause:3.10.2"] != "sha256:ab" {
 		t.Errorf("images %v", s.Images)
+	}
+	if uname, err := exec.Command("uname", "-m").Output(); err == nil && s.Arch != strings.TrimSpace(string(uname)) {
+		t.Errorf("arch %q, uname -m says %q", s.Arch, uname)
+	}
+}
+
+func TestShipRefusesAHostOfAnotherArchitecture(t *testing.T) {
+	dir, m := tinyBundle(t)
+	n := newFakeNode(t, "pi-1", m)
+	n.arch = "aarch64"
+	_, err := Ship(context.Background(), n, dir, m, Need{}, nil)
+	if err == nil || !strings.Contains(err.Error(), "linux/amd64") || !strings.Contains(err.Error(), "aarch64") {
+		t.Fatalf("Ship to an aarch64 host: %v", err)
+	}
+	if len(n.Uploads()) != 0 {
+		t.Errorf("uploaded %v to a host that cannot run the bundle", n.Uploads())
 	}
 }
