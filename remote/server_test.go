@@ -41,7 +41,6 @@ type testServer struct {
 	password     string
 	conns        atomic.Int32 // TCP connections accepted
 	keyAttempts  atomic.Int32 // public keys offered (all connections)
-	commandsSeen chan string
 	onExec       func() (done func()) // called around every exec
 
 	mu      sync.Mutex
@@ -202,18 +201,12 @@ var signals = map[string]syscall.Signal{"TERM": syscall.SIGTERM, "KILL": syscall
 func (s *testServer) session(conn *ssh.ServerConn, ch ssh.Channel, reqs <-chan *ssh.Request) {
 	defer ch.Close()
 	var cmd *exec.Cmd
-	var started sync.WaitGroup
-	started.Add(1)
-	once := sync.Once{}
 	for req := range reqs {
 		switch req.Type {
 		case "exec":
 			var p struct{ Command string }
 			ssh.Unmarshal(req.Payload, &p)
 			req.Reply(true, nil)
-			if s.commandsSeen != nil {
-				s.commandsSeen <- p.Command
-			}
 			cmd = exec.Command("sh", "-c", p.Command)
 			cmd.Env = append(os.Environ(), "PATH="+s.bin+":"+os.Getenv("PATH"))
 			if s.sudoPassword != "" {
@@ -228,7 +221,6 @@ func (s *testServer) session(conn *ssh.ServerConn, ch ssh.Channel, reqs <-chan *
 				ch.SendRequest("exit-status", false, ssh.Marshal(struct{ C uint32 }{127}))
 				return
 			}
-			once.Do(started.Done)
 			finished := func() {}
 			if s.onExec != nil {
 				finished = s.onExec()
