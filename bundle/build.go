@@ -311,6 +311,7 @@ func imageArchive(ctx context.Context, o BuildOptions, s imageSpec) (cachedArchi
 	a := cachedArchive{path: base + ".tar"}
 	if b, err := os.ReadFile(base + ".json"); err == nil && json.Unmarshal(b, &a) == nil {
 		if st, err := os.Stat(a.path); err == nil && st.Size() == a.Size {
+			touch(base + ".json")
 			return a, nil
 		}
 	}
@@ -331,6 +332,7 @@ func imageArchive(ctx context.Context, o BuildOptions, s imageSpec) (cachedArchi
 		return cachedArchive{}, err
 	}
 	o.logf("image %s: %d MB in %s", s.Name, a.Size>>20, time.Since(start).Round(time.Millisecond))
+	pruneImages(dir, s.Component, base)
 	return a, nil
 }
 

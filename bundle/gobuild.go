@@ -112,6 +112,7 @@ func binaries(ctx context.Context, o BuildOptions, m goModule) (string, error) {
 	sum := sha256.Sum256([]byte(want))
 	final := filepath.Join(root, m.Version+"-"+hex.EncodeToString(sum[:])[:12])
 	if cachedRecipe(final) == want {
+		touch(filepath.Join(final, recipeFile))
 		return final, nil
 	}
 	if err := os.MkdirAll(root, 0o755); err != nil {
@@ -123,6 +124,7 @@ func binaries(ctx context.Context, o BuildOptions, m goModule) (string, error) {
 	}
 	defer unlock()
 	if cachedRecipe(final) == want { // built by someone else while we waited
+		touch(filepath.Join(final, recipeFile))
 		return final, nil
 	}
 
@@ -166,6 +168,7 @@ func binaries(ctx context.Context, o BuildOptions, m goModule) (string, error) {
 		return "", err
 	}
 	o.logf("built %s %s in %s", m.Name, m.Version, time.Since(start).Round(time.Second))
+	pruneBinaries(root, final)
 	return final, nil
 }
 
