@@ -37,11 +37,11 @@ type testServer struct {
 	// dropSFTPAfter closes the whole connection after the sftp subsystem read this many bytes.
 	dropSFTPAfter int64
 
-	authorized   map[string]bool // marshalled public keys
-	password     string
-	conns        atomic.Int32 // TCP connections accepted
-	keyAttempts  atomic.Int32 // public keys offered (all connections)
-	onExec       func() (done func()) // called around every exec
+	authorized  map[string]bool // marshalled public keys
+	password    string
+	conns       atomic.Int32         // TCP connections accepted
+	keyAttempts atomic.Int32         // public keys offered (all connections)
+	onExec      func() (done func()) // called around every exec
 
 	mu      sync.Mutex
 	closers []io.Closer
