@@ -1,0 +1,395 @@
+// Package e2e holds kforge's end-to-end tests: the real kforge binary driving real systemd
+// hosts (kforge lab) over SSH into a real cluster, checked from the workstation.
+package e2e
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/kforge/kforge/bundle"
+	"github.com/kforge/kforge/lab"
+)
+
+// needIntegration skips the test when a prerequisite is missing, or fails it under
+// KFORGE_REQUIRE_INTEGRATION=1 (make test).
+func needIntegration(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("end-to-end test: not in -short mode")
+	}
+	if err := lab.Prerequisites(); err != nil {
+		if os.Getenv("KFORGE_REQUIRE_INTEGRATION") == "1" {
+			t.Fatalf("prerequisite missing (KFORGE_REQUIRE_INTEGRATION=1): %v", err)
+		}
+		t.Skipf("prerequisite missing: %v", err)
+	}
+}
+
+// cluster is a lab with an inventory for it, and the tools to drive and inspect it.
+type cluster struct {
+	t         *testing.T
+	lab       *lab.Lab
+	kforge    string // the kforge binary under test
+	inventory string
+	state     string
+	bundle    string
+}
+
+const agentImage = "kforge.test/e2e-agent:v1"
+
+// buildKforge builds the kforge binary under test.
+func buildKforge(t *testing.T, dir string) string {
+	t.Helper()
+	bin := filepath.Join(dir, "kforge")
+	out, err := exec.Command("go", "build", "-o", bin, "../cmd/kforge").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build kforge: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// buildBundle writes the offline bundle (from the cache after the first build).
+func buildBundle(ctx context.Context, t *testing.T, dir string) string {
+	t.Helper()
+	out := filepath.Join(dir, "bundle")
+	if _, err := bundle.Build(ctx, bundle.Options{BuildOptions: bundle.BuildOptions{Version: "v1.36.3"}, Out: out}); err != nil {
+		t.Fatalf("bundle build: %v", err)
+	}
+	return out
+}
+
+// buildAgentImage packs testdata/agent into a one-layer image archive.
+func buildAgentImage(t *testing.T, dir string) string {
+	t.Helper()
+	bin := filepath.Join(dir, "agent")
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, "./testdata/agent")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build agent: %v\n%s", err, out)
+	}
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var layer bytes.Buffer
+	if err := writeTar(&layer, map[string][]byte{"agent": data}); err != nil {
+		t.Fatal(err)
+	}
+	l, err := tarball.LayerFromReader(bytes.NewReader(layer.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := mutate.AppendLayers(empty.Image, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg = cfg.DeepCopy()
+	cfg.Architecture, cfg.OS = runtime.GOARCH, "linux"
+	cfg.Config.Entrypoint = []string{"/agent"}
+	if img, err = mutate.ConfigFile(img, cfg); err != nil {
+		t.Fatal(err)
+	}
+	ref, err := name.ParseReference(agentImage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	archive := filepath.Join(dir, "agent.tar")
+	if err := tarball.WriteToFile(archive, ref, img); err != nil {
+		t.Fatal(err)
+	}
+	return archive
+}
+
+func (c *cluster) run(args ...string) (string, error) {
+	cmd := exec.Command(c.kforge, append([]string{"-i", c.inventory, "--state-dir", c.state, "--log-file", filepath.Join(c.state, "e2e.log")}, args...)...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	return out.String(), err
+}
+
+// exec runs a shell command on a lab host (through nsenter, not kforge's SSH).
+func (c *cluster) exec(ctx context.Context, host, script string) string {
+	c.t.Helper()
+	out, err := c.lab.Exec(ctx, host, "sh", "-c", script)
+	if err != nil {
+		c.t.Fatalf("%s: %s: %v\n%s", host, script, err, out)
+	}
+	return string(out)
+}
+
+// importImage loads an image archive into containerd's k8s.io namespace on a lab host.
+func (c *cluster) importImage(ctx context.Context, host, archive string) {
+	c.t.Helper()
+	f, err := os.Open(archive)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer f.Close()
+	cmd, err := c.lab.Command(ctx, host, "ctr", "-n", "k8s.io", "images", "import", "-")
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	cmd.Stdin = f
+	if out, err := cmd.CombinedOutput(); err != nil {
+		c.t.Fatalf("%s: import %s: %v\n%s", host, archive, err, out)
+	}
+}
+
+// snapshot is what must not change when apply runs again: every file kforge put on the host
+// (path, modification time, inode) and the start time and PID of kubelet and containerd.
+func (c *cluster) snapshot(ctx context.Context, host string) string {
+	return c.exec(ctx, host, `
+find /etc/kubernetes /etc/systemd/system/kubelet.service /etc/systemd/system/kubelet.service.d \
+     /var/lib/kubelet/config.yaml /var/lib/kubelet/kubeadm-flags.env /etc/containerd/config.toml \
+     /etc/sysctl.d/99-kforge.conf /etc/cni/net.d /usr/bin/kubelet /opt/cni/bin \
+     -printf '%p %T@ %i\n' 2>/dev/null | sort
+for u in kubelet containerd; do systemctl show -p MainPID -p ActiveEnterTimestampMonotonic $u; done`)
+}
+
+func TestApplyLabClusterEndToEnd(t *testing.T) {
+	needIntegration(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	c := &cluster{t: t, kforge: buildKforge(t, dir), bundle: buildBundle(ctx, t, dir), state: filepath.Join(dir, "state")}
+	agent := buildAgentImage(t, dir)
+
+	name := fmt.Sprintf("e2e%d", os.Getpid()%100000)
+	l, err := lab.Up(ctx, lab.Options{Name: name, Hosts: 3})
+	if err != nil {
+		t.Fatalf("lab up: %v", err)
+	}
+	c.lab = l
+	t.Cleanup(func() {
+		if err := l.Down(context.Background()); err != nil {
+			t.Errorf("lab down: %v", err)
+		}
+	})
+	inv, err := os.ReadFile(l.InventoryFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.inventory = filepath.Join(dir, "kforge.yaml")
+	if err := os.WriteFile(c.inventory, append(inv, []byte("bundle: "+c.bundle+"\n")...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	master, w1, w2 := l.Hosts[0].Name, l.Hosts[1].Name, l.Hosts[2].Name
+
+	// 1. apply: a cluster from nothing.
+	start := time.Now()
+	out, err := c.run("apply", "--conntrack-max-per-core", "0", "--timeout", "4m")
+	if err != nil {
+		t.Fatalf("kforge apply: %v\n%s", err, out)
+	}
+	t.Logf("first apply took %s:\n%s", time.Since(start).Round(time.Second), out)
+
+	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(c.state, "admin.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// 2. Every node Ready, every kube-system pod Running — read from the workstation.
+	nodes, err := k.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(nodes.Items) != 3 {
+		t.Fatalf("%d nodes, want 3", len(nodes.Items))
+	}
+	for _, n := range nodes.Items {
+		if !nodeReady(&n) {
+			t.Errorf("node %s is not Ready: %+v", n.Name, n.Status.Conditions)
+		}
+	}
+	pods, err := k.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		if p.Status.Phase != corev1.PodRunning {
+			t.Errorf("kube-system pod %s is %s", p.Name, p.Status.Phase)
+		}
+	}
+	if len(pods.Items) < 9 { // etcd, apiserver, controller-manager, scheduler, 3 kube-proxy, 2 coredns
+		t.Errorf("only %d kube-system pods", len(pods.Items))
+	}
+
+	// 3. Workloads: a server on one worker behind a Service, a client on the other.
+	for _, h := range []string{w1, w2} {
+		c.importImage(ctx, h, agent)
+	}
+	mkPod := func(pod, node string, args ...string) {
+		_, err := k.CoreV1().Pods("default").Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: pod, Labels: map[string]string{"app": pod}},
+			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{
+				Name: "agent", Image: agentImage, ImagePullPolicy: corev1.PullNever, Args: args,
+			}}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	mkPod("server", w1, "serve")
+	mkPod("client-"+w1, w1, "serve")
+	mkPod("client-"+w2, w2, "serve")
+	if _, err := k.CoreV1().Services("default").Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "server"},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "server"},
+			Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		ps, err := k.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		running := 0
+		for _, p := range ps.Items {
+			if p.Status.Phase == corev1.PodRunning {
+				running++
+			}
+		}
+		return running == 3, nil
+	})
+	if err != nil {
+		ps, _ := k.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
+		t.Fatalf("test pods not running: %v\n%+v", err, ps)
+	}
+
+	kubectl := filepath.Join(c.bundle, "bin", "kubectl")
+	kc := func(args ...string) (string, error) {
+		out, err := exec.CommandContext(ctx, kubectl, append([]string{"--kubeconfig", filepath.Join(c.state, "admin.conf")}, args...)...).CombinedOutput()
+		return string(out), err
+	}
+	for _, h := range []string{w1, w2} {
+		// DNS from a pod on each worker (kubectl exec through the API server to kubelet).
+		out, err := kc("exec", "client-"+h, "--", "/agent", "lookup", "kubernetes.default")
+		if err != nil || !strings.Contains(out, firstServiceIP) {
+			t.Errorf("DNS from a pod on %s: %v\n%s", h, err, out)
+		}
+	}
+	// The Service, backed by the pod on w1, answers a pod on w2 (cross-node pod network and
+	// kube-proxy), by name.
+	out, err = kc("exec", "client-"+w2, "--", "/agent", "get", "http://server.default.svc.cluster.local/")
+	if err != nil || strings.TrimSpace(out) != "server" {
+		t.Errorf("Service from %s: %v\n%s", w2, err, out)
+	}
+	// kubectl logs shows the server's log line for that request.
+	out, err = kc("logs", "server")
+	if err != nil || !strings.Contains(out, "agent serving on :8080") || !strings.Contains(out, "request from") {
+		t.Errorf("kubectl logs server: %v\n%s", err, out)
+	}
+
+	// 4. kubeadm reads kforge's certificates on the master.
+	exp := c.exec(ctx, master, "kubeadm certs check-expiration")
+	for _, cert := range []string{"admin.conf", "apiserver", "apiserver-etcd-client", "apiserver-kubelet-client", "controller-manager.conf", "etcd-healthcheck-client", "etcd-peer", "etcd-server", "front-proxy-client", "scheduler.conf", "super-admin.conf"} {
+		if !strings.Contains(exp, "\n"+cert+" ") {
+			t.Errorf("kubeadm certs check-expiration does not list %s:\n%s", cert, exp)
+		}
+	}
+	if strings.Contains(exp, "MISSING") || strings.Contains(strings.ToLower(exp), "error") {
+		t.Errorf("kubeadm certs check-expiration:\n%s", exp)
+	}
+
+	// 5. apply again: exit 0, nothing restarted, no file rewritten.
+	before := map[string]string{}
+	for _, h := range l.Hosts {
+		before[h.Name] = c.snapshot(ctx, h.Name)
+	}
+	start = time.Now()
+	out, err = c.run("apply", "--conntrack-max-per-core", "0")
+	if err != nil {
+		t.Fatalf("second kforge apply: %v\n%s", err, out)
+	}
+	t.Logf("second apply took %s", time.Since(start).Round(time.Millisecond))
+	for _, h := range l.Hosts {
+		if after := c.snapshot(ctx, h.Name); after != before[h.Name] {
+			t.Errorf("%s changed on the second apply:\n%s", h.Name, diffLines(before[h.Name], after))
+		}
+	}
+	if strings.Contains(out, "restarted") || strings.Contains(out, "created") {
+		t.Errorf("second apply restarted or created something:\n%s", out)
+	}
+}
+
+// firstServiceIP is the kubernetes Service's address with the default serviceSubnet.
+const firstServiceIP = "10.96.0.1"
+
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// writeTar writes a tar stream of executable files.
+func writeTar(w io.Writer, files map[string][]byte) error {
+	tw := tar.NewWriter(w)
+	for name, data := range files {
+		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o755, Size: int64(len(data)), Typeflag: tar.TypeReg}); err != nil {
+			return err
+		}
+		if _, err := tw.Write(data); err != nil {
+			return err
+		}
+	}
+	return tw.Close()
+}
+
+func diffLines(a, b string) string {
+	in := func(s string) map[string]bool {
+		m := map[string]bool{}
+		for _, l := range strings.Split(s, "\n") {
+			m[l] = true
+		}
+		return m
+	}
+	am, bm := in(a), in(b)
+	var d []string
+	for l := range am {
+		if !bm[l] {
+			d = append(d, "- "+l)
+		}
+	}
+	for l := range bm {
+		if !am[l] {
+			d = append(d, "+ "+l)
+		}
+	}
+	sort.Strings(d)
+	return strings.Join(d, "\n")
+}
