@@ -32,7 +32,8 @@ type Options struct {
 // Build builds every artifact of a bundle for o.Version from Go modules (or takes it from the
 // cache) and writes the bundle directory o.Out: bin/ (kubeadm, kubelet, kubectl), cni/
 // (bridge, host-local, loopback, portmap), images/ (one archive per image) and manifest.json.
-// Artifacts are hard-linked from the cache when o.Out is on the same file system, else copied.
+// Artifacts are copied from the cache (in the kernel, with copy_file_range), never hard-linked:
+// writing into a bundle file must not change the cache.
 func Build(ctx context.Context, o Options) (*Manifest, error) {
 	if o.Out == "" {
 		return nil, errors.New("bundle build: no output directory given")
@@ -124,7 +125,7 @@ func Build(ctx context.Context, o Options) (*Manifest, error) {
 		g.Go(func() error {
 			f := &files[i]
 			dst := filepath.Join(tmp, filepath.FromSlash(f.Path))
-			if err := linkOrCopy(src(*f), dst); err != nil {
+			if err := copyFile(src(*f), dst); err != nil {
 				return err
 			}
 			var err error
@@ -148,7 +149,7 @@ func Build(ctx context.Context, o Options) (*Manifest, error) {
 			ID:               a.ID,
 			ControlPlaneOnly: controlPlaneOnly[s.Component],
 		}
-		if err := linkOrCopy(a.path, filepath.Join(tmp, filepath.FromSlash(im.Path))); err != nil {
+		if err := copyFile(a.path, filepath.Join(tmp, filepath.FromSlash(im.Path))); err != nil {
 			return nil, err
 		}
 		m.Images = append(m.Images, im)
@@ -193,14 +194,10 @@ func swapDir(tmp, out string) error {
 	return os.Rename(tmp, out)
 }
 
-// linkOrCopy makes dst have src's content: a hard link when both are on one file system (the
-// cached artifacts are read-only), else a copy.
-func linkOrCopy(src, dst string) error {
+// copyFile copies src to a new file dst with src's permission bits.
+func copyFile(src, dst string) error {
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 		return err
-	}
-	if err := os.Link(src, dst); err == nil {
-		return nil
 	}
 	in, err := os.Open(src)
 	if err != nil {

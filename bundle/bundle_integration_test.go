@@ -128,10 +128,22 @@ func TestRebuildFromCacheIsIdentical(t *testing.T) {
 			t.Errorf("file %s differs on rebuild", m.Files[i].Name)
 		}
 	}
-	// Rebuilding into an existing bundle replaces it; a foreign directory is refused.
-	if _, err := Build(context.Background(), Options{BuildOptions: BuildOptions{Version: "v1.36.3"}, Out: out}); err != nil {
-		t.Errorf("rebuild over a bundle: %v", err)
+	// Writing into a bundle file in place leaves the cache alone: rebuilding over the damaged
+	// bundle gives the original artifacts back.
+	if err := os.WriteFile(filepath.Join(out, "bin", "kubectl"), []byte("overwritten"), 0o755); err != nil {
+		t.Fatal(err)
 	}
+	m3, err := Build(context.Background(), Options{BuildOptions: BuildOptions{Version: "v1.36.3"}, Out: out})
+	if err != nil {
+		t.Fatalf("rebuild over a bundle: %v", err)
+	}
+	if f, _ := m3.File("kubectl"); f != m.Files[2] || f.Name != "kubectl" {
+		t.Errorf("after overwriting the bundle's kubectl, a rebuild gives %+v, want %+v", f, m.Files[2])
+	}
+	if _, err := Verify(context.Background(), out); err != nil {
+		t.Errorf("verify the rebuilt bundle: %v", err)
+	}
+	// A foreign directory is refused.
 	foreign := t.TempDir()
 	os.WriteFile(filepath.Join(foreign, "notes.txt"), []byte("mine"), 0o644)
 	if _, err := Build(context.Background(), Options{BuildOptions: BuildOptions{Version: "v1.36.3"}, Out: foreign}); err == nil || !strings.Contains(err.Error(), "holds no bundle") {

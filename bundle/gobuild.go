@@ -143,7 +143,7 @@ func binaries(ctx context.Context, o BuildOptions, m goModule) (string, error) {
 	if err := r.build(ctx, src, tmp, m); err != nil {
 		return "", err
 	}
-	// Cached binaries are hard-linked into bundles: make them read-only.
+	// Cached binaries are read-only: nothing should change them in place.
 	entries, err := os.ReadDir(tmp)
 	if err != nil {
 		return "", err

@@ -43,7 +43,7 @@ func tinyBundle(t *testing.T) (string, *Manifest) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := linkOrCopy(bin, filepath.Join(dir, "bin", "hello")); err != nil {
+	if err := copyFile(bin, filepath.Join(dir, "bin", "hello")); err != nil {
 		t.Fatal(err)
 	}
 	fsum, fsize, err := sha256File(bin)
