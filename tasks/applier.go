@@ -79,6 +79,8 @@ type Applier struct {
 	written  map[string]map[string]bool  // by host: paths written this run
 	manifest *bundle.Manifest
 
+	workersStaged chan error // the workers' background staging; see stage
+
 	mu      sync.Mutex
 	clients kube.Clients
 	super   kubernetes.Interface
@@ -103,8 +105,25 @@ func NewApplier(c *inventory.Cluster, o Options) *Applier {
 		files: map[string][]templates.File{}, written: map[string]map[string]bool{}}
 }
 
-// Close ends every connection the apply opened.
+// awaitWorkers waits for the workers' background staging (stage) and returns its error.
+func (a *Applier) awaitWorkers(ctx context.Context) error {
+	if a.workersStaged == nil {
+		return nil
+	}
+	select {
+	case err := <-a.workersStaged:
+		a.workersStaged = nil
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Close waits for background staging to end, then ends every connection the apply opened.
 func (a *Applier) Close() {
+	if a.workersStaged != nil {
+		<-a.workersStaged
+	}
 	for _, h := range a.hosts {
 		if c, ok := h.(io.Closer); ok {
 			c.Close()
@@ -288,23 +307,6 @@ func (a *Applier) render(_ context.Context, r Reporter) error {
 	return nil
 }
 
-// shipBundle uploads and installs what each host lacks of the bundle.
-func (a *Applier) shipBundle(ctx context.Context, r Reporter) error {
-	var targets []bundle.Target
-	for _, n := range a.nodes {
-		targets = append(targets, bundle.Target{Host: a.hosts[n.Name], Need: bundle.Need{ControlPlane: n.Role == inventory.RoleMaster}})
-	}
-	plans, err := bundle.ShipAll(ctx, a.inv.Bundle, a.manifest, targets, a.o.Limits, nil)
-	for host, p := range plans {
-		msg := "up to date"
-		if !p.Empty() {
-			msg = fmt.Sprintf("%d files, %d images, %d MiB", len(p.Install), len(p.Import), p.Bytes()>>20)
-		}
-		r(Event{Kind: HostDone, Host: host, Message: msg})
-	}
-	return err
-}
-
 // push uploads the files of h that differ from what the host has, atomically, and records
 // which were written. Only those paths in scope are pushed (nil: all).
 func (a *Applier) push(ctx context.Context, n inventory.Node, h remote.Host, scope func(path string) bool) error {
@@ -378,29 +380,27 @@ func (a *Applier) wrote(host string, pred func(string) bool) bool {
 
 func isRuntimeFile(p string) bool { return p == sysctlFile || p == templates.ContainerdConfigPath }
 
-// runtime configures containerd and the kernel settings; containerd restarts only when its
-// config changed.
-func (a *Applier) runtime(ctx context.Context, r Reporter) error {
-	return a.each(ctx, "", func(ctx context.Context, n inventory.Node, h remote.Host) error {
-		if err := a.push(ctx, n, h, isRuntimeFile); err != nil {
-			return err
-		}
-		f := a.facts[n.Name]
-		var cmds []string
-		if a.wrote(n.Name, func(p string) bool { return p == sysctlFile }) ||
-			f.Sysctls["net.ipv4.ip_forward"] != "1" || f.Sysctls["net.bridge.bridge-nf-call-iptables"] != "1" {
-			cmds = append(cmds, "sysctl -q -p "+sysctlFile)
-		}
-		if a.wrote(n.Name, func(p string) bool { return p == templates.ContainerdConfigPath }) {
-			cmds = append(cmds, "systemctl restart containerd")
-		}
-		cmds = append(cmds, "systemctl is-enabled -q containerd || systemctl enable -q containerd", "systemctl is-active -q containerd || systemctl start containerd")
-		if err := h.Run(ctx, remote.Cmd{Command: strings.Join(cmds, " && ")}); err != nil {
-			return err
-		}
-		r(Event{Kind: HostDone, Host: n.Name, Message: restartedMsg(len(cmds) > 2 && strings.Contains(strings.Join(cmds, " "), "restart"), "containerd")})
-		return nil
-	})
+// configureRuntime configures containerd and the kernel settings on one host; containerd
+// restarts only when its config changed. It says what it did.
+func (a *Applier) configureRuntime(ctx context.Context, n inventory.Node, h remote.Host) (string, error) {
+	if err := a.push(ctx, n, h, isRuntimeFile); err != nil {
+		return "", err
+	}
+	f := a.facts[n.Name]
+	var cmds []string
+	if a.wrote(n.Name, func(p string) bool { return p == sysctlFile }) ||
+		f.Sysctls["net.ipv4.ip_forward"] != "1" || f.Sysctls["net.bridge.bridge-nf-call-iptables"] != "1" {
+		cmds = append(cmds, "sysctl -q -p "+sysctlFile)
+	}
+	restart := a.wrote(n.Name, func(p string) bool { return p == templates.ContainerdConfigPath })
+	if restart {
+		cmds = append(cmds, "systemctl restart containerd")
+	}
+	cmds = append(cmds, "systemctl is-enabled -q containerd || systemctl enable -q containerd", "systemctl is-active -q containerd || systemctl start containerd")
+	if err := h.Run(ctx, remote.Cmd{Command: strings.Join(cmds, " && ")}); err != nil {
+		return "", err
+	}
+	return restartedMsg(restart, "containerd"), nil
 }
 
 func restartedMsg(restarted bool, what string) string {
@@ -438,24 +438,63 @@ func (a *Applier) startKubelet(ctx context.Context, n inventory.Node, h remote.H
 	return what, err
 }
 
-// nodes pushes every host's files; masters start kubelet (and with it the static-pod control
-// plane), workers are staged and wait for join-workers.
-func (a *Applier) stageNodes(ctx context.Context, r Reporter) error {
-	return a.each(ctx, "", func(ctx context.Context, n inventory.Node, h remote.Host) error {
-		start := a.o.Now()
-		if err := a.push(ctx, n, h, nil); err != nil {
+// stage runs every host's pipeline in parallel: what it lacks from the bundle, then
+// containerd and kernel settings, then its files; masters go on to start kubelet and with it
+// the static-pod control plane. The step ends when every master is started: workers finish
+// staging in the background while the control plane comes up, and joinWorkers waits for them.
+func (a *Applier) stage(ctx context.Context, r Reporter) error {
+	workers := a.refs(inventory.RoleWorker)
+	done := make(chan error, 1)
+	a.workersStaged = done
+	go func() {
+		done <- remote.Each(ctx, workers, a.o.Limits, func(ctx context.Context, n nodeRef) error {
+			return a.stageHost(ctx, n.Node, r)
+		})
+	}()
+	return remote.Each(ctx, a.refs(inventory.RoleMaster), a.o.Limits, func(ctx context.Context, n nodeRef) error {
+		return a.stageHost(ctx, n.Node, r)
+	})
+}
+
+// stageHost is one host's pipeline; see stage.
+func (a *Applier) stageHost(ctx context.Context, n inventory.Node, r Reporter) error {
+	h := a.host(n.Name)
+	start := a.o.Now()
+	var did []string
+	if a.manifest != nil {
+		t := a.o.Now()
+		p, err := bundle.Ship(ctx, h, a.inv.Bundle, a.manifest, bundle.Need{ControlPlane: n.Role == inventory.RoleMaster}, nil)
+		if err != nil {
 			return err
 		}
-		msg := "staged"
-		if n.Role == inventory.RoleMaster {
-			var err error
-			if msg, err = a.startKubelet(ctx, n, h); err != nil {
-				return err
-			}
+		if p.Empty() {
+			did = append(did, "bundle up to date")
+		} else {
+			did = append(did, fmt.Sprintf("bundle: %d files, %d images, %d MiB in %s", len(p.Install), len(p.Import), p.Bytes()>>20, a.o.Now().Sub(t).Round(100*time.Millisecond)))
 		}
-		r(Event{Kind: HostDone, Host: n.Name, Duration: a.o.Now().Sub(start), Message: fmt.Sprintf("%d files written, %s", len(a.written[n.Name]), msg)})
-		return nil
-	})
+	}
+	msg, err := a.configureRuntime(ctx, n, h)
+	if err != nil {
+		return err
+	}
+	did = append(did, msg)
+	if err := a.push(ctx, n, h, nil); err != nil {
+		return err
+	}
+	a.mu.Lock()
+	did = append(did, fmt.Sprintf("%d files written", len(a.written[n.Name])))
+	a.mu.Unlock()
+	if n.Role == inventory.RoleMaster {
+		msg, err := a.startKubelet(ctx, n, h)
+		if err != nil {
+			return err
+		}
+		did = append(did, msg)
+	} else {
+		did = append(did, "staged")
+	}
+	r(Event{Kind: HostDone, Host: n.Name, Duration: a.o.Now().Sub(start), Message: strings.Join(did, "; ")})
+	return nil
 }
 
 // restConfig is a client config for kubeconfig data whose connections go through the first
@@ -573,8 +612,12 @@ func (a *Applier) bootstrap(ctx context.Context, r Reporter) error {
 	return err
 }
 
-// joinWorkers starts the staged workers' kubelets: they join by TLS bootstrap.
+// joinWorkers waits for the workers' staging, then starts their kubelets: they join by TLS
+// bootstrap.
 func (a *Applier) joinWorkers(ctx context.Context, r Reporter) error {
+	if err := a.awaitWorkers(ctx); err != nil {
+		return err
+	}
 	return a.each(ctx, inventory.RoleWorker, func(ctx context.Context, n inventory.Node, h remote.Host) error {
 		msg, err := a.startKubelet(ctx, n, h)
 		if err == nil {

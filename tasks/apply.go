@@ -50,11 +50,11 @@ func (a *Applier) Steps() []Step {
 	add("preflight", OnHosts, all, a.preflight, "run kubeadm's preflight checks on every host before anything changes")
 	add("pki", OnWorkstation, nil, a.ensurePKI, "generate or reuse the cluster's certificates (%s), kubeconfigs and bootstrap token in the state dir", c.PKI.KeyAlgorithm)
 	add("render", OnWorkstation, nil, a.render, "render static-pod manifests, kubelet and containerd configuration for every host")
+	stageWhat := "configure containerd (" + c.Kubelet.CgroupDriver + " cgroup driver) and kernel settings, push its files"
 	if c.Bundle != "" {
-		add("bundle", OnHosts, all, a.shipBundle, "upload what each host lacks from the bundle %s, install binaries, import images", c.Bundle)
+		stageWhat = "upload what it lacks from the bundle, " + stageWhat
 	}
-	add("runtime", OnHosts, all, a.runtime, "configure containerd (%s cgroup driver) and the kernel settings Kubernetes needs", c.Kubelet.CgroupDriver)
-	add("nodes", OnHosts, all, a.stageNodes, "push every host's files; start kubelet and the static-pod control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler) on %s", strings.Join(masters, ", "))
+	add("stage", OnHosts, all, a.stage, "on every host in parallel: %s; masters then start kubelet and the static-pod control plane (%s), workers finish staging meanwhile", stageWhat, strings.Join(masters, ", "))
 	add("wait-apiserver", ThroughAPI, nil, a.waitAPIServer, "wait until the API server answers, through an SSH tunnel to %s", masters[0])
 	add("cluster-config", ThroughAPI, nil, a.clusterConfig, "grant kubeadm:cluster-admins, upload kubeadm-config and kubelet-config")
 	add("bootstrap", ThroughAPI, nil, a.bootstrap, "create the bootstrap token, node-bootstrap RBAC, CSR auto-approval and cluster-info")

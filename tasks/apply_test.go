@@ -2,6 +2,7 @@ package tasks
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/kforge/kforge/inventory"
@@ -27,26 +28,26 @@ func taskNames(ts []Task) []string {
 
 func TestApplyListFollowsTheInventory(t *testing.T) {
 	single := taskNames(Apply(cluster(t, "networking: {plugin: none}\n")))
-	want := []string{"connect", "preflight", "pki", "render", "runtime", "nodes", "wait-apiserver", "cluster-config", "bootstrap", "core-addons", "mark-nodes", "kubeconfig"}
+	want := []string{"connect", "preflight", "pki", "render", "stage", "wait-apiserver", "cluster-config", "bootstrap", "core-addons", "mark-nodes", "kubeconfig"}
 	if !slices.Equal(single, want) {
 		t.Errorf("single master, no pod network:\n got %v\nwant %v", single, want)
 	}
 
 	full := Apply(cluster(t, "workers:\n  - {name: w1, address: 10.0.0.2}\nbundle: /b\naddons: [{path: /a.yaml}]\n"))
 	names := taskNames(full)
-	for _, n := range []string{"bundle", "pod-network", "join-workers", "addons", "wait-ready"} {
+	for _, n := range []string{"stage", "pod-network", "join-workers", "addons", "wait-ready"} {
 		if !slices.Contains(names, n) {
 			t.Errorf("%s missing from %v", n, names)
 		}
 	}
-	if slices.Index(names, "bundle") > slices.Index(names, "runtime") || slices.Index(names, "join-workers") < slices.Index(names, "bootstrap") {
+	if slices.Index(names, "stage") > slices.Index(names, "wait-apiserver") || slices.Index(names, "join-workers") < slices.Index(names, "bootstrap") {
 		t.Errorf("order: %v", names)
 	}
 	for _, task := range full {
 		switch task.Name {
-		case "nodes":
-			if !slices.Equal(task.Hosts, []string{"m1", "w1"}) {
-				t.Errorf("nodes hosts %v", task.Hosts)
+		case "stage":
+			if !slices.Equal(task.Hosts, []string{"m1", "w1"}) || !strings.Contains(task.Description, "bundle") {
+				t.Errorf("stage: %+v", task)
 			}
 		case "join-workers":
 			if !slices.Equal(task.Hosts, []string{"w1"}) {

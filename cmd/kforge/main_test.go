@@ -71,7 +71,7 @@ func TestPlan(t *testing.T) {
 	if code != 0 || errs != "" {
 		t.Fatalf("code %d, stderr %q", code, errs)
 	}
-	for _, want := range []string{"Cluster prod-eu1", "k8s-api.prod.example.com:6443", "1. connect", "static-pod control plane", "on cp1, cp2, cp3", "[worker1, worker2, gpu1]", "join-workers", "kubeconfig"} {
+	for _, want := range []string{"Cluster prod-eu1", "k8s-api.prod.example.com:6443", "1. connect", "static-pod control plane", "(cp1, cp2, cp3)", "[worker1, worker2, gpu1]", "join-workers", "kubeconfig"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("plan lacks %q:\n%s", want, out)
 		}

@@ -1,0 +1,419 @@
+package tasks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kforge/kforge/inventory"
+	"github.com/kforge/kforge/pki"
+	"github.com/kforge/kforge/remote"
+	"github.com/kforge/kforge/templates"
+)
+
+// ResetSteps is `kforge reset`, top to bottom: it undoes on every host what apply did, in
+// parallel and idempotently (a second reset finds nothing to do and changes nothing), and needs
+// neither preflight nor a working cluster, so it also cleans hosts where apply stopped halfway.
+//
+// What stays on the hosts, on purpose: the installed binaries (kubelet, CNI plugins), the
+// images imported into containerd and containerd's config, so that a new apply ships nothing
+// and restarts nothing it need not. On the workstation the PKI stays (a new apply reuses the
+// CA); PurgeStateStep removes it.
+func (a *Applier) ResetSteps() []Step {
+	all, masters := names(a.nodes, ""), names(a.nodes, inventory.RoleMaster)
+	var ss []Step
+	add := func(name string, scope Scope, hosts []string, run func(context.Context, Reporter) error, format string, args ...any) {
+		ss = append(ss, Step{Task: Task{Name: name, Description: fmt.Sprintf(format, args...), Scope: scope, Hosts: hosts}, Run: run})
+	}
+
+	add("connect", OnHosts, all, a.connect, "connect to %s over SSH (host keys verified) and gather facts in one round trip each", count(all, "host"))
+	add("stop-kubelet", OnHosts, all, a.stopKubelet, "stop and disable kubelet, so nothing starts the containers again")
+	add("containers", OnHosts, all, a.removeContainers, "kill and remove every container in containerd's k8s.io namespace (images stay)")
+	add("unmount", OnHosts, all, a.unmountKubelet, "unmount what kubelet mounted under %s and the pods' network namespaces", templates.KubeletDir)
+	add("files", OnHosts, all, a.removeFiles, "remove %s, %s, %s (on %s), the kubelet unit and drop-in, %s", templates.KubernetesDir, templates.KubeletDir, templates.EtcdDataDir, strings.Join(masters, ", "), sysctlFile)
+	add("network", OnHosts, all, a.cleanNetwork, "delete cni0 and flannel.1, the CNI config and state, /run/flannel, and the KUBE-/FLANNEL- iptables chains with the jumps to them")
+	add("state", OnWorkstation, nil, a.resetState, "delete the admin kubeconfig and bootstrap token in the state dir; keep the PKI")
+	return ss
+}
+
+// PurgeStateStep removes the cluster's PKI from the state dir too (`reset --purge-state`): a
+// new apply then makes a new CA, and kubeconfigs made from the old one stop working.
+func (a *Applier) PurgeStateStep() Step {
+	return Step{Task: Task{Name: "purge-state", Description: "delete the cluster's PKI in the state dir", Scope: OnWorkstation}, Run: a.purgeState}
+}
+
+// resetHostTimeout bounds each reset command on one host.
+const resetHostTimeout = 3 * time.Minute
+
+// eachReset runs fn on every host with a deadline and reports its outcome as a host line.
+func (a *Applier) eachReset(ctx context.Context, r Reporter, fn func(ctx context.Context, n inventory.Node, h remote.Host) (string, error)) error {
+	return a.each(ctx, "", func(ctx context.Context, n inventory.Node, h remote.Host) error {
+		start := a.o.Now()
+		ctx, cancel := context.WithTimeout(ctx, resetHostTimeout)
+		defer cancel()
+		msg, err := fn(ctx, n, h)
+		if err != nil {
+			return err
+		}
+		r(Event{Kind: HostDone, Host: n.Name, Duration: a.o.Now().Sub(start), Message: msg})
+		return nil
+	})
+}
+
+// The reset scripts print one line per thing they changed, "changed WHAT", or said, "note
+// WHAT"; a host where nothing is left to do prints nothing.
+
+// stopKubeletScript stops and disables kubelet.service when systemd knows it, including a
+// kubelet waiting to be restarted after a crash.
+const stopKubeletScript = `if [ "$(systemctl show -p LoadState --value kubelet.service 2>/dev/null)" = loaded ]; then
+  s=$(systemctl show -p ActiveState --value kubelet.service)
+  systemctl stop kubelet.service || exit 1
+  case "$s" in inactive|failed) ;; *) echo "changed kubelet stopped" ;; esac
+  if systemctl is-enabled -q kubelet.service 2>/dev/null; then systemctl disable -q kubelet.service || exit 1; echo "changed kubelet disabled"; fi
+fi
+for p in $(pgrep -x kubelet 2>/dev/null); do echo "note kubelet-pid $p"; done; true`
+
+func (a *Applier) stopKubelet(ctx context.Context, r Reporter) error {
+	return a.eachReset(ctx, r, func(ctx context.Context, n inventory.Node, h remote.Host) (string, error) {
+		changed, notes, err := runReset(ctx, h, stopKubeletScript)
+		if err != nil {
+			return "", err
+		}
+		if len(notes) > 0 {
+			return "", fmt.Errorf("kubelet still runs outside systemd (%s) and would start the containers again: stop it, then run kforge reset again", strings.Join(notes, ", "))
+		}
+		return summary(changed, "kubelet not running"), nil
+	})
+}
+
+// containersScript kills every task in containerd's k8s.io namespace at once, then deletes
+// each task and container (with its snapshot). Images stay.
+const containersScript = `command -v ctr >/dev/null 2>&1 || { echo "note ctr not installed"; exit 0; }
+ctr version >/dev/null 2>&1 || { echo "note containerd not answering"; exit 0; }
+ids=$(ctr -n k8s.io containers ls -q) || exit 1
+[ -n "$ids" ] || exit 0
+for id in $ids; do ctr -n k8s.io tasks kill -s SIGKILL "$id" >/dev/null 2>&1 & done; wait
+n=0
+for id in $ids; do
+  ctr -n k8s.io tasks rm -f "$id" >/dev/null 2>&1
+  ctr -n k8s.io containers rm "$id" >/dev/null || exit 1
+  n=$((n+1))
+done
+echo "changed $n containers removed"`
+
+func (a *Applier) removeContainers(ctx context.Context, r Reporter) error {
+	return a.eachReset(ctx, r, func(ctx context.Context, n inventory.Node, h remote.Host) (string, error) {
+		changed, notes, err := runReset(ctx, h, containersScript)
+		if err != nil {
+			return "", err
+		}
+		if len(changed) > 0 {
+			// containerd's CRI plugin still holds the removed pod sandboxes in memory; a restart
+			// makes it forget them, so the next kubelet starts from nothing.
+			if err := h.Run(ctx, remote.Cmd{Command: "systemctl restart containerd"}); err != nil {
+				return "", err
+			}
+			changed = append(changed, "containerd restarted")
+		}
+		if len(notes) > 0 {
+			return strings.Join(notes, ", ") + ": no containers removed", nil
+		}
+		return summary(changed, "no containers"), nil
+	})
+}
+
+// unmountScript unmounts, deepest first, every mount below /var/lib/kubelet/ (pod volumes)
+// and the pods' network namespaces (/run/netns/cni-*), then deletes those namespace files.
+const unmountScript = `n=0
+for m in $(awk '$2 ~ "^/var/lib/kubelet/" || $2 ~ "^/run/netns/cni-" {print $2}' /proc/mounts | sort -r); do
+  m=$(printf '%b' "$m")
+  umount -- "$m" 2>/dev/null || umount -l -- "$m" 2>/dev/null || ! awk -v m="$m" '$2 == m {f=1} END {exit !f}' /proc/mounts || { echo "cannot unmount $m" >&2; exit 1; }
+  n=$((n+1))
+done
+[ "$n" = 0 ] || echo "changed $n mounts unmounted"
+k=0
+for f in /run/netns/cni-*; do [ -e "$f" ] || continue; rm -f -- "$f" || exit 1; k=$((k+1)); done
+[ "$k" = 0 ] || echo "changed $k network namespaces removed"`
+
+func (a *Applier) unmountKubelet(ctx context.Context, r Reporter) error {
+	return a.eachReset(ctx, r, func(ctx context.Context, n inventory.Node, h remote.Host) (string, error) {
+		changed, _, err := runReset(ctx, h, unmountScript)
+		return summary(changed, "nothing mounted"), err
+	})
+}
+
+// ResetFiles are the paths reset removes on a node: everything kforge wrote there except the
+// bundle's binaries and containerd's config. Directories that are mount points (a separate
+// disk for /var/lib/etcd, say) are emptied instead.
+func ResetFiles(role inventory.Role) []string {
+	ps := []string{templates.KubernetesDir, templates.KubeletDir}
+	if role == inventory.RoleMaster {
+		ps = append(ps, templates.EtcdDataDir)
+	}
+	return append(ps, templates.KubeletUnitPath, templates.KubeletDropInPath, sysctlFile)
+}
+
+// removeScript removes each of paths (emptying mount points) and prints what it removed.
+func removeScript(paths []string) string {
+	var b strings.Builder
+	b.WriteString("if grep -q ' /var/lib/kubelet/' /proc/mounts; then echo 'mounts remain under /var/lib/kubelet: run kforge reset again, or unmount them' >&2; exit 1; fi\n")
+	b.WriteString("for p in")
+	for _, p := range paths {
+		b.WriteString(" " + remote.Quote(p))
+	}
+	b.WriteString(`; do
+  if [ -d "$p" ] && [ ! -L "$p" ] && mountpoint -q "$p" 2>/dev/null; then
+    [ -z "$(ls -A "$p")" ] && continue
+    find "$p" -mindepth 1 -maxdepth 1 -exec rm -rf --one-file-system -- {} + || exit 1
+    echo "changed emptied $p"
+  elif [ -e "$p" ] || [ -L "$p" ]; then
+    rm -rf --one-file-system -- "$p" || exit 1
+    echo "changed removed $p"
+  fi
+done
+d=$(dirname ` + remote.Quote(templates.KubeletDropInPath) + `); [ -d "$d" ] && rmdir "$d" 2>/dev/null && echo "changed removed $d"; true`)
+	return b.String()
+}
+
+func (a *Applier) removeFiles(ctx context.Context, r Reporter) error {
+	return a.eachReset(ctx, r, func(ctx context.Context, n inventory.Node, h remote.Host) (string, error) {
+		changed, _, err := runReset(ctx, h, removeScript(ResetFiles(n.Role)))
+		if err != nil {
+			return "", err
+		}
+		if slices.ContainsFunc(changed, func(c string) bool { return strings.Contains(c, "/etc/systemd/system/") }) {
+			if err := h.Run(ctx, remote.Cmd{Command: "systemctl daemon-reload"}); err != nil {
+				return "", err
+			}
+			changed = append(changed, "systemd reloaded")
+		}
+		return summary(changed, "no files left"), nil
+	})
+}
+
+// cniNetwork is the name of kforge's CNI network (templates.FlannelCNIConfig): host-local
+// keeps its IP allocations under /var/lib/cni/networks/<name>.
+const cniNetwork = "kforge"
+
+// networkScript deletes the pod network's links, config and state. Pods were killed without
+// a CNI DEL, so their IP allocations and cached results are removed here too.
+const networkScript = `for l in cni0 flannel.1; do
+  if ip link show dev "$l" >/dev/null 2>&1; then ip link delete dev "$l" || exit 1; echo "changed link $l deleted"; fi
+done
+for p in ` + cniConfFile + ` /run/flannel /var/lib/cni/networks/` + cniNetwork + ` /var/lib/cni/results/` + cniNetwork + `-* /var/lib/cni/results/cni-loopback-*; do
+  [ -e "$p" ] || continue
+  rm -rf -- "$p" || exit 1
+  case "$p" in /var/lib/cni/results/*) r=1 ;; *) echo "changed removed $p" ;; esac
+done
+[ -z "$r" ] || echo "changed removed CNI results"
+if command -v nft >/dev/null 2>&1; then
+  for f in ip ip6; do nft list table $f kube-proxy >/dev/null 2>&1 && { nft delete table $f kube-proxy || exit 1; echo "changed nft table $f kube-proxy deleted"; }; done
+fi; true`
+
+// iptablesDumpScript prints the rules of every iptables variant on the host, each after a
+// "#kforge-iptables NAME" line: legacy and nft, IPv4 and IPv6 where present, else whatever
+// plain iptables-save is.
+const iptablesDumpScript = `found=
+for t in iptables-legacy iptables-nft ip6tables-legacy ip6tables-nft; do
+  command -v $t-save >/dev/null 2>&1 || continue
+  found=1; echo "#kforge-iptables $t"; $t-save 2>/dev/null
+done
+if [ -z "$found" ]; then for t in iptables ip6tables; do
+  command -v $t-save >/dev/null 2>&1 || continue
+  echo "#kforge-iptables $t"; $t-save 2>/dev/null
+done; fi; true`
+
+// resetChainPrefixes name the iptables chains kube-proxy, kubelet, flannel and the portmap CNI
+// plugin make; reset deletes them and every rule that jumps to them, in every table.
+var resetChainPrefixes = []string{"KUBE-", "FLANNEL-", "CNI-HOSTPORT-", "CNI-DN-"}
+
+func (a *Applier) cleanNetwork(ctx context.Context, r Reporter) error {
+	return a.eachReset(ctx, r, func(ctx context.Context, n inventory.Node, h remote.Host) (string, error) {
+		changed, _, err := runReset(ctx, h, networkScript)
+		if err != nil {
+			return "", err
+		}
+		out, err := remote.Output(ctx, h, iptablesDumpScript)
+		if err != nil {
+			return "", err
+		}
+		for _, d := range splitIptablesDump(string(out)) {
+			restore, rules, chains := CleanIptables(d.save, resetChainPrefixes)
+			if restore == "" {
+				continue
+			}
+			if err := h.Run(ctx, remote.Cmd{Command: d.tool + "-restore -w 10", Stdin: strings.NewReader(restore)}); err != nil {
+				return "", err
+			}
+			changed = append(changed, fmt.Sprintf("%s: %d chains, %d rules removed", d.tool, chains, rules))
+		}
+		return summary(changed, "nothing left"), nil
+	})
+}
+
+type iptablesDump struct{ tool, save string }
+
+func splitIptablesDump(out string) []iptablesDump {
+	var ds []iptablesDump
+	for _, part := range strings.Split(out, "#kforge-iptables ")[1:] {
+		tool, save, _ := strings.Cut(part, "\n")
+		ds = append(ds, iptablesDump{tool: strings.TrimSpace(tool), save: save})
+	}
+	return ds
+}
+
+// CleanIptables takes iptables-save output and returns iptables-restore input for the tables
+// that hold chains named with one of prefixes: those tables without such chains and without
+// the rules that jump or go to them; every other chain and rule of the table is kept as it was.
+// restore is empty when nothing matched: the host's rules are already clean.
+func CleanIptables(save string, prefixes []string) (restore string, rules, chains int) {
+	ours := func(chain string) bool {
+		return slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(chain, p) })
+	}
+	var out strings.Builder
+	var table []string
+	dropped := false
+	for _, line := range strings.Split(save, "\n") {
+		switch {
+		case strings.HasPrefix(line, "*"):
+			table, dropped = []string{line}, false
+		case line == "COMMIT":
+			if dropped {
+				out.WriteString(strings.Join(table, "\n") + "\nCOMMIT\n")
+			}
+			table = nil
+		case table == nil, strings.HasPrefix(line, "#"), strings.TrimSpace(line) == "":
+		case strings.HasPrefix(line, ":"):
+			name, _, _ := strings.Cut(line[1:], " ")
+			if ours(name) {
+				chains++
+				dropped = true
+				continue
+			}
+			table = append(table, line)
+		case strings.HasPrefix(line, "-A "):
+			f := shellFields(line)
+			if len(f) > 1 && ours(f[1]) || ours(jumpTarget(f)) {
+				rules++
+				dropped = true
+				continue
+			}
+			table = append(table, line)
+		default:
+			table = append(table, line)
+		}
+	}
+	return out.String(), rules, chains
+}
+
+// jumpTarget is the chain a rule jumps (-j) or goes (-g) to.
+func jumpTarget(f []string) string {
+	for i := 0; i+1 < len(f); i++ {
+		if f[i] == "-j" || f[i] == "--jump" || f[i] == "-g" || f[i] == "--goto" {
+			return f[i+1]
+		}
+	}
+	return ""
+}
+
+// shellFields splits an iptables-save rule into words, keeping double-quoted words (comments)
+// whole.
+func shellFields(s string) []string {
+	var fs []string
+	var cur strings.Builder
+	in, esc, have := false, false, false
+	for _, c := range s {
+		switch {
+		case esc:
+			cur.WriteRune(c)
+			esc = false
+		case c == '\\' && in:
+			esc = true
+		case c == '"':
+			in, have = !in, true
+		case c == ' ' && !in:
+			if have {
+				fs = append(fs, cur.String())
+				cur.Reset()
+				have = false
+			}
+		default:
+			cur.WriteRune(c)
+			have = true
+		}
+	}
+	if have {
+		fs = append(fs, cur.String())
+	}
+	return fs
+}
+
+// runReset runs a reset script on h and splits its "changed" and "note" lines.
+func runReset(ctx context.Context, h remote.Host, script string) (changed, notes []string, err error) {
+	out, err := remote.Output(ctx, h, script)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if c, ok := strings.CutPrefix(line, "changed "); ok {
+			changed = append(changed, c)
+		} else if c, ok := strings.CutPrefix(line, "note "); ok {
+			notes = append(notes, c)
+		}
+	}
+	return changed, notes, nil
+}
+
+func summary(changed []string, clean string) string {
+	if len(changed) == 0 {
+		return clean
+	}
+	return strings.Join(changed, ", ")
+}
+
+// ResetStateFiles are what reset deletes from the state dir: what lets someone into the
+// cluster that is no more. The PKI stays unless the state is purged.
+func ResetStateFiles(stateDir string) []string {
+	return []string{AdminKubeconfigPath(stateDir), filepath.Join(stateDir, "bootstrap-token")}
+}
+
+func (a *Applier) resetState(_ context.Context, r Reporter) error {
+	var removed []string
+	for _, p := range ResetStateFiles(a.o.StateDir) {
+		err := os.Remove(p)
+		switch {
+		case err == nil:
+			removed = append(removed, p)
+		case !errors.Is(err, os.ErrNotExist):
+			return fmt.Errorf("state dir: %w", err)
+		}
+	}
+	if len(removed) > 0 {
+		r(Event{Kind: Progress, Message: "deleted " + strings.Join(removed, ", ")})
+	}
+	p := filepath.Join(a.o.StateDir, pki.StateSubdir)
+	if _, err := os.Stat(p); err == nil {
+		r(Event{Kind: Progress, Message: "kept the PKI in " + p + ": a new apply reuses the same CA (kforge reset --purge-state deletes it)"})
+	}
+	return nil
+}
+
+func (a *Applier) purgeState(_ context.Context, r Reporter) error {
+	p := filepath.Join(a.o.StateDir, pki.StateSubdir)
+	if _, err := os.Stat(p); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err := os.RemoveAll(p); err != nil {
+		return fmt.Errorf("state dir: %w", err)
+	}
+	r(Event{Kind: Progress, Message: "deleted " + p + " (a new apply makes a new CA)"})
+	return nil
+}
+
+var _ = strconv.Itoa
