@@ -119,3 +119,30 @@ func TestRedactionSafetyNet(t *testing.T) {
 		t.Fatalf("redactString: %q", out)
 	}
 }
+
+func TestKubeconfigPrintsAndMerges(t *testing.T) {
+	dir := t.TempDir()
+	inv := dir + "/k.yaml"
+	writeFile(t, inv, "apiVersion: kforge.dev/v1alpha1\nkind: Cluster\nname: c1\nmasters:\n  - {name: m1, address: 10.0.0.1}\n")
+	state := dir + "/state"
+	code, out, errs := kforge(t, "-i", inv, "--state-dir", state, "kubeconfig")
+	if code == 0 || out != "" || !strings.Contains(errs, "run kforge apply first") {
+		t.Fatalf("before apply: code %d, stdout %q, stderr %q", code, out, errs)
+	}
+	admin := "apiVersion: v1\nkind: Config\nclusters:\n- name: c1\n  cluster: {server: 'https://10.0.0.1:6443'}\nusers:\n- name: c1-admin\n  user: {token: x}\ncontexts:\n- name: c1-admin@c1\n  context: {cluster: c1, user: c1-admin}\ncurrent-context: c1-admin@c1\n"
+	os.MkdirAll(state, 0o700)
+	writeFile(t, state+"/admin.conf", admin)
+	code, out, _ = kforge(t, "-i", inv, "--state-dir", state, "kubeconfig")
+	if code != 0 || out != admin {
+		t.Fatalf("print: code %d, stdout %q", code, out)
+	}
+	home := dir + "/kube/config"
+	os.MkdirAll(dir+"/kube", 0o700)
+	writeFile(t, home, "apiVersion: v1\nkind: Config\nclusters:\n- name: other\n  cluster: {server: 'https://192.0.2.9:6443'}\ncontexts:\n- name: other\n  context: {cluster: other}\ncurrent-context: other\n")
+	t.Setenv("KUBECONFIG", home)
+	code, _, errs = kforge(t, "-i", inv, "--state-dir", state, "kubeconfig", "--merge")
+	b, _ := os.ReadFile(home)
+	if code != 0 || !strings.Contains(string(b), "name: other") || !strings.Contains(string(b), "current-context: c1-admin@c1") {
+		t.Fatalf("merge: code %d, stderr %q, file:\n%s", code, errs, b)
+	}
+}
