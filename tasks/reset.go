@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -107,9 +106,18 @@ for id in $ids; do
 done
 echo "changed $n containers removed"`
 
+// containerdEnv points ctr at the inventory's runtime socket when it is not containerd's default.
+func (a *Applier) containerdEnv() string {
+	sock := strings.TrimPrefix(a.inv.ContainerRuntime.Endpoint, "unix://")
+	if sock == "" || sock == "/run/containerd/containerd.sock" {
+		return ""
+	}
+	return "export CONTAINERD_ADDRESS=" + remote.Quote(sock) + "\n"
+}
+
 func (a *Applier) removeContainers(ctx context.Context, r Reporter) error {
 	return a.eachReset(ctx, r, func(ctx context.Context, n inventory.Node, h remote.Host) (string, error) {
-		changed, notes, err := runReset(ctx, h, containersScript)
+		changed, notes, err := runReset(ctx, h, a.containerdEnv()+containersScript)
 		if err != nil {
 			return "", err
 		}
@@ -415,5 +423,3 @@ func (a *Applier) purgeState(_ context.Context, r Reporter) error {
 	r(Event{Kind: Progress, Message: "deleted " + p + " (a new apply makes a new CA)"})
 	return nil
 }
-
-var _ = strconv.Itoa

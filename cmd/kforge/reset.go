@@ -1,0 +1,96 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/term"
+
+	"github.com/kforge/kforge/inventory"
+	"github.com/kforge/kforge/remote"
+	"github.com/kforge/kforge/tasks"
+)
+
+// ResetCmd undoes on every host what apply did. It asks for the cluster's name first, unless
+// --yes.
+type ResetCmd struct {
+	Yes               bool `help:"Do not ask: reset without confirmation (needed when stdin is not a terminal)."`
+	PurgeState        bool `help:"Also delete the cluster's PKI from the state dir (by default it is kept, so a new apply reuses the same CA)."`
+	AcceptNewHostKeys bool `help:"Trust hosts whose SSH key is not yet in known_hosts, and record their keys (trust on first use)."`
+}
+
+func (c *ResetCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Logger) error {
+	inv, err := loadInventory(g)
+	if err != nil {
+		return err
+	}
+	state, err := clusterStateDir(g, inv)
+	if err != nil {
+		return err
+	}
+	if !c.Yes {
+		fd := int(os.Stdin.Fd())
+		if err := confirmReset(os.Stdin, term.IsTerminal(fd), s.Err, inv); err != nil {
+			return err
+		}
+	}
+	a := tasks.NewApplier(inv, tasks.Options{
+		StateDir:          state,
+		InventoryDir:      filepath.Dir(g.Inventory),
+		Limits:            remote.Limits{Hosts: g.Concurrency},
+		AcceptNewHostKeys: c.AcceptNewHostKeys,
+		Logger:            log,
+	})
+	defer a.Close()
+	steps := a.ResetSteps()
+	if c.PurgeState {
+		steps = append(steps, a.PurgeStateStep())
+	}
+	p := newEventPrinter(s, g)
+	start := time.Now()
+	timings, err := tasks.Run(ctx, steps, p.report, time.Now)
+	if err != nil {
+		return err
+	}
+	kept := "kept on the hosts: installed binaries, imported images, containerd's config"
+	if !c.PurgeState {
+		kept += "; in " + state + ": the PKI"
+	}
+	p.summary(fmt.Sprintf("cluster %s reset on %d hosts (%s)", inv.Name, len(inv.Masters)+len(inv.Workers), kept), time.Since(start), timings)
+	return nil
+}
+
+// confirmReset asks on the terminal for the cluster's name; without a terminal it refuses.
+func confirmReset(in io.Reader, terminal bool, w io.Writer, inv *inventory.Cluster) error {
+	if !terminal {
+		return refusedError{"kforge reset deletes cluster " + inv.Name + " from its hosts and asks first, but stdin is not a terminal: pass --yes to reset without asking"}
+	}
+	var hosts []string
+	for _, n := range inv.Nodes() {
+		hosts = append(hosts, n.Name)
+	}
+	fmt.Fprintf(w, "kforge reset stops kubelet and removes the containers, Kubernetes files, etcd data, pod network and iptables rules of cluster %s on %s.\n", inv.Name, strings.Join(hosts, ", "))
+	fmt.Fprintf(w, "Type the cluster's name (%s) to go on: ", inv.Name)
+	line, err := bufio.NewReader(in).ReadString('\n')
+	if err != nil && !errors.Is(err, io.EOF) {
+		return err
+	}
+	if strings.TrimSpace(line) != inv.Name {
+		return refusedError{fmt.Sprintf("reset cancelled: %q is not the cluster's name %q; nothing was changed", strings.TrimSpace(line), inv.Name)}
+	}
+	return nil
+}
+
+// refusedError is a reset that was not confirmed: nothing was changed.
+type refusedError struct{ msg string }
+
+func (e refusedError) Error() string { return e.msg }
+func (refusedError) ExitCode() int   { return exitInvalid }
