@@ -1,5 +1,5 @@
 // Package remote is how kforge talks to hosts: one small Host interface, an SSH/SFTP
-// implementation of it, free functions over it (mkdir, systemctl, facts), a fan-out helper and
+// implementation of it, free functions over it (mkdir, systemctl, output), a fan-out helper and
 // typed errors that say what failed, where, and what to do next.
 //
 // Everything a Host runs runs as root: the SSH implementation wraps commands in sudo when the

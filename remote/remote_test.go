@@ -210,34 +210,6 @@ func TestQuoteRoundTripsThroughSh(t *testing.T) {
 	}
 }
 
-func TestParseFacts(t *testing.T) {
-	f, err := ParseFacts([]byte("hostname=n1\narch=aarch64\nkernel=6.1.0\ncgroup=2\nsystemd=yes\nid=ubuntu\nversion_id=24.04\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := Facts{Hostname: "n1", OSID: "ubuntu", OSVersionID: "24.04", Arch: "aarch64", Kernel: "6.1.0", CgroupVersion: 2, Systemd: true}
-	if f != want {
-		t.Errorf("got %+v want %+v", f, want)
-	}
-	if _, err := ParseFacts([]byte("sh: 1: uname: not found\n")); err == nil {
-		t.Error("garbage parsed without error")
-	}
-}
-
-func TestFactsCommandRunsLocally(t *testing.T) {
-	out, err := exec.Command("sh", "-c", FactsCommand).Output()
-	if err != nil {
-		t.Skip("no sh:", err)
-	}
-	f, err := ParseFacts(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if f.Arch == "" || f.Kernel == "" || f.Hostname == "" {
-		t.Errorf("facts incomplete: %+v", f)
-	}
-}
-
 func TestSecretsNeverReachTheLog(t *testing.T) {
 	var buf bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&buf, nil))

@@ -33,8 +33,6 @@ type Result struct {
 // Host is an in-memory remote.Host. The zero value is not usable; call New.
 type Host struct {
 	name string
-	// Facts answers remote.FactsCommand (remote.ReadFacts).
-	Facts remote.Facts
 
 	mu        sync.Mutex
 	files     map[string]File
@@ -56,7 +54,6 @@ type handler struct {
 func New(name string) *Host {
 	return &Host{
 		name:  name,
-		Facts: remote.Facts{Hostname: name, OSID: "debian", OSVersionID: "12", Arch: "x86_64", Kernel: "6.1.0-fake", CgroupVersion: 2, Systemd: true},
 		files: map[string]File{},
 		dirs:  map[string]bool{"/": true},
 	}
@@ -212,18 +209,6 @@ func (h *Host) builtin(c remote.Cmd) error {
 	fail := func(code int, msg string) error {
 		io.WriteString(c.Stderr, msg+"\n")
 		return &remote.CommandError{Host: h.name, Command: c.Command, ExitCode: code, Stderr: []byte(msg + "\n")}
-	}
-	if c.Command == remote.FactsCommand {
-		f := h.Facts
-		cg, sd := 1, "no"
-		if f.CgroupVersion == 2 {
-			cg = 2
-		}
-		if f.Systemd {
-			sd = "yes"
-		}
-		fmt.Fprintf(c.Stdout, "hostname=%s\narch=%s\nkernel=%s\ncgroup=%d\nsystemd=%s\nid=%s\nversion_id=%s\n", f.Hostname, f.Arch, f.Kernel, cg, sd, f.OSID, f.OSVersionID)
-		return nil
 	}
 	if p, ok := strings.CutPrefix(c.Command, "cat -- "); ok {
 		p = unquote(p)
