@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -167,8 +168,9 @@ func ResetFiles(role inventory.Role) []string {
 	return append(ps, templates.KubeletUnitPath, templates.KubeletDropInPath, sysctlFile)
 }
 
-// removeScript removes each of paths (emptying mount points) and prints what it removed.
-func removeScript(paths []string) string {
+// removeScript removes each of paths (emptying mount points), then emptyDir if it is empty,
+// and prints what it removed.
+func removeScript(paths []string, emptyDir string) string {
 	var b strings.Builder
 	b.WriteString("if grep -q ' /var/lib/kubelet/' /proc/mounts; then echo 'mounts remain under /var/lib/kubelet: run kforge reset again, or unmount them' >&2; exit 1; fi\n")
 	b.WriteString("for p in")
@@ -185,13 +187,13 @@ func removeScript(paths []string) string {
     echo "changed removed $p"
   fi
 done
-d=$(dirname ` + remote.Quote(templates.KubeletDropInPath) + `); [ -d "$d" ] && rmdir "$d" 2>/dev/null && echo "changed removed $d"; true`)
+d=` + remote.Quote(emptyDir) + `; [ -d "$d" ] && rmdir "$d" 2>/dev/null && echo "changed removed $d"; true`)
 	return b.String()
 }
 
 func (a *Applier) removeFiles(ctx context.Context, r Reporter) error {
 	return a.eachReset(ctx, r, func(ctx context.Context, n inventory.Node, h remote.Host) (string, error) {
-		changed, _, err := runReset(ctx, h, removeScript(ResetFiles(n.Role)))
+		changed, _, err := runReset(ctx, h, removeScript(ResetFiles(n.Role), path.Dir(templates.KubeletDropInPath)))
 		if err != nil {
 			return "", err
 		}
