@@ -396,7 +396,7 @@ func (a *Applier) configureRuntime(ctx context.Context, n inventory.Node, h remo
 	if restart {
 		cmds = append(cmds, "systemctl restart containerd")
 	}
-	cmds = append(cmds, "systemctl is-enabled -q containerd || systemctl enable -q containerd", "systemctl is-active -q containerd || systemctl start containerd")
+	cmds = append(cmds, "{ systemctl is-enabled -q containerd || systemctl enable -q containerd; }", "{ systemctl is-active -q containerd || systemctl start containerd; }")
 	if err := h.Run(ctx, remote.Cmd{Command: strings.Join(cmds, " && ")}); err != nil {
 		return "", err
 	}
@@ -423,13 +423,13 @@ func (a *Applier) startKubelet(ctx context.Context, n inventory.Node, h remote.H
 	if a.wrote(n.Name, func(p string) bool { return strings.HasPrefix(p, "/etc/systemd/system/") }) {
 		cmds = append(cmds, "systemctl daemon-reload")
 	}
-	cmds = append(cmds, "systemctl is-enabled -q kubelet || systemctl enable -q kubelet")
+	cmds = append(cmds, "{ systemctl is-enabled -q kubelet || systemctl enable -q kubelet; }")
 	what := "kubelet unchanged"
 	if a.wrote(n.Name, isKubeletInput) {
 		cmds = append(cmds, "systemctl restart kubelet")
 		what = "kubelet restarted"
 	} else {
-		cmds = append(cmds, "systemctl is-active -q kubelet || { systemctl start kubelet && echo started; }")
+		cmds = append(cmds, "{ systemctl is-active -q kubelet || { systemctl start kubelet && echo started; }; }")
 	}
 	out, err := remote.Output(ctx, h, strings.Join(cmds, " && "))
 	if strings.Contains(string(out), "started") {

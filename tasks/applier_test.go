@@ -1,0 +1,125 @@
+package tasks
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/kforge/kforge/remote"
+	"github.com/kforge/kforge/remote/remotetest"
+	"github.com/kforge/kforge/templates"
+)
+
+// fakeHost is an in-memory host that answers apply's one-round-trip hash command from its
+// own files.
+func fakeHost(name string) *remotetest.Host {
+	h := remotetest.New(name)
+	h.Handle(func(c string) bool { return strings.HasPrefix(c, "for f in") }, func(ctx context.Context, c remote.Cmd) error {
+		for _, p := range h.Files() {
+			if f, ok := h.File(p); ok && strings.Contains(c.Command, p) {
+				sum := sha256.Sum256(f.Data)
+				fmt.Fprintf(c.Stdout, "%s  %s\n", hex.EncodeToString(sum[:]), p)
+			}
+		}
+		return nil
+	})
+	h.Handle(func(c string) bool { return strings.Contains(c, "systemctl") }, func(context.Context, remote.Cmd) error { return nil })
+	return h
+}
+
+// TestPushWritesOnlyWhatDiffersAndKubeletRestartsOnlyForItsInputs: the heart of a quiet
+// re-run. Files already right are not uploaded; kubelet restarts only when one of its own
+// inputs was written, and otherwise is only started if it is not running.
+func TestPushWritesOnlyWhatDiffersAndKubeletRestartsOnlyForItsInputs(t *testing.T) {
+	ctx := context.Background()
+	c := cluster(t, "")
+	a := NewApplier(c, Options{})
+	n := c.Nodes()[0]
+	h := fakeHost(n.Name)
+	a.hosts[n.Name] = h
+	a.files[n.Name] = []templates.File{
+		{Path: "/etc/kubernetes/manifests/etcd.yaml", Mode: 0o600, Data: []byte("etcd v2")},
+		{Path: "/var/lib/kubelet/config.yaml", Mode: 0o644, Data: []byte("kubelet config")},
+	}
+	h.SetFile("/etc/kubernetes/manifests/etcd.yaml", []byte("etcd v1"), 0o600)
+	h.SetFile("/var/lib/kubelet/config.yaml", []byte("kubelet config"), 0o644)
+
+	if err := a.push(ctx, n, h, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.Uploads(); !slices.Equal(got, []string{"/etc/kubernetes/manifests/etcd.yaml"}) {
+		t.Errorf("uploaded %v; only the changed manifest should be", got)
+	}
+	if f, _ := h.File("/etc/kubernetes/manifests/etcd.yaml"); string(f.Data) != "etcd v2" {
+		t.Errorf("manifest on host: %q", f.Data)
+	}
+	msg, err := a.startKubelet(ctx, n, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := h.Commands()[len(h.Commands())-1]
+	if strings.Contains(last, "restart kubelet") || !strings.Contains(last, "systemctl start kubelet") || msg != "kubelet unchanged" {
+		t.Errorf("a static-pod change restarted kubelet: %q (%s)", last, msg)
+	}
+
+	// Now kubelet's own config changes: it is restarted.
+	a.files[n.Name][1].Data = []byte("kubelet config v2")
+	if err := a.push(ctx, n, h, nil); err != nil {
+		t.Fatal(err)
+	}
+	if msg, _ = a.startKubelet(ctx, n, h); msg != "kubelet restarted" {
+		t.Errorf("kubelet config changed, got %q", msg)
+	}
+	if !strings.Contains(h.Commands()[len(h.Commands())-1], "systemctl restart kubelet") {
+		t.Errorf("last command %q", h.Commands()[len(h.Commands())-1])
+	}
+	// A unit change also reloads systemd.
+	a.files[n.Name] = append(a.files[n.Name], templates.File{Path: templates.KubeletUnitPath, Mode: 0o644, Data: []byte("[Service]")})
+	a.push(ctx, n, h, nil)
+	a.startKubelet(ctx, n, h)
+	if !strings.HasPrefix(h.Commands()[len(h.Commands())-1], "systemctl daemon-reload") {
+		t.Errorf("unit changed without daemon-reload: %q", h.Commands()[len(h.Commands())-1])
+	}
+}
+
+// TestRenderAddsKforgeFilesPerRole: masters get the manifests marker naming their static pods
+// (so a re-run's preflight recognises them), every host gets kforge's sysctl file.
+func TestRenderAddsKforgeFilesPerRole(t *testing.T) {
+	c := cluster(t, "workers:\n  - {name: w1, address: 10.0.0.2}\n")
+	a := NewApplier(c, Options{StateDir: t.TempDir()})
+	if err := a.ensurePKI(context.Background(), func(Event) {}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.render(context.Background(), func(Event) {}); err != nil {
+		t.Fatal(err)
+	}
+	paths := func(host string) []string {
+		var ps []string
+		for _, f := range a.files[host] {
+			ps = append(ps, f.Path)
+		}
+		return ps
+	}
+	for _, host := range []string{"m1", "w1"} {
+		if !slices.Contains(paths(host), sysctlFile) {
+			t.Errorf("%s lacks %s", host, sysctlFile)
+		}
+	}
+	if !slices.Contains(paths("m1"), "/etc/kubernetes/manifests/.kforge-manifests") || slices.Contains(paths("w1"), "/etc/kubernetes/manifests/.kforge-manifests") {
+		t.Errorf("manifests marker: m1 %v, w1 %v", paths("m1"), paths("w1"))
+	}
+	for _, f := range a.files["w1"] {
+		if f.Path == templates.BootstrapKubeletConfig && !strings.Contains(string(f.Data), a.token.Value()) {
+			t.Error("the worker's bootstrap kubeconfig does not carry the state dir's token")
+		}
+	}
+	// The token is kept across runs, so a re-run rewrites no bootstrap kubeconfig.
+	b := NewApplier(c, Options{StateDir: a.o.StateDir})
+	if err := b.ensurePKI(context.Background(), func(Event) {}); err != nil || b.token.Value() != a.token.Value() {
+		t.Errorf("second run token %v, first %v, err %v", b.token.ID, a.token.ID, err)
+	}
+}
