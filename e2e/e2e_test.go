@@ -29,6 +29,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kforge/kforge/bundle"
+	"github.com/kforge/kforge/inventory"
 	"github.com/kforge/kforge/lab"
 )
 
@@ -182,7 +183,8 @@ func TestApplyLabClusterEndToEnd(t *testing.T) {
 	agent := buildAgentImage(t, dir)
 
 	name := fmt.Sprintf("e2e%d", os.Getpid()%100000)
-	l, err := lab.Up(ctx, lab.Options{Name: name, Hosts: 3})
+	// Four hosts: the inventory starts with three; the fourth joins when it is added.
+	l, err := lab.Up(ctx, lab.Options{Name: name, Hosts: 4})
 	if err != nil {
 		t.Fatalf("lab up: %v", err)
 	}
@@ -192,14 +194,8 @@ func TestApplyLabClusterEndToEnd(t *testing.T) {
 			t.Errorf("lab down: %v", err)
 		}
 	})
-	inv, err := os.ReadFile(l.InventoryFile)
-	if err != nil {
-		t.Fatal(err)
-	}
 	c.inventory = filepath.Join(dir, "kforge.yaml")
-	if err := os.WriteFile(c.inventory, append(inv, []byte("bundle: "+c.bundle+"\n")...), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	c.writeInventory(3)
 	master, w1, w2 := l.Hosts[0].Name, l.Hosts[1].Name, l.Hosts[2].Name
 
 	// 1. apply: a cluster from nothing.
@@ -325,7 +321,7 @@ func TestApplyLabClusterEndToEnd(t *testing.T) {
 
 	// 5. apply again: exit 0, nothing restarted, no file rewritten.
 	before := map[string]string{}
-	for _, h := range l.Hosts {
+	for _, h := range l.Hosts[:3] {
 		before[h.Name] = c.snapshot(ctx, h.Name)
 	}
 	start = time.Now()
@@ -334,13 +330,59 @@ func TestApplyLabClusterEndToEnd(t *testing.T) {
 		t.Fatalf("second kforge apply: %v\n%s", err, out)
 	}
 	t.Logf("second apply took %s", time.Since(start).Round(time.Millisecond))
-	for _, h := range l.Hosts {
+	for _, h := range l.Hosts[:3] {
 		if after := c.snapshot(ctx, h.Name); after != before[h.Name] {
 			t.Errorf("%s changed on the second apply:\n%s", h.Name, diffLines(before[h.Name], after))
 		}
 	}
 	if strings.Contains(out, "restarted") || strings.Contains(out, "created") {
 		t.Errorf("second apply restarted or created something:\n%s", out)
+	}
+
+	// 6. Growing: a fourth host added to the inventory joins on the next apply; the others are
+	// left alone.
+	c.writeInventory(4)
+	out, err = c.run("apply", "--conntrack-max-per-core", "0", "--timeout", "4m")
+	if err != nil {
+		t.Fatalf("apply with a new worker: %v\n%s", err, out)
+	}
+	nodes, err = k.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil || len(nodes.Items) != 4 {
+		t.Fatalf("after adding a worker: %d nodes, %v", len(nodes.Items), err)
+	}
+	for _, n := range nodes.Items {
+		if !nodeReady(&n) {
+			t.Errorf("node %s is not Ready after the cluster grew", n.Name)
+		}
+	}
+	for _, h := range l.Hosts[:3] {
+		if after := c.snapshot(ctx, h.Name); after != before[h.Name] {
+			t.Errorf("%s changed when a worker was added:\n%s", h.Name, diffLines(before[h.Name], after))
+		}
+	}
+}
+
+// writeInventory writes an inventory with the lab's first n hosts (one master) and the bundle.
+func (c *cluster) writeInventory(n int) {
+	c.t.Helper()
+	var b strings.Builder
+	fmt.Fprintf(&b, "apiVersion: kforge.dev/v1alpha1\nkind: Cluster\nname: %s\nbundle: %s\n", c.lab.Name, c.bundle)
+	fmt.Fprintf(&b, "ssh: {user: root, identityFile: %s, knownHostsFile: %s}\n", c.lab.IdentityFile, c.lab.KnownHostsFile)
+	skel, err := inventory.Load(c.lab.InventoryFile) // the lab knows whether hosts need cgroup v1
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	fmt.Fprintf(&b, "kubelet: {allowCgroupV1: %t}\n", skel.Kubelet.AllowCgroupV1)
+	for i, h := range c.lab.Hosts[:n] {
+		if i == 0 {
+			b.WriteString("masters:\n")
+		} else if i == 1 {
+			b.WriteString("workers:\n")
+		}
+		fmt.Fprintf(&b, "  - {name: %s, address: %s}\n", h.Name, h.Address)
+	}
+	if err := os.WriteFile(c.inventory, []byte(b.String()), 0o600); err != nil {
+		c.t.Fatal(err)
 	}
 }
 
