@@ -70,14 +70,16 @@ func (a *Applier) eachReset(ctx context.Context, r Reporter, fn func(ctx context
 // WHAT"; a host where nothing is left to do prints nothing.
 
 // stopKubeletScript stops and disables kubelet.service when systemd knows it, including a
-// kubelet waiting to be restarted after a crash.
+// kubelet waiting to be restarted after a crash, then names any kubelet still running in the
+// host's own PID namespace (kubelets of nested nodes, kind's say, are not the host's).
 const stopKubeletScript = `if [ "$(systemctl show -p LoadState --value kubelet.service 2>/dev/null)" = loaded ]; then
   s=$(systemctl show -p ActiveState --value kubelet.service)
   systemctl stop kubelet.service || exit 1
   case "$s" in inactive|failed) ;; *) echo "changed kubelet stopped" ;; esac
   if systemctl is-enabled -q kubelet.service 2>/dev/null; then systemctl disable -q kubelet.service || exit 1; echo "changed kubelet disabled"; fi
 fi
-for p in $(pgrep -x kubelet 2>/dev/null); do echo "note kubelet-pid $p"; done; true`
+self=$(readlink /proc/self/ns/pid)
+for p in $(pgrep -x kubelet 2>/dev/null); do [ "$(readlink /proc/$p/ns/pid)" = "$self" ] && echo "note kubelet-pid $p"; done; true`
 
 func (a *Applier) stopKubelet(ctx context.Context, r Reporter) error {
 	return a.eachReset(ctx, r, func(ctx context.Context, n inventory.Node, h remote.Host) (string, error) {
