@@ -95,9 +95,15 @@ func (a *Applier) stopKubelet(ctx context.Context, r Reporter) error {
 }
 
 // containersScript kills every task in containerd's k8s.io namespace at once, then deletes
-// each task and container (with its snapshot). Images stay.
+// each task and container (with its snapshot). Images stay. A host without containerd running
+// (apply stopped before starting it) has nothing to remove, unless shims still run.
 const containersScript = `command -v ctr >/dev/null 2>&1 || { echo "note ctr not installed"; exit 0; }
-ctr version >/dev/null 2>&1 || { echo "note containerd not answering"; exit 0; }
+if ! ctr --connect-timeout 5s version >/dev/null 2>&1; then
+  if pgrep -x containerd-shim >/dev/null 2>&1; then
+    echo "containerd is not answering but containerd-shim processes run (pods may still run): start containerd (systemctl start containerd), then run kforge reset again" >&2; exit 1
+  fi
+  echo "note containerd not running"; exit 0
+fi
 ids=$(ctr -n k8s.io containers ls -q) || exit 1
 [ -n "$ids" ] || exit 0
 for id in $ids; do ctr -n k8s.io tasks kill -s SIGKILL "$id" >/dev/null 2>&1 & done; wait
@@ -133,7 +139,7 @@ func (a *Applier) removeContainers(ctx context.Context, r Reporter) error {
 			changed = append(changed, "containerd restarted")
 		}
 		if len(notes) > 0 {
-			return strings.Join(notes, ", ") + ": no containers removed", nil
+			return strings.Join(notes, ", ") + ": no containers to remove", nil
 		}
 		return summary(changed, "no containers"), nil
 	})

@@ -228,7 +228,14 @@ func TestResetLabCluster(t *testing.T) {
 		}
 	}
 
-	// 5. Apply again: the cluster comes back on the same CA, nothing to ship.
+	// 5. A host whose containerd is down (apply stopped before it ran): reset still succeeds.
+	r.exec(ctx, worker, "systemctl stop containerd")
+	if msg := r.run(ctx, "reset with containerd stopped", reset).hostLines()["containers"][worker]; msg != "containerd not running: no containers to remove" {
+		t.Errorf("reset with containerd stopped on %s: %q", worker, msg)
+	}
+	r.exec(ctx, worker, "systemctl start containerd")
+
+	// 6. Apply again: the cluster comes back on the same CA, nothing to ship.
 	ca, err := os.ReadFile(filepath.Join(r.state, "pki", "ca.crt"))
 	if err != nil {
 		t.Fatal(err)

@@ -374,6 +374,26 @@ func TestResetStopsOnAKubeletOutsideSystemd(t *testing.T) {
 	}
 }
 
+// TestResetWithContainerdDown: a host where containerd does not run (apply stopped before
+// starting it) is reset all the same, without a containerd restart.
+func TestResetWithContainerdDown(t *testing.T) {
+	a, hosts, _ := resetFleet(t, true)
+	hosts["w1"].On(containersScript, remotetest.Result{Stdout: "note containerd not running\n"})
+	var r recorder
+	if _, err := Run(context.Background(), a.ResetSteps(), r.report, time.Now); err != nil {
+		t.Fatal(err)
+	}
+	if msg := r.hostLines()["containers"]["w1"]; msg != "containerd not running: no containers to remove" {
+		t.Errorf("w1 containers line %q", msg)
+	}
+	if slices.Contains(hosts["w1"].Commands(), "systemctl restart containerd") {
+		t.Error("containerd restarted on a host where it was not running")
+	}
+	if !strings.Contains(r.hostLines()["files"]["w1"], "removed /etc/kubernetes") {
+		t.Errorf("w1 files line %q", r.hostLines()["files"]["w1"])
+	}
+}
+
 // TestResetFailureNamesHostAndCommand: a failing remote command is the typed error, wrapped
 // with its host; the other host's work in the same step still finishes.
 func TestResetFailureNamesHostAndCommand(t *testing.T) {
