@@ -99,7 +99,9 @@ func (a *Applier) stopKubelet(ctx context.Context, r Reporter) error {
 // (apply stopped before starting it) has nothing to remove, unless shims still run.
 const containersScript = `command -v ctr >/dev/null 2>&1 || { echo "note ctr not installed"; exit 0; }
 if ! ctr --connect-timeout 5s version >/dev/null 2>&1; then
-  if pgrep -x containerd-shim >/dev/null 2>&1; then
+  self=$(readlink /proc/self/ns/pid)
+  shims=$(for p in $(pgrep -x containerd-shim 2>/dev/null); do [ "$(readlink /proc/$p/ns/pid)" = "$self" ] && echo $p; done)
+  if [ -n "$shims" ]; then
     echo "containerd is not answering but containerd-shim processes run (pods may still run): start containerd (systemctl start containerd), then run kforge reset again" >&2; exit 1
   fi
   echo "note containerd not running"; exit 0
