@@ -194,7 +194,10 @@ func Ship(ctx context.Context, h remote.Host, dir string, m *Manifest, need Need
 		if err := upload(ctx, h, dir, im.Path, staged, im.SHA256, im.Size, 0o600, progress); err != nil {
 			return plan, err
 		}
-		cmd := remote.Command("ctr", "-n", "k8s.io", "images", "import", staged) + " && " + remote.Command("rm", "-f", "--", staged)
+		// --no-unpack: the CRI unpacks an image into its snapshot when a container first uses
+		// it, in parallel per pod; unpacking here, one image after another, doubled the time a
+		// master took to be ready for its control plane.
+		cmd := remote.Command("ctr", "-n", "k8s.io", "images", "import", "--no-unpack", staged) + " && " + remote.Command("rm", "-f", "--", staged)
 		if err := h.Run(ctx, remote.Cmd{Command: cmd}); err != nil {
 			return plan, fmt.Errorf("import image %s: %w", im.Name, err)
 		}

@@ -120,7 +120,7 @@ func newFakeNode(t *testing.T, name string, m *Manifest) *fakeNode {
 		return nil
 	})
 	n.Handle(func(c string) bool { return strings.HasPrefix(c, "ctr -n k8s.io images import ") }, func(_ context.Context, c remote.Cmd) error {
-		p := strings.Fields(c.Command)[5]
+		p := strings.Fields(c.Command)[6] // ctr -n k8s.io images import --no-unpack FILE
 		f, ok := n.File(p)
 		if !ok {
 			return n.Exit(c.Command, 1, "ctr: open "+p+": no such file or directory")
