@@ -241,6 +241,11 @@ func TestApplyLabClusterEndToEnd(t *testing.T) {
 		t.Errorf("only %d kube-system pods", len(pods.Items))
 	}
 
+	// The inventory's addon manifest was applied.
+	if cm, err := k.CoreV1().ConfigMaps("default").Get(ctx, "e2e-addon", metav1.GetOptions{}); err != nil || cm.Data["from"] != "inventory" {
+		t.Errorf("addon ConfigMap: %v %v", cm, err)
+	}
+
 	// 3. Workloads: a server on one worker behind a Service, a client on the other.
 	for _, h := range []string{w1, w2} {
 		c.importImage(ctx, h, agent)
@@ -373,6 +378,11 @@ func (c *cluster) writeInventory(n int) {
 		c.t.Fatal(err)
 	}
 	fmt.Fprintf(&b, "kubelet: {allowCgroupV1: %t}\n", skel.Kubelet.AllowCgroupV1)
+	addon := filepath.Join(filepath.Dir(c.inventory), "addon.yaml")
+	if err := os.WriteFile(addon, []byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: e2e-addon, namespace: default}\ndata: {from: inventory}\n"), 0o600); err != nil {
+		c.t.Fatal(err)
+	}
+	b.WriteString("addons:\n  - path: addon.yaml\n")
 	for i, h := range c.lab.Hosts[:n] {
 		if i == 0 {
 			b.WriteString("masters:\n")
