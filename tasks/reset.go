@@ -147,10 +147,12 @@ func (a *Applier) removeContainers(ctx context.Context, r Reporter) error {
 	})
 }
 
-// unmountScript unmounts, deepest first, every mount below /var/lib/kubelet/ (pod volumes)
-// and the pods' network namespaces (/run/netns/cni-*), then deletes those namespace files.
+// unmountScript unmounts, deepest first, every mount below /var/lib/kubelet/ (pod volumes;
+// also below its target when it is a symlink, as kubeadm resolves it) and the pods' network
+// namespaces (/run/netns/cni-*), then deletes those namespace files.
 const unmountScript = `n=0
-for m in $(awk '$2 ~ "^/var/lib/kubelet/" || $2 ~ "^/run/netns/cni-" {print $2}' /proc/mounts | sort -r); do
+k=$(readlink -f /var/lib/kubelet 2>/dev/null); [ -n "$k" ] || k=/var/lib/kubelet
+for m in $(awk -v k="$k/" 'index($2, "/var/lib/kubelet/") == 1 || index($2, k) == 1 || index($2, "/run/netns/cni-") == 1 {print $2}' /proc/mounts | sort -r); do
   m=$(printf '%b' "$m")
   umount -- "$m" 2>/dev/null || umount -l -- "$m" 2>/dev/null || ! awk -v m="$m" '$2 == m {f=1} END {exit !f}' /proc/mounts || { echo "cannot unmount $m" >&2; exit 1; }
   n=$((n+1))
@@ -168,8 +170,8 @@ func (a *Applier) unmountKubelet(ctx context.Context, r Reporter) error {
 }
 
 // ResetFiles are the paths reset removes on a node: everything kforge wrote there except the
-// bundle's binaries and containerd's config. Directories that are mount points (a separate
-// disk for /var/lib/etcd, say) are emptied instead.
+// bundle's binaries and containerd's config. Directories that are mount points or symlinks
+// (a separate disk for /var/lib/etcd, say) are emptied instead.
 func ResetFiles(role inventory.Role) []string {
 	ps := []string{templates.KubernetesDir, templates.KubeletDir}
 	if role == inventory.RoleMaster {
@@ -178,19 +180,24 @@ func ResetFiles(role inventory.Role) []string {
 	return append(ps, templates.KubeletUnitPath, templates.KubeletDropInPath, sysctlFile)
 }
 
-// removeScript removes each of paths (emptying mount points), then emptyDir if it is empty,
-// and prints what it removed.
+// removeScript removes each of paths, then emptyDir if it is empty, and prints what it
+// removed. A directory that is a mount point, or a symlink to a directory (the user's layout:
+// /var/lib/kubelet on another disk, say), is emptied and kept, as kubeadm's CleanDir does.
 func removeScript(paths []string, emptyDir string) string {
 	var b strings.Builder
-	b.WriteString("if grep -q ' /var/lib/kubelet/' /proc/mounts; then echo 'mounts remain under /var/lib/kubelet: run kforge reset again, or unmount them' >&2; exit 1; fi\n")
+	b.WriteString(`k=$(readlink -f /var/lib/kubelet 2>/dev/null); [ -n "$k" ] || k=/var/lib/kubelet
+if awk -v k="$k/" 'index($2, "/var/lib/kubelet/") == 1 || index($2, k) == 1 {f=1} END {exit !f}' /proc/mounts; then
+  echo "mounts remain under /var/lib/kubelet: run kforge reset again, or unmount them" >&2; exit 1
+fi
+`)
 	b.WriteString("for p in")
 	for _, p := range paths {
 		b.WriteString(" " + remote.Quote(p))
 	}
 	b.WriteString(`; do
-  if [ -d "$p" ] && [ ! -L "$p" ] && mountpoint -q "$p" 2>/dev/null; then
-    [ -z "$(ls -A "$p")" ] && continue
-    find "$p" -mindepth 1 -maxdepth 1 -exec rm -rf --one-file-system -- {} + || exit 1
+  if [ -d "$p" ] && { [ -L "$p" ] || mountpoint -q "$p" 2>/dev/null; }; then
+    [ -z "$(ls -A "$p/")" ] && continue
+    find "$p/" -mindepth 1 -maxdepth 1 -exec rm -rf --one-file-system -- {} + || exit 1
     echo "changed emptied $p"
   elif [ -e "$p" ] || [ -L "$p" ]; then
     rm -rf --one-file-system -- "$p" || exit 1

@@ -410,8 +410,9 @@ func TestResetFailureNamesHostAndCommand(t *testing.T) {
 }
 
 // TestRemoveScriptWithThisMachinesShell runs the file-removal script with the local sh over a
-// temporary tree: it removes files, directories and symlinks, reports each, leaves a non-empty
-// directory it was only to remove when empty, and a second run prints nothing.
+// temporary tree: it removes files, directories and symlinks, empties a directory reached
+// through a symlink (keeping the link), reports each, leaves a non-empty directory it was only
+// to remove when empty, and a second run prints nothing.
 func TestRemoveScriptWithThisMachinesShell(t *testing.T) {
 	if _, err := exec.LookPath("mountpoint"); err != nil {
 		t.Skip("mountpoint (util-linux) not installed")
@@ -432,7 +433,11 @@ func TestRemoveScriptWithThisMachinesShell(t *testing.T) {
 	if err := os.Symlink("/nonexistent", filepath.Join(dir, "dangling")); err != nil {
 		t.Fatal(err)
 	}
-	paths := []string{dir + "/etc/kubernetes", dir + "/lib/kubelet", dir + "/unit.d/10-kforge.conf", dir + "/dangling", dir + "/it's here", dir + "/absent"}
+	mk("disk/kubelet/pods/p1/volume")
+	if err := os.Symlink(filepath.Join(dir, "disk/kubelet"), filepath.Join(dir, "kubelet-link")); err != nil {
+		t.Fatal(err)
+	}
+	paths := []string{dir + "/etc/kubernetes", dir + "/lib/kubelet", dir + "/unit.d/10-kforge.conf", dir + "/dangling", dir + "/it's here", dir + "/absent", dir + "/kubelet-link"}
 	run := func(emptyDir string) string {
 		out, err := exec.Command("sh", "-c", removeScript(paths, emptyDir)).CombinedOutput()
 		if err != nil {
@@ -441,13 +446,19 @@ func TestRemoveScriptWithThisMachinesShell(t *testing.T) {
 		return string(out)
 	}
 	out := run(dir + "/unit.d")
-	for _, p := range append(paths[:5], dir+"/unit.d") {
+	for _, p := range append(slices.Clone(paths[:5]), dir+"/unit.d") {
 		if !strings.Contains(out, "changed removed "+p+"\n") {
 			t.Errorf("not reported: %s\n%s", p, out)
 		}
 		if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("%s still there", p)
 		}
+	}
+	if !strings.Contains(out, "changed emptied "+dir+"/kubelet-link\n") {
+		t.Errorf("symlinked directory not reported as emptied:\n%s", out)
+	}
+	if ents, err := os.ReadDir(filepath.Join(dir, "disk/kubelet")); err != nil || len(ents) != 0 {
+		t.Errorf("symlinked directory: the link must stay and its target be emptied: %v %v", ents, err)
 	}
 	if out := run(dir + "/keep.d"); out != "" {
 		t.Errorf("second run printed %q", out)
