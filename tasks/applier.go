@@ -380,6 +380,23 @@ func (a *Applier) wrote(host string, pred func(string) bool) bool {
 
 func isRuntimeFile(p string) bool { return p == sysctlFile || p == templates.ContainerdConfigPath }
 
+// uploadProgress reports a host's large uploads at most every two seconds.
+func uploadProgress(r Reporter, now func() time.Time) bundle.Progress {
+	var mu sync.Mutex
+	last := map[string]time.Time{}
+	return func(host, artifact string, sent, total int64) {
+		mu.Lock()
+		t := now()
+		if t.Sub(last[host]) < 2*time.Second && sent < total {
+			mu.Unlock()
+			return
+		}
+		last[host] = t
+		mu.Unlock()
+		r(Event{Kind: Progress, Host: host, Message: fmt.Sprintf("uploading %s: %d of %d MiB", artifact, sent>>20, total>>20)})
+	}
+}
+
 // configureRuntime configures containerd and the kernel settings on one host; containerd
 // restarts only when its config changed. It says what it did.
 func (a *Applier) configureRuntime(ctx context.Context, n inventory.Node, h remote.Host) (string, error) {
@@ -463,7 +480,7 @@ func (a *Applier) stageHost(ctx context.Context, n inventory.Node, r Reporter) e
 	var did []string
 	if a.manifest != nil {
 		t := a.o.Now()
-		p, err := bundle.Ship(ctx, h, a.inv.Bundle, a.manifest, bundle.Need{ControlPlane: n.Role == inventory.RoleMaster}, nil)
+		p, err := bundle.Ship(ctx, h, a.inv.Bundle, a.manifest, bundle.Need{ControlPlane: n.Role == inventory.RoleMaster}, uploadProgress(r, a.o.Now))
 		if err != nil {
 			return err
 		}
