@@ -365,6 +365,21 @@ func TestApplyLabClusterEndToEnd(t *testing.T) {
 			t.Errorf("%s changed when a worker was added:\n%s", h.Name, diffLines(before[h.Name], after))
 		}
 	}
+
+	// 7. reset --yes: every host is clean again.
+	if out, err := c.run("reset", "--yes"); err != nil {
+		t.Fatalf("kforge reset: %v\n%s", err, out)
+	}
+	for _, h := range l.Hosts {
+		left := c.exec(ctx, h.Name, `pgrep -x kubelet >/dev/null && echo "kubelet running"
+ctr -n k8s.io containers ls -q | sed 's/^/container /'
+for p in /etc/kubernetes /var/lib/kubelet /var/lib/etcd /etc/cni/net.d/10-kforge.conflist; do [ -e $p ] && echo "left $p"; done
+iptables-save 2>/dev/null | grep -E -- '-A (KUBE|FLANNEL)-' | head -3
+true`)
+		if left != "" {
+			t.Errorf("%s after reset:\n%s", h.Name, left)
+		}
+	}
 }
 
 // writeInventory writes an inventory with the lab's first n hosts (one master) and the bundle.

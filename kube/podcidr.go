@@ -37,6 +37,9 @@ func WaitForPodCIDRs(ctx context.Context, c kubernetes.Interface, nodes []string
 		return len(missing) == 0, nil
 	})
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("waiting for the nodes' pod CIDRs: %w", ctx.Err())
+		}
 		sort.Strings(missing)
 		return nil, fmt.Errorf("nodes without a pod CIDR after %s: %s (is kubelet running there, and kube-controller-manager with --allocate-node-cidrs?): %w", timeout, strings.Join(missing, ", "), err)
 	}
