@@ -62,8 +62,8 @@ func BenchmarkApplyVsKubeadm(b *testing.B) {
 	b.StopTimer()
 
 	ratio := kf.total.Seconds() / script.total.Seconds()
-	b.Logf("hosts up -> all 3 nodes Ready: script %s, kforge %s (apply returned after %s), kforge/script %.2f (target <= 0.60)",
-		secs(script.total), secs(kf.total), secs(kf.apply), ratio)
+	b.Logf("hosts up -> all 3 nodes Ready: script %s, kforge %s (apply returned after %s), kforge/script %.2f (target <= 0.60); load average at start: script %s, kforge %s",
+		secs(script.total), secs(kf.total), secs(kf.apply), ratio, script.load, kf.load)
 	// go test keeps 10 lines of a benchmark's log: one line per side's steps and per kforge task.
 	b.Logf("script steps: %s", stepLine(script.steps))
 	var staging []string
@@ -92,6 +92,16 @@ type step struct {
 	d    time.Duration
 }
 
+// loadAvg is the machine's 1, 5 and 15 minute load averages: the machine is shared, and a
+// side that ran under more load ran slower.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) >= 3 {
+		return strings.Join(f[:3], " ")
+	}
+	return "?"
+}
+
 func secs(d time.Duration) string { return fmt.Sprintf("%.1fs", d.Seconds()) }
 
 func stepLine(ss []step) string {
@@ -118,6 +128,7 @@ func benchLab(ctx context.Context, b *testing.B, name string) (*lab.Lab, func())
 	var once sync.Once
 	down := func() {
 		once.Do(func() {
+			keepJournals(b, l)
 			if err := l.Down(context.Background()); err != nil {
 				b.Errorf("lab down %s: %v", name, err)
 			}
@@ -193,6 +204,7 @@ type side struct {
 	apply     time.Duration // kforge only: until apply returned
 	steps     []step
 	hosts     []hostSteps         // script only: staging per host
+	load      string              // the machine's load average when the side started
 	hostTasks []string            // kforge only: tasks with per-host events, in order
 	hostLines map[string][]string // kforge only: per-host events by task
 }
@@ -240,6 +252,7 @@ func runBaseline(ctx context.Context, b *testing.B, bundleDir, dir, name string)
 		b.Fatalf("script, %s: %v", step, err)
 	}
 
+	load := loadAvg()
 	t := &timer{last: time.Now()}
 	start := t.last
 
@@ -374,7 +387,7 @@ func runBaseline(ctx context.Context, b *testing.B, bundleDir, dir, name string)
 	// 5. Until all nodes are Ready.
 	waitNodesReady(ctx, b, k, len(l.Hosts), 200*time.Millisecond)
 	t.lap("wait-ready")
-	return side{total: time.Since(start), steps: t.steps, hosts: staged}
+	return side{total: time.Since(start), steps: t.steps, hosts: staged, load: load}
 }
 
 // stageHost is the reference's stage-host.sh: directories, binaries, CNI plugins and configs,
@@ -504,6 +517,7 @@ func runKforge(ctx context.Context, b *testing.B, kforge, bundleDir, dir, name s
 	defer stopWatch()
 	readyAt := make(chan time.Time, 1)
 
+	load := loadAvg()
 	start := time.Now()
 	go func() { readyAt <- watchReady(watchCtx, l, len(l.Hosts)) }()
 	out, err := c.run("apply", "--conntrack-max-per-core", "0", "--timeout", "4m", "--output", "json")
@@ -520,7 +534,7 @@ func runKforge(ctx context.Context, b *testing.B, kforge, bundleDir, dir, name s
 	if t := <-readyAt; !t.IsZero() && t.Before(end) {
 		end = t
 	}
-	res := side{total: end.Sub(start), apply: applied.Sub(start)}
+	res := side{total: end.Sub(start), apply: applied.Sub(start), load: load}
 	sc := bufio.NewScanner(strings.NewReader(out))
 	sc.Buffer(nil, 1<<20)
 	var summary bool
@@ -572,6 +586,24 @@ func keep(b *testing.B, name string, data []byte) {
 		if err := os.WriteFile(filepath.Join(d, name), data, 0o600); err != nil {
 			b.Errorf("keep %s: %v", name, err)
 		}
+	}
+}
+
+// keepJournals saves each host's kubelet and containerd journal into $KFORGE_BENCH_KEEP, when
+// set, before its lab goes down.
+func keepJournals(b *testing.B, l *lab.Lab) {
+	if os.Getenv("KFORGE_BENCH_KEEP") == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, h := range l.Hosts {
+		out, err := l.Exec(ctx, h.Name, "sh", "-c", "journalctl -u kubelet -u containerd -o short-precise --no-pager; "+
+			"for f in /var/log/pods/kube-system_kube-*/*/*.log /var/log/pods/kube-system_etcd-*/*/*.log; do [ -f $f ] && { echo \"== $f\"; cat $f; }; done; true")
+		if err != nil {
+			b.Logf("journal of %s: %v", h.Name, err)
+		}
+		keep(b, h.Name+".journal", out)
 	}
 }
 
