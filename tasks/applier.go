@@ -81,6 +81,9 @@ type Applier struct {
 
 	workersStaged chan error // the workers' background staging; see stage
 
+	etcdSeed    string              // a master whose etcd runs, when masters join (etcd.go)
+	etcdJoining map[string][]string // by joining master: the members its etcd starts with
+
 	mu      sync.Mutex
 	clients kube.Clients
 	super   kubernetes.Interface
@@ -279,7 +282,7 @@ func (a *Applier) render(_ context.Context, r Reporter) error {
 		restrict[name] = !f.HasCapSysResource()
 	}
 	for _, n := range a.nodes {
-		o := templates.Options{BootstrapToken: a.token.Value(), RestrictOOMScoreAdj: restrict, ResolvConf: a.o.ResolvConf}
+		o := templates.Options{BootstrapToken: a.token.Value(), RestrictOOMScoreAdj: restrict, ResolvConf: a.o.ResolvConf, EtcdJoining: a.etcdJoining}
 		if f := a.facts[n.Name]; f != nil {
 			o.CACertDirs = f.Dirs
 		}
@@ -468,9 +471,30 @@ func (a *Applier) stage(ctx context.Context, r Reporter) error {
 			return a.stageHost(ctx, n.Node, r)
 		})
 	}()
-	return remote.Each(ctx, a.refs(inventory.RoleMaster), a.o.Limits, func(ctx context.Context, n nodeRef) error {
+	var fresh, joining []nodeRef
+	for _, n := range a.refs(inventory.RoleMaster) {
+		if _, ok := a.etcdJoining[n.Node.Name]; ok {
+			joining = append(joining, n)
+		} else {
+			fresh = append(fresh, n)
+		}
+	}
+	if err := remote.Each(ctx, fresh, a.o.Limits, func(ctx context.Context, n nodeRef) error {
 		return a.stageHost(ctx, n.Node, r)
-	})
+	}); err != nil {
+		return err
+	}
+	// Masters joining a running etcd cluster start one at a time: each new member must be up
+	// before the next is added, or the cluster loses quorum.
+	for _, n := range joining {
+		if err := a.stageHost(ctx, n.Node, r); err != nil {
+			return remote.WithHost(n.Node.Name, err)
+		}
+		if err := a.waitEtcdMember(ctx, n.Node); err != nil {
+			return remote.WithHost(n.Node.Name, err)
+		}
+	}
+	return nil
 }
 
 // stageHost is one host's pipeline; see stage.
@@ -502,6 +526,9 @@ func (a *Applier) stageHost(ctx context.Context, n inventory.Node, r Reporter) e
 	did = append(did, fmt.Sprintf("%d files written", len(a.written[n.Name])))
 	a.mu.Unlock()
 	if n.Role == inventory.RoleMaster {
+		if err := a.addEtcdMember(ctx, n); err != nil {
+			return err
+		}
 		msg, err := a.startKubelet(ctx, n, h)
 		if err != nil {
 			return err

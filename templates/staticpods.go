@@ -69,8 +69,9 @@ type ControlPlane struct {
 	ExternalCA bool
 	// CACertDirs are the host's extra CA directories to mount (kubeadm mounts those that exist).
 	CACertDirs []string
-	// EtcdInitialCluster lists the members etcd starts with ("name=https://ip:2380"), this
-	// master last; EtcdClusterState is "new" for the first member, "existing" for a joining one.
+	// EtcdInitialCluster lists the members etcd starts with ("name=https://ip:2380"); empty:
+	// this master alone. EtcdClusterState is "new" for members starting a cluster together,
+	// "existing" for one joining a running cluster.
 	EtcdInitialCluster []string
 	EtcdClusterState   string
 }

@@ -44,6 +44,9 @@ type Options struct {
 	CNIBinDir string
 	// ResolvConf is kubelet's resolvConf; empty keeps kubelet's default (/etc/resolv.conf).
 	ResolvConf string
+	// EtcdJoining, by master name, lists the etcd members (this master's included) a master
+	// joining an existing cluster starts with; masters not listed start a new cluster together.
+	EtcdJoining map[string][]string
 }
 
 func (o Options) withDefaults() Options {
@@ -66,10 +69,11 @@ func or(v, d string) string {
 	return v
 }
 
-// ControlPlaneFor is the static-pod input of master i (0-based) of the cluster. Stacked etcd
-// members join in inventory order, as `kubeadm join --control-plane` adds them: the first
-// starts a new cluster, master i starts with members 0..i and state "existing".
-func ControlPlaneFor(c *inventory.Cluster, i int, caCertDirs []string) ControlPlane {
+// ControlPlaneFor is the static-pod input of master i (0-based) of the cluster. The masters of
+// a new cluster start their stacked etcd members together, each with every master in
+// --initial-cluster (etcd's static bootstrap); a master joining an existing etcd cluster (after
+// its member was added) starts with the members in joining and state "existing".
+func ControlPlaneFor(c *inventory.Cluster, i int, caCertDirs []string, joining []string) ControlPlane {
 	m := c.Masters[i]
 	cp := ControlPlane{
 		ClusterName:       c.Name,
@@ -85,11 +89,13 @@ func ControlPlaneFor(c *inventory.Cluster, i int, caCertDirs []string) ControlPl
 		CACertDirs:        caCertDirs,
 		EtcdClusterState:  "new",
 	}
-	if i > 0 {
-		for _, p := range c.Masters[:i+1] {
+	switch {
+	case joining != nil:
+		cp.EtcdInitialCluster, cp.EtcdClusterState = joining, "existing"
+	case len(c.Masters) > 1:
+		for _, p := range c.Masters {
 			cp.EtcdInitialCluster = append(cp.EtcdInitialCluster, EtcdMember(p.Name, p.NodeIP()))
 		}
-		cp.EtcdClusterState = "existing"
 	}
 	return cp
 }
@@ -226,7 +232,7 @@ func masterFiles(c *inventory.Cluster, set *pki.Set, i int, o Options) ([]File, 
 		fs = append(fs, File{Path: path.Join(KubernetesDir, k.file), Mode: 0o600, Data: data})
 	}
 
-	cp := ControlPlaneFor(c, i, o.CACertDirs)
+	cp := ControlPlaneFor(c, i, o.CACertDirs, o.EtcdJoining[m.Name])
 	for name, pod := range cp.StaticPods() {
 		data, err := MarshalPod(pod)
 		if err != nil {
