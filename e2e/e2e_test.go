@@ -127,6 +127,47 @@ func buildAgentImage(t *testing.T, dir string) string {
 	return archive
 }
 
+// newCluster builds kforge and the bundle and brings up a lab (taken down when the test ends).
+func newCluster(ctx context.Context, t *testing.T, prefix string, o lab.Options) *cluster {
+	t.Helper()
+	dir := t.TempDir()
+	c := &cluster{t: t, kforge: buildKforge(t, dir), bundle: buildBundle(ctx, t, dir),
+		state: filepath.Join(dir, "state"), inventory: filepath.Join(dir, "kforge.yaml")}
+	o.Name = fmt.Sprintf("%s%d", prefix, os.Getpid()%100000)
+	l, err := lab.Up(ctx, o)
+	if err != nil {
+		t.Fatalf("lab up: %v", err)
+	}
+	c.lab = l
+	t.Cleanup(func() {
+		if err := l.Down(context.Background()); err != nil {
+			t.Errorf("lab down: %v", err)
+		}
+	})
+	return c
+}
+
+// client is a Kubernetes client with the admin kubeconfig apply wrote.
+func (c *cluster) client() kubernetes.Interface {
+	c.t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(c.state, "admin.conf"))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	k, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return k
+}
+
+// kubectl runs the bundle's kubectl with the admin kubeconfig.
+func (c *cluster) kubectl(ctx context.Context, args ...string) (string, error) {
+	kubectl := filepath.Join(c.bundle, "bin", "kubectl")
+	out, err := exec.CommandContext(ctx, kubectl, append([]string{"--kubeconfig", filepath.Join(c.state, "admin.conf")}, args...)...).CombinedOutput()
+	return string(out), err
+}
+
 func (c *cluster) run(args ...string) (string, error) {
 	cmd := exec.Command(c.kforge, append([]string{"-i", c.inventory, "--state-dir", c.state, "--log-file", filepath.Join(c.state, "e2e.log")}, args...)...)
 	var out bytes.Buffer
@@ -178,24 +219,11 @@ func TestApplyLabClusterEndToEnd(t *testing.T) {
 	needIntegration(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	dir := t.TempDir()
-	c := &cluster{t: t, kforge: buildKforge(t, dir), bundle: buildBundle(ctx, t, dir), state: filepath.Join(dir, "state")}
-	agent := buildAgentImage(t, dir)
-
-	name := fmt.Sprintf("e2e%d", os.Getpid()%100000)
 	// Four hosts: the inventory starts with three; the fourth joins when it is added.
-	l, err := lab.Up(ctx, lab.Options{Name: name, Hosts: 4})
-	if err != nil {
-		t.Fatalf("lab up: %v", err)
-	}
-	c.lab = l
-	t.Cleanup(func() {
-		if err := l.Down(context.Background()); err != nil {
-			t.Errorf("lab down: %v", err)
-		}
-	})
-	c.inventory = filepath.Join(dir, "kforge.yaml")
-	c.writeInventory(3)
+	c := newCluster(ctx, t, "e2e", lab.Options{Hosts: 4})
+	l := c.lab
+	agent := buildAgentImage(t, t.TempDir())
+	c.writeInventory(l.Hosts[:1], l.Hosts[1:3])
 	master, w1, w2 := l.Hosts[0].Name, l.Hosts[1].Name, l.Hosts[2].Name
 
 	// 1. apply: a cluster from nothing.
@@ -206,14 +234,7 @@ func TestApplyLabClusterEndToEnd(t *testing.T) {
 	}
 	t.Logf("first apply took %s:\n%s", time.Since(start).Round(time.Second), out)
 
-	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(c.state, "admin.conf"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	k := c.client()
 
 	// 2. Every node Ready, every kube-system pod Running — read from the workstation.
 	nodes, err := k.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
@@ -289,11 +310,7 @@ func TestApplyLabClusterEndToEnd(t *testing.T) {
 		t.Fatalf("test pods not running: %v\n%+v", err, ps)
 	}
 
-	kubectl := filepath.Join(c.bundle, "bin", "kubectl")
-	kc := func(args ...string) (string, error) {
-		out, err := exec.CommandContext(ctx, kubectl, append([]string{"--kubeconfig", filepath.Join(c.state, "admin.conf")}, args...)...).CombinedOutput()
-		return string(out), err
-	}
+	kc := func(args ...string) (string, error) { return c.kubectl(ctx, args...) }
 	for _, h := range []string{w1, w2} {
 		// DNS from a pod on each worker (kubectl exec through the API server to kubelet).
 		out, err := kc("exec", "client-"+h, "--", "/agent", "lookup", "kubernetes.default")
@@ -346,7 +363,7 @@ func TestApplyLabClusterEndToEnd(t *testing.T) {
 
 	// 6. Growing: a fourth host added to the inventory joins on the next apply; the others are
 	// left alone.
-	c.writeInventory(4)
+	c.writeInventory(l.Hosts[:1], l.Hosts[1:4])
 	out, err = c.run("apply", "--conntrack-max-per-core", "0", "--timeout", "4m")
 	if err != nil {
 		t.Fatalf("apply with a new worker: %v\n%s", err, out)
@@ -382,11 +399,15 @@ true`)
 	}
 }
 
-// writeInventory writes an inventory with the lab's first n hosts (one master) and the bundle.
-func (c *cluster) writeInventory(n int) {
+// writeInventory writes an inventory with these lab hosts as masters and workers, the bundle,
+// an addon manifest, and the lab's load balancer (if any) as the control-plane endpoint.
+func (c *cluster) writeInventory(masters, workers []lab.Host) {
 	c.t.Helper()
 	var b strings.Builder
 	fmt.Fprintf(&b, "apiVersion: kforge.dev/v1alpha1\nkind: Cluster\nname: %s\nbundle: %s\n", c.lab.Name, c.bundle)
+	if lb := c.lab.LoadBalancer; lb != nil {
+		fmt.Fprintf(&b, "controlPlaneEndpoint: %s:6443\n", lb.Address)
+	}
 	fmt.Fprintf(&b, "ssh: {user: root, identityFile: %s, knownHostsFile: %s}\n", c.lab.IdentityFile, c.lab.KnownHostsFile)
 	skel, err := inventory.Load(c.lab.InventoryFile) // the lab knows whether hosts need cgroup v1
 	if err != nil {
@@ -398,13 +419,17 @@ func (c *cluster) writeInventory(n int) {
 		c.t.Fatal(err)
 	}
 	b.WriteString("addons:\n  - path: addon.yaml\n")
-	for i, h := range c.lab.Hosts[:n] {
-		if i == 0 {
-			b.WriteString("masters:\n")
-		} else if i == 1 {
-			b.WriteString("workers:\n")
+	for _, group := range []struct {
+		key   string
+		hosts []lab.Host
+	}{{"masters", masters}, {"workers", workers}} {
+		if len(group.hosts) == 0 {
+			continue
 		}
-		fmt.Fprintf(&b, "  - {name: %s, address: %s}\n", h.Name, h.Address)
+		b.WriteString(group.key + ":\n")
+		for _, h := range group.hosts {
+			fmt.Fprintf(&b, "  - {name: %s, address: %s}\n", h.Name, h.Address)
+		}
 	}
 	if err := os.WriteFile(c.inventory, []byte(b.String()), 0o600); err != nil {
 		c.t.Fatal(err)

@@ -81,8 +81,9 @@ type Applier struct {
 
 	workersStaged chan error // the workers' background staging; see stage
 
-	etcdSeed    string              // a master whose etcd runs, when masters join (etcd.go)
-	etcdJoining map[string][]string // by joining master: the members its etcd starts with
+	etcdSeed string                              // a master whose etcd runs, when masters join (etcd.go)
+	etcdJoin map[string]bool                     // masters joining the running etcd cluster
+	etcdBoot map[string]*templates.EtcdBootstrap // how each master's etcd member starts, when not new
 
 	mu      sync.Mutex
 	clients kube.Clients
@@ -282,7 +283,7 @@ func (a *Applier) render(_ context.Context, r Reporter) error {
 		restrict[name] = !f.HasCapSysResource()
 	}
 	for _, n := range a.nodes {
-		o := templates.Options{BootstrapToken: a.token.Value(), RestrictOOMScoreAdj: restrict, ResolvConf: a.o.ResolvConf, EtcdJoining: a.etcdJoining}
+		o := templates.Options{BootstrapToken: a.token.Value(), RestrictOOMScoreAdj: restrict, ResolvConf: a.o.ResolvConf, EtcdBoot: a.etcdBoot}
 		if f := a.facts[n.Name]; f != nil {
 			o.CACertDirs = f.Dirs
 		}
@@ -390,7 +391,7 @@ func uploadProgress(r Reporter, now func() time.Time) bundle.Progress {
 	return func(host, artifact string, sent, total int64) {
 		mu.Lock()
 		t := now()
-		if t.Sub(last[host]) < 2*time.Second && sent < total {
+		if t.Sub(last[host]) < 2*time.Second {
 			mu.Unlock()
 			return
 		}
@@ -473,7 +474,7 @@ func (a *Applier) stage(ctx context.Context, r Reporter) error {
 	}()
 	var fresh, joining []nodeRef
 	for _, n := range a.refs(inventory.RoleMaster) {
-		if _, ok := a.etcdJoining[n.Node.Name]; ok {
+		if a.etcdJoin[n.Node.Name] {
 			joining = append(joining, n)
 		} else {
 			fresh = append(fresh, n)

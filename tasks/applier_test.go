@@ -123,3 +123,14 @@ func TestRenderAddsKforgeFilesPerRole(t *testing.T) {
 		t.Errorf("second run token %v, first %v, err %v", b.token.ID, a.token.ID, err)
 	}
 }
+
+func TestEtcdBootFromManifest(t *testing.T) {
+	m := []byte("spec:\n  containers:\n  - command:\n    - etcd\n    - --initial-cluster=m1=https://10.0.0.1:2380,m2=https://10.0.0.2:2380\n    - --initial-cluster-state=existing\n    - --name=m2\n")
+	b := etcdBootFromManifest(m)
+	if b.State != "existing" || len(b.Members) != 2 || b.Members[1] != "m2=https://10.0.0.2:2380" {
+		t.Errorf("got %+v", b)
+	}
+	if b := etcdBootFromManifest([]byte("    - --initial-cluster=m1=https://10.0.0.1:2380\n")); b.State != "new" || len(b.Members) != 1 {
+		t.Errorf("a first member: %+v", b)
+	}
+}

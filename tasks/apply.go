@@ -49,9 +49,7 @@ func (a *Applier) Steps() []Step {
 	add("connect", OnHosts, all, a.connect, "connect to %s over SSH (host keys verified) and gather facts in one round trip each", count(all, "host"))
 	add("preflight", OnHosts, all, a.preflight, "run kubeadm's preflight checks on every host before anything changes")
 	add("pki", OnWorkstation, nil, a.ensurePKI, "generate or reuse the cluster's certificates (%s), kubeconfigs and bootstrap token in the state dir", c.PKI.KeyAlgorithm)
-	if len(masters) > 1 {
-		add("etcd-members", OnHosts, masters, a.planEtcd, "find masters that join a running etcd cluster; their members are added one at a time as they start")
-	}
+	add("etcd-members", OnHosts, masters, a.planEtcd, "keep running etcd members as they started; masters without data join the running cluster one at a time")
 	add("render", OnWorkstation, nil, a.render, "render static-pod manifests, kubelet and containerd configuration for every host")
 	stageWhat := "configure containerd (" + c.Kubelet.CgroupDriver + " cgroup driver) and kernel settings, push its files"
 	if c.Bundle != "" {

@@ -10,12 +10,14 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"path"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/kforge/kforge/inventory"
 	"github.com/kforge/kforge/pki"
+	"github.com/kforge/kforge/remote"
 	"github.com/kforge/kforge/templates"
 )
 
@@ -105,8 +107,10 @@ func (e *etcdClient) add(ctx context.Context, peerURL string) error {
 	return err
 }
 
-// planEtcd finds masters that join a running etcd cluster and computes the members each starts
-// with. It runs after connect (facts say which masters have etcd data) and before render.
+// planEtcd decides how each master's etcd member starts, before render: running members keep
+// the bootstrap flags they started with (read from their manifest: etcd ignores them once it
+// has data, and a changed manifest would restart it), masters without data join the running
+// cluster when there is one, and a new cluster's masters start together.
 func (a *Applier) planEtcd(ctx context.Context, r Reporter) error {
 	var running, joining []string
 	for _, m := range a.inv.Masters {
@@ -116,8 +120,19 @@ func (a *Applier) planEtcd(ctx context.Context, r Reporter) error {
 			joining = append(joining, m.Name)
 		}
 	}
-	if len(running) == 0 || len(joining) == 0 {
-		return nil // a new cluster, or nothing to add
+	if len(running) == 0 {
+		return nil // a new cluster
+	}
+	a.etcdBoot = map[string]*templates.EtcdBootstrap{}
+	for _, name := range running {
+		manifest, err := remote.ReadFile(ctx, a.host(name), path.Join(templates.ManifestsDir, "etcd.yaml"))
+		if err != nil {
+			return fmt.Errorf("%s has etcd data but its etcd manifest cannot be read: %w", name, err)
+		}
+		a.etcdBoot[name] = etcdBootFromManifest(manifest)
+	}
+	if len(joining) == 0 {
+		return nil
 	}
 	c, err := a.etcdClient(running[0])
 	if err != nil {
@@ -128,7 +143,7 @@ func (a *Applier) planEtcd(ctx context.Context, r Reporter) error {
 		return fmt.Errorf("%s: list etcd members: %w", running[0], err)
 	}
 	a.etcdSeed = running[0]
-	a.etcdJoining = map[string][]string{}
+	a.etcdJoin = map[string]bool{}
 	for _, name := range joining {
 		m := a.master(name)
 		peer := templates.EtcdPeerURL(m.NodeIP())
@@ -144,16 +159,40 @@ func (a *Applier) planEtcd(ctx context.Context, r Reporter) error {
 				list = append(list, mem.Name+"="+u)
 			}
 		}
-		a.etcdJoining[name] = append(list, templates.EtcdMember(name, m.NodeIP()))
-		r(Event{Kind: Progress, Host: name, Message: fmt.Sprintf("joins the running etcd cluster of %d members", len(members))})
+		// Masters join one after another: each starts with the members before it.
+		for _, earlier := range joining {
+			if earlier == name {
+				break
+			}
+			e := a.master(earlier)
+			list = append(list, templates.EtcdMember(earlier, e.NodeIP()))
+		}
+		a.etcdJoin[name] = true
+		a.etcdBoot[name] = &templates.EtcdBootstrap{Members: append(list, templates.EtcdMember(name, m.NodeIP())), State: "existing"}
+		r(Event{Kind: Progress, Host: name, Message: fmt.Sprintf("joins the running etcd cluster (%d members)", len(a.etcdBoot[name].Members)-1)})
 	}
 	return nil
+}
+
+// etcdBootFromManifest reads the bootstrap flags a running member was started with.
+func etcdBootFromManifest(manifest []byte) *templates.EtcdBootstrap {
+	b := &templates.EtcdBootstrap{State: "new"}
+	for _, line := range strings.Split(string(manifest), "\n") {
+		line = strings.TrimSpace(line)
+		if v, ok := strings.CutPrefix(line, "- --initial-cluster="); ok {
+			b.Members = strings.Split(v, ",")
+		}
+		if v, ok := strings.CutPrefix(line, "- --initial-cluster-state="); ok {
+			b.State = v
+		}
+	}
+	return b
 }
 
 // addEtcdMember adds a joining master's etcd member right before its kubelet starts it: the
 // cluster waits for the new member from then on.
 func (a *Applier) addEtcdMember(ctx context.Context, n inventory.Node) error {
-	if _, ok := a.etcdJoining[n.Name]; !ok {
+	if !a.etcdJoin[n.Name] {
 		return nil
 	}
 	c, err := a.etcdClient(a.etcdSeed)
@@ -170,10 +209,23 @@ func (a *Applier) addEtcdMember(ctx context.Context, n inventory.Node) error {
 			return nil
 		}
 	}
-	if err := c.add(ctx, peer); err != nil {
-		return fmt.Errorf("add %s's etcd member through %s: %w", n.Name, a.etcdSeed, err)
+	// etcd refuses a new member until every member has been connected for a few seconds
+	// ("unhealthy cluster"): right after an earlier master joined, that is expected; wait.
+	deadline := time.Now().Add(a.o.Timeout)
+	for {
+		err := c.add(ctx, peer)
+		if err == nil {
+			return nil
+		}
+		if !strings.Contains(err.Error(), "unhealthy cluster") || time.Now().After(deadline) {
+			return fmt.Errorf("add %s's etcd member through %s: %w", n.Name, a.etcdSeed, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
 	}
-	return nil
 }
 
 func (a *Applier) master(name string) inventory.Host {
@@ -188,7 +240,7 @@ func (a *Applier) master(name string) inventory.Host {
 // waitEtcdMember waits until a joining master's etcd member has started (etcd then knows its
 // name).
 func (a *Applier) waitEtcdMember(ctx context.Context, n inventory.Node) error {
-	if _, ok := a.etcdJoining[n.Name]; !ok {
+	if !a.etcdJoin[n.Name] {
 		return nil
 	}
 	c, err := a.etcdClient(a.etcdSeed)

@@ -44,9 +44,9 @@ type Options struct {
 	CNIBinDir string
 	// ResolvConf is kubelet's resolvConf; empty keeps kubelet's default (/etc/resolv.conf).
 	ResolvConf string
-	// EtcdJoining, by master name, lists the etcd members (this master's included) a master
-	// joining an existing cluster starts with; masters not listed start a new cluster together.
-	EtcdJoining map[string][]string
+	// EtcdBoot, by master name, says how a master's etcd member starts when it is not a new
+	// cluster's (ControlPlaneFor): joining a running cluster, or already running.
+	EtcdBoot map[string]*EtcdBootstrap
 }
 
 func (o Options) withDefaults() Options {
@@ -69,11 +69,20 @@ func or(v, d string) string {
 	return v
 }
 
+// EtcdBootstrap is how a master's etcd member was (or is to be) first started: the members in
+// its --initial-cluster and its --initial-cluster-state. etcd reads both only on its first
+// start, so a running member keeps what it started with.
+type EtcdBootstrap struct {
+	Members []string // "name=https://ip:2380"
+	State   string   // "new" or "existing"
+}
+
 // ControlPlaneFor is the static-pod input of master i (0-based) of the cluster. The masters of
 // a new cluster start their stacked etcd members together, each with every master in
-// --initial-cluster (etcd's static bootstrap); a master joining an existing etcd cluster (after
-// its member was added) starts with the members in joining and state "existing".
-func ControlPlaneFor(c *inventory.Cluster, i int, caCertDirs []string, joining []string) ControlPlane {
+// --initial-cluster (etcd's static bootstrap); boot, when not nil, says otherwise: for a master
+// joining a running etcd cluster (after its member was added: the running members, "existing"),
+// or for a running member (what it started with).
+func ControlPlaneFor(c *inventory.Cluster, i int, caCertDirs []string, boot *EtcdBootstrap) ControlPlane {
 	m := c.Masters[i]
 	cp := ControlPlane{
 		ClusterName:       c.Name,
@@ -90,8 +99,8 @@ func ControlPlaneFor(c *inventory.Cluster, i int, caCertDirs []string, joining [
 		EtcdClusterState:  "new",
 	}
 	switch {
-	case joining != nil:
-		cp.EtcdInitialCluster, cp.EtcdClusterState = joining, "existing"
+	case boot != nil:
+		cp.EtcdInitialCluster, cp.EtcdClusterState = boot.Members, boot.State
 	case len(c.Masters) > 1:
 		for _, p := range c.Masters {
 			cp.EtcdInitialCluster = append(cp.EtcdInitialCluster, EtcdMember(p.Name, p.NodeIP()))
@@ -232,7 +241,7 @@ func masterFiles(c *inventory.Cluster, set *pki.Set, i int, o Options) ([]File, 
 		fs = append(fs, File{Path: path.Join(KubernetesDir, k.file), Mode: 0o600, Data: data})
 	}
 
-	cp := ControlPlaneFor(c, i, o.CACertDirs, o.EtcdJoining[m.Name])
+	cp := ControlPlaneFor(c, i, o.CACertDirs, o.EtcdBoot[m.Name])
 	for name, pod := range cp.StaticPods() {
 		data, err := MarshalPod(pod)
 		if err != nil {
