@@ -28,8 +28,22 @@ type HostState struct {
 // Need says which part of a bundle a host needs.
 type Need struct {
 	// ControlPlane hosts also need the kube-apiserver, kube-controller-manager, kube-scheduler
-	// and etcd images.
+	// and etcd images, and get the kubeadm and kubectl tools; other hosts need kubelet, the
+	// CNI plugins and the node images only.
 	ControlPlane bool
+	// Only, when set, limits this shipment to the files (by name) and images (by component) it
+	// accepts: a master ships its control plane first and the rest while the API server starts.
+	Only func(name string) bool
+}
+
+// tools are binaries for people, not for running a node: control-plane hosts only.
+var tools = map[string]bool{"kubeadm": true, "kubectl": true}
+
+func (n Need) wants(name string, controlPlaneOnly bool) bool {
+	if controlPlaneOnly && !n.ControlPlane {
+		return false
+	}
+	return n.Only == nil || n.Only(name)
 }
 
 // HostPlan is what a host lacks: files to upload and install, images to upload and import.
@@ -59,12 +73,12 @@ func (p HostPlan) Bytes() int64 {
 func PlanHost(m *Manifest, have HostState, need Need) HostPlan {
 	var p HostPlan
 	for _, f := range m.Files {
-		if have.Files[f.Install] != f.SHA256 {
+		if need.wants(f.Name, tools[f.Name]) && have.Files[f.Install] != f.SHA256 {
 			p.Install = append(p.Install, f)
 		}
 	}
 	for _, im := range m.Images {
-		if im.ControlPlaneOnly && !need.ControlPlane {
+		if !need.wants(im.Component, im.ControlPlaneOnly) {
 			continue
 		}
 		if have.Images[im.Name] != im.Digest {
@@ -91,7 +105,11 @@ func StateCommand(m *Manifest) string {
 	for _, f := range m.Files {
 		paths = append(paths, remote.Quote(f.Install))
 	}
-	return `echo "arch=$(uname -m)"; for f in ` + strings.Join(paths, " ") + `; do if [ -f "$f" ]; then sha256sum -- "$f"; fi; done; echo ` + remote.Quote(imagesMarker) + "; ctr -n k8s.io images ls"
+	hashes := ""
+	if len(paths) > 0 {
+		hashes = `for f in ` + strings.Join(paths, " ") + `; do if [ -f "$f" ]; then sha256sum -- "$f"; fi; done; `
+	}
+	return `echo "arch=$(uname -m)"; ` + hashes + `echo ` + remote.Quote(imagesMarker) + "; ctr -n k8s.io images ls"
 }
 
 // ParseState parses StateCommand's output.
@@ -202,11 +220,19 @@ func Ship(ctx context.Context, h remote.Host, dir string, m *Manifest, need Need
 			return plan, fmt.Errorf("import image %s: %w", im.Name, err)
 		}
 	}
-	after, err := ReadHostState(ctx, h, m)
+	if len(plan.Import) == 0 {
+		return plan, nil
+	}
+	// Check that containerd has the imported images. Files are not hashed again: each upload
+	// already landed atomically from content of known size and sha256, and re-hashing every
+	// binary cost half a second on a master's critical path.
+	images := *m
+	images.Files = nil
+	after, err := ReadHostState(ctx, h, &images)
 	if err != nil {
 		return plan, err
 	}
-	if left := PlanHost(m, after, need); !left.Empty() {
+	if left := PlanHost(&images, after, need); !left.Empty() {
 		var what []string
 		for _, f := range left.Install {
 			what = append(what, fmt.Sprintf("%s (sha256 %s, want %s)", f.Install, orNone(after.Files[f.Install]), f.SHA256))

@@ -49,7 +49,8 @@ func TestPlanHost(t *testing.T) {
 		need Need
 		want string
 	}{
-		{"empty worker", HostState{}, Need{}, "kubelet,kubectl,pause,kube-proxy"},
+		{"empty worker: no tools", HostState{}, Need{}, "kubelet,pause,kube-proxy"},
+		{"a master's first shipment", HostState{}, Need{ControlPlane: true, Only: func(n string) bool { return n == "kubelet" || n == "kube-apiserver" }}, "kubelet,kube-apiserver"},
 		{"empty master", HostState{}, Need{ControlPlane: true}, "kubelet,kubectl,kube-apiserver,pause,kube-proxy"},
 		{"complete master", HostState{
 			Files:  map[string]string{"/usr/bin/kubelet": "aa", "/usr/bin/kubectl": "bb"},
@@ -103,7 +104,9 @@ type fakeNode struct {
 
 func newFakeNode(t *testing.T, name string, m *Manifest) *fakeNode {
 	n := &fakeNode{Host: remotetest.New(name), images: map[string]string{}, arch: "x86_64"}
-	n.Handle(func(c string) bool { return c == StateCommand(m) }, func(_ context.Context, c remote.Cmd) error {
+	imagesOnly := *m
+	imagesOnly.Files = nil
+	n.Handle(func(c string) bool { return c == StateCommand(m) || c == StateCommand(&imagesOnly) }, func(_ context.Context, c remote.Cmd) error {
 		fmt.Fprintf(c.Stdout, "arch=%s\n", n.arch)
 		for _, f := range m.Files {
 			if ff, ok := n.File(f.Install); ok {

@@ -311,19 +311,33 @@ func TestApplyLabClusterEndToEnd(t *testing.T) {
 	}
 
 	kc := func(args ...string) (string, error) { return c.kubectl(ctx, args...) }
+	// Pods, Services and routes converge asynchronously (kube-proxy and flannel program a new
+	// Service and a new node's routes within seconds): each check may take a few tries, and
+	// says how many it took.
+	eventually := func(what string, ok func(out string) bool, args ...string) {
+		t.Helper()
+		var out string
+		var err error
+		for try := 1; try <= 15; try++ {
+			if out, err = kc(args...); err == nil && ok(out) {
+				if try > 1 {
+					t.Logf("%s: needed %d tries", what, try)
+				}
+				return
+			}
+			time.Sleep(2 * time.Second)
+		}
+		t.Errorf("%s: %v\n%s", what, err, out)
+	}
 	for _, h := range []string{w1, w2} {
 		// DNS from a pod on each worker (kubectl exec through the API server to kubelet).
-		out, err := kc("exec", "client-"+h, "--", "/agent", "lookup", "kubernetes.default")
-		if err != nil || !strings.Contains(out, firstServiceIP) {
-			t.Errorf("DNS from a pod on %s: %v\n%s", h, err, out)
-		}
+		eventually("DNS from a pod on "+h, func(out string) bool { return strings.Contains(out, firstServiceIP) },
+			"exec", "client-"+h, "--", "/agent", "lookup", "kubernetes.default")
 	}
 	// The Service, backed by the pod on w1, answers a pod on w2 (cross-node pod network and
 	// kube-proxy), by name.
-	out, err = kc("exec", "client-"+w2, "--", "/agent", "get", "http://server.default.svc.cluster.local/")
-	if err != nil || strings.TrimSpace(out) != "server" {
-		t.Errorf("Service from %s: %v\n%s", w2, err, out)
-	}
+	eventually("Service from "+w2, func(out string) bool { return strings.TrimSpace(out) == "server" },
+		"exec", "client-"+w2, "--", "/agent", "get", "http://server.default.svc.cluster.local/")
 	// kubectl logs shows the server's log line for that request.
 	out, err = kc("logs", "server")
 	if err != nil || !strings.Contains(out, "agent serving on :8080") || !strings.Contains(out, "request from") {

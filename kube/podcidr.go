@@ -18,7 +18,7 @@ import (
 func WaitForPodCIDRs(ctx context.Context, c kubernetes.Interface, nodes []string, timeout time.Duration) (map[string]string, error) {
 	cidrs := map[string]string{}
 	var missing []string
-	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		list, err := c.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, nil // the API server may be restarting; keep waiting

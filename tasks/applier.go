@@ -79,7 +79,8 @@ type Applier struct {
 	written  map[string]map[string]bool  // by host: paths written this run
 	manifest *bundle.Manifest
 
-	workersStaged chan error // the workers' background staging; see stage
+	workersStaged  chan error   // the workers' background staging; see stage
+	mastersShipped []chan error // the masters' background shipments; see shipRest
 
 	etcdSeed string                              // a master whose etcd runs, when masters join (etcd.go)
 	etcdJoin map[string]bool                     // masters joining the running etcd cluster
@@ -128,6 +129,7 @@ func (a *Applier) Close() {
 	if a.workersStaged != nil {
 		<-a.workersStaged
 	}
+	_ = a.awaitMasters(context.Background())
 	for _, h := range a.hosts {
 		if c, ok := h.(io.Closer); ok {
 			c.Close()
@@ -384,6 +386,65 @@ func (a *Applier) wrote(host string, pred func(string) bool) bool {
 
 func isRuntimeFile(p string) bool { return p == sysctlFile || p == templates.ContainerdConfigPath }
 
+// controlPlaneFirst is what a master needs before its kubelet can start the control plane:
+// everything else of the bundle (the addons' images, the tools) is shipped while the API server
+// starts.
+func controlPlaneFirst(name string) bool {
+	switch name {
+	case "kubelet", "bridge", "host-local", "loopback", "portmap",
+		"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "pause":
+		return true
+	}
+	return false
+}
+
+// ship brings h up to date with the part of the bundle need names and says what it did.
+func (a *Applier) ship(ctx context.Context, h remote.Host, need bundle.Need, r Reporter) (string, error) {
+	t := a.o.Now()
+	p, err := bundle.Ship(ctx, h, a.inv.Bundle, a.manifest, need, uploadProgress(r, a.o.Now))
+	if err != nil {
+		return "", err
+	}
+	if p.Empty() {
+		return "bundle up to date", nil
+	}
+	return fmt.Sprintf("bundle: %d files, %d images, %d MiB in %s", len(p.Install), len(p.Import), p.Bytes()>>20, a.o.Now().Sub(t).Round(100*time.Millisecond)), nil
+}
+
+// shipRest ships the rest of the bundle to a master in the background; core-addons waits for
+// it (awaitMasters) before the addons' pods can be scheduled there.
+func (a *Applier) shipRest(ctx context.Context, n inventory.Node, h remote.Host, r Reporter) {
+	done := make(chan error, 1)
+	a.mu.Lock()
+	a.mastersShipped = append(a.mastersShipped, done)
+	a.mu.Unlock()
+	go func() {
+		msg, err := a.ship(ctx, h, bundle.Need{ControlPlane: true}, r)
+		if err == nil && msg != "bundle up to date" {
+			r(Event{Kind: HostDone, Host: n.Name, Message: "rest of the " + msg})
+		}
+		done <- remote.WithHost(n.Name, err)
+	}()
+}
+
+// awaitMasters waits for the masters' background shipments (shipRest).
+func (a *Applier) awaitMasters(ctx context.Context) error {
+	a.mu.Lock()
+	pending := a.mastersShipped
+	a.mastersShipped = nil
+	a.mu.Unlock()
+	var errs []error
+	for _, ch := range pending {
+		select {
+		case err := <-ch:
+			errs = append(errs, err)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // uploadProgress reports a host's large uploads at most every two seconds.
 func uploadProgress(r Reporter, now func() time.Time) bundle.Progress {
 	var mu sync.Mutex
@@ -504,16 +565,15 @@ func (a *Applier) stageHost(ctx context.Context, n inventory.Node, r Reporter) e
 	start := a.o.Now()
 	var did []string
 	if a.manifest != nil {
-		t := a.o.Now()
-		p, err := bundle.Ship(ctx, h, a.inv.Bundle, a.manifest, bundle.Need{ControlPlane: n.Role == inventory.RoleMaster}, uploadProgress(r, a.o.Now))
+		need := bundle.Need{ControlPlane: n.Role == inventory.RoleMaster}
+		if need.ControlPlane {
+			need.Only = controlPlaneFirst // the rest follows in the background, see shipRest
+		}
+		msg, err := a.ship(ctx, h, need, r)
 		if err != nil {
 			return err
 		}
-		if p.Empty() {
-			did = append(did, "bundle up to date")
-		} else {
-			did = append(did, fmt.Sprintf("bundle: %d files, %d images, %d MiB in %s", len(p.Install), len(p.Import), p.Bytes()>>20, a.o.Now().Sub(t).Round(100*time.Millisecond)))
-		}
+		did = append(did, msg)
 	}
 	msg, err := a.configureRuntime(ctx, n, h)
 	if err != nil {
@@ -535,6 +595,9 @@ func (a *Applier) stageHost(ctx context.Context, n inventory.Node, r Reporter) e
 			return err
 		}
 		did = append(did, msg)
+		if a.manifest != nil {
+			a.shipRest(ctx, n, h, r)
+		}
 	} else {
 		did = append(did, "staged")
 	}
@@ -585,7 +648,8 @@ func (a *Applier) waitAPIServer(ctx context.Context, r Reporter) error {
 		return err
 	}
 	last := time.Time{}
-	err = kube.WaitForAPIServer(ctx, a.super, kube.WaitAPIServerInput{Timeout: a.o.Timeout, Progress: func(h kube.HealthAnswer) {
+	// Poll often: each attempt is one request on the open SSH connection.
+	err = kube.WaitForAPIServer(ctx, a.super, kube.WaitAPIServerInput{Timeout: a.o.Timeout, Interval: 200 * time.Millisecond, MaxInterval: 250 * time.Millisecond, Progress: func(h kube.HealthAnswer) {
 		if time.Since(last) > 5*time.Second {
 			last = time.Now()
 			r(Event{Kind: Progress, Message: fmt.Sprintf("waiting for the API server (%s): %s", h.Elapsed.Round(time.Second), h.String())})
@@ -663,6 +727,14 @@ func (a *Applier) joinWorkers(ctx context.Context, r Reporter) error {
 	if err := a.awaitWorkers(ctx); err != nil {
 		return err
 	}
+	// A kubelet started before kube-controller-manager signs certificates makes its first
+	// requests as system:anonymous and backs off (registration and informers alike, up to
+	// seconds each). The controller-manager's node IPAM and CSR signers start together, so the
+	// first master's pod CIDR says the signers run.
+	first := a.inv.Masters[0].Name
+	if _, err := kube.WaitForPodCIDRs(ctx, a.clients.Typed, []string{first}, a.o.Timeout); err != nil {
+		return fmt.Errorf("waiting for kube-controller-manager (it gives %s a pod CIDR when it runs): %w", first, err)
+	}
 	return a.each(ctx, inventory.RoleWorker, func(ctx context.Context, n inventory.Node, h remote.Host) error {
 		msg, err := a.startKubelet(ctx, n, h)
 		if err == nil {
@@ -684,6 +756,9 @@ func (a *Applier) images() (kube.Images, error) {
 }
 
 func (a *Applier) coreAddons(ctx context.Context, r Reporter) error {
+	if err := a.awaitMasters(ctx); err != nil {
+		return err
+	}
 	im, err := a.images()
 	if err != nil {
 		return err
