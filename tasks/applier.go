@@ -605,9 +605,14 @@ func (a *Applier) stageHost(ctx context.Context, n inventory.Node, r Reporter) e
 	return nil
 }
 
-// restConfig is a client config for kubeconfig data whose connections go through the first
-// master's SSH connection to its own API server.
-func (a *Applier) restConfig(kubeconfig []byte) (*rest.Config, error) {
+// restConfig is a client config as one of the cluster's admin identities (admin.conf,
+// super-admin.conf) whose connections go through the first master's SSH connection to its own
+// API server.
+func (a *Applier) restConfig(identity string) (*rest.Config, error) {
+	kubeconfig, err := pki.Kubeconfig(a.inv.Name, pki.APIServerURL(pki.Endpoint(a.inv)), a.set.CAs[pki.CA].Cert, a.set.Get(identity, ""))
+	if err != nil {
+		return nil, err
+	}
 	cfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
 	if err != nil {
 		return nil, err
@@ -625,26 +630,17 @@ func (a *Applier) restConfig(kubeconfig []byte) (*rest.Config, error) {
 
 // waitAPIServer waits until the API server answers through an SSH tunnel to the first master.
 func (a *Applier) waitAPIServer(ctx context.Context, r Reporter) error {
-	admin, err := templates.AdminKubeconfig(a.inv, a.set)
-	if err != nil {
-		return err
-	}
-	cfg, err := a.restConfig(admin)
+	cfg, err := a.restConfig("admin.conf")
 	if err != nil {
 		return err
 	}
 	if a.clients, err = kube.NewClients(cfg); err != nil {
 		return err
 	}
-	super, err := pki.Kubeconfig(a.inv.Name, pki.APIServerURL(pki.Endpoint(a.inv)), a.set.CAs[pki.CA].Cert, a.set.Get("super-admin.conf", ""))
-	if err != nil {
+	if cfg, err = a.restConfig("super-admin.conf"); err != nil {
 		return err
 	}
-	scfg, err := a.restConfig(super)
-	if err != nil {
-		return err
-	}
-	if a.super, err = kubernetes.NewForConfig(scfg); err != nil {
+	if a.super, err = kubernetes.NewForConfig(cfg); err != nil {
 		return err
 	}
 	last := time.Time{}

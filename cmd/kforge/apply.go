@@ -25,11 +25,7 @@ type ApplyCmd struct {
 }
 
 func (c *ApplyCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Logger) error {
-	inv, err := loadInventory(g)
-	if err != nil {
-		return err
-	}
-	state, err := clusterStateDir(g, inv)
+	inv, state, err := loadCluster(g)
 	if err != nil {
 		return err
 	}

@@ -65,6 +65,16 @@ func loadInventory(g *Globals) (*inventory.Cluster, error) {
 	return c, err
 }
 
+// loadCluster loads the -i inventory and finds its state dir.
+func loadCluster(g *Globals) (*inventory.Cluster, string, error) {
+	c, err := loadInventory(g)
+	if err != nil {
+		return nil, "", err
+	}
+	state, err := clusterStateDir(g, c)
+	return c, state, err
+}
+
 // InventorySchemaCmd prints the JSON Schema.
 type InventorySchemaCmd struct{}
 

@@ -19,11 +19,7 @@ type KubeconfigCmd struct {
 }
 
 func (c *KubeconfigCmd) Run(s *streams, g *Globals) error {
-	inv, err := loadInventory(g)
-	if err != nil {
-		return err
-	}
-	state, err := clusterStateDir(g, inv)
+	inv, state, err := loadCluster(g)
 	if err != nil {
 		return err
 	}

@@ -45,11 +45,7 @@ func clusterStateDir(g *Globals, c *inventory.Cluster) (string, error) {
 }
 
 func (r *RenderCmd) Run(s *streams, g *Globals) error {
-	c, err := loadInventory(g)
-	if err != nil {
-		return err
-	}
-	state, err := clusterStateDir(g, c)
+	c, state, err := loadCluster(g)
 	if err != nil {
 		return err
 	}

@@ -28,11 +28,7 @@ type ResetCmd struct {
 }
 
 func (c *ResetCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Logger) error {
-	inv, err := loadInventory(g)
-	if err != nil {
-		return err
-	}
-	state, err := clusterStateDir(g, inv)
+	inv, state, err := loadCluster(g)
 	if err != nil {
 		return err
 	}
