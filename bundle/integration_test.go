@@ -1,25 +1,21 @@
 package bundle
 
 import (
-	"os"
+	"errors"
 	"os/exec"
 	"testing"
+
+	"github.com/kforge/kforge/internal/testenv"
 )
 
 // needIntegration skips the test in -short mode, or when why is not empty (a prerequisite is
 // missing) — unless KFORGE_REQUIRE_INTEGRATION=1, in which case a missing prerequisite fails it.
 func needIntegration(t *testing.T, why string) {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("integration test; skipped in -short mode")
+	testenv.Integration(t)
+	if why != "" {
+		testenv.Need(t, errors.New(why))
 	}
-	if why == "" {
-		return
-	}
-	if os.Getenv("KFORGE_REQUIRE_INTEGRATION") == "1" {
-		t.Fatalf("prerequisite missing (KFORGE_REQUIRE_INTEGRATION=1): %s", why)
-	}
-	t.Skip(why)
 }
 
 // needGo requires the go command, which builds every artifact.

@@ -1,8 +1,3 @@
-//go:build benchtb
-
-// Built only with -tags benchtb until e2e_test.go's needIntegration, buildKforge and
-// buildBundle take testing.TB (a benchmark has no *testing.T); then delete the build line.
-
 package e2e
 
 import (

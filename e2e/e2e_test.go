@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kforge/kforge/internal/testenv"
+
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
@@ -35,17 +37,10 @@ import (
 
 // needIntegration skips the test when a prerequisite is missing, or fails it under
 // KFORGE_REQUIRE_INTEGRATION=1 (make test).
-func needIntegration(t *testing.T) {
+func needIntegration(t testing.TB) {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("end-to-end test: not in -short mode")
-	}
-	if err := lab.Prerequisites(); err != nil {
-		if os.Getenv("KFORGE_REQUIRE_INTEGRATION") == "1" {
-			t.Fatalf("prerequisite missing (KFORGE_REQUIRE_INTEGRATION=1): %v", err)
-		}
-		t.Skipf("prerequisite missing: %v", err)
-	}
+	testenv.Integration(t)
+	testenv.Need(t, lab.Prerequisites())
 }
 
 // cluster is a lab with an inventory for it, and the tools to drive and inspect it.
@@ -61,7 +56,7 @@ type cluster struct {
 const agentImage = "kforge.test/e2e-agent:v1"
 
 // buildKforge builds the kforge binary under test.
-func buildKforge(t *testing.T, dir string) string {
+func buildKforge(t testing.TB, dir string) string {
 	t.Helper()
 	bin := filepath.Join(dir, "kforge")
 	out, err := exec.Command("go", "build", "-o", bin, "../cmd/kforge").CombinedOutput()
@@ -72,7 +67,7 @@ func buildKforge(t *testing.T, dir string) string {
 }
 
 // buildBundle writes the offline bundle (from the cache after the first build).
-func buildBundle(ctx context.Context, t *testing.T, dir string) string {
+func buildBundle(ctx context.Context, t testing.TB, dir string) string {
 	t.Helper()
 	out := filepath.Join(dir, "bundle")
 	if _, err := bundle.Build(ctx, bundle.Options{BuildOptions: bundle.BuildOptions{Version: "v1.36.3"}, Out: out}); err != nil {

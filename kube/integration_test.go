@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kforge/kforge/internal/testenv"
+
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -30,16 +32,10 @@ import (
 // missing) — unless KFORGE_REQUIRE_INTEGRATION=1, in which case a missing prerequisite fails it.
 func needIntegration(t testing.TB, why string) {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("integration test; skipped in -short mode")
+	testenv.Integration(t)
+	if why != "" {
+		testenv.Need(t, errors.New(why))
 	}
-	if why == "" {
-		return
-	}
-	if os.Getenv("KFORGE_REQUIRE_INTEGRATION") == "1" {
-		t.Fatalf("prerequisite missing (KFORGE_REQUIRE_INTEGRATION=1): %s", why)
-	}
-	t.Skip(why)
 }
 
 func cacheDir() string {

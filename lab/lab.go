@@ -214,6 +214,11 @@ func Prerequisites() error {
 	if len(missing) > 0 {
 		return fmt.Errorf("kforge lab needs %s on PATH: apt-get install systemd-container iproute2 util-linux mount (or run hack/deps.sh)", strings.Join(missing, ", "))
 	}
+	if !rootfsReady(filepath.Join(DefaultCacheDir(), "lab", "rootfs-"+RootfsHash())) {
+		if _, err := exec.LookPath("debootstrap"); err != nil {
+			return errors.New("kforge lab builds its hosts' root file system with debootstrap, which is not on PATH: apt-get install debootstrap (or run hack/deps.sh)")
+		}
+	}
 	return nil
 }
 

@@ -6,10 +6,11 @@ import (
 	"errors"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/kforge/kforge/internal/testenv"
 
 	"github.com/kforge/kforge/inventory"
 )
@@ -19,21 +20,8 @@ import (
 // failure.
 func requireIntegration(t testing.TB) {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("integration test (real systemd hosts): skipped in -short mode")
-	}
-	err := Prerequisites()
-	if err == nil && !rootfsReady(filepath.Join(DefaultCacheDir(), "lab", "rootfs-"+RootfsHash())) {
-		if _, lerr := exec.LookPath("debootstrap"); lerr != nil {
-			err = lerr
-		}
-	}
-	if err != nil {
-		if os.Getenv("KFORGE_REQUIRE_INTEGRATION") == "1" {
-			t.Fatalf("KFORGE_REQUIRE_INTEGRATION=1 but: %v", err)
-		}
-		t.Skip(err)
-	}
+	testenv.Integration(t)
+	testenv.Need(t, Prerequisites())
 }
 
 func TestOptionsDefaultsAndValidation(t *testing.T) {

@@ -8,11 +8,12 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kforge/kforge/internal/testenv"
 
 	"github.com/kforge/kforge/facts"
 	"github.com/kforge/kforge/inventory"
@@ -24,23 +25,8 @@ import (
 // lab, unless KFORGE_REQUIRE_INTEGRATION=1 turns a missing prerequisite into a failure.
 func requireIntegration(t *testing.T) {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("integration test (real systemd hosts over SSH): skipped in -short mode")
-	}
-	err := lab.Prerequisites()
-	if err == nil {
-		if _, serr := os.Stat(filepath.Join(lab.DefaultCacheDir(), "lab", "rootfs-"+lab.RootfsHash(), "etc", "kforge-lab", "rootfs")); serr != nil {
-			if _, lerr := exec.LookPath("debootstrap"); lerr != nil {
-				err = lerr // no cached rootfs and nothing to build one with
-			}
-		}
-	}
-	if err != nil {
-		if os.Getenv("KFORGE_REQUIRE_INTEGRATION") == "1" {
-			t.Fatalf("KFORGE_REQUIRE_INTEGRATION=1 but: %v", err)
-		}
-		t.Skip(err)
-	}
+	testenv.Integration(t)
+	testenv.Need(t, lab.Prerequisites())
 }
 
 const labName = "preflight"

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kforge/kforge/internal/testenv"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -27,15 +29,8 @@ import (
 // prerequisite into a failure.
 func requireIntegration(t *testing.T) {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("integration test: not in -short mode")
-	}
-	if err := lab.Prerequisites(); err != nil {
-		if os.Getenv("KFORGE_REQUIRE_INTEGRATION") == "1" {
-			t.Fatalf("prerequisite missing (KFORGE_REQUIRE_INTEGRATION=1): %v", err)
-		}
-		t.Skipf("prerequisite missing: %v", err)
-	}
+	testenv.Integration(t)
+	testenv.Need(t, lab.Prerequisites())
 }
 
 // resetLab is a lab, its inventory with the bundle, and a state dir.

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"io/fs"
 	"net"
@@ -16,6 +17,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kforge/kforge/internal/testenv"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/clientcmd"
@@ -30,13 +33,9 @@ import (
 // prerequisites are missing.
 func requireIntegration(t *testing.T, ok bool, why string) {
 	t.Helper()
-	if ok {
-		return
+	if !ok {
+		testenv.Need(t, errors.New(why))
 	}
-	if os.Getenv("KFORGE_REQUIRE_INTEGRATION") == "1" {
-		t.Fatalf("integration prerequisite missing: %s", why)
-	}
-	t.Skipf("integration prerequisite missing: %s", why)
 }
 
 type tlog struct{ t *testing.T }
