@@ -74,6 +74,11 @@ type ControlPlane struct {
 	// "existing" for one joining a running cluster.
 	EtcdInitialCluster []string
 	EtcdClusterState   string
+	// SingleMaster turns leader election off in kube-controller-manager and kube-scheduler:
+	// with one instance of each there is nobody to elect, and the first lease attempt, made
+	// before the API server's RBAC is in place, costs a retry period (2 s) on the way to a
+	// working cluster. With several masters they elect, as kubeadm sets them.
+	SingleMaster bool
 }
 
 func (c ControlPlane) image(name, tag string) string {
@@ -242,7 +247,7 @@ func (c ControlPlane) ControllerManager() *corev1.Pod {
 		"cluster-signing-key-file":         pkiPath("ca.key"),
 		"controllers":                      "*,bootstrapsigner,tokencleaner",
 		"kubeconfig":                       kubeconfig,
-		"leader-elect":                     "true",
+		"leader-elect":                     strconv.FormatBool(!c.SingleMaster),
 		"requestheader-client-ca-file":     pkiPath("front-proxy-ca.crt"),
 		"root-ca-file":                     pkiPath("ca.crt"),
 		"service-account-private-key-file": pkiPath("sa.key"),
@@ -280,7 +285,7 @@ func (c ControlPlane) Scheduler() *corev1.Pod {
 		"authorization-kubeconfig":  kubeconfig,
 		"bind-address":              "127.0.0.1",
 		"kubeconfig":                kubeconfig,
-		"leader-elect":              "true",
+		"leader-elect":              strconv.FormatBool(!c.SingleMaster),
 	}
 	return componentPod(corev1.Container{
 		Name:           "kube-scheduler",

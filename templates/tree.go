@@ -97,6 +97,7 @@ func ControlPlaneFor(c *inventory.Cluster, i int, caCertDirs []string, boot *Etc
 		BindPort:          pki.APIServerPort,
 		CACertDirs:        caCertDirs,
 		EtcdClusterState:  "new",
+		SingleMaster:      len(c.Masters) == 1,
 	}
 	switch {
 	case boot != nil:
