@@ -126,7 +126,8 @@ func buildAgentImage(t *testing.T, dir string) string {
 func newCluster(ctx context.Context, t *testing.T, prefix string, o lab.Options) *cluster {
 	t.Helper()
 	dir := t.TempDir()
-	c := &cluster{t: t, kforge: buildKforge(t, dir), bundle: buildBundle(ctx, t, dir),
+	// The bundle build is not bounded by the test's deadline: cold, it is minutes of compiling.
+	c := &cluster{t: t, kforge: buildKforge(t, dir), bundle: buildBundle(context.Background(), t, dir),
 		state: filepath.Join(dir, "state"), inventory: filepath.Join(dir, "kforge.yaml")}
 	o.Name = fmt.Sprintf("%s%d", prefix, os.Getpid()%100000)
 	l, err := lab.Up(ctx, o)
