@@ -64,7 +64,7 @@ type Dialer interface {
 }
 
 // Applier is one `kforge apply` in progress: the inventory and what kforge opened, learned
-// and made on the way. Its steps are in ApplySteps, in order.
+// and made on the way. Its steps are in Steps (apply.go), in order.
 type Applier struct {
 	inv *inventory.Cluster
 	o   Options
