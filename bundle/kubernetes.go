@@ -32,6 +32,16 @@ func KubernetesBinaries(ctx context.Context, o BuildOptions) (string, error) {
 	return binaries(ctx, o, m)
 }
 
+// EtcdBinaries returns a directory holding etcd and etcdctl of the version bundled with
+// Kubernetes o.Version, built and cached like KubernetesBinaries (tests run a real etcd with it).
+func EtcdBinaries(ctx context.Context, o BuildOptions) (string, error) {
+	v, err := DefaultVersions(o.Version)
+	if err != nil {
+		return "", err
+	}
+	return binaries(ctx, o, etcdModule(v.Etcd))
+}
+
 // kubernetesModule is the recipe for the Kubernetes binaries: a scratch module requiring
 // k8s.io/kubernetes with each of its staging modules (which its go.mod replaces by ./staging
 // paths that do not exist in the published module) replaced by the published v0.MINOR.PATCH,

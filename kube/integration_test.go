@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
-	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -38,16 +37,8 @@ func needIntegration(t testing.TB, why string) {
 	}
 }
 
-func cacheDir() string {
-	if d := os.Getenv("KFORGE_CACHE_DIR"); d != "" {
-		return d
-	}
-	return bundle.DefaultCacheDir
-}
-
-// binaries returns kube-apiserver and etcd as the bundle package builds them: the Kubernetes
-// binaries from bundle.KubernetesBinaries, etcd from the bundle build cache (building a bundle
-// first when it is not there yet).
+// binaries returns kube-apiserver and etcd as the bundle package builds them
+// (bundle.KubernetesBinaries, bundle.EtcdBinaries; cached after the first build).
 func binaries(t testing.TB) (k8sDir, etcd string) {
 	t.Helper()
 	if _, err := exec.LookPath("go"); err != nil {
@@ -64,17 +55,11 @@ func binaries(t testing.TB) (k8sDir, etcd string) {
 	if err != nil {
 		t.Fatalf("kubernetes binaries: %v", err)
 	}
-	etcd = filepath.Join(cacheDir(), "bin", "etcd", v.Etcd, "etcd")
-	if _, err := os.Stat(etcd); err != nil {
-		out := filepath.Join(cacheDir(), fmt.Sprintf("kube-test-bundle-%d", os.Getpid()))
-		defer os.RemoveAll(out)
-		if _, err := bundle.Build(ctx, bundle.Options{BuildOptions: o, Out: out}); err != nil {
-			t.Fatalf("bundle build (for etcd): %v", err)
-		}
-		if _, err := os.Stat(etcd); err != nil {
-			t.Fatalf("etcd not in the bundle build cache after a build: %v", err)
-		}
+	dir, err := bundle.EtcdBinaries(ctx, o)
+	if err != nil {
+		t.Fatalf("etcd binaries: %v", err)
 	}
+	etcd = filepath.Join(dir, "etcd")
 	return k8s, etcd
 }
 
