@@ -43,30 +43,38 @@ func resolve(cfg Config, o Options) (plan, error) {
 		v, _ := sc.Get(alias, key)
 		return v
 	}
-	target, user, identity := cfg.Address, cfg.User, cfg.IdentityFile
-	host, port := splitHostPort(target)
-	if cfg.Port != 0 {
-		port = cfg.Port
+	// resolve fills what the inventory left empty from ~/.ssh/config (by the written host as
+	// alias), then from the defaults given.
+	resolve := func(address string, port int, user, identity, defUser, defIdentity string) (addr, u, id, alias string) {
+		host, p := splitHostPort(address)
+		if port != 0 {
+			p = port
+		}
+		alias = host
+		if hn := get(alias, "HostName"); hn != "" {
+			host = hn
+		}
+		if p == 0 {
+			fmt.Sscan(get(alias, "Port"), &p)
+		}
+		if p == 0 {
+			p = 22
+		}
+		if user == "" {
+			user = get(alias, "User")
+		}
+		if user == "" {
+			user = defUser
+		}
+		if identity == "" {
+			identity = get(alias, "IdentityFile")
+		}
+		if identity == "" {
+			identity = defIdentity
+		}
+		return net.JoinHostPort(host, fmt.Sprint(p)), user, identity, alias
 	}
-	alias := host
-	if hn := get(alias, "HostName"); hn != "" {
-		host = hn
-	}
-	if port == 0 {
-		fmt.Sscan(get(alias, "Port"), &port)
-	}
-	if port == 0 {
-		port = 22
-	}
-	if user == "" {
-		user = get(alias, "User")
-	}
-	if user == "" {
-		user = "root"
-	}
-	if identity == "" {
-		identity = get(alias, "IdentityFile")
-	}
+	target, user, identity, alias := resolve(cfg.Address, cfg.Port, cfg.User, cfg.IdentityFile, "root", "")
 	p := plan{name: cfg.name()}
 	bastions := cfg.Bastions
 	if len(bastions) == 0 {
@@ -81,39 +89,10 @@ func resolve(cfg Config, o Options) (plan, error) {
 		}
 	}
 	for _, b := range bastions {
-		bh, bp := splitHostPort(b.Address)
-		if b.Port != 0 {
-			bp = b.Port
-		}
-		balias := bh
-		if hn := get(balias, "HostName"); hn != "" {
-			bh = hn
-		}
-		if bp == 0 {
-			fmt.Sscan(get(balias, "Port"), &bp)
-		}
-		if bp == 0 {
-			bp = 22
-		}
-		bu := b.User
-		if bu == "" {
-			bu = get(balias, "User")
-		}
-		if bu == "" {
-			bu = user
-		}
-		bi := b.IdentityFile
-		if bi == "" {
-			bi = get(balias, "IdentityFile")
-		}
-		if bi == "" {
-			bi = identity
-		}
-		addr := net.JoinHostPort(bh, fmt.Sprint(bp))
+		addr, bu, bi, _ := resolve(b.Address, b.Port, b.User, b.IdentityFile, user, identity)
 		p.hops = append(p.hops, hop{label: "bastion " + addr, addr: addr, user: bu, identityFile: bi, hostKey: b.HostKey})
 	}
-	addr := net.JoinHostPort(host, fmt.Sprint(port))
-	p.hops = append(p.hops, hop{label: addr, addr: addr, user: user, identityFile: identity, hostKey: cfg.HostKey})
+	p.hops = append(p.hops, hop{label: target, addr: target, user: user, identityFile: identity, hostKey: cfg.HostKey})
 	return p, nil
 }
 

@@ -39,12 +39,7 @@ func (e *CommandError) Details() []string {
 	if short(e.Command) != quoteForMessage(e.Command) {
 		lines = append(lines, "  command: "+e.Command)
 	}
-	if tail := bytes.TrimRight(e.Stderr, "\n"); len(tail) > 0 {
-		lines = append(lines, "  stderr (last lines):")
-		for _, l := range strings.Split(string(tail), "\n") {
-			lines = append(lines, "    "+l)
-		}
-	}
+	lines = append(lines, stderrLines(e.Stderr)...)
 	if e.Hint != "" {
 		lines = append(lines, "  hint: "+e.Hint)
 	}
@@ -130,12 +125,7 @@ func (e *TimeoutError) Error() string {
 }
 func (e *TimeoutError) Details() []string {
 	lines := []string{e.Error()}
-	if tail := bytes.TrimRight(e.Stderr, "\n"); len(tail) > 0 {
-		lines = append(lines, "  stderr (last lines):")
-		for _, l := range strings.Split(string(tail), "\n") {
-			lines = append(lines, "    "+l)
-		}
-	}
+	lines = append(lines, stderrLines(e.Stderr)...)
 	if e.Hint != "" {
 		lines = append(lines, "  hint: "+e.Hint)
 	}
@@ -270,4 +260,17 @@ func (t *tailBuffer) Bytes() []byte {
 		b = b[idx+1:]
 	}
 	return append([]byte(nil), b...)
+}
+
+// stderrLines shows the captured tail of a command's stderr under an error.
+func stderrLines(stderr []byte) []string {
+	tail := bytes.TrimRight(stderr, "\n")
+	if len(tail) == 0 {
+		return nil
+	}
+	lines := []string{"  stderr (last lines):"}
+	for _, l := range strings.Split(string(tail), "\n") {
+		lines = append(lines, "    "+l)
+	}
+	return lines
 }
