@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/client-go/util/flowcontrol"
+
 	"k8s.io/client-go/kubernetes"
 )
 
@@ -112,10 +114,12 @@ func WaitForAPIServer(ctx context.Context, c kubernetes.Interface, in WaitAPISer
 	ctx, cancel := context.WithTimeoutCause(ctx, in.Timeout, fmt.Errorf("waited %s", in.Timeout))
 	defer cancel()
 	pause := in.Interval
-	var last, lastHTTP HealthAnswer
+	var last, prev, lastHTTP HealthAnswer
 	for attempt := 1; ; attempt++ {
 		rctx, rcancel := context.WithTimeout(ctx, in.RequestTimeout)
-		res := rc.Get().AbsPath(in.Path).Param("verbose", "").Do(rctx)
+		// Not throttled by the client's QPS limit: the wait paces its own attempts, and a
+		// limiter that refuses a request it predicts would outlast the deadline is no answer.
+		res := rc.Get().AbsPath(in.Path).Param("verbose", "").Throttle(flowcontrol.NewFakeAlwaysRateLimiter()).Do(rctx)
 		rcancel()
 		var code int
 		res.StatusCode(&code)
@@ -125,11 +129,17 @@ func WaitForAPIServer(ctx context.Context, c kubernetes.Interface, in WaitAPISer
 			// An HTTP answer: its status and body say more than client-go's error for it.
 			last.Err = nil
 		}
-		if ctx.Err() != nil && code == 0 && lastHTTP.StatusCode != 0 {
-			// The wait's own deadline cut this attempt short: the API server's last real
-			// answer says more than "context deadline exceeded".
-			return &APIServerNotReadyError{Path: in.Path, Waited: time.Since(start), Last: lastHTTP, Cause: context.Cause(ctx)}
+		if ctx.Err() != nil && code == 0 && attempt > 1 {
+			// The wait's own deadline cut this attempt short (in the request or in client-go's
+			// rate limiter): the last real answer says more than "context deadline exceeded" —
+			// the API server's last HTTP answer if there was one, else the previous attempt's.
+			real := prev
+			if lastHTTP.StatusCode != 0 {
+				real = lastHTTP
+			}
+			return &APIServerNotReadyError{Path: in.Path, Waited: time.Since(start), Last: real, Cause: context.Cause(ctx)}
 		}
+		prev = last
 		if code != 0 {
 			lastHTTP = last
 		}
