@@ -261,6 +261,8 @@ func TestEverythingTwiceAgainstARealAPIServer(t *testing.T) {
 	t.Run("objects", func(t *testing.T) { checkObjects(t, cp, admin, dyn) })
 	t.Run("bootstrap token rights", func(t *testing.T) { checkTokenRights(t, cp, itToken) })
 	t.Run("wait for ready", func(t *testing.T) { checkWaitForReady(t, admin) })
+	t.Run("kubelet CSRs signed", func(t *testing.T) { checkKubeletCSRs(t, cp, admin, itToken) })
+	t.Run("pod CIDRs", func(t *testing.T) { checkPodCIDRs(t, admin) })
 	t.Run("API server health error", func(t *testing.T) { checkHealthError(t, cp, admin) })
 }
 

@@ -2,46 +2,176 @@ package kube
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"math/big"
+	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 )
 
-// WaitForPodCIDRs waits until every named node is registered and kube-controller-manager has
-// given it a pod CIDR, and returns them by node name. On timeout the error names the nodes
-// still without one.
-func WaitForPodCIDRs(ctx context.Context, c kubernetes.Interface, nodes []string, timeout time.Duration) (map[string]string, error) {
-	cidrs := map[string]string{}
-	var missing []string
-	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		list, err := c.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, nil // the API server may be restarting; keep waiting
+// PodCIDRsInput says whose pod CIDRs PodCIDRs waits for, and whether it hands them out.
+type PodCIDRsInput struct {
+	Nodes   []string
+	Timeout time.Duration
+	// Subnet and MaskSize, when Subnet is set, make PodCIDRs give each node of Nodes that
+	// registered without a pod CIDR one itself (see PodCIDRs); otherwise it only waits for
+	// kube-controller-manager's node IPAM.
+	Subnet   string
+	MaskSize int // 0: 24 for IPv4, 64 for IPv6 (kube-controller-manager's defaults)
+	// Have, when set, is called once per node, as soon as it has a pod CIDR.
+	Have func(node, cidr string)
+	// Interval between looks at the nodes (default 100 ms).
+	Interval time.Duration
+}
+
+// PodCIDRs waits until every node of in.Nodes is registered and has a pod CIDR, and returns
+// them by node name. On timeout the error names the nodes still without one.
+//
+// With in.Subnet set, a node that registered without a pod CIDR gets one right away: the
+// highest range of the subnet's upper half that no node uses. kube-controller-manager's node
+// IPAM (the range allocator) hands out ranges from the bottom of the subnet, marks the ranges
+// nodes already carry as used when it starts and when it sees them, and does not change a
+// node's pod CIDR once set, so the two never hand out the same range unless the upper half
+// fills up; kforge then leaves the node to the controller-manager. On a fresh cluster this
+// saves the seconds the controller-manager takes to start its controllers before a node can be
+// Ready (its CNI config needs the pod CIDR). Ranges given by kforge are returned in the Changes.
+func PodCIDRs(ctx context.Context, c kubernetes.Interface, in PodCIDRsInput) (map[string]string, []Change, error) {
+	if in.Interval <= 0 {
+		in.Interval = 100 * time.Millisecond
+	}
+	var ranges *cidrRanges
+	if in.Subnet != "" {
+		var err error
+		if ranges, err = newCIDRRanges(in.Subnet, in.MaskSize); err != nil {
+			return nil, nil, err
 		}
-		for _, n := range list.Items {
-			if n.Spec.PodCIDR != "" {
-				cidrs[n.Name] = n.Spec.PodCIDR
+	}
+	parent := ctx
+	ctx, cancel := context.WithTimeout(ctx, in.Timeout)
+	defer cancel()
+	cidrs := map[string]string{}
+	var out []Change
+	var missing []string
+	for {
+		list, err := c.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err == nil { // else the API server may be restarting: keep waiting
+			used := map[string]bool{}
+			for _, n := range list.Items {
+				for _, p := range n.Spec.PodCIDRs {
+					used[p] = true
+				}
+				if n.Spec.PodCIDR != "" {
+					used[n.Spec.PodCIDR] = true
+				}
+			}
+			for _, n := range list.Items {
+				if !slices.Contains(in.Nodes, n.Name) || cidrs[n.Name] != "" {
+					continue
+				}
+				cidr := n.Spec.PodCIDR
+				if cidr == "" && ranges != nil {
+					if cidr = ranges.highestFree(used); cidr != "" {
+						if err := setPodCIDR(ctx, c, n.Name, cidr); err != nil {
+							if apierrors.IsInvalid(err) || apierrors.IsNotFound(err) {
+								continue // it got one meanwhile (or went away): look again
+							}
+							if ctx.Err() == nil {
+								return cidrs, out, fmt.Errorf("node %s: set pod CIDR %s: %w", n.Name, cidr, err)
+							}
+							continue
+						}
+						used[cidr] = true
+						out = append(out, Change{Kind: "Node", Name: n.Name + " podCIDR " + cidr, Action: Updated})
+					}
+				}
+				if cidr != "" {
+					cidrs[n.Name] = cidr
+					if in.Have != nil {
+						in.Have(n.Name, cidr)
+					}
+				}
 			}
 		}
 		missing = missing[:0]
-		for _, n := range nodes {
+		for _, n := range in.Nodes {
 			if cidrs[n] == "" {
 				missing = append(missing, n)
 			}
 		}
-		return len(missing) == 0, nil
-	})
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("waiting for the nodes' pod CIDRs: %w", ctx.Err())
+		if len(missing) == 0 {
+			return cidrs, out, nil
 		}
-		sort.Strings(missing)
-		return nil, fmt.Errorf("nodes without a pod CIDR after %s: %s (is kubelet running there, and kube-controller-manager with --allocate-node-cidrs?): %w", timeout, strings.Join(missing, ", "), err)
+		select {
+		case <-ctx.Done():
+			if err := parent.Err(); err != nil {
+				return cidrs, out, fmt.Errorf("waiting for the nodes' pod CIDRs: %w", err)
+			}
+			sort.Strings(missing)
+			return cidrs, out, fmt.Errorf("nodes without a pod CIDR after %s: %s (is kubelet running there, and kube-controller-manager with --allocate-node-cidrs?): %w", in.Timeout, strings.Join(missing, ", "), ctx.Err())
+		case <-time.After(in.Interval):
+		}
 	}
-	return cidrs, nil
+}
+
+// setPodCIDR sets a node's pod CIDR, as the controller-manager's range allocator does (a
+// strategic merge patch of spec.podCIDR and spec.podCIDRs). The API server refuses it as
+// invalid when the node has one already.
+func setPodCIDR(ctx context.Context, c kubernetes.Interface, node, cidr string) error {
+	patch, err := json.Marshal(map[string]any{"spec": map[string]any{"podCIDR": cidr, "podCIDRs": []string{cidr}}})
+	if err != nil {
+		return err
+	}
+	_, err = c.CoreV1().Nodes().Patch(ctx, node, types.StrategicMergePatchType, patch, metav1.PatchOptions{})
+	return err
+}
+
+// cidrRanges is a subnet cut into node ranges of one prefix length.
+type cidrRanges struct {
+	base  *big.Int
+	bits  int // address length: 32 or 128
+	mask  int
+	count int // ranges in the subnet
+}
+
+func newCIDRRanges(subnet string, mask int) (*cidrRanges, error) {
+	p, err := netip.ParsePrefix(subnet)
+	if err != nil {
+		return nil, fmt.Errorf("pod subnet %q: %w", subnet, err)
+	}
+	p = p.Masked()
+	bits := p.Addr().BitLen()
+	if mask == 0 { // kube-controller-manager's defaults
+		mask = map[int]int{32: 24, 128: 64}[bits]
+	}
+	if mask <= p.Bits() || mask > bits || mask-p.Bits() > 16 {
+		return nil, fmt.Errorf("node CIDR mask /%d does not fit pod subnet %s", mask, p)
+	}
+	return &cidrRanges{base: new(big.Int).SetBytes(p.Addr().AsSlice()), bits: bits, mask: mask, count: 1 << (mask - p.Bits())}, nil
+}
+
+// at is range i, as a CIDR string.
+func (r *cidrRanges) at(i int) string {
+	v := new(big.Int).Add(r.base, new(big.Int).Lsh(big.NewInt(int64(i)), uint(r.bits-r.mask)))
+	b := v.FillBytes(make([]byte, r.bits/8))
+	a, _ := netip.AddrFromSlice(b)
+	return netip.PrefixFrom(a, r.mask).String()
+}
+
+// highestFree is the highest range of the upper half not in used, or "" when that half is
+// full.
+func (r *cidrRanges) highestFree(used map[string]bool) string {
+	for i := r.count - 1; i >= r.count/2; i-- {
+		if c := r.at(i); !used[c] {
+			return c
+		}
+	}
+	return ""
 }

@@ -1,6 +1,7 @@
 package tasks
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -21,6 +22,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/kforge/kforge/bundle"
 	"github.com/kforge/kforge/facts"
@@ -317,7 +320,10 @@ func (a *Applier) render(_ context.Context, r Reporter) error {
 // which were written. Only those paths in scope are pushed (nil: all).
 func (a *Applier) push(ctx context.Context, n inventory.Node, h remote.Host, scope func(path string) bool) error {
 	var want []templates.File
-	for _, f := range a.files[n.Name] {
+	a.mu.Lock()
+	files := a.files[n.Name]
+	a.mu.Unlock()
+	for _, f := range files {
 		if scope == nil || scope(f.Path) {
 			want = append(want, f)
 		}
@@ -717,27 +723,35 @@ func (a *Applier) bootstrap(ctx context.Context, r Reporter) error {
 	return err
 }
 
-// joinWorkers waits for the workers' staging, then starts their kubelets: they join by TLS
-// bootstrap.
+// joinWorkers waits for the workers' staging, starts their kubelets, and answers their client
+// certificate requests: they join by TLS bootstrap with the bootstrap token. kforge approves and
+// signs those requests itself, as kube-controller-manager would, because on a fresh cluster
+// the controller-manager's signers start seconds after the API server answers, and a kubelet
+// without its certificate makes its first requests as system:anonymous and backs off.
 func (a *Applier) joinWorkers(ctx context.Context, r Reporter) error {
 	if err := a.awaitWorkers(ctx); err != nil {
 		return err
 	}
-	// A kubelet started before kube-controller-manager signs certificates makes its first
-	// requests as system:anonymous and backs off (registration and informers alike, up to
-	// seconds each). The controller-manager's node IPAM and CSR signers start together, so the
-	// first master's pod CIDR says the signers run.
-	first := a.inv.Masters[0].Name
-	if _, err := kube.WaitForPodCIDRs(ctx, a.clients.Typed, []string{first}, a.o.Timeout); err != nil {
-		return fmt.Errorf("waiting for kube-controller-manager (it gives %s a pod CIDR when it runs): %w", first, err)
-	}
-	return a.each(ctx, inventory.RoleWorker, func(ctx context.Context, n inventory.Node, h remote.Host) error {
+	err := a.each(ctx, inventory.RoleWorker, func(ctx context.Context, n inventory.Node, h remote.Host) error {
 		msg, err := a.startKubelet(ctx, n, h)
 		if err == nil {
 			r(Event{Kind: HostDone, Host: n.Name, Message: msg})
 		}
 		return err
 	})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, a.o.Timeout)
+	defer cancel()
+	cs, err := kube.SignKubeletCSRs(ctx, a.clients.Typed, kube.SignKubeletCSRsInput{
+		Nodes: names(a.nodes, inventory.RoleWorker), Requestor: "system:bootstrap:" + a.token.ID,
+		CA: a.set.CAs[pki.CA], Now: a.o.Now, Random: a.o.Rand,
+	})
+	if len(cs) > 0 {
+		r(Event{Kind: Progress, Message: fmt.Sprintf("approved and signed %s", count(make([]string, len(cs)), "kubelet client certificate"))})
+	}
+	return err
 }
 
 func (a *Applier) images() (kube.Images, error) {
@@ -771,8 +785,10 @@ func (a *Applier) coreAddons(ctx context.Context, r Reporter) error {
 	return err
 }
 
-// podNetwork installs flannel and writes each node's CNI config over its pod CIDR once the
-// node has one (kubelet reports the node NotReady until then).
+// podNetwork installs flannel and writes each node's CNI config over its pod CIDR as soon as
+// the node has one (kubelet reports the node NotReady until then). Nodes that registered
+// without a pod CIDR get one from kforge right away (kube.PodCIDRs says how it stays clear of
+// kube-controller-manager's node IPAM).
 func (a *Applier) podNetwork(ctx context.Context, r Reporter) error {
 	im, err := a.images()
 	if err != nil {
@@ -783,24 +799,42 @@ func (a *Applier) podNetwork(ctx context.Context, r Reporter) error {
 		return err
 	}
 	r(Event{Kind: Progress, Message: "flannel: " + kube.Summary(cs)})
-	cidrs, err := kube.WaitForPodCIDRs(ctx, a.clients.Typed, names(a.nodes, ""), a.o.Timeout)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(cmp.Or(a.o.Limits.Hosts, remote.DefaultConcurrency))
+	byName := map[string]inventory.Node{}
+	for _, n := range a.nodes {
+		byName[n.Name] = n
+	}
+	_, cs, err = kube.PodCIDRs(gctx, a.clients.Typed, kube.PodCIDRsInput{
+		Nodes: names(a.nodes, ""), Timeout: a.o.Timeout,
+		Subnet: a.inv.Networking.PodSubnet, MaskSize: a.inv.Networking.NodeCIDRMaskSize,
+		Have: func(node, cidr string) {
+			g.Go(func() error { return a.writeCNIConfig(gctx, byName[node], cidr, r) })
+		},
+	})
+	if len(cs) > 0 {
+		r(Event{Kind: Progress, Message: fmt.Sprintf("gave %s a pod CIDR", count(make([]string, len(cs)), "node"))})
+	}
+	if werr := g.Wait(); err == nil {
+		err = werr
+	}
+	return err
+}
+
+// writeCNIConfig writes node n's CNI config for its pod CIDR.
+func (a *Applier) writeCNIConfig(ctx context.Context, n inventory.Node, cidr string, r Reporter) error {
+	conf, err := templates.FlannelCNIConfig(cidr, a.inv.Networking.PodSubnet)
 	if err != nil {
 		return err
 	}
-	return a.each(ctx, "", func(ctx context.Context, n inventory.Node, h remote.Host) error {
-		conf, err := templates.FlannelCNIConfig(cidrs[n.Name], a.inv.Networking.PodSubnet)
-		if err != nil {
-			return err
-		}
-		a.mu.Lock()
-		a.files[n.Name] = append(a.files[n.Name], templates.File{Path: cniConfFile, Mode: 0o644, Data: conf})
-		a.mu.Unlock()
-		if err := a.push(ctx, n, h, func(p string) bool { return p == cniConfFile }); err != nil {
-			return err
-		}
-		r(Event{Kind: HostDone, Host: n.Name, Message: "pod CIDR " + cidrs[n.Name]})
-		return nil
-	})
+	a.mu.Lock()
+	a.files[n.Name] = append(a.files[n.Name], templates.File{Path: cniConfFile, Mode: 0o644, Data: conf})
+	a.mu.Unlock()
+	if err := a.push(ctx, n, a.host(n.Name), func(p string) bool { return p == cniConfFile }); err != nil {
+		return err
+	}
+	r(Event{Kind: HostDone, Host: n.Name, Message: "pod CIDR " + cidr})
+	return nil
 }
 
 func (a *Applier) markNodes(ctx context.Context, r Reporter) error {
