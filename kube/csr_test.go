@@ -55,8 +55,10 @@ func TestKubeletClientCSRFor(t *testing.T) {
 	}{
 		"other signer": {func(c *certv1.CertificateSigningRequest) { c.Spec.SignerName = certv1.KubeletServingSignerName }, "signer"},
 		"other user":   {func(c *certv1.CertificateSigningRequest) { c.Spec.Username = "system:bootstrap:zzzzzz" }, "requested by"},
-		"server usage": {func(c *certv1.CertificateSigningRequest) { c.Spec.Usages = append(c.Spec.Usages, certv1.UsageServerAuth) }, "usages"},
-		"not PEM":      {func(c *certv1.CertificateSigningRequest) { c.Spec.Request = []byte("junk") }, "PEM"},
+		"server usage": {func(c *certv1.CertificateSigningRequest) {
+			c.Spec.Usages = append(c.Spec.Usages, certv1.UsageServerAuth)
+		}, "usages"},
+		"not PEM": {func(c *certv1.CertificateSigningRequest) { c.Spec.Request = []byte("junk") }, "PEM"},
 		"other org": {func(c *certv1.CertificateSigningRequest) {
 			c.Spec.Request = request(x509.CertificateRequest{Subject: pkix.Name{CommonName: "system:node:w1", Organization: []string{"system:masters"}}})
 		}, "organization"},
