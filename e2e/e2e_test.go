@@ -6,8 +6,11 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -200,6 +203,20 @@ func (c *cluster) importImage(ctx context.Context, host, archive string) {
 	}
 }
 
+// csrNode is the node a kubelet client certificate request is for.
+func csrNode(t *testing.T, request []byte) string {
+	t.Helper()
+	b, _ := pem.Decode(request)
+	if b == nil {
+		t.Fatalf("CSR request is not PEM")
+	}
+	cr, err := x509.ParseCertificateRequest(b.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimPrefix(cr.Subject.CommonName, "system:node:")
+}
+
 // snapshot is what must not change when apply runs again: every file kforge put on the host
 // (path, modification time, inode) and the start time and PID of kubelet and containerd.
 func (c *cluster) snapshot(ctx context.Context, host string) string {
@@ -256,6 +273,35 @@ func TestApplyLabClusterEndToEnd(t *testing.T) {
 	}
 	if len(pods.Items) < 9 { // etcd, apiserver, controller-manager, scheduler, 3 kube-proxy, 2 coredns
 		t.Errorf("only %d kube-system pods", len(pods.Items))
+	}
+
+	// The workers joined by TLS bootstrap: each posted a kubelet client CSR with the bootstrap
+	// token, approved and signed (by kforge, or by the controller-manager had it been first).
+	// Every node has its own pod CIDR inside the pod subnet.
+	csrs, err := k.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{w1, w2} {
+		joined := false
+		for _, r := range csrs.Items {
+			if strings.HasPrefix(r.Spec.Username, "system:bootstrap:") && len(r.Status.Certificate) > 0 && csrNode(t, r.Spec.Request) == w {
+				joined = true
+				t.Logf("%s: CSR %s by %s: %v", w, r.Name, r.Spec.Username, r.Status.Conditions)
+			}
+		}
+		if !joined {
+			t.Errorf("no signed kubelet client CSR from the bootstrap token for %s", w)
+		}
+	}
+	podNet := netip.MustParsePrefix(inventory.DefaultPodSubnet)
+	seen := map[string]string{}
+	for _, n := range nodes.Items {
+		p, err := netip.ParsePrefix(n.Spec.PodCIDR)
+		if err != nil || !podNet.Contains(p.Addr()) || p.Bits() != inventory.DefaultNodeCIDRMaskSize || seen[n.Spec.PodCIDR] != "" {
+			t.Errorf("node %s: pod CIDR %q (%v; also on %q)", n.Name, n.Spec.PodCIDR, err, seen[n.Spec.PodCIDR])
+		}
+		seen[n.Spec.PodCIDR] = n.Name
 	}
 
 	// The inventory's addon manifest was applied.
