@@ -1,10 +1,14 @@
 package templates
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"path"
+	"slices"
 	"sort"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -244,6 +248,7 @@ func masterFiles(c *inventory.Cluster, set *pki.Set, i int, o Options) ([]File, 
 
 	cp := ControlPlaneFor(c, i, o.CACertDirs, o.EtcdBoot[m.Name])
 	for name, pod := range cp.StaticPods() {
+		stampInputs(pod, fs)
 		data, err := MarshalPod(pod)
 		if err != nil {
 			return nil, err
@@ -251,6 +256,42 @@ func masterFiles(c *inventory.Cluster, set *pki.Set, i int, o Options) ([]File, 
 		fs = append(fs, File{Path: path.Join(ManifestsDir, name), Mode: 0o600, Data: data})
 	}
 	return fs, nil
+}
+
+// InputsAnnotation is the static-pod annotation that carries a hash of the files kforge
+// writes that the pod mounts (its certificates, keys and kubeconfig). When one of them
+// changes — a certificate re-issued before it expires, a new SAN — the manifest changes too
+// and kubelet restarts the pod: kube-controller-manager, kube-scheduler and kube-apiserver's
+// clients read their credentials only when they start.
+const InputsAnnotation = "kforge.io/inputs-hash"
+
+// stampInputs sets pod's InputsAnnotation from the files of fs under /etc/kubernetes that its
+// hostPath volumes cover.
+func stampInputs(pod *corev1.Pod, fs []File) {
+	var in []File
+	for _, f := range fs {
+		for _, v := range pod.Spec.Volumes {
+			hp := v.HostPath
+			if hp != nil && (hp.Path == KubernetesDir || strings.HasPrefix(hp.Path, KubernetesDir+"/")) &&
+				(f.Path == hp.Path || strings.HasPrefix(f.Path, hp.Path+"/")) {
+				in = append(in, f)
+				break
+			}
+		}
+	}
+	if len(in) == 0 {
+		return
+	}
+	slices.SortFunc(in, func(a, b File) int { return strings.Compare(a.Path, b.Path) })
+	h := sha256.New()
+	for _, f := range in {
+		fmt.Fprintf(h, "%s\x00%o\x00%d\x00", f.Path, f.Mode, len(f.Data))
+		h.Write(f.Data)
+	}
+	if pod.Annotations == nil {
+		pod.Annotations = map[string]string{}
+	}
+	pod.Annotations[InputsAnnotation] = hex.EncodeToString(h.Sum(nil))[:16]
 }
 
 func workerFiles(c *inventory.Cluster, set *pki.Set, o Options) ([]File, error) {

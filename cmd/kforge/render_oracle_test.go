@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -306,8 +307,8 @@ cp -a /etc/kubernetes/pki/. "$OUT/"
 			}
 			var bad []string
 			for _, d := range diffs {
-				if _, ok := allowed[d.key]; ok {
-					used[d.key] = true
+				if k, ok := allowedKey(allowed, d.key); ok {
+					used[k] = true
 					t.Logf("allowed difference %s: %s", d.key, d.detail)
 					continue
 				}
@@ -350,6 +351,20 @@ func copyFile(t *testing.T, from, to string) {
 	if err := os.WriteFile(to, data, fi.Mode().Perm()); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// allowedKey is the allow-list entry that covers difference key: the same key, or a pattern
+// with * (path.Match: "*" stands for any text without a slash).
+func allowedKey(allowed map[string]string, key string) (string, bool) {
+	if _, ok := allowed[key]; ok {
+		return key, true
+	}
+	for k := range allowed {
+		if ok, _ := path.Match(k, key); ok && strings.Contains(k, "*") {
+			return k, true
+		}
+	}
+	return "", false
 }
 
 // loadAllowList reads the table rows "| `key` | reason |" of docs/kubeadm-differences.md;
@@ -623,6 +638,18 @@ func flagMap(cmd []string) map[string]string {
 	return m
 }
 
+// joinKeys is the set of keys of a and b.
+func joinKeys(a, b map[string]string) map[string]bool {
+	out := map[string]bool{}
+	for k := range a {
+		out[k] = true
+	}
+	for k := range b {
+		out[k] = true
+	}
+	return out
+}
+
 func show(v any) string {
 	b, _ := yaml.Marshal(v)
 	return strings.TrimSpace(string(b))
@@ -636,7 +663,14 @@ func comparePods(t *testing.T, a, b string) []difference {
 			out = append(out, difference{key, fmt.Sprintf("kubeadm %s, kforge %s", show(x), show(y))})
 		}
 	}
-	add("metadata", []any{pa.Name, pa.Namespace, pa.Labels, pa.Annotations}, []any{pb.Name, pb.Namespace, pb.Labels, pb.Annotations})
+	// Annotations one by one, so that kforge's own (templates.InputsAnnotation) is reported
+	// under its name.
+	add("metadata", []any{pa.Name, pa.Namespace, pa.Labels}, []any{pb.Name, pb.Namespace, pb.Labels})
+	for k := range joinKeys(pa.Annotations, pb.Annotations) {
+		if pa.Annotations[k] != pb.Annotations[k] {
+			out = append(out, difference{"annotation " + k, fmt.Sprintf("kubeadm %q, kforge %q", pa.Annotations[k], pb.Annotations[k])})
+		}
+	}
 	sa, sb := pa.Spec, pb.Spec
 	add("priority", []any{sa.PriorityClassName, sa.Priority}, []any{sb.PriorityClassName, sb.Priority})
 	add("hostNetwork", sa.HostNetwork, sb.HostNetwork)

@@ -1,0 +1,80 @@
+package templates
+
+import (
+	"crypto/rand"
+	"maps"
+	"strings"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/kforge/kforge/pki"
+)
+
+// inputHashes renders the tree and returns m1's static pods' InputsAnnotation by manifest.
+func inputHashes(t *testing.T, set *pki.Set) map[string]string {
+	t.Helper()
+	trees, err := Tree(haCluster(), set, Options{BootstrapToken: "abcdef.0123456789abcdef"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, f := range trees[0].Files {
+		if name, ok := strings.CutPrefix(f.Path, ManifestsDir+"/"); ok {
+			var pod corev1.Pod
+			if err := yaml.Unmarshal(f.Data, &pod); err != nil {
+				t.Fatal(err)
+			}
+			out[name] = pod.Annotations[InputsAnnotation]
+			if len(out[name]) != 16 {
+				t.Errorf("%s: %s = %q", name, InputsAnnotation, out[name])
+			}
+		}
+	}
+	if len(out) != 4 {
+		t.Fatalf("m1 has %d manifests", len(out))
+	}
+	return out
+}
+
+// TestInputsHashFollowsWhatEachPodMounts: a static pod's manifest changes exactly when a file
+// it mounts changes, so kubelet restarts the components whose credentials were re-issued and
+// no others.
+func TestInputsHashFollowsWhatEachPodMounts(t *testing.T) {
+	ensure := func() *pki.Set {
+		set, _, err := pki.EnsureCluster(haCluster(), "", t.TempDir(), time.Now(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return set
+	}
+	set, other := ensure(), ensure()
+	base := inputHashes(t, set)
+	if again := inputHashes(t, set); !maps.Equal(base, again) {
+		t.Fatalf("same PKI, different hashes: %v, %v", base, again)
+	}
+	for _, tc := range []struct {
+		cert    string // the re-issued certificate (a Key of the PKI set)
+		changed []string
+	}{
+		{"controller-manager.conf", []string{"kube-controller-manager.yaml"}},
+		{"scheduler.conf", []string{"kube-scheduler.yaml"}},
+		{"admin.conf", nil}, // no static pod mounts it
+		{"apiserver@m1", []string{"kube-apiserver.yaml", "kube-controller-manager.yaml"}}, // both mount pki/
+		{"etcd-server@m1", []string{"etcd.yaml", "kube-apiserver.yaml", "kube-controller-manager.yaml"}},
+	} {
+		reissued := *set
+		reissued.Certs = maps.Clone(set.Certs)
+		reissued.Certs[tc.cert] = other.Certs[tc.cert]
+		got := inputHashes(t, &reissued)
+		for name, h := range got {
+			want := base[name] != h
+			if changed := strings.Contains(strings.Join(tc.changed, " "), name); changed != want {
+				t.Errorf("%s re-issued: %s hash changed %v, want %v", tc.cert, name, want, changed)
+			}
+		}
+	}
+}
