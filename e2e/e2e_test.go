@@ -26,6 +26,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -200,6 +201,74 @@ func (c *cluster) importImage(ctx context.Context, host, archive string) {
 	cmd.Stdin = f
 	if out, err := cmd.CombinedOutput(); err != nil {
 		c.t.Fatalf("%s: import %s: %v\n%s", host, archive, err, out)
+	}
+}
+
+// renewControllerManagerCert removes controller-manager.conf's certificate from the state dir,
+// applies, and checks that exactly kube-controller-manager was restarted with the new one.
+func (c *cluster) renewControllerManagerCert(ctx context.Context, master string) {
+	t := c.t
+	t.Helper()
+	k := c.client()
+	mirrors := func() map[string]corev1.Pod {
+		out := map[string]corev1.Pod{}
+		for _, comp := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+			p, err := k.CoreV1().Pods("kube-system").Get(ctx, comp+"-"+master, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[comp] = *p
+		}
+		return out
+	}
+	confSum := func() string { return c.exec(ctx, master, "sha256sum /etc/kubernetes/controller-manager.conf") }
+	before, sumBefore := mirrors(), confSum()
+	old, err := filepath.Glob(filepath.Join(c.state, "pki", "kubeconfig", "controller-manager.*"))
+	if err != nil || len(old) != 2 {
+		t.Fatalf("controller-manager.conf's pair in the state dir: %v %v", old, err)
+	}
+	for _, f := range old {
+		if err := os.Remove(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	out, err := c.run("apply", "--conntrack-max-per-core", "0")
+	if err != nil {
+		t.Fatalf("apply after removing controller-manager.conf's certificate: %v\n%s", err, out)
+	}
+	t.Logf("apply with a re-issued controller-manager.conf took %s", time.Since(start).Round(100*time.Millisecond))
+	if !strings.Contains(out, "restart kube-controller-manager-"+master) {
+		t.Errorf("apply did not wait for kube-controller-manager's restart:\n%s", out)
+	}
+	if confSum() == sumBefore {
+		t.Error("controller-manager.conf on the master was not rewritten")
+	}
+	after := mirrors()
+	for comp, p := range after {
+		restarted := p.UID != before[comp].UID
+		if restarted != (comp == "kube-controller-manager") {
+			t.Errorf("%s restarted: %v (inputs hash %s -> %s)", comp, restarted, before[comp].Annotations["kforge.io/inputs-hash"], p.Annotations["kforge.io/inputs-hash"])
+		}
+	}
+	// The new controller-manager talks to the API server: its deployment controller makes a
+	// ReplicaSet for a new Deployment.
+	var zero int32
+	labels := map[string]string{"app": "kcm-check"}
+	if _, err := k.AppsV1().Deployments("default").Create(ctx, &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "kcm-check"},
+		Spec: appsv1.DeploymentSpec{Replicas: &zero, Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}}}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		rs, err := k.AppsV1().ReplicaSets("default").List(ctx, metav1.ListOptions{LabelSelector: "app=kcm-check"})
+		return err == nil && len(rs.Items) > 0, nil
+	})
+	if err != nil {
+		t.Errorf("the restarted kube-controller-manager made no ReplicaSet for a new Deployment: %v", err)
 	}
 }
 
@@ -415,6 +484,15 @@ func TestApplyLabClusterEndToEnd(t *testing.T) {
 	}
 	if strings.Contains(out, "restarted") || strings.Contains(out, "created") {
 		t.Errorf("second apply restarted or created something:\n%s", out)
+	}
+
+	// 5b. A re-issued certificate reaches the component that uses it. With controller-manager.conf's
+	// certificate gone from the state dir, apply issues a new one, rewrites the kubeconfig and
+	// kube-controller-manager's manifest (templates.InputsAnnotation), kubelet restarts that pod
+	// alone, and apply waits until the new one is Ready; the restarted controller-manager works.
+	c.renewControllerManagerCert(ctx, master)
+	for _, h := range l.Hosts[:3] {
+		before[h.Name] = c.snapshot(ctx, h.Name)
 	}
 
 	// 6. Growing: a fourth host added to the inventory joins on the next apply; the others are

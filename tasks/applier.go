@@ -19,9 +19,11 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/yaml"
 
 	"golang.org/x/sync/errgroup"
 
@@ -80,6 +82,7 @@ type Applier struct {
 	token    kube.BootstrapToken
 	files    map[string][]templates.File // by host
 	written  map[string]map[string]bool  // by host: paths written this run
+	replaced map[string][]templates.File // by host: static-pod manifests that replaced another this run
 	manifest *bundle.Manifest
 
 	workersStaged  chan error   // the workers' background staging; see stage
@@ -110,7 +113,7 @@ func NewApplier(c *inventory.Cluster, o Options) *Applier {
 	}
 	return &Applier{inv: c, o: o, log: o.Logger, nodes: c.Nodes(),
 		hosts: map[string]remote.Host{}, facts: map[string]*facts.Facts{},
-		files: map[string][]templates.File{}, written: map[string]map[string]bool{}}
+		files: map[string][]templates.File{}, written: map[string]map[string]bool{}, replaced: map[string][]templates.File{}}
 }
 
 // awaitWorkers waits for the workers' background staging (stage) and returns its error.
@@ -352,6 +355,9 @@ func (a *Applier) push(ctx context.Context, n inventory.Node, h remote.Host, sco
 			a.written[n.Name] = map[string]bool{}
 		}
 		a.written[n.Name][f.Path] = true
+		if have[f.Path] != "" && path.Dir(f.Path) == templates.ManifestsDir {
+			a.replaced[n.Name] = append(a.replaced[n.Name], f)
+		}
 		a.mu.Unlock()
 	}
 	return nil
@@ -660,7 +666,30 @@ func (a *Applier) waitAPIServer(ctx context.Context, r Reporter) error {
 	if err != nil {
 		return a.explainAPIServer(ctx, err)
 	}
-	return nil
+	return a.waitRestartedPods(ctx, r)
+}
+
+// waitRestartedPods waits for the control-plane pods whose manifests this run replaced (new
+// flags, image, or re-issued credentials: templates.InputsAnnotation) until kubelet runs the
+// new ones and they are Ready, so that no later step talks to a component about to restart.
+func (a *Applier) waitRestartedPods(ctx context.Context, r Reporter) error {
+	var pods []kube.StaticPod
+	var names []string
+	for _, n := range a.nodes {
+		for _, f := range a.replaced[n.Name] {
+			var pod corev1.Pod
+			if err := yaml.Unmarshal(f.Data, &pod); err != nil {
+				return fmt.Errorf("%s: %s: %w", n.Name, f.Path, err)
+			}
+			s := kube.StaticPod{Node: n.Name, Pod: &pod}
+			pods, names = append(pods, s), append(names, s.MirrorName())
+		}
+	}
+	if len(pods) == 0 {
+		return nil
+	}
+	r(Event{Kind: Progress, Message: "waiting for kubelet to restart " + strings.Join(names, ", ") + " with their new manifests"})
+	return kube.WaitForStaticPods(ctx, a.clients.Typed, pods, a.o.Timeout)
 }
 
 // explainAPIServer adds what the first master's kubelet says to a failed wait.

@@ -1,0 +1,87 @@
+package kube
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// StaticPod is a static pod kubelet was given a new manifest for, on node Node.
+type StaticPod struct {
+	Node string
+	Pod  *corev1.Pod // the manifest as written
+}
+
+// MirrorName is the name of the pod's mirror pod in the API: "<pod name>-<node>".
+func (s StaticPod) MirrorName() string { return s.Pod.Name + "-" + s.Node }
+
+// WaitForStaticPods waits until each pod's mirror pod in the API runs the new manifest (the
+// same image, command and annotations) and is Ready: kubelet has replaced the old pod and the
+// new one works. On timeout the error names each pod still waiting and what was last seen.
+func WaitForStaticPods(ctx context.Context, c kubernetes.Interface, pods []StaticPod, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	last := map[string]string{}
+	for {
+		var waiting []string
+		for _, s := range pods {
+			mirror, err := c.CoreV1().Pods(s.Pod.Namespace).Get(ctx, s.MirrorName(), metav1.GetOptions{})
+			if err != nil {
+				last[s.MirrorName()] = err.Error()
+				waiting = append(waiting, s.MirrorName())
+				continue
+			}
+			if why := runsManifest(mirror, s.Pod); why != "" {
+				last[s.MirrorName()] = why
+				waiting = append(waiting, s.MirrorName())
+			}
+		}
+		if len(waiting) == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			sort.Strings(waiting)
+			var d []string
+			for _, w := range waiting {
+				d = append(d, w+": "+last[w])
+			}
+			return fmt.Errorf("control-plane pods not restarted with their new manifests after %s (see journalctl -u kubelet on the node): %s: %w", timeout, strings.Join(d, "; "), ctx.Err())
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// runsManifest says why mirror is not yet the Ready pod of manifest want ("" when it is).
+func runsManifest(mirror, want *corev1.Pod) string {
+	for k, v := range want.Annotations {
+		if mirror.Annotations[k] != v {
+			return fmt.Sprintf("annotation %s is %q, not yet %q", k, mirror.Annotations[k], v)
+		}
+	}
+	if len(mirror.Spec.Containers) != len(want.Spec.Containers) {
+		return "old pod"
+	}
+	for i, w := range want.Spec.Containers {
+		m := mirror.Spec.Containers[i]
+		if m.Image != w.Image || !slices.Equal(m.Command, w.Command) {
+			return "still the old pod (image or command differ)"
+		}
+	}
+	for _, cond := range mirror.Status.Conditions {
+		if cond.Type == corev1.PodReady {
+			if cond.Status == corev1.ConditionTrue {
+				return ""
+			}
+			return "not Ready: " + cond.Reason
+		}
+	}
+	return "no Ready condition yet"
+}
