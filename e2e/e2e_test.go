@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -28,6 +29,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -201,6 +203,75 @@ func (c *cluster) importImage(ctx context.Context, host, archive string) {
 	cmd.Stdin = f
 	if out, err := cmd.CombinedOutput(); err != nil {
 		c.t.Fatalf("%s: import %s: %v\n%s", host, archive, err, out)
+	}
+}
+
+// pruneWorker removes gone from the inventory (leaving masters and workers) and prunes it.
+func (c *cluster) pruneWorker(ctx context.Context, masters, workers []lab.Host, gone string, before map[string]string) {
+	t := c.t
+	t.Helper()
+	k := c.client()
+	one := int32(1)
+	labels := map[string]string{"app": "drain-check"}
+	if _, err := k.AppsV1().Deployments("default").Create(ctx, &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "drain-check"},
+		Spec: appsv1.DeploymentSpec{Replicas: &one, Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{NodeSelector: map[string]string{"kubernetes.io/hostname": gone},
+					Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10.2", ImagePullPolicy: corev1.PullNever}}}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var victim string
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		ps, err := k.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=drain-check"})
+		if err != nil || len(ps.Items) != 1 || ps.Items[0].Status.Phase != corev1.PodRunning {
+			return false, nil
+		}
+		victim = ps.Items[0].Name
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("drain-check pod not running on %s: %v", gone, err)
+	}
+
+	c.writeInventory(masters, workers)
+	plan, err := c.run("plan")
+	if err != nil || !strings.Contains(plan, gone+" ") || !strings.Contains(plan, "no longer in the inventory") {
+		t.Errorf("plan does not show %s as removed: %v\n%s", gone, err, plan)
+	}
+	out, err := c.run("apply", "--conntrack-max-per-core", "0")
+	if err != nil || !strings.Contains(out, "is no longer in the inventory but still in the cluster") {
+		t.Fatalf("apply without --prune: %v\n%s", err, out)
+	}
+	if _, err := k.CoreV1().Nodes().Get(ctx, gone, metav1.GetOptions{}); err != nil {
+		t.Errorf("apply without --prune touched %s's node: %v", gone, err)
+	}
+
+	out, err = c.run("apply", "--prune", "--conntrack-max-per-core", "0")
+	if err != nil {
+		t.Fatalf("apply --prune: %v\n%s", err, out)
+	}
+	t.Logf("apply --prune:\n%s", out)
+	if _, err := k.CoreV1().Nodes().Get(ctx, gone, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("node %s after apply --prune: err = %v, want not found", gone, err)
+	}
+	if p, err := k.CoreV1().Pods("default").Get(ctx, victim, metav1.GetOptions{}); err == nil && p.DeletionTimestamp == nil {
+		t.Errorf("pod %s on %s was not evicted", victim, gone)
+	}
+	left := c.exec(ctx, gone, `systemctl is-active -q kubelet && echo "kubelet running"
+for p in /etc/kubernetes /var/lib/kubelet /etc/cni/net.d/10-kforge.conflist; do [ -e $p ] && echo "left $p"; done
+true`)
+	if left != "" {
+		t.Errorf("%s after apply --prune:\n%s", gone, left)
+	}
+	for _, h := range append(slices.Clone(masters), workers...) {
+		if after := c.snapshot(ctx, h.Name); after != before[h.Name] {
+			t.Errorf("%s changed when %s was pruned:\n%s", h.Name, gone, diffLines(before[h.Name], after))
+		}
+	}
+	if out, err := c.run("apply", "--conntrack-max-per-core", "0"); err != nil || strings.Contains(out, "no longer in the inventory") {
+		t.Errorf("apply after the prune: %v\n%s", err, out)
 	}
 }
 
@@ -516,6 +587,11 @@ func TestApplyLabClusterEndToEnd(t *testing.T) {
 			t.Errorf("%s changed when a worker was added:\n%s", h.Name, diffLines(before[h.Name], after))
 		}
 	}
+
+	// 6b. Shrinking: the fourth host leaves the inventory. apply alone reports it and changes
+	// nothing; apply --prune drains it (its pod is evicted), resets the host and deletes the
+	// node; the other hosts are untouched, and the next apply has nothing left to prune.
+	c.pruneWorker(ctx, l.Hosts[:1], l.Hosts[1:3], l.Hosts[3].Name, before)
 
 	// 7. reset --yes: every host is clean again.
 	if out, err := c.run("reset", "--yes"); err != nil {

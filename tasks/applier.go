@@ -59,6 +59,11 @@ type Options struct {
 	Logger  *slog.Logger
 	Now     func() time.Time
 	Rand    io.Reader
+	// Removed are the hosts of the last apply the inventory no longer lists (Removed); with
+	// Prune the workers among them are drained, reset and deleted (CheckPrune refuses masters),
+	// otherwise apply only reports them.
+	Removed []inventory.Node
+	Prune   bool
 	// Connect opens a host; remote.Dial when nil. Tests pass in-memory hosts.
 	Connect func(ctx context.Context, n inventory.Node) (remote.Host, error)
 }
@@ -91,6 +96,8 @@ type Applier struct {
 	etcdSeed string                              // a master whose etcd runs, when masters join (etcd.go)
 	etcdJoin map[string]bool                     // masters joining the running etcd cluster
 	etcdBoot map[string]*templates.EtcdBootstrap // how each master's etcd member starts, when not new
+
+	pruned []string // removed hosts pruned this run
 
 	mu      sync.Mutex
 	clients kube.Clients

@@ -28,10 +28,11 @@ type Task struct {
 	Hosts       []string // the hosts a task touches, when Scope is OnHosts
 }
 
-// Apply returns the tasks `kforge apply` runs for cluster c, in order: what `kforge plan` shows.
-func Apply(c *inventory.Cluster) []Task {
+// Apply returns the tasks `kforge apply` runs for cluster c with options o (only Removed and
+// Prune matter), in order: what `kforge plan` shows.
+func Apply(c *inventory.Cluster, o Options) []Task {
 	var ts []Task
-	for _, s := range NewApplier(c, Options{}).Steps() {
+	for _, s := range NewApplier(c, o).Steps() {
 		ts = append(ts, s.Task)
 	}
 	return ts
@@ -73,6 +74,14 @@ func (a *Applier) Steps() []Step {
 	if c.Networking.Plugin != "none" {
 		add("wait-ready", ThroughAPI, nil, a.waitReady, "wait until every node is Ready and kube-system pods run")
 	}
+	if removed := names(a.o.Removed, ""); len(removed) > 0 {
+		if a.o.Prune {
+			add("prune", OnHosts, removed, a.prune, "one at a time: drain %s (no longer in the inventory), reset the host, delete the node", strings.Join(removed, ", "))
+		} else {
+			add("removed-hosts", OnWorkstation, nil, a.reportRemoved, "report %s: no longer in the inventory, still in the cluster (kforge apply --prune removes workers)", strings.Join(removed, ", "))
+		}
+	}
+	add("record-hosts", OnWorkstation, nil, a.recordHosts, "record the cluster's hosts in the state dir, to find hosts later removed from the inventory")
 	add("kubeconfig", OnWorkstation, nil, a.writeKubeconfig, "write the admin kubeconfig to the state dir")
 	return ss
 }

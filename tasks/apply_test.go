@@ -1,6 +1,8 @@
 package tasks
 
 import (
+	"errors"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -27,13 +29,13 @@ func taskNames(ts []Task) []string {
 }
 
 func TestApplyListFollowsTheInventory(t *testing.T) {
-	single := taskNames(Apply(cluster(t, "networking: {plugin: none}\n")))
-	want := []string{"connect", "preflight", "pki", "etcd-members", "render", "stage", "wait-apiserver", "cluster-config", "bootstrap", "core-addons", "mark-nodes", "kubeconfig"}
+	single := taskNames(Apply(cluster(t, "networking: {plugin: none}\n"), Options{}))
+	want := []string{"connect", "preflight", "pki", "etcd-members", "render", "stage", "wait-apiserver", "cluster-config", "bootstrap", "core-addons", "mark-nodes", "record-hosts", "kubeconfig"}
 	if !slices.Equal(single, want) {
 		t.Errorf("single master, no pod network:\n got %v\nwant %v", single, want)
 	}
 
-	full := Apply(cluster(t, "workers:\n  - {name: w1, address: 10.0.0.2}\nbundle: /b\naddons: [{path: /a.yaml}]\n"))
+	full := Apply(cluster(t, "workers:\n  - {name: w1, address: 10.0.0.2}\nbundle: /b\naddons: [{path: /a.yaml}]\n"), Options{})
 	names := taskNames(full)
 	for _, n := range []string{"stage", "pod-network", "join-workers", "addons", "wait-ready"} {
 		if !slices.Contains(names, n) {
@@ -61,5 +63,64 @@ func TestApplyListFollowsTheInventory(t *testing.T) {
 		if task.Scope == OnHosts && len(task.Hosts) == 0 {
 			t.Errorf("%s runs on hosts but lists none", task.Name)
 		}
+	}
+}
+
+// TestRemovedHostsComeFromTheRecord: apply records its hosts; a later inventory without some of
+// them finds them (reachable as before), reports them or, with --prune, prunes the workers;
+// masters are refused; hosts not pruned stay in the record.
+func TestRemovedHostsComeFromTheRecord(t *testing.T) {
+	state := t.TempDir()
+	if r, err := Removed(cluster(t, ""), state); err != nil || len(r) != 0 {
+		t.Fatalf("no record yet: %v, %v", r, err)
+	}
+	big := cluster(t, "  - {name: m2, address: 10.0.0.5}\ncontrolPlaneEndpoint: \"10.0.0.9:6443\"\nssh: {user: ops, port: 2222}\nworkers:\n  - {name: w1, address: 10.0.0.2}\n  - {name: w2, address: 10.0.0.3, ssh: {user: w2user}}\n")
+	if err := NewApplier(big, Options{StateDir: state}).recordHosts(nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	// w2 and m2 leave; the inventory's SSH defaults change too.
+	small := cluster(t, "ssh: {user: other}\nworkers:\n  - {name: w1, address: 10.0.0.2}\n")
+	removed, err := Removed(small, state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := names(removed, ""); !slices.Equal(got, []string{"m2", "w2"}) {
+		t.Fatalf("removed %v, want m2, w2", got)
+	}
+	for _, n := range removed {
+		if want := map[string]string{"m2": "ops", "w2": "w2user"}[n.Name]; n.SSH.User != want || n.SSH.Port != 2222 {
+			t.Errorf("%s reached as %s port %d, want %s port 2222 (as the last apply did)", n.Name, n.SSH.User, n.SSH.Port, want)
+		}
+	}
+	var rme *RemovedMasterError
+	if err := CheckPrune(removed); !errors.As(err, &rme) || !slices.Equal(rme.Masters, []string{"m2"}) || !strings.Contains(err.Error(), "etcd member") {
+		t.Errorf("CheckPrune: %v", err)
+	}
+	workersOnly := removed[1:]
+	if err := CheckPrune(workersOnly); err != nil {
+		t.Errorf("CheckPrune(w2): %v", err)
+	}
+	report := Apply(small, Options{Removed: workersOnly})
+	if n := taskNames(report); !slices.Contains(n, "removed-hosts") || slices.Contains(n, "prune") {
+		t.Errorf("without --prune: %v", n)
+	}
+	for _, task := range Apply(small, Options{Removed: workersOnly, Prune: true}) {
+		if task.Name == "prune" && !slices.Equal(task.Hosts, []string{"w2"}) {
+			t.Errorf("prune hosts %v", task.Hosts)
+		}
+	}
+	// Not pruned: still in the record, so the next apply still knows it.
+	if err := NewApplier(small, Options{StateDir: state, Removed: removed}).recordHosts(nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if again, err := Removed(small, state); err != nil || !slices.Equal(names(again, ""), []string{"m2", "w2"}) {
+		t.Errorf("after an apply without --prune: %v, %v", names(again, ""), err)
+	}
+	// Back in the inventory: not removed.
+	if back, err := Removed(big, state); err != nil || len(back) != 0 {
+		t.Errorf("all back: %v, %v", back, err)
+	}
+	if data, _ := os.ReadFile(HostsRecordPath(state)); !strings.HasPrefix(string(data), "# The hosts kforge apply") {
+		t.Errorf("record:\n%s", data)
 	}
 }

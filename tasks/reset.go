@@ -38,7 +38,7 @@ func (a *Applier) ResetSteps() []Step {
 	add("unmount", OnHosts, all, a.unmountKubelet, "unmount what kubelet mounted under %s and the pods' network namespaces", templates.KubeletDir)
 	add("files", OnHosts, all, a.removeFiles, "remove %s, %s, %s (on %s), the kubelet unit and drop-in, %s", templates.KubernetesDir, templates.KubeletDir, templates.EtcdDataDir, strings.Join(masters, ", "), sysctlFile)
 	add("network", OnHosts, all, a.cleanNetwork, "delete cni0 and flannel.1, the CNI config and state, /run/flannel, and the KUBE-/FLANNEL- iptables chains with the jumps to them")
-	add("state", OnWorkstation, nil, a.resetState, "delete the admin kubeconfig and bootstrap token in the state dir; keep the PKI")
+	add("state", OnWorkstation, nil, a.resetState, "delete the admin kubeconfig, bootstrap token and hosts record in the state dir; keep the PKI")
 	return ss
 }
 
@@ -407,7 +407,7 @@ func summary(changed []string, clean string) string {
 // ResetStateFiles are what reset deletes from the state dir: what lets someone into the
 // cluster that is no more. The PKI stays unless the state is purged.
 func ResetStateFiles(stateDir string) []string {
-	return []string{AdminKubeconfigPath(stateDir), filepath.Join(stateDir, "bootstrap-token")}
+	return []string{AdminKubeconfigPath(stateDir), filepath.Join(stateDir, "bootstrap-token"), HostsRecordPath(stateDir)}
 }
 
 func (a *Applier) resetState(_ context.Context, r Reporter) error {

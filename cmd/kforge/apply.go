@@ -22,6 +22,7 @@ type ApplyCmd struct {
 	Timeout               time.Duration `default:"5m" help:"How long to wait for the API server, the nodes and the pods."`
 	ResolvConf            string        `placeholder:"FILE" help:"resolv.conf kubelet gives pods (default: the host's /etc/resolv.conf)."`
 	ConntrackMaxPerCore   *int32        `placeholder:"N" help:"kube-proxy's conntrack.maxPerCore; 0 leaves the machine-wide conntrack table alone (nested hosts, kforge lab)."`
+	Prune                 bool          `help:"Remove the workers that left the inventory since the last apply: drain each, reset the host, delete its node."`
 }
 
 func (c *ApplyCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Logger) error {
@@ -33,6 +34,15 @@ func (c *ApplyCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Lo
 	if err != nil {
 		return usageError{err}
 	}
+	removed, err := tasks.Removed(inv, state)
+	if err != nil {
+		return err
+	}
+	if c.Prune {
+		if err := tasks.CheckPrune(removed); err != nil {
+			return usageError{err}
+		}
+	}
 	a := tasks.NewApplier(inv, tasks.Options{
 		StateDir:            state,
 		InventoryDir:        filepath.Dir(g.Inventory),
@@ -42,6 +52,8 @@ func (c *ApplyCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Lo
 		ResolvConf:          c.ResolvConf,
 		ConntrackMaxPerCore: c.ConntrackMaxPerCore,
 		Timeout:             c.Timeout,
+		Removed:             removed,
+		Prune:               c.Prune,
 		Logger:              log,
 	})
 	defer a.Close()

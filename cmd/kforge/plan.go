@@ -12,7 +12,9 @@ import (
 )
 
 // PlanCmd shows the validated cluster and what apply would do, changing nothing.
-type PlanCmd struct{}
+type PlanCmd struct {
+	Prune bool `help:"Show what apply --prune would do."`
+}
 
 type planHost struct {
 	Name    string            `json:"name"`
@@ -22,15 +24,28 @@ type planHost struct {
 	Labels  map[string]string `json:"labels,omitempty"`
 }
 
-func (PlanCmd) Run(s *streams, g *Globals) error {
-	c, err := loadInventory(g)
+func (p PlanCmd) Run(s *streams, g *Globals) error {
+	c, state, err := loadCluster(g)
 	if err != nil {
 		return err
 	}
-	steps := tasks.Apply(c)
+	removed, err := tasks.Removed(c, state)
+	if err != nil {
+		return err
+	}
+	if p.Prune {
+		if err := tasks.CheckPrune(removed); err != nil {
+			return usageError{err}
+		}
+	}
+	steps := tasks.Apply(c, tasks.Options{Removed: removed, Prune: p.Prune})
 	var hosts []planHost
 	for _, n := range c.Nodes() {
 		hosts = append(hosts, planHost{n.Name, n.Role, n.Address, n.NodeIP(), n.Labels})
+	}
+	var gone []planHost
+	for _, n := range removed {
+		gone = append(gone, planHost{n.Name, n.Role, n.Address, n.NodeIP(), n.Labels})
 	}
 	if g.Output == "json" {
 		return json.NewEncoder(s.Out).Encode(map[string]any{
@@ -39,6 +54,7 @@ func (PlanCmd) Run(s *streams, g *Globals) error {
 			"apiEndpoint":       pki.Endpoint(c),
 			"networking":        c.Networking,
 			"hosts":             hosts,
+			"removedHosts":      gone,
 			"tasks":             steps,
 		})
 	}
@@ -54,6 +70,9 @@ func (PlanCmd) Run(s *streams, g *Globals) error {
 	}
 	for _, h := range hosts {
 		fmt.Fprintf(w, "  %s\t%s\t%s\n", h.Role, h.Name, h.Address)
+	}
+	for _, h := range gone {
+		fmt.Fprintf(w, "  %s\t%s\t%s (no longer in the inventory; still in the cluster)\n", h.Role, h.Name, h.Address)
 	}
 	fmt.Fprintf(w, "\nkforge apply will run:\n")
 	for i, t := range steps {

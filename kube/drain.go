@@ -1,0 +1,117 @@
+package kube
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+)
+
+// Drain does what `kubectl drain --ignore-daemonsets --delete-emptydir-data` does to a node
+// that is leaving the cluster: it cordons the node, evicts every pod on it except mirror pods
+// and DaemonSet pods (the Eviction API, so PodDisruptionBudgets are respected: a refused
+// eviction is retried every second), and waits until the evicted pods are gone. On timeout the
+// error names the pods still there. A node that does not exist is already drained. It returns
+// the pods it evicted.
+func Drain(ctx context.Context, c kubernetes.Interface, node string, timeout time.Duration) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"unschedulable": true}})
+	if _, err := c.CoreV1().Nodes().Patch(ctx, node, types.StrategicMergePatchType, patch, metav1.PatchOptions{}); apierrors.IsNotFound(err) {
+		return nil, nil
+	} else if err != nil {
+		return nil, fmt.Errorf("cordon node %s: %w", node, err)
+	}
+	evicted := map[string]bool{}
+	for {
+		list, err := c.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String()})
+		if err != nil {
+			if ctx.Err() != nil {
+				return keys(evicted), fmt.Errorf("drain node %s: %w", node, ctx.Err())
+			}
+			return keys(evicted), fmt.Errorf("drain node %s: list its pods: %w", node, err)
+		}
+		var left, refused []string
+		for _, p := range list.Items {
+			if !evictable(&p) {
+				continue
+			}
+			name := p.Namespace + "/" + p.Name
+			left = append(left, name)
+			if p.DeletionTimestamp != nil {
+				continue // on its way out
+			}
+			err := c.PolicyV1().Evictions(p.Namespace).Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace}})
+			switch {
+			case err == nil:
+				evicted[name] = true
+			case apierrors.IsNotFound(err):
+			case apierrors.IsTooManyRequests(err):
+				refused = append(refused, name+" (its PodDisruptionBudget allows no disruption now)")
+			default:
+				return keys(evicted), fmt.Errorf("drain node %s: evict %s: %w", node, name, err)
+			}
+		}
+		if len(left) == 0 {
+			return keys(evicted), nil
+		}
+		select {
+		case <-ctx.Done():
+			sort.Strings(left)
+			msg := "pods still on it: " + strings.Join(left, ", ")
+			if len(refused) > 0 {
+				msg += "; evictions refused: " + strings.Join(refused, ", ")
+			}
+			return keys(evicted), fmt.Errorf("drain node %s: %s: %w", node, msg, ctx.Err())
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// evictable is a pod drain moves: not a mirror pod (kubelet's static pods) and not a
+// DaemonSet's (the DaemonSet would put it back).
+func evictable(p *corev1.Pod) bool {
+	if _, mirror := p.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
+		return false
+	}
+	if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		return false
+	}
+	for _, o := range p.OwnerReferences {
+		if o.Kind == "DaemonSet" && o.Controller != nil && *o.Controller {
+			return false
+		}
+	}
+	return true
+}
+
+func keys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// DeleteNode deletes a node object; one that is gone already is fine.
+func DeleteNode(ctx context.Context, c kubernetes.Interface, node string) (bool, error) {
+	err := c.CoreV1().Nodes().Delete(ctx, node, metav1.DeleteOptions{})
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("delete node %s: %w", node, err)
+	}
+	return true, nil
+}
