@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kforge/kforge/inventory"
 	"github.com/kforge/kforge/preflight"
 	"github.com/kforge/kforge/remote"
 	"github.com/kforge/kforge/tasks"
@@ -34,14 +35,9 @@ func (c *ApplyCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Lo
 	if err != nil {
 		return usageError{err}
 	}
-	removed, err := tasks.Removed(inv, state)
+	removed, err := removedHosts(inv, state, c.Prune)
 	if err != nil {
 		return err
-	}
-	if c.Prune {
-		if err := tasks.CheckPrune(removed); err != nil {
-			return usageError{err}
-		}
 	}
 	a := tasks.NewApplier(inv, tasks.Options{
 		StateDir:            state,
@@ -65,6 +61,21 @@ func (c *ApplyCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Lo
 	}
 	p.summary(fmt.Sprintf("cluster %s is ready: %d nodes; admin kubeconfig %s (kforge kubeconfig prints it)", inv.Name, len(inv.Masters)+len(inv.Workers), tasks.AdminKubeconfigPath(state)), time.Since(start), timings)
 	return nil
+}
+
+// removedHosts are the hosts that left the inventory since the last apply; with prune, it
+// refuses masters among them (tasks.CheckPrune) before anything runs.
+func removedHosts(c *inventory.Cluster, state string, prune bool) ([]inventory.Node, error) {
+	removed, err := tasks.Removed(c, state)
+	if err != nil {
+		return nil, err
+	}
+	if prune {
+		if err := tasks.CheckPrune(removed); err != nil {
+			return nil, usageError{err}
+		}
+	}
+	return removed, nil
 }
 
 // usageError is a bad flag value: nothing was changed.

@@ -29,14 +29,9 @@ func (p PlanCmd) Run(s *streams, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	removed, err := tasks.Removed(c, state)
+	removed, err := removedHosts(c, state, p.Prune)
 	if err != nil {
 		return err
-	}
-	if p.Prune {
-		if err := tasks.CheckPrune(removed); err != nil {
-			return usageError{err}
-		}
 	}
 	steps := tasks.Apply(c, tasks.Options{Removed: removed, Prune: p.Prune})
 	var hosts []planHost
