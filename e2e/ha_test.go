@@ -7,17 +7,20 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/kforge/kforge/lab"
 )
 
-// TestHAControlPlaneGrowsAndSurvivesAMaster: a cluster behind the lab's load balancer starts
-// with one master; two more masters added to the inventory join its stacked etcd on the next
-// apply; with the first master's host stopped, the API still answers and accepts writes
-// through the load balancer.
-func TestHAControlPlaneGrowsAndSurvivesAMaster(t *testing.T) {
+// TestHAControlPlaneGrowsSurvivesAMasterAndShrinks: a cluster behind the lab's load balancer
+// starts with one master; two more masters added to the inventory join its stacked etcd on the
+// next apply; with the third master's host stopped, the API still answers and accepts writes
+// through the load balancer. Then the cluster shrinks by editing the inventory: the dead third
+// master, then the live second one, are removed with apply --prune (etcd member first, 3 -> 2
+// -> 1 members, never losing quorum), and the API keeps accepting writes.
+func TestHAControlPlaneGrowsSurvivesAMasterAndShrinks(t *testing.T) {
 	needIntegration(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
@@ -37,12 +40,27 @@ func TestHAControlPlaneGrowsAndSurvivesAMaster(t *testing.T) {
 	if !strings.Contains(out, "joins the running etcd cluster") {
 		t.Errorf("the new masters did not join the running etcd cluster:\n%s", out)
 	}
-	members, err := c.kubectl(ctx, "-n", "kube-system", "exec", "etcd-"+h[0].Name, "--", "etcdctl",
-		"--endpoints=https://127.0.0.1:2379", "--cacert=/etc/kubernetes/pki/etcd/ca.crt",
-		"--cert=/etc/kubernetes/pki/etcd/healthcheck-client.crt", "--key=/etc/kubernetes/pki/etcd/healthcheck-client.key",
-		"member", "list")
-	if err != nil || strings.Count(members, ", started, ") != 3 {
+	// etcd's member list, read on the first master (through the load balancer, which may still
+	// send a request to a master just removed: a few tries).
+	etcdMembers := func() string {
+		t.Helper()
+		var members string
+		var err error
+		for try := 0; try < 20; try++ {
+			members, err = c.kubectl(ctx, "-n", "kube-system", "exec", "etcd-"+h[0].Name, "--", "etcdctl",
+				"--endpoints=https://127.0.0.1:2379", "--cacert=/etc/kubernetes/pki/etcd/ca.crt",
+				"--cert=/etc/kubernetes/pki/etcd/healthcheck-client.crt", "--key=/etc/kubernetes/pki/etcd/healthcheck-client.key",
+				"member", "list")
+			if err == nil {
+				return members
+			}
+			time.Sleep(3 * time.Second)
+		}
 		t.Fatalf("etcd members: %v\n%s", err, members)
+		return ""
+	}
+	if members := etcdMembers(); strings.Count(members, ", started, ") != 3 {
+		t.Fatalf("etcd members:\n%s", members)
 	}
 	k := c.client()
 	nodes, err := k.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
@@ -55,15 +73,63 @@ func TestHAControlPlaneGrowsAndSurvivesAMaster(t *testing.T) {
 		}
 	}
 
-	// The first master goes away: the other two keep etcd's quorum and serve the API.
-	if err := c.lab.StopHost(ctx, h[0].Name); err != nil {
+	// A master goes away: the other two keep etcd's quorum and serve the API.
+	write := func(name string) {
+		t.Helper()
+		err := wait.PollUntilContextTimeout(ctx, 2*time.Second, 90*time.Second, true, func(ctx context.Context) (bool, error) {
+			_, err := k.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+			return err == nil, nil
+		})
+		if err != nil {
+			t.Fatalf("no write %s through the load balancer: %v", name, err)
+		}
+	}
+	if err := c.lab.StopHost(ctx, h[2].Name); err != nil {
 		t.Fatal(err)
 	}
-	err = wait.PollUntilContextTimeout(ctx, 2*time.Second, 90*time.Second, true, func(ctx context.Context) (bool, error) {
-		_, err := k.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "written-without-" + h[0].Name}}, metav1.CreateOptions{})
-		return err == nil, nil
-	})
+	write("written-without-" + h[2].Name)
+
+	// Shrink: the dead master leaves the inventory and is pruned; its host cannot be reached,
+	// its etcd member and node are removed all the same.
+	c.writeInventory(h[:2], h[3:])
+	out, err = c.run("apply", "--prune", "--conntrack-max-per-core", "0", "--timeout", "4m")
 	if err != nil {
-		t.Fatalf("no write through the load balancer with %s stopped: %v", h[0].Name, err)
+		t.Fatalf("apply --prune of the dead master %s: %v\n%s", h[2].Name, err, out)
+	}
+	if !strings.Contains(out, "etcd member removed") || !strings.Contains(out, "host not reset (unreachable") {
+		t.Errorf("apply --prune of the dead master:\n%s", out)
+	}
+	if members := etcdMembers(); strings.Count(members, ", started, ") != 2 || strings.Contains(members, h[2].Name) {
+		t.Errorf("etcd members after removing %s:\n%s", h[2].Name, members)
+	}
+	// Then a live one: 2 -> 1 members; the remaining master runs its controllers alone again.
+	c.writeInventory(h[:1], h[3:])
+	out, err = c.run("apply", "--prune", "--conntrack-max-per-core", "0", "--timeout", "4m")
+	if err != nil {
+		t.Fatalf("apply --prune of %s: %v\n%s", h[1].Name, err, out)
+	}
+	t.Logf("apply --prune of %s:\n%s", h[1].Name, out)
+	if members := etcdMembers(); strings.Count(members, ", started, ") != 1 {
+		t.Errorf("etcd members after removing %s:\n%s", h[1].Name, members)
+	}
+	for _, gone := range []string{h[1].Name, h[2].Name} {
+		if _, err := k.CoreV1().Nodes().Get(ctx, gone, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("node %s after the prune: %v", gone, err)
+		}
+	}
+	if left := c.exec(ctx, h[1].Name, `systemctl is-active -q kubelet && echo "kubelet running"
+for p in /etc/kubernetes /var/lib/etcd /var/lib/kubelet; do [ -e $p ] && echo "left $p"; done
+true`); left != "" {
+		t.Errorf("%s after apply --prune:\n%s", h[1].Name, left)
+	}
+	write("written-with-one-master")
+	// Until the second master was pruned, the first kept leader election on (two
+	// controller-managers must never both be active); the next apply turns it off.
+	if strings.Contains(out, "restart kube-controller-manager") {
+		t.Errorf("the prune restarted the controller-manager while the second master still ran:\n%s", out)
+	}
+	out, err = c.run("apply", "--conntrack-max-per-core", "0", "--timeout", "4m")
+	if err != nil || !strings.Contains(out, "restart kube-controller-manager-"+h[0].Name) {
+		t.Errorf("apply with one master left: %v\n%s", err, out)
 	}
 }

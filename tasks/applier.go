@@ -60,7 +60,7 @@ type Options struct {
 	Now     func() time.Time
 	Rand    io.Reader
 	// Removed are the hosts of the last apply the inventory no longer lists (Removed); with
-	// Prune the workers among them are drained, reset and deleted (CheckPrune refuses masters),
+	// Prune they are drained, reset and deleted (a master's etcd member removed first),
 	// otherwise apply only reports them.
 	Removed []inventory.Node
 	Prune   bool
@@ -298,7 +298,8 @@ func (a *Applier) render(_ context.Context, r Reporter) error {
 		restrict[name] = !f.HasCapSysResource()
 	}
 	for _, n := range a.nodes {
-		o := templates.Options{BootstrapToken: a.token.Value(), RestrictOOMScoreAdj: restrict, ResolvConf: a.o.ResolvConf, EtcdBoot: a.etcdBoot}
+		o := templates.Options{BootstrapToken: a.token.Value(), RestrictOOMScoreAdj: restrict, ResolvConf: a.o.ResolvConf, EtcdBoot: a.etcdBoot,
+			RetiringMasters: len(names(a.o.Removed, inventory.RoleMaster))}
 		if f := a.facts[n.Name]; f != nil {
 			o.CACertDirs = f.Dirs
 		}

@@ -76,9 +76,9 @@ func (a *Applier) Steps() []Step {
 	}
 	if removed := names(a.o.Removed, ""); len(removed) > 0 {
 		if a.o.Prune {
-			add("prune", OnHosts, removed, a.prune, "one at a time: drain %s (no longer in the inventory), reset the host, delete the node", strings.Join(removed, ", "))
+			add("prune", OnHosts, removed, a.prune, "one at a time: drain %s (no longer in the inventory), remove a master's etcd member, reset the host, delete the node", strings.Join(removed, ", "))
 		} else {
-			add("removed-hosts", OnWorkstation, nil, a.reportRemoved, "report %s: no longer in the inventory, still in the cluster (kforge apply --prune removes workers)", strings.Join(removed, ", "))
+			add("removed-hosts", OnWorkstation, nil, a.reportRemoved, "report %s: no longer in the inventory, still in the cluster (kforge apply --prune removes them)", strings.Join(removed, ", "))
 		}
 	}
 	add("record-hosts", OnWorkstation, nil, a.recordHosts, "record the cluster's hosts in the state dir, to find hosts later removed from the inventory")

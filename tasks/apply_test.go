@@ -92,14 +92,16 @@ func TestRemovedHostsComeFromTheRecord(t *testing.T) {
 			t.Errorf("%s reached as %s port %d, want %s port 2222 (as the last apply did)", n.Name, n.SSH.User, n.SSH.Port, want)
 		}
 	}
-	var rme *RemovedMasterError
-	if err := CheckPrune(removed); !errors.As(err, &rme) || !slices.Equal(rme.Masters, []string{"m2"}) || !strings.Contains(err.Error(), "etcd member") {
-		t.Errorf("CheckPrune: %v", err)
+	// An inventory keeping none of the recorded masters would start a new etcd cluster.
+	var nml *NoMasterLeftError
+	other, err := inventory.Parse("t.yaml", []byte("apiVersion: kforge.dev/v1alpha1\nkind: Cluster\nname: t\nmasters:\n  - {name: m9, address: 10.0.0.9}\n"), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Removed(other, state); !errors.As(err, &nml) || !slices.Equal(nml.Recorded, []string{"m1", "m2"}) {
+		t.Errorf("no recorded master kept: %v", err)
 	}
 	workersOnly := removed[1:]
-	if err := CheckPrune(workersOnly); err != nil {
-		t.Errorf("CheckPrune(w2): %v", err)
-	}
 	report := Apply(small, Options{Removed: workersOnly})
 	if n := taskNames(report); !slices.Contains(n, "removed-hosts") || slices.Contains(n, "prune") {
 		t.Errorf("without --prune: %v", n)

@@ -107,6 +107,22 @@ func (e *etcdClient) add(ctx context.Context, peerURL string) error {
 	return err
 }
 
+// remove removes the member named name (or with peerURL) if it is there, and reports whether
+// it was.
+func (e *etcdClient) remove(ctx context.Context, name, peerURL string) (bool, error) {
+	members, err := e.list(ctx)
+	if err != nil {
+		return false, err
+	}
+	for _, m := range members {
+		if m.Name == name || slices.Contains(m.PeerURLs, peerURL) {
+			_, err := e.call(ctx, "/v3/cluster/member/remove", map[string]string{"ID": m.ID})
+			return err == nil, err
+		}
+	}
+	return false, nil
+}
+
 // planEtcd decides how each master's etcd member starts, before render: running members keep
 // the bootstrap flags they started with (read from their manifest: etcd ignores them once it
 // has data, and a changed manifest would restart it), masters without data join the running

@@ -15,12 +15,14 @@ import (
 	"github.com/kforge/kforge/kube"
 	"github.com/kforge/kforge/pki"
 	"github.com/kforge/kforge/remote"
+	"github.com/kforge/kforge/templates"
 )
 
 // Shrinking a cluster is removing hosts from the inventory. apply remembers the hosts of its
 // last successful run in the state dir (HostsRecordPath), so it knows which hosts left the
 // inventory and how to reach them. Without --prune it only says so; with --prune it drains
-// each removed worker, resets the host (as `kforge reset` would) and deletes its node.
+// each removed host, removes a master's etcd member, resets the host (as `kforge reset` would)
+// and deletes its node.
 
 // HostsRecordPath is the record of the hosts apply last made part of the cluster.
 func HostsRecordPath(stateDir string) string { return filepath.Join(stateDir, "hosts.yaml") }
@@ -69,34 +71,30 @@ func Removed(c *inventory.Cluster, stateDir string) ([]inventory.Node, error) {
 	}
 	current := names(c.Nodes(), "")
 	var out []inventory.Node
+	var recordedMasters []string
+	keptMaster := false
 	for _, h := range rec.Hosts {
+		if h.Role == inventory.RoleMaster {
+			recordedMasters = append(recordedMasters, h.Name)
+			keptMaster = keptMaster || slices.ContainsFunc(c.Masters, func(m inventory.Host) bool { return m.Name == h.Name })
+		}
 		if !slices.Contains(current, h.Name) {
 			out = append(out, inventory.Node{Host: h.Host, Role: h.Role, SSH: h.Connect})
 		}
 	}
+	if len(recordedMasters) > 0 && !keptMaster {
+		return nil, &NoMasterLeftError{Recorded: recordedMasters}
+	}
 	return out, nil
 }
 
-// CheckPrune refuses --prune when masters left the inventory (RemovedMasterError).
-func CheckPrune(removed []inventory.Node) error {
-	var ms []string
-	for _, n := range removed {
-		if n.Role == inventory.RoleMaster {
-			ms = append(ms, n.Name)
-		}
-	}
-	if len(ms) > 0 {
-		return &RemovedMasterError{Masters: ms}
-	}
-	return nil
-}
+// NoMasterLeftError refuses an inventory that keeps none of the cluster's masters: its masters
+// would start a new, empty etcd cluster. Masters are replaced one at a time: add the new one,
+// apply, then remove the old one and apply --prune.
+type NoMasterLeftError struct{ Recorded []string }
 
-// RemovedMasterError refuses --prune when masters left the inventory: removing an etcd member
-// and a control-plane node is not done by kforge yet.
-type RemovedMasterError struct{ Masters []string }
-
-func (e *RemovedMasterError) Error() string {
-	return fmt.Sprintf("master %s left the inventory: kforge apply --prune removes workers only (a master's etcd member must be removed first: etcdctl member remove, then kubectl drain and delete node, then kforge reset with an inventory listing it); put it back in the inventory or remove it by hand", strings.Join(e.Masters, ", "))
+func (e *NoMasterLeftError) Error() string {
+	return fmt.Sprintf("the inventory keeps none of the cluster's masters (%s, from the last apply): its masters would start a new, empty cluster; replace masters one at a time (add the new one and apply, then remove the old one and apply --prune), or run kforge reset first to start over", strings.Join(e.Recorded, ", "))
 }
 
 // reportRemoved says which hosts left the inventory but are still in the cluster.
@@ -104,17 +102,19 @@ func (a *Applier) reportRemoved(_ context.Context, r Reporter) error {
 	for _, n := range a.o.Removed {
 		how := "kforge apply --prune drains it, resets the host and deletes its node"
 		if n.Role == inventory.RoleMaster {
-			how = "remove its etcd member and node by hand (kforge apply --prune removes workers only)"
+			how = "kforge apply --prune drains it, removes its etcd member, resets the host and deletes its node (take it out of your load balancer too)"
 		}
 		r(Event{Kind: Progress, Host: n.Name, Message: fmt.Sprintf("%s %s is no longer in the inventory but still in the cluster: %s", n.Role, n.Name, how)})
 	}
 	return nil
 }
 
-// prune removes the workers that left the inventory, one at a time: drain (so their pods
-// move while the others still run), reset the host (kubelet stopped, so it cannot register the
-// node again), delete the node. A host that cannot be reached any more is not reset; its node
-// is deleted all the same, and the event says so.
+// prune removes the hosts that left the inventory, one at a time: drain (so their pods move
+// while the others still run); for a master, remove its etcd member while it still runs (a
+// stopped member would count against the quorum the removal needs: with two members, stopping
+// one first would leave the cluster unable to remove it); reset the host (kubelet stopped, so it
+// cannot register the node again); delete the node. A host that cannot be reached any more is
+// not reset; its member and node are removed all the same, and the event says so.
 func (a *Applier) prune(ctx context.Context, r Reporter) error {
 	for _, n := range a.o.Removed {
 		start := a.o.Now()
@@ -123,6 +123,19 @@ func (a *Applier) prune(ctx context.Context, r Reporter) error {
 			return err
 		}
 		did := []string{fmt.Sprintf("drained (%s evicted)", count(evicted, "pod"))}
+		if n.Role == inventory.RoleMaster {
+			e, err := a.etcdClient(a.inv.Masters[0].Name)
+			if err != nil {
+				return err
+			}
+			removed, err := e.remove(ctx, n.Name, templates.EtcdPeerURL(n.NodeIP()))
+			if err != nil {
+				return fmt.Errorf("%s: remove its etcd member through %s: %w", n.Name, a.inv.Masters[0].Name, err)
+			}
+			if removed {
+				did = append(did, "etcd member removed")
+			}
+		}
 		o := a.o
 		o.Removed = nil
 		sub := NewApplier(a.inv, o)

@@ -48,6 +48,10 @@ type Options struct {
 	CNIBinDir string
 	// ResolvConf is kubelet's resolvConf; empty keeps kubelet's default (/etc/resolv.conf).
 	ResolvConf string
+	// RetiringMasters counts masters still in the cluster that the inventory no longer lists
+	// (until apply --prune removes them): while there are any, leader election stays on even
+	// when the inventory has one master, so two controller-managers are never active at once.
+	RetiringMasters int
 	// EtcdBoot, by master name, says how a master's etcd member starts when it is not a new
 	// cluster's (ControlPlaneFor): joining a running cluster, or already running.
 	EtcdBoot map[string]*EtcdBootstrap
@@ -247,6 +251,9 @@ func masterFiles(c *inventory.Cluster, set *pki.Set, i int, o Options) ([]File, 
 	}
 
 	cp := ControlPlaneFor(c, i, o.CACertDirs, o.EtcdBoot[m.Name])
+	if o.RetiringMasters > 0 {
+		cp.SingleMaster = false
+	}
 	for name, pod := range cp.StaticPods() {
 		stampInputs(pod, fs)
 		data, err := MarshalPod(pod)

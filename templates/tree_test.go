@@ -78,3 +78,25 @@ func TestInputsHashFollowsWhatEachPodMounts(t *testing.T) {
 		}
 	}
 }
+
+// TestRetiringMastersKeepLeaderElection: one master in the inventory, but another still in the
+// cluster until it is pruned: the controller-manager keeps leader election on.
+func TestRetiringMastersKeepLeaderElection(t *testing.T) {
+	c := haCluster()
+	c.Masters = c.Masters[:1]
+	set, _, err := pki.EnsureCluster(c, "", t.TempDir(), time.Now(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for retiring, want := range map[int]string{0: "--leader-elect=false", 1: "--leader-elect=true"} {
+		trees, err := Tree(c, set, Options{BootstrapToken: "abcdef.0123456789abcdef", RetiringMasters: retiring})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range trees[0].Files {
+			if strings.HasSuffix(f.Path, "kube-controller-manager.yaml") && !strings.Contains(string(f.Data), want) {
+				t.Errorf("%d retiring masters: controller-manager lacks %s", retiring, want)
+			}
+		}
+	}
+}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -23,7 +24,7 @@ type ApplyCmd struct {
 	Timeout               time.Duration `default:"5m" help:"How long to wait for the API server, the nodes and the pods."`
 	ResolvConf            string        `placeholder:"FILE" help:"resolv.conf kubelet gives pods (default: the host's /etc/resolv.conf)."`
 	ConntrackMaxPerCore   *int32        `placeholder:"N" help:"kube-proxy's conntrack.maxPerCore; 0 leaves the machine-wide conntrack table alone (nested hosts, kforge lab)."`
-	Prune                 bool          `help:"Remove the workers that left the inventory since the last apply: drain each, reset the host, delete its node."`
+	Prune                 bool          `help:"Remove the hosts that left the inventory since the last apply, one at a time: drain, remove a master's etcd member, reset the host, delete the node."`
 }
 
 func (c *ApplyCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Logger) error {
@@ -35,7 +36,7 @@ func (c *ApplyCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Lo
 	if err != nil {
 		return usageError{err}
 	}
-	removed, err := removedHosts(inv, state, c.Prune)
+	removed, err := removedHosts(inv, state)
 	if err != nil {
 		return err
 	}
@@ -63,19 +64,14 @@ func (c *ApplyCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Lo
 	return nil
 }
 
-// removedHosts are the hosts that left the inventory since the last apply; with prune, it
-// refuses masters among them (tasks.CheckPrune) before anything runs.
-func removedHosts(c *inventory.Cluster, state string, prune bool) ([]inventory.Node, error) {
+// removedHosts are the hosts that left the inventory since the last apply (tasks.Removed); an
+// inventory that keeps none of the cluster's masters is refused as invalid input.
+func removedHosts(c *inventory.Cluster, state string) ([]inventory.Node, error) {
 	removed, err := tasks.Removed(c, state)
-	if err != nil {
-		return nil, err
+	if nml := (*tasks.NoMasterLeftError)(nil); errors.As(err, &nml) {
+		return nil, usageError{err}
 	}
-	if prune {
-		if err := tasks.CheckPrune(removed); err != nil {
-			return nil, usageError{err}
-		}
-	}
-	return removed, nil
+	return removed, err
 }
 
 // usageError is a bad flag value: nothing was changed.

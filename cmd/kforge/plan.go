@@ -29,7 +29,7 @@ func (p PlanCmd) Run(s *streams, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	removed, err := removedHosts(c, state, p.Prune)
+	removed, err := removedHosts(c, state)
 	if err != nil {
 		return err
 	}
