@@ -126,3 +126,15 @@ func TestRemovedHostsComeFromTheRecord(t *testing.T) {
 		t.Errorf("record:\n%s", data)
 	}
 }
+
+// TestResetIncludesRemovedHosts: reset undoes apply on hosts that left the inventory but were
+// never pruned, too.
+func TestResetIncludesRemovedHosts(t *testing.T) {
+	c := cluster(t, "workers:\n  - {name: w1, address: 10.0.0.2}\n")
+	gone := inventory.Node{Host: inventory.Host{Name: "w9", Address: "10.0.0.9"}, Role: inventory.RoleWorker}
+	for _, s := range NewApplier(c, Options{Removed: []inventory.Node{gone}}).ResetSteps() {
+		if s.Task.Scope == OnHosts && !slices.Equal(s.Task.Hosts, []string{"m1", "w1", "w9"}) {
+			t.Errorf("%s runs on %v, want m1, w1, w9", s.Task.Name, s.Task.Hosts)
+		}
+	}
+}

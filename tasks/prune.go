@@ -60,7 +60,9 @@ func readHostsRecord(stateDir string) (*hostsRecord, error) {
 
 // Removed returns the hosts of the last apply that the inventory no longer lists, as nodes
 // that can be reached the way apply reached them. A host whose name is back in the
-// inventory is not removed, whatever its role.
+// inventory is not removed, whatever its role. When the inventory keeps none of the recorded
+// masters the error is a NoMasterLeftError, returned with the removed hosts (reset still
+// wants them).
 func Removed(c *inventory.Cluster, stateDir string) ([]inventory.Node, error) {
 	if stateDir == "" {
 		return nil, nil
@@ -83,7 +85,7 @@ func Removed(c *inventory.Cluster, stateDir string) ([]inventory.Node, error) {
 		}
 	}
 	if len(recordedMasters) > 0 && !keptMaster {
-		return nil, &NoMasterLeftError{Recorded: recordedMasters}
+		return out, &NoMasterLeftError{Recorded: recordedMasters}
 	}
 	return out, nil
 }

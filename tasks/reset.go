@@ -25,7 +25,15 @@ import (
 // images imported into containerd and containerd's config, so that a new apply ships nothing
 // and restarts nothing it need not. On the workstation the PKI stays (a new apply reuses the
 // CA); PurgeStateStep removes it.
+//
+// The hosts are the inventory's plus Options.Removed: hosts a past apply made part of the
+// cluster that the inventory no longer lists and no apply --prune has removed.
 func (a *Applier) ResetSteps() []Step {
+	for _, n := range a.o.Removed {
+		if !slices.ContainsFunc(a.nodes, func(m inventory.Node) bool { return m.Name == n.Name }) {
+			a.nodes = append(a.nodes, n)
+		}
+	}
 	all, masters := names(a.nodes, ""), names(a.nodes, inventory.RoleMaster)
 	var ss []Step
 	add := func(name string, scope Scope, hosts []string, run func(context.Context, Reporter) error, format string, args ...any) {

@@ -32,9 +32,14 @@ func (c *ResetCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Lo
 	if err != nil {
 		return err
 	}
+	// Hosts that left the inventory but are still part of the cluster are reset too.
+	removed, err := tasks.Removed(inv, state)
+	if nml := (*tasks.NoMasterLeftError)(nil); err != nil && !errors.As(err, &nml) {
+		return err
+	}
 	if !c.Yes {
 		fd := int(os.Stdin.Fd())
-		if err := confirmReset(os.Stdin, term.IsTerminal(fd), s.Err, inv); err != nil {
+		if err := confirmReset(os.Stdin, term.IsTerminal(fd), s.Err, inv, removed); err != nil {
 			return err
 		}
 	}
@@ -43,6 +48,7 @@ func (c *ResetCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Lo
 		InventoryDir:      filepath.Dir(g.Inventory),
 		Limits:            remote.Limits{Hosts: g.Concurrency},
 		AcceptNewHostKeys: c.AcceptNewHostKeys,
+		Removed:           removed,
 		Logger:            log,
 	})
 	defer a.Close()
@@ -60,17 +66,17 @@ func (c *ResetCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Lo
 	if !c.PurgeState {
 		kept += "; in " + state + ": the PKI"
 	}
-	p.summary(fmt.Sprintf("cluster %s reset on %d hosts (%s)", inv.Name, len(inv.Masters)+len(inv.Workers), kept), time.Since(start), timings)
+	p.summary(fmt.Sprintf("cluster %s reset on %d hosts (%s)", inv.Name, len(inv.Masters)+len(inv.Workers)+len(removed), kept), time.Since(start), timings)
 	return nil
 }
 
 // confirmReset asks on the terminal for the cluster's name; without a terminal it refuses.
-func confirmReset(in io.Reader, terminal bool, w io.Writer, inv *inventory.Cluster) error {
+func confirmReset(in io.Reader, terminal bool, w io.Writer, inv *inventory.Cluster, removed []inventory.Node) error {
 	if !terminal {
 		return refusedError{"kforge reset deletes cluster " + inv.Name + " from its hosts and asks first, but stdin is not a terminal: pass --yes to reset without asking"}
 	}
 	var hosts []string
-	for _, n := range inv.Nodes() {
+	for _, n := range append(inv.Nodes(), removed...) {
 		hosts = append(hosts, n.Name)
 	}
 	fmt.Fprintf(w, "kforge reset stops kubelet and removes the containers, Kubernetes files, etcd data, pod network and iptables rules of cluster %s on %s.\n", inv.Name, strings.Join(hosts, ", "))

@@ -38,19 +38,20 @@ func TestResetRefusesWithoutTerminalOrYes(t *testing.T) {
 func TestConfirmReset(t *testing.T) {
 	c := resetInventory(t)
 	var w bytes.Buffer
-	if err := confirmReset(strings.NewReader(c.Name+"\n"), true, &w, c); err != nil {
+	gone := []inventory.Node{{Host: inventory.Host{Name: "retired-worker"}, Role: inventory.RoleWorker}}
+	if err := confirmReset(strings.NewReader(c.Name+"\n"), true, &w, c, gone); err != nil {
 		t.Fatalf("right name: %v", err)
 	}
-	if !strings.Contains(w.String(), c.Name) || !strings.Contains(w.String(), c.Nodes()[0].Name) {
-		t.Errorf("prompt %q does not name the cluster and its hosts", w.String())
+	if !strings.Contains(w.String(), c.Name) || !strings.Contains(w.String(), c.Nodes()[0].Name) || !strings.Contains(w.String(), "retired-worker") {
+		t.Errorf("prompt %q does not name the cluster and its hosts (with the one that left the inventory)", w.String())
 	}
 	for _, in := range []string{"yes\n", "", "\n"} {
-		err := confirmReset(strings.NewReader(in), true, &bytes.Buffer{}, c)
+		err := confirmReset(strings.NewReader(in), true, &bytes.Buffer{}, c, nil)
 		if err == nil || exitCode(err) != exitInvalid || !strings.Contains(err.Error(), "nothing was changed") {
 			t.Errorf("answer %q: %v (exit %d)", in, err, exitCode(err))
 		}
 	}
-	if err := confirmReset(strings.NewReader(c.Name+"\n"), false, &bytes.Buffer{}, c); err == nil || !strings.Contains(err.Error(), "--yes") {
+	if err := confirmReset(strings.NewReader(c.Name+"\n"), false, &bytes.Buffer{}, c, nil); err == nil || !strings.Contains(err.Error(), "--yes") {
 		t.Errorf("no terminal: %v", err)
 	}
 }
