@@ -27,11 +27,16 @@ func Drain(ctx context.Context, c kubernetes.Interface, node string, timeout tim
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"unschedulable": true}})
-	if _, err := c.CoreV1().Nodes().Patch(ctx, node, types.StrategicMergePatchType, patch, metav1.PatchOptions{}); apierrors.IsNotFound(err) {
+	n, err := c.CoreV1().Nodes().Patch(ctx, node, types.StrategicMergePatchType, patch, metav1.PatchOptions{})
+	if apierrors.IsNotFound(err) {
 		return nil, nil
 	} else if err != nil {
 		return nil, fmt.Errorf("cordon node %s: %w", node, err)
 	}
+	// A node whose kubelet is gone never confirms a pod's end: its evicted pods stay
+	// terminating until the node is deleted (the pod garbage collector then removes them), so
+	// there is nothing to wait for once they are evicted.
+	dead := !nodeReady(n)
 	evicted := map[string]bool{}
 	for {
 		list, err := c.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String()})
@@ -49,12 +54,18 @@ func Drain(ctx context.Context, c kubernetes.Interface, node string, timeout tim
 			name := p.Namespace + "/" + p.Name
 			left = append(left, name)
 			if p.DeletionTimestamp != nil {
+				if dead {
+					left = left[:len(left)-1]
+				}
 				continue // on its way out
 			}
 			err := c.PolicyV1().Evictions(p.Namespace).Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace}})
 			switch {
 			case err == nil:
 				evicted[name] = true
+				if dead {
+					left = left[:len(left)-1]
+				}
 			case apierrors.IsNotFound(err):
 			case apierrors.IsTooManyRequests(err):
 				refused = append(refused, name+" (its PodDisruptionBudget allows no disruption now)")
@@ -114,4 +125,13 @@ func DeleteNode(ctx context.Context, c kubernetes.Interface, node string) (bool,
 		return false, fmt.Errorf("delete node %s: %w", node, err)
 	}
 	return true, nil
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }

@@ -1,10 +1,19 @@
 package kube
 
 import (
+	"context"
+	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 )
 
 func TestEvictable(t *testing.T) {
@@ -23,5 +32,64 @@ func TestEvictable(t *testing.T) {
 		if got := evictable(&tc.pod); got != tc.want {
 			t.Errorf("%s: evictable %v, want %v", name, got, tc.want)
 		}
+	}
+}
+
+func TestDrain(t *testing.T) {
+	yes := true
+	pod := func(name string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default",
+			OwnerReferences: []metav1.OwnerReference{{Kind: "ReplicaSet", Name: "rs", Controller: &yes}}},
+			Spec: corev1.PodSpec{NodeName: "w1"}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+	}
+	node := func(ready corev1.ConditionStatus) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "w1"}, Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready}}}}
+	}
+	podsGVR := schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+	// evictions answers every eviction: deleting the pod (a live kubelet confirms at once),
+	// marking it terminating (a dead kubelet never confirms), or refusing (a PDB).
+	evictions := func(c *fake.Clientset, how string) {
+		c.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+			if a.GetSubresource() != "eviction" {
+				return false, nil, nil
+			}
+			name := a.(k8stesting.CreateAction).GetObject().(*policyv1.Eviction).Name
+			switch how {
+			case "delete":
+				return true, nil, c.Tracker().Delete(podsGVR, "default", name)
+			case "terminate":
+				p := pod(name)
+				now := metav1.Now()
+				p.DeletionTimestamp = &now
+				return true, nil, c.Tracker().Update(podsGVR, p, "default")
+			}
+			return true, nil, apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 1)
+		})
+	}
+
+	c := fake.NewClientset(node(corev1.ConditionTrue), pod("a"), pod("b"))
+	evictions(c, "delete")
+	if got, err := Drain(context.Background(), c, "w1", 10*time.Second); err != nil || len(got) != 2 {
+		t.Errorf("live node: evicted %v, %v", got, err)
+	}
+	if n, _ := c.CoreV1().Nodes().Get(context.Background(), "w1", metav1.GetOptions{}); !n.Spec.Unschedulable {
+		t.Error("node not cordoned")
+	}
+
+	c = fake.NewClientset(node(corev1.ConditionUnknown), pod("a"))
+	evictions(c, "terminate")
+	start := time.Now()
+	if got, err := Drain(context.Background(), c, "w1", 10*time.Second); err != nil || len(got) != 1 || time.Since(start) > 2*time.Second {
+		t.Errorf("dead node: evicted %v, %v after %s (must not wait for a kubelet that is gone)", got, err, time.Since(start))
+	}
+
+	c = fake.NewClientset(node(corev1.ConditionTrue), pod("a"))
+	evictions(c, "refuse")
+	if _, err := Drain(context.Background(), c, "w1", 1500*time.Millisecond); err == nil || !strings.Contains(err.Error(), "default/a") || !strings.Contains(err.Error(), "disruption") {
+		t.Errorf("refused eviction: %v", err)
+	}
+
+	if got, err := Drain(context.Background(), fake.NewClientset(), "gone", time.Second); err != nil || len(got) != 0 {
+		t.Errorf("missing node: %v, %v", got, err)
 	}
 }
