@@ -386,6 +386,9 @@ func TestApplyLabClusterEndToEnd(t *testing.T) {
 		t.Fatalf("kforge apply: %v\n%s", err, out)
 	}
 	t.Logf("first apply took %s:\n%s", time.Since(start).Round(time.Second), out)
+	if !strings.Contains(out, "3 nodes Ready ") {
+		t.Errorf("apply did not say when the nodes were Ready:\n%s", out)
+	}
 
 	k := c.client()
 

@@ -97,7 +97,8 @@ type Applier struct {
 	etcdJoin map[string]bool                     // masters joining the running etcd cluster
 	etcdBoot map[string]*templates.EtcdBootstrap // how each master's etcd member starts, when not new
 
-	pruned []string // removed hosts pruned this run
+	pruned  []string  // removed hosts pruned this run
+	started time.Time // when the apply began (NewApplier)
 
 	mu      sync.Mutex
 	clients kube.Clients
@@ -118,7 +119,7 @@ func NewApplier(c *inventory.Cluster, o Options) *Applier {
 	if o.Timeout == 0 {
 		o.Timeout = 5 * time.Minute
 	}
-	return &Applier{inv: c, o: o, log: o.Logger, nodes: c.Nodes(),
+	return &Applier{inv: c, o: o, log: o.Logger, nodes: c.Nodes(), started: o.Now(),
 		hosts: map[string]remote.Host{}, facts: map[string]*facts.Facts{},
 		files: map[string][]templates.File{}, written: map[string]map[string]bool{}, replaced: map[string][]templates.File{}}
 }
@@ -899,8 +900,12 @@ func (a *Applier) waitReady(ctx context.Context, r Reporter) error {
 	if a.inv.Networking.Plugin == "flannel" {
 		ns = append(ns, "kube-flannel")
 	}
-	last := time.Time{}
+	last, nodesReady := time.Time{}, false
 	return kube.WaitForReady(ctx, a.clients.Typed, kube.WaitReadyInput{Nodes: names(a.nodes, ""), Namespaces: ns, Progress: func(s kube.ReadyStatus) {
+		if !nodesReady && s.ReadyNodes == s.TotalNodes {
+			nodesReady = true
+			r(Event{Kind: Progress, Message: fmt.Sprintf("%s Ready %s after apply started", count(make([]string, s.TotalNodes), "node"), a.o.Now().Sub(a.started).Round(100*time.Millisecond))})
+		}
 		if time.Since(last) > 5*time.Second {
 			last = time.Now()
 			r(Event{Kind: Progress, Message: s.String()})
