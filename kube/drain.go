@@ -36,7 +36,7 @@ func Drain(ctx context.Context, c kubernetes.Interface, node string, timeout tim
 	// A node whose kubelet is gone never confirms a pod's end: its evicted pods stay
 	// terminating until the node is deleted (the pod garbage collector then removes them), so
 	// there is nothing to wait for once they are evicted.
-	dead := !nodeReady(n)
+	dead := nodeNotReady(n) != ""
 	evicted := map[string]bool{}
 	for {
 		list, err := c.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String()})
@@ -125,13 +125,4 @@ func DeleteNode(ctx context.Context, c kubernetes.Interface, node string) (bool,
 		return false, fmt.Errorf("delete node %s: %w", node, err)
 	}
 	return true, nil
-}
-
-func nodeReady(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
