@@ -334,6 +334,15 @@ func Open(name string) (*Lab, error) {
 	return l, nil
 }
 
+// lockRegistry takes the registry lock (creating the registry when needed); the caller
+// releases it with the returned function.
+func lockRegistry(ctx context.Context) (func(), error) {
+	if err := os.MkdirAll(filepath.Join(RegistryDir, "labs"), 0o755); err != nil {
+		return nil, err
+	}
+	return lockFile(ctx, filepath.Join(RegistryDir, ".lock"))
+}
+
 // registryFile is where the lab called name is registered.
 func registryFile(name string) string { return filepath.Join(RegistryDir, "labs", name+".json") }
 
@@ -407,10 +416,7 @@ func (l *Lab) host(name string) (*hostState, error) {
 // register allocates addresses under the registry lock, checks and creates the bridge, raises
 // the inotify limit when needed and writes the lab's registry entry.
 func (l *Lab) register(ctx context.Context, o Options) error {
-	if err := os.MkdirAll(filepath.Join(RegistryDir, "labs"), 0o755); err != nil {
-		return err
-	}
-	unlock, err := lockFile(ctx, filepath.Join(RegistryDir, ".lock"))
+	unlock, err := lockRegistry(ctx)
 	if err != nil {
 		return err
 	}
@@ -657,10 +663,7 @@ func (l *Lab) Down(ctx context.Context) error {
 			return fmt.Errorf("lab %s: %w", l.Name, err)
 		}
 	}
-	if err := os.MkdirAll(filepath.Join(RegistryDir, "labs"), 0o755); err != nil {
-		return err
-	}
-	unlock, err := lockFile(ctx, filepath.Join(RegistryDir, ".lock"))
+	unlock, err := lockRegistry(ctx)
 	if err != nil {
 		return err
 	}
