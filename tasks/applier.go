@@ -787,7 +787,7 @@ func (a *Applier) joinWorkers(ctx context.Context, r Reporter) error {
 		CA: a.set.CAs[pki.CA], Now: a.o.Now, Random: a.o.Rand,
 	})
 	if len(cs) > 0 {
-		r(Event{Kind: Progress, Message: fmt.Sprintf("approved and signed %s", count(make([]string, len(cs)), "kubelet client certificate"))})
+		r(Event{Kind: Progress, Message: fmt.Sprintf("approved and signed %s", count(len(cs), "kubelet client certificate"))})
 	}
 	return err
 }
@@ -851,7 +851,7 @@ func (a *Applier) podNetwork(ctx context.Context, r Reporter) error {
 		},
 	})
 	if len(cs) > 0 {
-		r(Event{Kind: Progress, Message: fmt.Sprintf("gave %s a pod CIDR", count(make([]string, len(cs)), "node"))})
+		r(Event{Kind: Progress, Message: fmt.Sprintf("gave %s a pod CIDR", count(len(cs), "node"))})
 	}
 	if werr := g.Wait(); err == nil {
 		err = werr
@@ -904,7 +904,7 @@ func (a *Applier) waitReady(ctx context.Context, r Reporter) error {
 	return kube.WaitForReady(ctx, a.clients.Typed, kube.WaitReadyInput{Nodes: names(a.nodes, ""), Namespaces: ns, Progress: func(s kube.ReadyStatus) {
 		if !nodesReady && s.ReadyNodes == s.TotalNodes {
 			nodesReady = true
-			r(Event{Kind: Progress, Message: fmt.Sprintf("%s Ready %s after apply started", count(make([]string, s.TotalNodes), "node"), a.o.Now().Sub(a.started).Round(100*time.Millisecond))})
+			r(Event{Kind: Progress, Message: fmt.Sprintf("%s Ready %s after apply started", count(s.TotalNodes, "node"), a.o.Now().Sub(a.started).Round(100*time.Millisecond))})
 		}
 		if time.Since(last) > 5*time.Second {
 			last = time.Now()

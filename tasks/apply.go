@@ -47,7 +47,7 @@ func (a *Applier) Steps() []Step {
 		ss = append(ss, Step{Task: Task{Name: name, Description: fmt.Sprintf(format, args...), Scope: scope, Hosts: hosts}, Run: run})
 	}
 
-	add("connect", OnHosts, all, a.connect, "connect to %s over SSH (host keys verified) and gather facts in one round trip each", count(all, "host"))
+	add("connect", OnHosts, all, a.connect, "connect to %s over SSH (host keys verified) and gather facts in one round trip each", count(len(all), "host"))
 	add("preflight", OnHosts, all, a.preflight, "run kubeadm's preflight checks on every host before anything changes")
 	add("pki", OnWorkstation, nil, a.ensurePKI, "generate or reuse the cluster's certificates (%s), kubeconfigs and bootstrap token in the state dir", c.PKI.KeyAlgorithm)
 	add("etcd-members", OnHosts, masters, a.planEtcd, "keep running etcd members as they started; masters without data join the running cluster one at a time")
@@ -69,7 +69,7 @@ func (a *Applier) Steps() []Step {
 	}
 	add("mark-nodes", ThroughAPI, nil, a.markNodes, "label and taint the masters, apply the inventory's labels and taints")
 	if len(c.Addons) > 0 {
-		add("addons", ThroughAPI, nil, a.addons, "apply %s (server-side)", count(make([]string, len(c.Addons)), "user manifest"))
+		add("addons", ThroughAPI, nil, a.addons, "apply %s (server-side)", count(len(c.Addons), "user manifest"))
 	}
 	if c.Networking.Plugin != "none" {
 		add("wait-ready", ThroughAPI, nil, a.waitReady, "wait until every node is Ready and kube-system pods run")
@@ -96,9 +96,10 @@ func names(nodes []inventory.Node, role inventory.Role) []string {
 	return out
 }
 
-func count(items []string, what string) string {
-	if len(items) == 1 {
+// count is "1 what" or "n whats".
+func count(n int, what string) string {
+	if n == 1 {
 		return "1 " + what
 	}
-	return fmt.Sprintf("%d %ss", len(items), what)
+	return fmt.Sprintf("%d %ss", n, what)
 }

@@ -124,7 +124,7 @@ func (a *Applier) prune(ctx context.Context, r Reporter) error {
 		if err != nil {
 			return err
 		}
-		did := []string{fmt.Sprintf("drained (%s evicted)", count(evicted, "pod"))}
+		did := []string{fmt.Sprintf("drained (%s evicted)", count(len(evicted), "pod"))}
 		if n.Role == inventory.RoleMaster {
 			e, err := a.etcdClient(a.inv.Masters[0].Name)
 			if err != nil {

@@ -40,7 +40,7 @@ func (a *Applier) ResetSteps() []Step {
 		ss = append(ss, Step{Task: Task{Name: name, Description: fmt.Sprintf(format, args...), Scope: scope, Hosts: hosts}, Run: run})
 	}
 
-	add("connect", OnHosts, all, a.connect, "connect to %s over SSH (host keys verified) and gather facts in one round trip each", count(all, "host"))
+	add("connect", OnHosts, all, a.connect, "connect to %s over SSH (host keys verified) and gather facts in one round trip each", count(len(all), "host"))
 	add("stop-kubelet", OnHosts, all, a.stopKubelet, "stop and disable kubelet, so nothing starts the containers again")
 	add("containers", OnHosts, all, a.removeContainers, "kill and remove every container in containerd's k8s.io namespace (images stay)")
 	add("unmount", OnHosts, all, a.unmountKubelet, "unmount what kubelet mounted under %s and the pods' network namespaces", templates.KubeletDir)
