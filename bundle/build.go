@@ -16,6 +16,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kforge/kforge/internal/fsx"
+
 	"golang.org/x/sync/errgroup"
 )
 
@@ -325,7 +327,7 @@ func imageArchive(ctx context.Context, o BuildOptions, s imageSpec) (cachedArchi
 		return cachedArchive{}, err
 	}
 	b, _ := json.Marshal(a)
-	if err := writeFileAtomic(base+".json", b, 0o644); err != nil {
+	if err := fsx.WriteFile(base+".json", b, 0o644); err != nil {
 		return cachedArchive{}, err
 	}
 	o.logf("image %s: %d MB in %s", s.Name, a.Size>>20, time.Since(start).Round(time.Millisecond))
@@ -350,24 +352,4 @@ func imageKey(s imageSpec) (string, error) {
 		fmt.Fprintf(h, "%s %s %d %o %d %o\n", f.Path, f.Src, st.Size(), st.Mode(), st.ModTime().UnixNano(), f.Mode)
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
-}
-
-func writeFileAtomic(p string, data []byte, mode os.FileMode) error {
-	tmp, err := os.CreateTemp(filepath.Dir(p), "."+filepath.Base(p)+".tmp-")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(mode); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), p)
 }

@@ -7,7 +7,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -15,8 +14,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/kforge/kforge/internal/fsx"
 )
 
 // DefaultCacheDir is where built artifacts are cached when neither BuildOptions.CacheDir nor
@@ -118,7 +118,7 @@ func binaries(ctx context.Context, o BuildOptions, m goModule) (string, error) {
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return "", fmt.Errorf("build cache %s: %w (set KFORGE_CACHE_DIR to a writable directory)", root, err)
 	}
-	unlock, err := lockFile(ctx, filepath.Join(root, m.Version+".lock"))
+	unlock, err := fsx.Lock(ctx, filepath.Join(root, m.Version+".lock"))
 	if err != nil {
 		return "", err
 	}
@@ -180,30 +180,6 @@ func cachedRecipe(dir string) string {
 		return ""
 	}
 	return string(b)
-}
-
-// lockFile takes an exclusive flock on path, waiting until ctx is done.
-func lockFile(ctx context.Context, path string) (func(), error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("build cache lock %s: %w", path, err)
-	}
-	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
-			return func() { syscall.Flock(int(f.Fd()), syscall.LOCK_UN); f.Close() }, nil
-		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) {
-			f.Close()
-			return nil, fmt.Errorf("build cache lock %s: %w", path, err)
-		}
-		select {
-		case <-ctx.Done():
-			f.Close()
-			return nil, fmt.Errorf("waiting for another build holding %s: %w", path, ctx.Err())
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
 }
 
 // goRunner runs the go command for a build.

@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/kforge/kforge/internal/fsx"
 )
 
 // ManifestFile is the name of the manifest in a bundle directory.
@@ -178,21 +180,5 @@ func writeManifest(dir string, m *Manifest) error {
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(dir, "."+ManifestFile+".tmp-")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(append(b, '\n')); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), filepath.Join(dir, ManifestFile))
+	return fsx.WriteFile(filepath.Join(dir, ManifestFile), append(b, '\n'), 0o644)
 }

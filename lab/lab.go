@@ -38,6 +38,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kforge/kforge/internal/fsx"
+
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
 	"golang.org/x/sync/errgroup"
@@ -340,7 +342,7 @@ func lockRegistry(ctx context.Context) (func(), error) {
 	if err := os.MkdirAll(filepath.Join(RegistryDir, "labs"), 0o755); err != nil {
 		return nil, err
 	}
-	return lockFile(ctx, filepath.Join(RegistryDir, ".lock"))
+	return fsx.Lock(ctx, filepath.Join(RegistryDir, ".lock"))
 }
 
 // registryFile is where the lab called name is registered.
@@ -517,18 +519,7 @@ func (l *Lab) saveLocked() error {
 	if err != nil {
 		return err
 	}
-	return writeAtomic(registryFile(l.Name), b, 0o644)
-}
-
-func writeAtomic(path string, data []byte, mode os.FileMode) error {
-	tmp := fmt.Sprintf("%s.tmp%d", path, os.Getpid())
-	if err := os.WriteFile(tmp, data, mode); err != nil {
-		return err
-	}
-	if err := os.Chmod(tmp, mode); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return fsx.WriteFile(registryFile(l.Name), b, 0o644)
 }
 
 // checkDirFS refuses lab directories on overlayfs: containerd's overlay snapshotter needs
@@ -561,7 +552,7 @@ func (l *Lab) writeFiles() error {
 	if err != nil {
 		return err
 	}
-	if err := writeAtomic(l.IdentityFile, pem.EncodeToMemory(blk), 0o600); err != nil {
+	if err := fsx.WriteFile(l.IdentityFile, pem.EncodeToMemory(blk), 0o600); err != nil {
 		return err
 	}
 	spub, err := ssh.NewPublicKey(pub)
@@ -569,7 +560,7 @@ func (l *Lab) writeFiles() error {
 		return err
 	}
 	authorized := ssh.MarshalAuthorizedKey(spub)
-	if err := writeAtomic(l.IdentityFile+".pub", authorized, 0o644); err != nil {
+	if err := fsx.WriteFile(l.IdentityFile+".pub", authorized, 0o644); err != nil {
 		return err
 	}
 	var kh strings.Builder
@@ -602,14 +593,14 @@ func (l *Lab) writeFiles() error {
 		}
 		kh.WriteString(knownhosts.Line([]string{knownhosts.Normalize(fmt.Sprintf("%s:%d", h.Address, h.Port))}, hs) + "\n")
 	}
-	if err := writeAtomic(l.KnownHostsFile, []byte(kh.String()), 0o644); err != nil {
+	if err := fsx.WriteFile(l.KnownHostsFile, []byte(kh.String()), 0o644); err != nil {
 		return err
 	}
 	inv, err := l.inventory()
 	if err != nil {
 		return err
 	}
-	return writeAtomic(l.InventoryFile, inv, 0o644)
+	return fsx.WriteFile(l.InventoryFile, inv, 0o644)
 }
 
 // allRunning says whether every host's launcher is alive.

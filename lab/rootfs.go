@@ -14,6 +14,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/kforge/kforge/internal/fsx"
 )
 
 // Packages is what the base rootfs holds on top of debootstrap's minbase: systemd as init, sshd,
@@ -66,7 +68,7 @@ func EnsureRootfs(ctx context.Context, cacheDir string, log *slog.Logger) (strin
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("lab rootfs: %w", err)
 	}
-	unlock, err := lockFile(ctx, filepath.Join(dir, "rootfs.lock"))
+	unlock, err := fsx.Lock(ctx, filepath.Join(dir, "rootfs.lock"))
 	if err != nil {
 		return "", fmt.Errorf("lab rootfs: %w", err)
 	}

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,32 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 )
-
-// lockFile takes an exclusive flock on path, waiting until ctx ends. The returned func releases it.
-func lockFile(ctx context.Context, path string) (func(), error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
-			return func() { _ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN); f.Close() }, nil
-		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) {
-			f.Close()
-			return nil, fmt.Errorf("locking %s: %w", path, err)
-		}
-		select {
-		case <-ctx.Done():
-			f.Close()
-			return nil, fmt.Errorf("waiting for the lock %s: %w", path, ctx.Err())
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
 
 // mountsUnder lists the mount points of this mount namespace at or below dir.
 func mountsUnder(dir string) ([]string, error) {

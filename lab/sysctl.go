@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"syscall"
+
+	"github.com/kforge/kforge/internal/fsx"
 )
 
 // inotifyLimit is the one machine-wide setting the lab may change: every booted systemd host
@@ -59,7 +61,7 @@ func raiseInotify(hosts int, log *slog.Logger) error {
 	saved.Set = need
 	b, _ = json.Marshal(saved)
 	log.Info("raised fs.inotify.max_user_instances for the lab hosts; restored when the last lab is down", "from", cur, "to", need)
-	return writeAtomic(inotifyFile(), b, 0o644)
+	return fsx.WriteFile(inotifyFile(), b, 0o644)
 }
 
 // restoreInotify puts back the original limit if the lab raised it and it still holds the

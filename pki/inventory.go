@@ -69,18 +69,15 @@ func orDefault(v, d string) string {
 	return v
 }
 
-// StateSubdir is the directory under the cluster's state dir that holds its PKI.
-const StateSubdir = "pki"
-
 // EnsureCluster runs Ensure for an inventory: params and masters from the inventory, the
-// external CA (paths relative to invDir) when one is configured, material under
-// stateDir/pki.
-func EnsureCluster(c *inventory.Cluster, invDir, stateDir string, now time.Time, random io.Reader) (*Set, []Change, error) {
+// external CA (paths relative to invDir) when one is configured, material in dir (the state
+// dir's pki/, state.Dir.PKI).
+func EnsureCluster(c *inventory.Cluster, invDir, dir string, now time.Time, random io.Reader) (*Set, []Change, error) {
 	p, masters, err := FromInventory(c)
 	if err != nil {
 		return nil, nil, err
 	}
-	o := Options{Dir: filepath.Join(stateDir, StateSubdir), Params: p, Masters: masters, Now: now, Rand: random}
+	o := Options{Dir: dir, Params: p, Masters: masters, Now: now, Rand: random}
 	if e := c.PKI.ExternalCA; e != nil {
 		rel := func(f string) string {
 			if filepath.IsAbs(f) {

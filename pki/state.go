@@ -12,8 +12,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/kforge/kforge/internal/fsx"
 )
 
 // DefaultRenewBefore is how close to expiry a leaf certificate is re-issued.
@@ -149,7 +150,7 @@ func ensureCA(o Options, r Request) (*KeyPair, []Change, error) {
 		stored, err := os.ReadFile(base + ".crt")
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
-			if err := writeFile(base+".crt", EncodeCert(ext.Cert), 0o644); err != nil {
+			if err := fsx.WriteFile(base+".crt", EncodeCert(ext.Cert), 0o644); err != nil {
 				return nil, nil, err
 			}
 			return ext, []Change{{Key: r.Key(), Action: "created", Reason: "using pki.externalCA " + SPKIPin(ext.Cert)}}, nil
@@ -315,10 +316,10 @@ func ensureSA(o Options) (crypto.Signer, []Change, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := writeFile(filepath.Join(o.Dir, "sa.pub"), pub, 0o644); err != nil {
+	if err := fsx.WriteFile(filepath.Join(o.Dir, "sa.pub"), pub, 0o644); err != nil {
 		return nil, nil, err
 	}
-	if err := writeFile(path, pemKey, 0o600); err != nil {
+	if err := fsx.WriteFile(path, pemKey, 0o600); err != nil {
 		return nil, nil, err
 	}
 	return k, []Change{{Key: "sa", Action: "created", Reason: "missing"}}, nil
@@ -399,54 +400,18 @@ func savePair(base string, kp *KeyPair) error {
 	}
 	// A crash between the two writes leaves a key that does not match the certificate: the
 	// next run reads that as unreadable and re-issues the pair.
-	if err := writeFile(base+".key", k, 0o600); err != nil {
+	if err := fsx.WriteFile(base+".key", k, 0o600); err != nil {
 		return err
 	}
-	return writeFile(base+".crt", EncodeCert(kp.Cert), 0o644)
+	return fsx.WriteFile(base+".crt", EncodeCert(kp.Cert), 0o644)
 }
 
 // lockDir takes an exclusive lock on dir/.lock so two kforge runs never issue into the same
 // state at once; the returned function releases it.
 func lockDir(dir string) (func(), error) {
-	f, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		return nil, err
+	unlock, err := fsx.TryLock(filepath.Join(dir, ".lock"))
+	if errors.Is(err, fsx.ErrLocked) {
+		return nil, fmt.Errorf("%s is in use by another kforge run; wait for it to finish", dir)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("%s is in use by another kforge run (%v); wait for it to finish", dir, err)
-	}
-	return func() { f.Close() }, nil
+	return unlock, err
 }
-
-// writeFile writes atomically: a temporary file beside path, mode set, synced, renamed.
-func writeFile(path string, data []byte, mode os.FileMode) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	if err := f.Chmod(mode); err != nil {
-		f.Close()
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
-}
-
-// WriteFile is the atomic writer Ensure uses, for callers writing beside the state.
-func WriteFile(path string, data []byte, mode os.FileMode) error { return writeFile(path, data, mode) }

@@ -24,6 +24,21 @@ type Limits struct {
 	// StopOnError cancels the context of the remaining hosts at the first failure. Hosts not yet
 	// started are then skipped; their errors are not reported.
 	StopOnError bool
+
+	uploads chan struct{} // shared by every fan-out with these limits; see Shared
+}
+
+// Shared returns lim with one large-upload semaphore that every fan-out using the result
+// shares, so LargeUploads holds across all of them (a fleet's background and foreground
+// fan-outs together), not per call.
+func (lim Limits) Shared() Limits {
+	if lim.LargeUploads <= 0 {
+		lim.LargeUploads = DefaultLargeUploads
+	}
+	if lim.uploads == nil {
+		lim.uploads = make(chan struct{}, lim.LargeUploads)
+	}
+	return lim
 }
 
 // Each runs fn for every host, at most lim.Hosts at once, and waits for all of them. Each failure
@@ -36,7 +51,7 @@ func Each[H interface{ Name() string }](ctx context.Context, hosts []H, lim Limi
 	if lim.LargeUploads <= 0 {
 		lim.LargeUploads = DefaultLargeUploads
 	}
-	ctx = withLargeUploadSlots(ctx, lim.LargeUploads)
+	ctx = withLargeUploadSlots(ctx, lim)
 	var g *errgroup.Group
 	gctx := ctx
 	if lim.StopOnError {
@@ -73,13 +88,16 @@ func Each[H interface{ Name() string }](ctx context.Context, hosts []H, lim Limi
 
 type largeUploadKey struct{}
 
-// withLargeUploadSlots puts a semaphore for large uploads into ctx, unless one is already there
-// (nested fan-outs share the outer limit).
-func withLargeUploadSlots(ctx context.Context, n int) context.Context {
+// withLargeUploadSlots puts the semaphore for large uploads into ctx: the shared one of lim
+// (Shared), else a new one, unless one is already there (nested fan-outs share the outer limit).
+func withLargeUploadSlots(ctx context.Context, lim Limits) context.Context {
 	if _, ok := ctx.Value(largeUploadKey{}).(chan struct{}); ok {
 		return ctx
 	}
-	return context.WithValue(ctx, largeUploadKey{}, make(chan struct{}, n))
+	if lim.uploads != nil {
+		return context.WithValue(ctx, largeUploadKey{}, lim.uploads)
+	}
+	return context.WithValue(ctx, largeUploadKey{}, make(chan struct{}, lim.LargeUploads))
 }
 
 // acquireUploadSlot waits for a large-upload slot when size is large and ctx carries a

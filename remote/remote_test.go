@@ -245,3 +245,41 @@ func TestConfigForMapsInventoryNode(t *testing.T) {
 		t.Error("agent should default to on")
 	}
 }
+
+// TestSharedLimitsHoldAcrossFanOuts: two fan-outs running at once (a fleet's background staging
+// of workers and its foreground staging of masters) share one large-upload limit.
+func TestSharedLimitsHoldAcrossFanOuts(t *testing.T) {
+	lim := Limits{Hosts: 10, LargeUploads: 2}.Shared()
+	var cur, peak atomic.Int32
+	upload := func(ctx context.Context, h named) error {
+		release, err := acquireUploadSlot(ctx, LargeFile)
+		if err != nil {
+			return err
+		}
+		defer release()
+		n := cur.Add(1)
+		for {
+			p := peak.Load()
+			if n <= p || peak.CompareAndSwap(p, n) {
+				break
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+		cur.Add(-1)
+		return nil
+	}
+	hosts := []named{"a", "b", "c", "d"}
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i := range 2 {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = Each(context.Background(), hosts, lim, upload) }()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	if peak.Load() != 2 {
+		t.Errorf("peak large uploads across two fan-outs %d, want 2", peak.Load())
+	}
+}

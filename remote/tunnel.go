@@ -15,3 +15,9 @@ func (h *SSH) DialContext(ctx context.Context, network, addr string) (net.Conn, 
 	}
 	return conn, nil
 }
+
+// Dialer is a host that can open TCP connections from where it stands: *SSH is one. kforge
+// reaches a master's API server and etcd through it.
+type Dialer interface {
+	DialContext(ctx context.Context, network, addr string) (net.Conn, error)
+}

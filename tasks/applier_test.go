@@ -9,8 +9,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kforge/kforge/progress"
 	"github.com/kforge/kforge/remote"
 	"github.com/kforge/kforge/remote/remotetest"
+	"github.com/kforge/kforge/state"
 	"github.com/kforge/kforge/templates"
 )
 
@@ -36,19 +38,17 @@ func fakeHost(name string) *remotetest.Host {
 // inputs was written, and otherwise is only started if it is not running.
 func TestPushWritesOnlyWhatDiffersAndKubeletRestartsOnlyForItsInputs(t *testing.T) {
 	ctx := context.Background()
-	c := cluster(t, "")
-	a := NewApplier(c, Options{})
-	n := c.Nodes()[0]
-	h := fakeHost(n.Name)
-	a.hosts[n.Name] = h
-	a.files[n.Name] = []templates.File{
+	h := fakeHost("m1")
+	files := newHostFiles()
+	want := []templates.File{
 		{Path: "/etc/kubernetes/manifests/etcd.yaml", Mode: 0o600, Data: []byte("etcd v2")},
 		{Path: "/var/lib/kubelet/config.yaml", Mode: 0o644, Data: []byte("kubelet config")},
 	}
+	files.set("m1", want)
 	h.SetFile("/etc/kubernetes/manifests/etcd.yaml", []byte("etcd v1"), 0o600)
 	h.SetFile("/var/lib/kubelet/config.yaml", []byte("kubelet config"), 0o644)
 
-	if err := a.push(ctx, n, h, nil); err != nil {
+	if err := push(ctx, files, h, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := h.Uploads(); !slices.Equal(got, []string{"/etc/kubernetes/manifests/etcd.yaml"}) {
@@ -57,7 +57,7 @@ func TestPushWritesOnlyWhatDiffersAndKubeletRestartsOnlyForItsInputs(t *testing.
 	if f, _ := h.File("/etc/kubernetes/manifests/etcd.yaml"); string(f.Data) != "etcd v2" {
 		t.Errorf("manifest on host: %q", f.Data)
 	}
-	msg, err := a.startKubelet(ctx, n, h)
+	msg, err := startKubelet(ctx, files, h)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,20 +67,21 @@ func TestPushWritesOnlyWhatDiffersAndKubeletRestartsOnlyForItsInputs(t *testing.
 	}
 
 	// Now kubelet's own config changes: it is restarted.
-	a.files[n.Name][1].Data = []byte("kubelet config v2")
-	if err := a.push(ctx, n, h, nil); err != nil {
+	want[1].Data = []byte("kubelet config v2")
+	files.set("m1", want)
+	if err := push(ctx, files, h, nil); err != nil {
 		t.Fatal(err)
 	}
-	if msg, _ = a.startKubelet(ctx, n, h); msg != "kubelet restarted" {
+	if msg, _ = startKubelet(ctx, files, h); msg != "kubelet restarted" {
 		t.Errorf("kubelet config changed, got %q", msg)
 	}
 	if !strings.Contains(h.Commands()[len(h.Commands())-1], "systemctl restart kubelet") {
 		t.Errorf("last command %q", h.Commands()[len(h.Commands())-1])
 	}
 	// A unit change also reloads systemd.
-	a.files[n.Name] = append(a.files[n.Name], templates.File{Path: templates.KubeletUnitPath, Mode: 0o644, Data: []byte("[Service]")})
-	a.push(ctx, n, h, nil)
-	a.startKubelet(ctx, n, h)
+	files.add("m1", templates.File{Path: templates.KubeletUnitPath, Mode: 0o644, Data: []byte("[Service]")})
+	push(ctx, files, h, nil)
+	startKubelet(ctx, files, h)
 	if !strings.HasPrefix(h.Commands()[len(h.Commands())-1], "systemctl daemon-reload") {
 		t.Errorf("unit changed without daemon-reload: %q", h.Commands()[len(h.Commands())-1])
 	}
@@ -90,16 +91,16 @@ func TestPushWritesOnlyWhatDiffersAndKubeletRestartsOnlyForItsInputs(t *testing.
 // (so a re-run's preflight recognises them), every host gets kforge's sysctl file.
 func TestRenderAddsKforgeFilesPerRole(t *testing.T) {
 	c := cluster(t, "workers:\n  - {name: w1, address: 10.0.0.2}\n")
-	a := NewApplier(c, Options{StateDir: t.TempDir()})
-	if err := a.ensurePKI(context.Background(), func(Event) {}); err != nil {
+	a := NewApply(c, Options{State: state.At(t.TempDir())})
+	if err := a.ensurePKI(context.Background(), progress.Discard); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.render(context.Background(), func(Event) {}); err != nil {
+	if err := a.render(context.Background(), progress.Discard); err != nil {
 		t.Fatal(err)
 	}
 	paths := func(host string) []string {
 		var ps []string
-		for _, f := range a.files[host] {
+		for _, f := range a.files.get(host, nil) {
 			ps = append(ps, f.Path)
 		}
 		return ps
@@ -112,14 +113,14 @@ func TestRenderAddsKforgeFilesPerRole(t *testing.T) {
 	if !slices.Contains(paths("m1"), "/etc/kubernetes/manifests/.kforge-manifests") || slices.Contains(paths("w1"), "/etc/kubernetes/manifests/.kforge-manifests") {
 		t.Errorf("manifests marker: m1 %v, w1 %v", paths("m1"), paths("w1"))
 	}
-	for _, f := range a.files["w1"] {
+	for _, f := range a.files.get("w1", nil) {
 		if f.Path == templates.BootstrapKubeletConfig && !strings.Contains(string(f.Data), a.token.Value()) {
 			t.Error("the worker's bootstrap kubeconfig does not carry the state dir's token")
 		}
 	}
 	// The token is kept across runs, so a re-run rewrites no bootstrap kubeconfig.
-	b := NewApplier(c, Options{StateDir: a.o.StateDir})
-	if err := b.ensurePKI(context.Background(), func(Event) {}); err != nil || b.token.Value() != a.token.Value() {
+	b := NewApply(c, Options{State: a.o.State})
+	if err := b.ensurePKI(context.Background(), progress.Discard); err != nil || b.token.Value() != a.token.Value() {
 		t.Errorf("second run token %v, first %v, err %v", b.token.ID, a.token.ID, err)
 	}
 }

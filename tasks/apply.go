@@ -1,105 +1,187 @@
-// Package tasks holds what `kforge apply` does, as one ordered list of named steps built in
-// this file: reading it top to bottom tells the whole story of apply, and listing the names
-// gives `kforge plan`.
 package tasks
 
 import (
 	"context"
-	"fmt"
+	"crypto/rand"
+	"io"
+	"log/slog"
 	"strings"
+	"time"
 
+	"github.com/kforge/kforge/bundle"
+	"github.com/kforge/kforge/facts"
+	"github.com/kforge/kforge/fleet"
 	"github.com/kforge/kforge/inventory"
+	"github.com/kforge/kforge/kube"
+	"github.com/kforge/kforge/pki"
+	"github.com/kforge/kforge/preflight"
+	"github.com/kforge/kforge/progress"
+	"github.com/kforge/kforge/remote"
+	"github.com/kforge/kforge/state"
+	"github.com/kforge/kforge/templates"
 )
 
-// Scope says where a task does its work.
-type Scope string
-
-const (
-	OnHosts       Scope = "hosts"       // over SSH, on the hosts listed in Task.Hosts
-	OnWorkstation Scope = "workstation" // locally, no host is touched
-	ThroughAPI    Scope = "api"         // through the Kubernetes API (client-go)
-)
-
-// Task is one named step of apply.
-type Task struct {
-	Name        string
-	Description string
-	Scope       Scope
-	Hosts       []string // the hosts a task touches, when Scope is OnHosts
+// Options are a command's inputs besides the inventory.
+type Options struct {
+	// State is the cluster's state dir (PKI, bootstrap token, admin kubeconfig, hosts record).
+	State state.Dir
+	// InventoryDir resolves relative paths of the inventory (external CA files, addons).
+	InventoryDir string
+	// Limits bound the fan-out over hosts.
+	Limits remote.Limits
+	// AcceptNewHostKeys trusts unknown hosts and records their keys (--accept-new-host-keys).
+	AcceptNewHostKeys bool
+	// Connect opens a host; remote.Dial when nil. Tests pass in-memory hosts.
+	Connect func(ctx context.Context, n inventory.Node) (remote.Host, error)
+	// Ignore turns these preflight errors into warnings (--ignore-preflight-errors).
+	Ignore preflight.Ignore
+	// ResolvConf is kubelet's resolvConf (empty: the host's /etc/resolv.conf).
+	ResolvConf string
+	// ConntrackMaxPerCore is kube-proxy's conntrack.maxPerCore (nil: kube-proxy's default;
+	// 0 leaves the machine-wide conntrack table alone, as nested hosts need).
+	ConntrackMaxPerCore *int32
+	// Timeout bounds each wait on the cluster (API server, nodes, pods); default 5 minutes.
+	Timeout time.Duration
+	// Removed are the hosts of the last apply the inventory no longer lists (Removed); with
+	// Prune apply removes them from the cluster, otherwise it only reports them. reset resets
+	// them too.
+	Removed []inventory.Node
+	Prune   bool
+	// PurgeState makes reset delete the PKI too (reset --purge-state).
+	PurgeState bool
+	Logger     *slog.Logger
+	Now        func() time.Time
+	Rand       io.Reader
 }
 
-// Apply returns the tasks `kforge apply` runs for cluster c with options o (only Removed and
-// Prune matter), in order: what `kforge plan` shows.
-func Apply(c *inventory.Cluster, o Options) []Task {
-	var ts []Task
-	for _, s := range NewApplier(c, o).Steps() {
-		ts = append(ts, s.Task)
+func (o Options) withDefaults() Options {
+	if o.Now == nil {
+		o.Now = time.Now
 	}
-	return ts
+	if o.Rand == nil {
+		o.Rand = rand.Reader
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Timeout == 0 {
+		o.Timeout = 5 * time.Minute
+	}
+	return o
 }
+
+// newFleet is the fleet of nodes, reached as o says, gathering what apply and reset need to
+// know of each host.
+func newFleet(c *inventory.Cluster, nodes []inventory.Node, o Options) *fleet.Fleet {
+	return fleet.New(nodes, fleet.Options{
+		Limits: o.Limits, AcceptNewHostKeys: o.AcceptNewHostKeys, Connect: o.Connect, Logger: o.Logger, Now: o.Now,
+		Facts: facts.Options{CRIEndpoint: c.ContainerRuntime.Endpoint, Dirs: templates.CACertDirCandidates},
+	})
+}
+
+// Apply is one `kforge apply`. Its steps are in Steps, in order; the fields below the first
+// block are what one step makes for later ones, each naming the step that fills it.
+type Apply struct {
+	inv     *inventory.Cluster
+	o       Options
+	fleet   *fleet.Fleet // the inventory's hosts; connected by connect
+	started time.Time
+
+	manifest *bundle.Manifest    // bundle: the bundle's manifest (nil without a bundle)
+	set      *pki.Set            // pki
+	token    kube.BootstrapToken // pki
+	etcd     etcdPlan            // etcd-members: how each master's etcd member starts
+	files    *hostFiles          // render; stage and pod-network push them and note what changed
+	bg       background          // stage: the workers' staging and the masters' shipments still running
+	api      apiClients          // made by wait-apiserver from set and the first master's connection
+	pruned   []string            // prune: the removed hosts it removed
+}
+
+// NewApply prepares an apply of c; nothing is read or touched until its steps run.
+func NewApply(c *inventory.Cluster, o Options) *Apply {
+	o = o.withDefaults()
+	return &Apply{inv: c, o: o, fleet: newFleet(c, c.Nodes(), o), started: o.Now(), files: newHostFiles()}
+}
+
+// ApplyTasks are the tasks `kforge apply` runs for cluster c with options o, in order: what
+// `kforge plan` shows.
+func ApplyTasks(c *inventory.Cluster, o Options) []Task { return Tasks(NewApply(c, o).Steps()) }
 
 // Steps is apply, top to bottom. Ordinary ifs decide what is in the list.
-func (a *Applier) Steps() []Step {
-	c := a.inv
-	all, masters, workers := names(a.nodes, ""), names(a.nodes, inventory.RoleMaster), names(a.nodes, inventory.RoleWorker)
-	var ss []Step
-	add := func(name string, scope Scope, hosts []string, run func(context.Context, Reporter) error, format string, args ...any) {
-		ss = append(ss, Step{Task: Task{Name: name, Description: fmt.Sprintf(format, args...), Scope: scope, Hosts: hosts}, Run: run})
+func (a *Apply) Steps() []Step {
+	c, f := a.inv, a.fleet
+	all, masters, workers := f.Names(""), f.Names(inventory.RoleMaster), f.Names(inventory.RoleWorker)
+	var l list
+	l.add("connect", OnHosts, all, f.Connect, "connect to %s over SSH (host keys verified) and gather facts in one round trip each", count(len(all), "host"))
+	if c.Bundle != "" {
+		l.add("bundle", OnWorkstation, nil, a.readBundle, "read the bundle's manifest in %s: versions, platform, files and images", c.Bundle)
 	}
-
-	add("connect", OnHosts, all, a.connect, "connect to %s over SSH (host keys verified) and gather facts in one round trip each", count(len(all), "host"))
-	add("preflight", OnHosts, all, a.preflight, "run kubeadm's preflight checks on every host before anything changes")
-	add("pki", OnWorkstation, nil, a.ensurePKI, "generate or reuse the cluster's certificates (%s), kubeconfigs and bootstrap token in the state dir", c.PKI.KeyAlgorithm)
-	add("etcd-members", OnHosts, masters, a.planEtcd, "keep running etcd members as they started; masters without data join the running cluster one at a time")
-	add("render", OnWorkstation, nil, a.render, "render static-pod manifests, kubelet and containerd configuration for every host")
+	l.add("preflight", OnHosts, all, a.preflight, "run kubeadm's preflight checks on every host before anything changes")
+	l.add("pki", OnWorkstation, nil, a.ensurePKI, "generate or reuse the cluster's certificates (%s), kubeconfigs and bootstrap token in the state dir", c.PKI.KeyAlgorithm)
+	l.add("etcd-members", OnHosts, masters, a.planEtcd, "keep running etcd members as they started; masters without data join the running cluster one at a time")
+	l.add("render", OnWorkstation, nil, a.render, "render static-pod manifests, kubelet and containerd configuration for every host")
 	stageWhat := "configure containerd (" + c.Kubelet.CgroupDriver + " cgroup driver) and kernel settings, push its files"
 	if c.Bundle != "" {
 		stageWhat = "upload what it lacks from the bundle, " + stageWhat
 	}
-	add("stage", OnHosts, all, a.stage, "on every host in parallel: %s; masters then start kubelet and the static-pod control plane (%s), workers finish staging meanwhile", stageWhat, strings.Join(masters, ", "))
-	add("wait-apiserver", ThroughAPI, nil, a.waitAPIServer, "wait until the API server answers, through an SSH tunnel to %s", masters[0])
-	add("cluster-config", ThroughAPI, nil, a.clusterConfig, "grant kubeadm:cluster-admins, upload kubeadm-config and kubelet-config")
-	add("bootstrap", ThroughAPI, nil, a.bootstrap, "create the bootstrap token, node-bootstrap RBAC, CSR auto-approval and cluster-info")
+	l.add("stage", OnHosts, all, a.stage, "on every host in parallel: %s; masters then start kubelet and the static-pod control plane (%s), workers finish staging meanwhile", stageWhat, strings.Join(masters, ", "))
+	l.add("wait-apiserver", ThroughAPI, nil, a.waitAPIServer, "wait until the API server answers, through an SSH tunnel to %s, and for control-plane pods this run replaced", masters[0])
+	l.add("cluster-config", ThroughAPI, nil, a.clusterConfig, "grant kubeadm:cluster-admins, upload kubeadm-config and kubelet-config")
+	l.add("bootstrap", ThroughAPI, nil, a.bootstrap, "create the bootstrap token, node-bootstrap RBAC, CSR auto-approval and cluster-info")
 	if len(workers) > 0 {
-		add("join-workers", OnHosts, workers, a.joinWorkers, "start kubelet on the staged workers: they join by TLS bootstrap")
+		l.add("join-workers", OnHosts, workers, a.joinWorkers, "start kubelet on the staged workers: they join by TLS bootstrap")
 	}
-	add("core-addons", ThroughAPI, nil, a.coreAddons, "install kube-proxy and CoreDNS")
+	l.add("core-addons", ThroughAPI, nil, a.coreAddons, "install kube-proxy and CoreDNS")
 	if c.Networking.Plugin == "flannel" {
-		add("pod-network", OnHosts, all, a.podNetwork, "install flannel (vxlan) over %s and write each node's CNI config for its pod CIDR", c.Networking.PodSubnet)
+		l.add("pod-network", OnHosts, all, a.podNetwork, "install flannel (vxlan) over %s and write each node's CNI config for its pod CIDR", c.Networking.PodSubnet)
 	}
-	add("mark-nodes", ThroughAPI, nil, a.markNodes, "label and taint the masters, apply the inventory's labels and taints")
+	l.add("mark-nodes", ThroughAPI, nil, a.markNodes, "label and taint the masters, apply the inventory's labels and taints")
 	if len(c.Addons) > 0 {
-		add("addons", ThroughAPI, nil, a.addons, "apply %s (server-side)", count(len(c.Addons), "user manifest"))
+		l.add("addons", ThroughAPI, nil, a.addons, "apply %s (server-side)", count(len(c.Addons), "user manifest"))
 	}
 	if c.Networking.Plugin != "none" {
-		add("wait-ready", ThroughAPI, nil, a.waitReady, "wait until every node is Ready and kube-system pods run")
+		l.add("wait-ready", ThroughAPI, nil, a.waitReady, "wait until every node is Ready and kube-system pods run")
 	}
-	if removed := names(a.o.Removed, ""); len(removed) > 0 {
+	if removed := fleet.Names(a.o.Removed); len(removed) > 0 {
 		if a.o.Prune {
-			add("prune", OnHosts, removed, a.prune, "one at a time: drain %s (no longer in the inventory), remove a master's etcd member, reset the host, delete the node", strings.Join(removed, ", "))
+			l.add("prune", OnHosts, removed, a.prune, "one at a time: drain %s (no longer in the inventory), remove a master's etcd member, reset the host, delete the node", strings.Join(removed, ", "))
 		} else {
-			add("removed-hosts", OnWorkstation, nil, a.reportRemoved, "report %s: no longer in the inventory, still in the cluster (kforge apply --prune removes them)", strings.Join(removed, ", "))
+			l.add("removed-hosts", OnWorkstation, nil, a.reportRemoved, "report %s: no longer in the inventory, still in the cluster (kforge apply --prune removes them)", strings.Join(removed, ", "))
 		}
 	}
-	add("record-hosts", OnWorkstation, nil, a.recordHosts, "record the cluster's hosts in the state dir, to find hosts later removed from the inventory")
-	add("kubeconfig", OnWorkstation, nil, a.writeKubeconfig, "write the admin kubeconfig to the state dir")
-	return ss
+	l.add("record-hosts", OnWorkstation, nil, a.recordHosts, "record the cluster's hosts in the state dir, to find hosts later removed from the inventory")
+	l.add("kubeconfig", OnWorkstation, nil, a.writeKubeconfig, "write the admin kubeconfig to the state dir")
+	return l
 }
 
-func names(nodes []inventory.Node, role inventory.Role) []string {
-	var out []string
-	for _, n := range nodes {
-		if role == "" || n.Role == role {
-			out = append(out, n.Name)
+// Close waits for the work stage left running in the background, then ends every connection.
+func (a *Apply) Close() {
+	a.bg.waitAll()
+	a.fleet.Close()
+}
+
+// readBundle reads the bundle's manifest, which preflight checks the hosts against and stage
+// ships from.
+func (a *Apply) readBundle(context.Context, progress.Reporter) error {
+	m, err := bundle.LoadManifest(a.inv.Bundle)
+	if err != nil {
+		return err
+	}
+	a.manifest = m
+	return nil
+}
+
+// preflight checks every host centrally and fails before anything changes.
+func (a *Apply) preflight(_ context.Context, r progress.Reporter) error {
+	o := preflight.Options{Ignore: a.o.Ignore}
+	if a.manifest != nil {
+		_, o.BundleArch, _ = strings.Cut(a.manifest.Platform, "/")
+	}
+	findings := preflight.Check(a.inv, a.fleet.AllFacts(), o)
+	for _, f := range findings {
+		if f.Severity >= preflight.Warning {
+			r(progress.Event{Kind: progress.Info, Host: f.Host, Message: f.String()})
 		}
 	}
-	return out
-}
-
-// count is "1 what" or "n whats".
-func count(n int, what string) string {
-	if n == 1 {
-		return "1 " + what
-	}
-	return fmt.Sprintf("%d %ss", n, what)
+	return findings.Err()
 }

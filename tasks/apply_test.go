@@ -7,7 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kforge/kforge/fleet"
 	"github.com/kforge/kforge/inventory"
+	"github.com/kforge/kforge/state"
 )
 
 func cluster(t *testing.T, extra string) *inventory.Cluster {
@@ -29,13 +31,13 @@ func taskNames(ts []Task) []string {
 }
 
 func TestApplyListFollowsTheInventory(t *testing.T) {
-	single := taskNames(Apply(cluster(t, "networking: {plugin: none}\n"), Options{}))
+	single := taskNames(ApplyTasks(cluster(t, "networking: {plugin: none}\n"), Options{}))
 	want := []string{"connect", "preflight", "pki", "etcd-members", "render", "stage", "wait-apiserver", "cluster-config", "bootstrap", "core-addons", "mark-nodes", "record-hosts", "kubeconfig"}
 	if !slices.Equal(single, want) {
 		t.Errorf("single master, no pod network:\n got %v\nwant %v", single, want)
 	}
 
-	full := Apply(cluster(t, "workers:\n  - {name: w1, address: 10.0.0.2}\nbundle: /b\naddons: [{path: /a.yaml}]\n"), Options{})
+	full := ApplyTasks(cluster(t, "workers:\n  - {name: w1, address: 10.0.0.2}\nbundle: /b\naddons: [{path: /a.yaml}]\n"), Options{})
 	names := taskNames(full)
 	for _, n := range []string{"stage", "pod-network", "join-workers", "addons", "wait-ready"} {
 		if !slices.Contains(names, n) {
@@ -70,21 +72,21 @@ func TestApplyListFollowsTheInventory(t *testing.T) {
 // them finds them (reachable as before), reports them or, with --prune, prunes the workers;
 // masters are refused; hosts not pruned stay in the record.
 func TestRemovedHostsComeFromTheRecord(t *testing.T) {
-	state := t.TempDir()
-	if r, err := Removed(cluster(t, ""), state); err != nil || len(r) != 0 {
+	dir := state.At(t.TempDir())
+	if r, err := Removed(cluster(t, ""), dir); err != nil || len(r) != 0 {
 		t.Fatalf("no record yet: %v, %v", r, err)
 	}
 	big := cluster(t, "  - {name: m2, address: 10.0.0.5}\ncontrolPlaneEndpoint: \"10.0.0.9:6443\"\nssh: {user: ops, port: 2222}\nworkers:\n  - {name: w1, address: 10.0.0.2}\n  - {name: w2, address: 10.0.0.3, ssh: {user: w2user}}\n")
-	if err := NewApplier(big, Options{StateDir: state}).recordHosts(nil, nil); err != nil {
+	if err := NewApply(big, Options{State: dir}).recordHosts(nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	// w2 and m2 leave; the inventory's SSH defaults change too.
 	small := cluster(t, "ssh: {user: other}\nworkers:\n  - {name: w1, address: 10.0.0.2}\n")
-	removed, err := Removed(small, state)
+	removed, err := Removed(small, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := names(removed, ""); !slices.Equal(got, []string{"m2", "w2"}) {
+	if got := fleet.Names(removed); !slices.Equal(got, []string{"m2", "w2"}) {
 		t.Fatalf("removed %v, want m2, w2", got)
 	}
 	for _, n := range removed {
@@ -98,31 +100,31 @@ func TestRemovedHostsComeFromTheRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Removed(other, state); !errors.As(err, &nml) || !slices.Equal(nml.Recorded, []string{"m1", "m2"}) {
+	if _, err := Removed(other, dir); !errors.As(err, &nml) || !slices.Equal(nml.Recorded, []string{"m1", "m2"}) {
 		t.Errorf("no recorded master kept: %v", err)
 	}
 	workersOnly := removed[1:]
-	report := Apply(small, Options{Removed: workersOnly})
+	report := ApplyTasks(small, Options{Removed: workersOnly})
 	if n := taskNames(report); !slices.Contains(n, "removed-hosts") || slices.Contains(n, "prune") {
 		t.Errorf("without --prune: %v", n)
 	}
-	for _, task := range Apply(small, Options{Removed: workersOnly, Prune: true}) {
+	for _, task := range ApplyTasks(small, Options{Removed: workersOnly, Prune: true}) {
 		if task.Name == "prune" && !slices.Equal(task.Hosts, []string{"w2"}) {
 			t.Errorf("prune hosts %v", task.Hosts)
 		}
 	}
 	// Not pruned: still in the record, so the next apply still knows it.
-	if err := NewApplier(small, Options{StateDir: state, Removed: removed}).recordHosts(nil, nil); err != nil {
+	if err := NewApply(small, Options{State: dir, Removed: removed}).recordHosts(nil, nil); err != nil {
 		t.Fatal(err)
 	}
-	if again, err := Removed(small, state); err != nil || !slices.Equal(names(again, ""), []string{"m2", "w2"}) {
-		t.Errorf("after an apply without --prune: %v, %v", names(again, ""), err)
+	if again, err := Removed(small, dir); err != nil || !slices.Equal(fleet.Names(again), []string{"m2", "w2"}) {
+		t.Errorf("after an apply without --prune: %v, %v", fleet.Names(again), err)
 	}
 	// Back in the inventory: not removed.
-	if back, err := Removed(big, state); err != nil || len(back) != 0 {
+	if back, err := Removed(big, dir); err != nil || len(back) != 0 {
 		t.Errorf("all back: %v, %v", back, err)
 	}
-	if data, _ := os.ReadFile(HostsRecordPath(state)); !strings.HasPrefix(string(data), "# The hosts kforge apply") {
+	if data, _ := os.ReadFile(dir.HostsRecord()); !strings.HasPrefix(string(data), "# The hosts kforge apply") {
 		t.Errorf("record:\n%s", data)
 	}
 }
@@ -132,7 +134,7 @@ func TestRemovedHostsComeFromTheRecord(t *testing.T) {
 func TestResetIncludesRemovedHosts(t *testing.T) {
 	c := cluster(t, "workers:\n  - {name: w1, address: 10.0.0.2}\n")
 	gone := inventory.Node{Host: inventory.Host{Name: "w9", Address: "10.0.0.9"}, Role: inventory.RoleWorker}
-	for _, s := range NewApplier(c, Options{Removed: []inventory.Node{gone}}).ResetSteps() {
+	for _, s := range NewReset(c, Options{Removed: []inventory.Node{gone}}).Steps() {
 		if s.Task.Scope == OnHosts && !slices.Equal(s.Task.Hosts, []string{"m1", "w1", "w9"}) {
 			t.Errorf("%s runs on %v, want m1, w1, w9", s.Task.Name, s.Task.Hosts)
 		}

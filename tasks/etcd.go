@@ -15,8 +15,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kforge/kforge/fleet"
 	"github.com/kforge/kforge/inventory"
 	"github.com/kforge/kforge/pki"
+	"github.com/kforge/kforge/progress"
 	"github.com/kforge/kforge/remote"
 	"github.com/kforge/kforge/templates"
 )
@@ -40,12 +42,12 @@ type etcdClient struct {
 	base string
 }
 
-func (a *Applier) etcdClient(master string) (*etcdClient, error) {
-	d, ok := a.host(master).(Dialer)
-	if !ok {
-		return nil, fmt.Errorf("%s: cannot open a tunnel to etcd over this connection", master)
+func newEtcdClient(f *fleet.Fleet, set *pki.Set, master string) (*etcdClient, error) {
+	d, err := f.Dialer(master)
+	if err != nil {
+		return nil, err
 	}
-	kp := a.set.Get("apiserver-etcd-client", "")
+	kp := set.Get("apiserver-etcd-client", "")
 	if kp == nil {
 		return nil, fmt.Errorf("no apiserver-etcd-client certificate in the PKI set")
 	}
@@ -58,7 +60,7 @@ func (a *Applier) etcdClient(master string) (*etcdClient, error) {
 		return nil, err
 	}
 	roots := x509.NewCertPool()
-	roots.AddCert(a.set.CAs[pki.EtcdCA].Cert)
+	roots.AddCert(set.CAs[pki.EtcdCA].Cert)
 	tr := &http.Transport{
 		TLSClientConfig: &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: roots, ServerName: "localhost"},
 		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
@@ -123,14 +125,21 @@ func (e *etcdClient) remove(ctx context.Context, name, peerURL string) (bool, er
 	return false, nil
 }
 
+// etcdPlan is how each master's etcd member starts this run (planEtcd).
+type etcdPlan struct {
+	seed string                              // a master whose etcd runs, when masters join
+	join map[string]bool                     // masters joining the running etcd cluster
+	boot map[string]*templates.EtcdBootstrap // how each master's member starts, when not new
+}
+
 // planEtcd decides how each master's etcd member starts, before render: running members keep
 // the bootstrap flags they started with (read from their manifest: etcd ignores them once it
 // has data, and a changed manifest would restart it), masters without data join the running
 // cluster when there is one, and a new cluster's masters start together.
-func (a *Applier) planEtcd(ctx context.Context, r Reporter) error {
+func (a *Apply) planEtcd(ctx context.Context, r progress.Reporter) error {
 	var running, joining []string
 	for _, m := range a.inv.Masters {
-		if len(a.facts[m.Name].EtcdDataDir) > 0 {
+		if len(a.fleet.Facts(m.Name).EtcdDataDir) > 0 {
 			running = append(running, m.Name)
 		} else {
 			joining = append(joining, m.Name)
@@ -139,18 +148,18 @@ func (a *Applier) planEtcd(ctx context.Context, r Reporter) error {
 	if len(running) == 0 {
 		return nil // a new cluster
 	}
-	a.etcdBoot = map[string]*templates.EtcdBootstrap{}
+	a.etcd.boot = map[string]*templates.EtcdBootstrap{}
 	for _, name := range running {
-		manifest, err := remote.ReadFile(ctx, a.host(name), path.Join(templates.ManifestsDir, "etcd.yaml"))
+		manifest, err := remote.ReadFile(ctx, a.fleet.Host(name), path.Join(templates.ManifestsDir, "etcd.yaml"))
 		if err != nil {
 			return fmt.Errorf("%s has etcd data but its etcd manifest cannot be read: %w", name, err)
 		}
-		a.etcdBoot[name] = etcdBootFromManifest(manifest)
+		a.etcd.boot[name] = etcdBootFromManifest(manifest)
 	}
 	if len(joining) == 0 {
 		return nil
 	}
-	c, err := a.etcdClient(running[0])
+	c, err := newEtcdClient(a.fleet, a.set, running[0])
 	if err != nil {
 		return err
 	}
@@ -158,10 +167,10 @@ func (a *Applier) planEtcd(ctx context.Context, r Reporter) error {
 	if err != nil {
 		return fmt.Errorf("%s: list etcd members: %w", running[0], err)
 	}
-	a.etcdSeed = running[0]
-	a.etcdJoin = map[string]bool{}
+	a.etcd.seed = running[0]
+	a.etcd.join = map[string]bool{}
 	for _, name := range joining {
-		m := a.master(name)
+		m, _ := a.fleet.Node(name)
 		peer := templates.EtcdPeerURL(m.NodeIP())
 		var list []string
 		for _, mem := range members {
@@ -180,12 +189,12 @@ func (a *Applier) planEtcd(ctx context.Context, r Reporter) error {
 			if earlier == name {
 				break
 			}
-			e := a.master(earlier)
+			e, _ := a.fleet.Node(earlier)
 			list = append(list, templates.EtcdMember(earlier, e.NodeIP()))
 		}
-		a.etcdJoin[name] = true
-		a.etcdBoot[name] = &templates.EtcdBootstrap{Members: append(list, templates.EtcdMember(name, m.NodeIP())), State: "existing"}
-		r(Event{Kind: Progress, Host: name, Message: fmt.Sprintf("joins the running etcd cluster (%d members)", len(a.etcdBoot[name].Members)-1)})
+		a.etcd.join[name] = true
+		a.etcd.boot[name] = &templates.EtcdBootstrap{Members: append(list, templates.EtcdMember(name, m.NodeIP())), State: "existing"}
+		r(progress.Event{Kind: progress.Info, Host: name, Message: fmt.Sprintf("joins the running etcd cluster (%d members)", len(a.etcd.boot[name].Members)-1)})
 	}
 	return nil
 }
@@ -207,17 +216,17 @@ func etcdBootFromManifest(manifest []byte) *templates.EtcdBootstrap {
 
 // addEtcdMember adds a joining master's etcd member right before its kubelet starts it: the
 // cluster waits for the new member from then on.
-func (a *Applier) addEtcdMember(ctx context.Context, n inventory.Node) error {
-	if !a.etcdJoin[n.Name] {
+func (a *Apply) addEtcdMember(ctx context.Context, n inventory.Node) error {
+	if !a.etcd.join[n.Name] {
 		return nil
 	}
-	c, err := a.etcdClient(a.etcdSeed)
+	c, err := newEtcdClient(a.fleet, a.set, a.etcd.seed)
 	if err != nil {
 		return err
 	}
 	members, err := c.list(ctx)
 	if err != nil {
-		return fmt.Errorf("%s: list etcd members: %w", a.etcdSeed, err)
+		return fmt.Errorf("%s: list etcd members: %w", a.etcd.seed, err)
 	}
 	peer := templates.EtcdPeerURL(n.NodeIP())
 	for _, m := range members {
@@ -234,7 +243,7 @@ func (a *Applier) addEtcdMember(ctx context.Context, n inventory.Node) error {
 			return nil
 		}
 		if !strings.Contains(err.Error(), "unhealthy cluster") || time.Now().After(deadline) {
-			return fmt.Errorf("add %s's etcd member through %s: %w", n.Name, a.etcdSeed, err)
+			return fmt.Errorf("add %s's etcd member through %s: %w", n.Name, a.etcd.seed, err)
 		}
 		select {
 		case <-ctx.Done():
@@ -244,22 +253,13 @@ func (a *Applier) addEtcdMember(ctx context.Context, n inventory.Node) error {
 	}
 }
 
-func (a *Applier) master(name string) inventory.Host {
-	for _, m := range a.inv.Masters {
-		if m.Name == name {
-			return m
-		}
-	}
-	return inventory.Host{}
-}
-
 // waitEtcdMember waits until a joining master's etcd member has started (etcd then knows its
 // name).
-func (a *Applier) waitEtcdMember(ctx context.Context, n inventory.Node) error {
-	if !a.etcdJoin[n.Name] {
+func (a *Apply) waitEtcdMember(ctx context.Context, n inventory.Node) error {
+	if !a.etcd.join[n.Name] {
 		return nil
 	}
-	c, err := a.etcdClient(a.etcdSeed)
+	c, err := newEtcdClient(a.fleet, a.set, a.etcd.seed)
 	if err != nil {
 		return err
 	}

@@ -6,70 +6,85 @@ import (
 	"fmt"
 	"os"
 	"path"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/kforge/kforge/fleet"
 	"github.com/kforge/kforge/inventory"
-	"github.com/kforge/kforge/pki"
+	"github.com/kforge/kforge/progress"
 	"github.com/kforge/kforge/remote"
+	"github.com/kforge/kforge/state"
 	"github.com/kforge/kforge/templates"
 )
 
-// ResetSteps is `kforge reset`, top to bottom: it undoes on every host what apply did, in
-// parallel and idempotently (a second reset finds nothing to do and changes nothing), and needs
-// neither preflight nor a working cluster, so it also cleans hosts where apply stopped halfway.
+// Reset is one `kforge reset`: it undoes on every host what apply did, in parallel and
+// idempotently (a second reset finds nothing to do and changes nothing), and needs neither
+// preflight nor a working cluster, so it also cleans hosts where apply stopped halfway.
 //
 // What stays on the hosts, on purpose: the installed binaries (kubelet, CNI plugins), the
 // images imported into containerd and containerd's config, so that a new apply ships nothing
 // and restarts nothing it need not. On the workstation the PKI stays (a new apply reuses the
-// CA); PurgeStateStep removes it.
-//
-// The hosts are the inventory's plus Options.Removed: hosts a past apply made part of the
-// cluster that the inventory no longer lists and no apply --prune has removed.
-func (a *Applier) ResetSteps() []Step {
-	for _, n := range a.o.Removed {
-		if !slices.ContainsFunc(a.nodes, func(m inventory.Node) bool { return m.Name == n.Name }) {
-			a.nodes = append(a.nodes, n)
+// CA) unless Options.PurgeState.
+type Reset struct {
+	inv   *inventory.Cluster
+	o     Options
+	fleet *fleet.Fleet // the inventory's hosts and Options.Removed; connected by connect
+}
+
+// NewReset prepares a reset of c's hosts plus Options.Removed: hosts a past apply made part of
+// the cluster that the inventory no longer lists and no apply --prune has removed.
+func NewReset(c *inventory.Cluster, o Options) *Reset {
+	o = o.withDefaults()
+	nodes := c.Nodes()
+	for _, n := range o.Removed {
+		if !slices.ContainsFunc(nodes, func(m inventory.Node) bool { return m.Name == n.Name }) {
+			nodes = append(nodes, n)
 		}
 	}
-	all, masters := names(a.nodes, ""), names(a.nodes, inventory.RoleMaster)
-	var ss []Step
-	add := func(name string, scope Scope, hosts []string, run func(context.Context, Reporter) error, format string, args ...any) {
-		ss = append(ss, Step{Task: Task{Name: name, Description: fmt.Sprintf(format, args...), Scope: scope, Hosts: hosts}, Run: run})
+	return &Reset{inv: c, o: o, fleet: newFleet(c, nodes, o)}
+}
+
+// Steps is reset, top to bottom.
+func (x *Reset) Steps() []Step {
+	l := x.hostSteps()
+	l.add("state", OnWorkstation, nil, x.resetState, "delete the admin kubeconfig, bootstrap token and hosts record in the state dir; keep the PKI")
+	if x.o.PurgeState {
+		l.add("purge-state", OnWorkstation, nil, x.purgeState, "delete the cluster's PKI in the state dir")
 	}
-
-	add("connect", OnHosts, all, a.connect, "connect to %s over SSH (host keys verified) and gather facts in one round trip each", count(len(all), "host"))
-	add("stop-kubelet", OnHosts, all, a.stopKubelet, "stop and disable kubelet, so nothing starts the containers again")
-	add("containers", OnHosts, all, a.removeContainers, "kill and remove every container in containerd's k8s.io namespace (images stay)")
-	add("unmount", OnHosts, all, a.unmountKubelet, "unmount what kubelet mounted under %s and the pods' network namespaces", templates.KubeletDir)
-	add("files", OnHosts, all, a.removeFiles, "remove %s, %s, %s (on %s), the kubelet unit and drop-in, %s", templates.KubernetesDir, templates.KubeletDir, templates.EtcdDataDir, strings.Join(masters, ", "), sysctlFile)
-	add("network", OnHosts, all, a.cleanNetwork, "delete cni0 and flannel.1, the CNI config and state, /run/flannel, and the KUBE-/FLANNEL- iptables chains with the jumps to them")
-	add("state", OnWorkstation, nil, a.resetState, "delete the admin kubeconfig, bootstrap token and hosts record in the state dir; keep the PKI")
-	return ss
+	return l
 }
 
-// PurgeStateStep removes the cluster's PKI from the state dir too (`reset --purge-state`): a
-// new apply then makes a new CA, and kubeconfigs made from the old one stop working.
-func (a *Applier) PurgeStateStep() Step {
-	return Step{Task: Task{Name: "purge-state", Description: "delete the cluster's PKI in the state dir", Scope: OnWorkstation}, Run: a.purgeState}
+// hostSteps are the steps of reset that work on the hosts; prune runs them on one host.
+func (x *Reset) hostSteps() list {
+	all, masters := x.fleet.Names(""), x.fleet.Names(inventory.RoleMaster)
+	var l list
+	l.add("connect", OnHosts, all, x.fleet.Connect, "connect to %s over SSH (host keys verified) and gather facts in one round trip each", count(len(all), "host"))
+	l.add("stop-kubelet", OnHosts, all, x.stopKubelet, "stop and disable kubelet, so nothing starts the containers again")
+	l.add("containers", OnHosts, all, x.removeContainers, "kill and remove every container in containerd's k8s.io namespace (images stay)")
+	l.add("unmount", OnHosts, all, x.unmountKubelet, "unmount what kubelet mounted under %s and the pods' network namespaces", templates.KubeletDir)
+	l.add("files", OnHosts, all, x.removeFiles, "remove %s, %s, %s (on %s), the kubelet unit and drop-in, %s", templates.KubernetesDir, templates.KubeletDir, templates.EtcdDataDir, strings.Join(masters, ", "), sysctlFile)
+	l.add("network", OnHosts, all, x.cleanNetwork, "delete cni0 and flannel.1, the CNI config and state, /run/flannel, and the KUBE-/FLANNEL- iptables chains with the jumps to them")
+	return l
 }
+
+// Close ends every connection reset opened.
+func (x *Reset) Close() { x.fleet.Close() }
 
 // resetHostTimeout bounds each reset command on one host.
 const resetHostTimeout = 3 * time.Minute
 
 // eachReset runs fn on every host with a deadline and reports its outcome as a host line.
-func (a *Applier) eachReset(ctx context.Context, r Reporter, fn func(ctx context.Context, n inventory.Node, h remote.Host) (string, error)) error {
-	return a.each(ctx, "", func(ctx context.Context, n inventory.Node, h remote.Host) error {
-		start := a.o.Now()
+func (x *Reset) eachReset(ctx context.Context, r progress.Reporter, fn func(ctx context.Context, n inventory.Node, h remote.Host) (string, error)) error {
+	return x.fleet.Each(ctx, "", func(ctx context.Context, n inventory.Node, h remote.Host) error {
+		start := x.o.Now()
 		ctx, cancel := context.WithTimeout(ctx, resetHostTimeout)
 		defer cancel()
 		msg, err := fn(ctx, n, h)
 		if err != nil {
 			return err
 		}
-		r(Event{Kind: HostDone, Host: n.Name, Duration: a.o.Now().Sub(start), Message: msg})
+		r(progress.Event{Kind: progress.HostDone, Host: n.Name, Duration: x.o.Now().Sub(start), Message: msg})
 		return nil
 	})
 }
@@ -89,8 +104,8 @@ fi
 self=$(readlink /proc/self/ns/pid)
 for p in $(pgrep -x kubelet 2>/dev/null); do [ "$(readlink /proc/$p/ns/pid)" = "$self" ] && echo "note kubelet-pid $p"; done; true`
 
-func (a *Applier) stopKubelet(ctx context.Context, r Reporter) error {
-	return a.eachReset(ctx, r, func(ctx context.Context, n inventory.Node, h remote.Host) (string, error) {
+func (x *Reset) stopKubelet(ctx context.Context, r progress.Reporter) error {
+	return x.eachReset(ctx, r, func(ctx context.Context, n inventory.Node, h remote.Host) (string, error) {
 		changed, notes, err := runReset(ctx, h, stopKubeletScript)
 		if err != nil {
 			return "", err
@@ -126,17 +141,17 @@ done
 echo "changed $n containers removed"`
 
 // containerdEnv points ctr at the inventory's runtime socket when it is not containerd's default.
-func (a *Applier) containerdEnv() string {
-	sock := strings.TrimPrefix(a.inv.ContainerRuntime.Endpoint, "unix://")
+func (x *Reset) containerdEnv() string {
+	sock := strings.TrimPrefix(x.inv.ContainerRuntime.Endpoint, "unix://")
 	if sock == "" || sock == "/run/containerd/containerd.sock" {
 		return ""
 	}
 	return "export CONTAINERD_ADDRESS=" + remote.Quote(sock) + "\n"
 }
 
-func (a *Applier) removeContainers(ctx context.Context, r Reporter) error {
-	return a.eachReset(ctx, r, func(ctx context.Context, n inventory.Node, h remote.Host) (string, error) {
-		changed, notes, err := runReset(ctx, h, a.containerdEnv()+containersScript)
+func (x *Reset) removeContainers(ctx context.Context, r progress.Reporter) error {
+	return x.eachReset(ctx, r, func(ctx context.Context, n inventory.Node, h remote.Host) (string, error) {
+		changed, notes, err := runReset(ctx, h, x.containerdEnv()+containersScript)
 		if err != nil {
 			return "", err
 		}
@@ -170,17 +185,17 @@ k=0
 for f in /run/netns/cni-*; do [ -e "$f" ] || continue; rm -f -- "$f" || exit 1; k=$((k+1)); done
 [ "$k" = 0 ] || echo "changed $k network namespaces removed"`
 
-func (a *Applier) unmountKubelet(ctx context.Context, r Reporter) error {
-	return a.eachReset(ctx, r, func(ctx context.Context, n inventory.Node, h remote.Host) (string, error) {
+func (x *Reset) unmountKubelet(ctx context.Context, r progress.Reporter) error {
+	return x.eachReset(ctx, r, func(ctx context.Context, n inventory.Node, h remote.Host) (string, error) {
 		changed, _, err := runReset(ctx, h, unmountScript)
 		return summary(changed, "nothing mounted"), err
 	})
 }
 
-// ResetFiles are the paths reset removes on a node: everything kforge wrote there except the
+// resetFiles are the paths reset removes on a node: everything kforge wrote there except the
 // bundle's binaries and containerd's config. Directories that are mount points or symlinks
 // (a separate disk for /var/lib/etcd, say) are emptied instead.
-func ResetFiles(role inventory.Role) []string {
+func resetFiles(role inventory.Role) []string {
 	ps := []string{templates.KubernetesDir, templates.KubeletDir}
 	if role == inventory.RoleMaster {
 		ps = append(ps, templates.EtcdDataDir)
@@ -216,9 +231,9 @@ d=` + remote.Quote(emptyDir) + `; [ -d "$d" ] && rmdir "$d" 2>/dev/null && echo 
 	return b.String()
 }
 
-func (a *Applier) removeFiles(ctx context.Context, r Reporter) error {
-	return a.eachReset(ctx, r, func(ctx context.Context, n inventory.Node, h remote.Host) (string, error) {
-		changed, _, err := runReset(ctx, h, removeScript(ResetFiles(n.Role), path.Dir(templates.KubeletDropInPath)))
+func (x *Reset) removeFiles(ctx context.Context, r progress.Reporter) error {
+	return x.eachReset(ctx, r, func(ctx context.Context, n inventory.Node, h remote.Host) (string, error) {
+		changed, _, err := runReset(ctx, h, removeScript(resetFiles(n.Role), path.Dir(templates.KubeletDropInPath)))
 		if err != nil {
 			return "", err
 		}
@@ -268,8 +283,8 @@ done; fi; true`
 // plugin make; reset deletes them and every rule that jumps to them, in every table.
 var resetChainPrefixes = []string{"KUBE-", "FLANNEL-", "CNI-HOSTPORT-", "CNI-DN-"}
 
-func (a *Applier) cleanNetwork(ctx context.Context, r Reporter) error {
-	return a.eachReset(ctx, r, func(ctx context.Context, n inventory.Node, h remote.Host) (string, error) {
+func (x *Reset) cleanNetwork(ctx context.Context, r progress.Reporter) error {
+	return x.eachReset(ctx, r, func(ctx context.Context, n inventory.Node, h remote.Host) (string, error) {
 		changed, _, err := runReset(ctx, h, networkScript)
 		if err != nil {
 			return "", err
@@ -412,41 +427,34 @@ func summary(changed []string, clean string) string {
 	return strings.Join(changed, ", ")
 }
 
-// ResetStateFiles are what reset deletes from the state dir: what lets someone into the
+// resetStateFiles are what reset deletes from the state dir: what lets someone into the
 // cluster that is no more. The PKI stays unless the state is purged.
-func ResetStateFiles(stateDir string) []string {
-	return []string{AdminKubeconfigPath(stateDir), filepath.Join(stateDir, "bootstrap-token"), HostsRecordPath(stateDir)}
+func resetStateFiles(d state.Dir) []string {
+	return []string{d.AdminKubeconfig(), d.BootstrapToken(), d.HostsRecord()}
 }
 
-func (a *Applier) resetState(_ context.Context, r Reporter) error {
-	var removed []string
-	for _, p := range ResetStateFiles(a.o.StateDir) {
-		err := os.Remove(p)
-		switch {
-		case err == nil:
-			removed = append(removed, p)
-		case !errors.Is(err, os.ErrNotExist):
-			return fmt.Errorf("state dir: %w", err)
-		}
-	}
+func (x *Reset) resetState(_ context.Context, r progress.Reporter) error {
+	removed, err := x.o.State.Remove(resetStateFiles(x.o.State)...)
 	if len(removed) > 0 {
-		r(Event{Kind: Progress, Message: "deleted " + strings.Join(removed, ", ")})
+		r(progress.Event{Kind: progress.Info, Message: "deleted " + strings.Join(removed, ", ")})
 	}
-	p := filepath.Join(a.o.StateDir, pki.StateSubdir)
-	if _, err := os.Stat(p); err == nil {
-		r(Event{Kind: Progress, Message: "kept the PKI in " + p + ": a new apply reuses the same CA (kforge reset --purge-state deletes it)"})
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(x.o.State.PKI()); err == nil && !x.o.PurgeState {
+		r(progress.Event{Kind: progress.Info, Message: "kept the PKI in " + x.o.State.PKI() + ": a new apply reuses the same CA (kforge reset --purge-state deletes it)"})
 	}
 	return nil
 }
 
-func (a *Applier) purgeState(_ context.Context, r Reporter) error {
-	p := filepath.Join(a.o.StateDir, pki.StateSubdir)
+func (x *Reset) purgeState(_ context.Context, r progress.Reporter) error {
+	p := x.o.State.PKI()
 	if _, err := os.Stat(p); errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
 	if err := os.RemoveAll(p); err != nil {
 		return fmt.Errorf("state dir: %w", err)
 	}
-	r(Event{Kind: Progress, Message: "deleted " + p + " (a new apply makes a new CA)"})
+	r(progress.Event{Kind: progress.Info, Message: "deleted " + p + " (a new apply makes a new CA)"})
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kforge/kforge/internal/testenv"
+	"github.com/kforge/kforge/state"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -41,19 +42,25 @@ type resetLab struct {
 	state string
 }
 
-func (r *resetLab) applier() *Applier {
+func (r *resetLab) options() Options {
 	zero := int32(0)
-	return NewApplier(r.inv, Options{StateDir: r.state, Limits: remote.Limits{}, ConntrackMaxPerCore: &zero, Timeout: 4 * time.Minute, Logger: slog.New(slog.DiscardHandler)})
+	return Options{State: state.At(r.state), Limits: remote.Limits{}, ConntrackMaxPerCore: &zero, Timeout: 4 * time.Minute, Logger: slog.New(slog.DiscardHandler)}
+}
+
+// command is apply or reset.
+type command interface {
+	Steps() []Step
+	Close()
 }
 
 // run runs steps and returns the events, failing the test on an error.
-func (r *resetLab) run(ctx context.Context, what string, steps func(a *Applier) []Step) *recorder {
+func (r *resetLab) run(ctx context.Context, what string, newCommand func(o Options) command) *recorder {
 	r.t.Helper()
-	a := r.applier()
+	a := newCommand(r.options())
 	defer a.Close()
 	var rec recorder
 	start := time.Now()
-	timings, err := Run(ctx, steps(a), rec.report, time.Now)
+	timings, err := Run(ctx, a.Steps(), rec.report, time.Now)
 	if err != nil {
 		r.t.Fatalf("%s: %v", what, err)
 	}
@@ -129,8 +136,8 @@ func TestResetLabCluster(t *testing.T) {
 	r := &resetLab{t: t, lab: l, inv: inv, state: filepath.Join(dir, "state")}
 	master, worker := l.Hosts[0].Name, l.Hosts[1].Name
 	hosts := []string{master, worker}
-	reset := func(a *Applier) []Step { return a.ResetSteps() }
-	apply := func(a *Applier) []Step { return a.Steps() }
+	reset := func(o Options) command { return NewReset(r.inv, o) }
+	apply := func(o Options) command { return NewApply(r.inv, o) }
 	clean := map[string]string{"stop-kubelet": "kubelet not running", "containers": "no containers", "unmount": "nothing mounted", "files": "no files left", "network": "nothing left"}
 	assertNothingDone := func(what string, rec *recorder) {
 		t.Helper()
@@ -150,7 +157,7 @@ func TestResetLabCluster(t *testing.T) {
 
 	// 2. A cluster, with a pod on the worker so it has cni0, a network namespace and mounts.
 	r.run(ctx, "apply", apply)
-	cfg, err := clientcmd.BuildConfigFromFlags("", AdminKubeconfigPath(r.state))
+	cfg, err := clientcmd.BuildConfigFromFlags("", state.At(r.state).AdminKubeconfig())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,8 +16,10 @@ import (
 	"time"
 
 	"github.com/kforge/kforge/inventory"
+	"github.com/kforge/kforge/progress"
 	"github.com/kforge/kforge/remote"
 	"github.com/kforge/kforge/remote/remotetest"
+	"github.com/kforge/kforge/state"
 	"github.com/kforge/kforge/templates"
 )
 
@@ -108,7 +110,7 @@ func newFakeNode(t *testing.T, n inventory.Node, dirty bool) *fakeNode {
 	h := &fakeNode{Host: remotetest.New(n.Name), iptables: map[string]string{"iptables-nft": "*filter\n:INPUT ACCEPT [0:0]\nCOMMIT\n", "iptables-legacy": ""}}
 	if dirty {
 		h.kubelet, h.containers, h.mounts, h.links = true, 5, 3, []string{"cni0", "flannel.1"}
-		h.files = ResetFiles(n.Role)
+		h.files = resetFiles(n.Role)
 		h.iptables["iptables-nft"] = readFile(t, "testdata/reset-iptables-nft-save.txt")
 	}
 	h.OnPrefix("sh -c ", remotetest.Result{Stdout: readFile(t, "../facts/testdata/debian12-hybrid.txt")})
@@ -143,7 +145,7 @@ func newFakeNode(t *testing.T, n inventory.Node, dirty bool) *fakeNode {
 		}
 		return nil
 	})
-	on(removeScript(ResetFiles(n.Role), path.Dir(templates.KubeletDropInPath)), func(w io.Writer, _ string) error {
+	on(removeScript(resetFiles(n.Role), path.Dir(templates.KubeletDropInPath)), func(w io.Writer, _ string) error {
 		if h.mounts > 0 {
 			return h.Exit("rm", 1, "mounts remain under /var/lib/kubelet")
 		}
@@ -205,26 +207,26 @@ func restoreTables(old, restore string) string {
 	return b.String()
 }
 
-func resetFleet(t *testing.T, dirty bool) (*Applier, map[string]*fakeNode, string) {
+func resetFleet(t *testing.T, dirty bool) (*Reset, map[string]*fakeNode, string) {
 	t.Helper()
 	c := cluster(t, "workers:\n  - {name: w1, address: 10.0.0.2}\n")
-	state := t.TempDir()
+	dir := t.TempDir()
 	hosts := map[string]*fakeNode{}
 	for _, n := range c.Nodes() {
 		hosts[n.Name] = newFakeNode(t, n, dirty)
 	}
-	a := NewApplier(c, Options{StateDir: state, Connect: func(_ context.Context, n inventory.Node) (remote.Host, error) {
+	a := NewReset(c, Options{State: state.At(dir), Connect: func(_ context.Context, n inventory.Node) (remote.Host, error) {
 		return hosts[n.Name], nil
 	}})
-	return a, hosts, state
+	return a, hosts, dir
 }
 
 type recorder struct {
 	mu     sync.Mutex
-	events []Event
+	events []progress.Event
 }
 
-func (r *recorder) report(e Event) {
+func (r *recorder) report(e progress.Event) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.events = append(r.events, e)
@@ -234,7 +236,7 @@ func (r *recorder) report(e Event) {
 func (r *recorder) hostLines() map[string]map[string]string {
 	out := map[string]map[string]string{}
 	for _, e := range r.events {
-		if e.Kind == HostDone {
+		if e.Kind == progress.HostDone {
 			if out[e.Task] == nil {
 				out[e.Task] = map[string]string{}
 			}
@@ -247,7 +249,7 @@ func (r *recorder) hostLines() map[string]map[string]string {
 func TestResetStepsList(t *testing.T) {
 	a, _, _ := resetFleet(t, false)
 	var names []string
-	for _, s := range a.ResetSteps() {
+	for _, s := range a.Steps() {
 		names = append(names, s.Name)
 		if s.Scope == OnHosts && !slices.Equal(s.Hosts, []string{"m1", "w1"}) {
 			t.Errorf("%s runs on %v, want every host", s.Name, s.Hosts)
@@ -257,8 +259,8 @@ func TestResetStepsList(t *testing.T) {
 	if !slices.Equal(names, want) {
 		t.Errorf("reset steps %v, want %v", names, want)
 	}
-	if slices.Contains(ResetFiles(inventory.RoleWorker), templates.EtcdDataDir) || !slices.Contains(ResetFiles(inventory.RoleMaster), templates.EtcdDataDir) {
-		t.Errorf("etcd's data belongs to masters only: worker %v, master %v", ResetFiles(inventory.RoleWorker), ResetFiles(inventory.RoleMaster))
+	if slices.Contains(resetFiles(inventory.RoleWorker), templates.EtcdDataDir) || !slices.Contains(resetFiles(inventory.RoleMaster), templates.EtcdDataDir) {
+		t.Errorf("etcd's data belongs to masters only: worker %v, master %v", resetFiles(inventory.RoleWorker), resetFiles(inventory.RoleMaster))
 	}
 }
 
@@ -275,7 +277,7 @@ func TestResetTwiceOnFakeHosts(t *testing.T) {
 		}
 	}
 	var r recorder
-	if _, err := Run(context.Background(), a.ResetSteps(), r.report, time.Now); err != nil {
+	if _, err := Run(context.Background(), a.Steps(), r.report, time.Now); err != nil {
 		t.Fatal(err)
 	}
 	lines := r.hostLines()
@@ -317,9 +319,9 @@ func TestResetTwiceOnFakeHosts(t *testing.T) {
 	for name, h := range hosts {
 		before[name] = len(h.Commands())
 	}
-	a2 := NewApplier(a.inv, a.o)
+	a2 := NewReset(a.inv, a.o)
 	var r2 recorder
-	if _, err := Run(context.Background(), a2.ResetSteps(), r2.report, time.Now); err != nil {
+	if _, err := Run(context.Background(), a2.Steps(), r2.report, time.Now); err != nil {
 		t.Fatalf("second reset: %v", err)
 	}
 	clean := map[string]string{"stop-kubelet": "kubelet not running", "containers": "no containers", "unmount": "nothing mounted", "files": "no files left", "network": "nothing left"}
@@ -341,14 +343,20 @@ func TestResetTwiceOnFakeHosts(t *testing.T) {
 		}
 	}
 	for _, e := range r2.events {
-		if e.Kind == Progress && strings.HasPrefix(e.Message, "deleted") {
+		if e.Kind == progress.Info && strings.HasPrefix(e.Message, "deleted") {
 			t.Errorf("second reset deleted state: %s", e.Message)
 		}
 	}
 
 	// --purge-state deletes the PKI, once.
 	var r3 recorder
-	if _, err := Run(context.Background(), []Step{a2.PurgeStateStep(), a2.PurgeStateStep()}, r3.report, time.Now); err != nil {
+	o := a.o
+	o.PurgeState = true
+	purge := func() Step { steps := NewReset(a.inv, o).Steps(); return steps[len(steps)-1] }
+	if p := purge(); p.Name != "purge-state" {
+		t.Fatalf("last reset step with PurgeState: %s", p.Name)
+	}
+	if _, err := Run(context.Background(), []Step{purge(), purge()}, r3.report, time.Now); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Join(state, "pki")); !errors.Is(err, os.ErrNotExist) {
@@ -364,7 +372,7 @@ func TestResetTwiceOnFakeHosts(t *testing.T) {
 func TestResetStopsOnAKubeletOutsideSystemd(t *testing.T) {
 	a, hosts, _ := resetFleet(t, true)
 	hosts["w1"].On(stopKubeletScript, remotetest.Result{Stdout: "note kubelet-pid 4242\n"})
-	_, err := Run(context.Background(), a.ResetSteps(), func(Event) {}, time.Now)
+	_, err := Run(context.Background(), a.Steps(), progress.Discard, time.Now)
 	var te *TaskError
 	if !errors.As(err, &te) || te.Task != "stop-kubelet" || !strings.Contains(err.Error(), "w1: ") || !strings.Contains(err.Error(), "kubelet-pid 4242") {
 		t.Fatalf("error %v, want stop-kubelet failing on w1 with the PID", err)
@@ -380,7 +388,7 @@ func TestResetWithContainerdDown(t *testing.T) {
 	a, hosts, _ := resetFleet(t, true)
 	hosts["w1"].On(containersScript, remotetest.Result{Stdout: "note containerd not running\n"})
 	var r recorder
-	if _, err := Run(context.Background(), a.ResetSteps(), r.report, time.Now); err != nil {
+	if _, err := Run(context.Background(), a.Steps(), r.report, time.Now); err != nil {
 		t.Fatal(err)
 	}
 	if msg := r.hostLines()["containers"]["w1"]; msg != "containerd not running: no containers to remove" {
@@ -399,7 +407,7 @@ func TestResetWithContainerdDown(t *testing.T) {
 func TestResetFailureNamesHostAndCommand(t *testing.T) {
 	a, hosts, _ := resetFleet(t, true)
 	hosts["m1"].On(networkScript, remotetest.Result{Stderr: "RTNETLINK answers: Operation not permitted", Exit: 2})
-	_, err := Run(context.Background(), a.ResetSteps(), func(Event) {}, time.Now)
+	_, err := Run(context.Background(), a.Steps(), progress.Discard, time.Now)
 	var ce *remote.CommandError
 	if !errors.As(err, &ce) || ce.Host != "m1" || ce.ExitCode != 2 {
 		t.Fatalf("error %v, want m1's CommandError", err)

@@ -4,45 +4,14 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/kforge/kforge/progress"
 )
-
-// Event is one thing a run reports: the person's status lines and, with --output json, the
-// machine's event stream are both made from these.
-type Event struct {
-	Time     time.Time     `json:"time"`
-	Kind     EventKind     `json:"event"`
-	Task     string        `json:"task,omitempty"`
-	Host     string        `json:"host,omitempty"`
-	Message  string        `json:"message,omitempty"`
-	Duration time.Duration `json:"duration,omitempty"` // on done, failed and host events
-	Err      string        `json:"error,omitempty"`
-}
-
-// EventKind says what an Event is about.
-type EventKind string
-
-const (
-	TaskStarted EventKind = "task-started"
-	TaskDone    EventKind = "task-done"
-	TaskFailed  EventKind = "task-failed"
-	HostDone    EventKind = "host-done" // a task's work on one host finished
-	Progress    EventKind = "progress"  // something worth a line while a task runs
-)
-
-// Reporter receives events as they happen; it must be safe for concurrent use (hosts report
-// in parallel).
-type Reporter func(Event)
 
 // Step is a Task with the function that does it.
 type Step struct {
 	Task
-	Run func(ctx context.Context, r Reporter) error
-}
-
-// Timing is how long one task took.
-type Timing struct {
-	Task     string        `json:"task"`
-	Duration time.Duration `json:"duration"`
+	Run func(ctx context.Context, r progress.Reporter) error
 }
 
 // TaskError is a failed task: which one, and why.
@@ -56,15 +25,15 @@ func (e *TaskError) Unwrap() error { return e.Err }
 
 // Run runs steps in order, reporting each start and end with its duration, and stops at the
 // first failure. It returns the timing of every step that ran.
-func Run(ctx context.Context, steps []Step, report Reporter, now func() time.Time) ([]Timing, error) {
-	var timings []Timing
+func Run(ctx context.Context, steps []Step, report progress.Reporter, now func() time.Time) ([]progress.Timing, error) {
+	var timings []progress.Timing
 	for _, s := range steps {
 		if err := ctx.Err(); err != nil {
 			return timings, &TaskError{Task: s.Name, Err: err}
 		}
 		start := now()
-		report(Event{Time: start, Kind: TaskStarted, Task: s.Name, Message: s.Description})
-		r := func(e Event) {
+		report(progress.Event{Time: start, Kind: progress.Started, Task: s.Name, Message: s.Description})
+		r := func(e progress.Event) {
 			if e.Task == "" {
 				e.Task = s.Name
 			}
@@ -75,12 +44,12 @@ func Run(ctx context.Context, steps []Step, report Reporter, now func() time.Tim
 		}
 		err := s.Run(ctx, r)
 		end := now()
-		timings = append(timings, Timing{Task: s.Name, Duration: end.Sub(start)})
+		timings = append(timings, progress.Timing{Task: s.Name, Duration: end.Sub(start)})
 		if err != nil {
-			report(Event{Time: end, Kind: TaskFailed, Task: s.Name, Duration: end.Sub(start), Err: err.Error()})
+			report(progress.Event{Time: end, Kind: progress.Failed, Task: s.Name, Duration: end.Sub(start), Err: err.Error()})
 			return timings, &TaskError{Task: s.Name, Err: err}
 		}
-		report(Event{Time: end, Kind: TaskDone, Task: s.Name, Duration: end.Sub(start)})
+		report(progress.Event{Time: end, Kind: progress.Done, Task: s.Name, Duration: end.Sub(start)})
 	}
 	return timings, nil
 }

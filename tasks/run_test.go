@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kforge/kforge/progress"
 )
 
 // fakeClock advances one second per reading, so durations are exact.
@@ -22,13 +24,13 @@ func fakeClock() func() time.Time {
 }
 
 func TestRunReportsEachStepAndStopsAtTheFirstFailure(t *testing.T) {
-	var events []Event
-	report := func(e Event) { events = append(events, e) }
+	var events []progress.Event
+	report := func(e progress.Event) { events = append(events, e) }
 	var ran []string
 	step := func(name string, err error) Step {
-		return Step{Task: Task{Name: name}, Run: func(ctx context.Context, r Reporter) error {
+		return Step{Task: Task{Name: name}, Run: func(ctx context.Context, r progress.Reporter) error {
 			ran = append(ran, name)
-			r(Event{Kind: HostDone, Host: "h1"})
+			r(progress.Event{Kind: progress.HostDone, Host: "h1"})
 			return err
 		}}
 	}
@@ -61,10 +63,10 @@ func TestRunReportsEachStepAndStopsAtTheFirstFailure(t *testing.T) {
 func TestRunStopsWhenCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	steps := []Step{
-		{Task: Task{Name: "a"}, Run: func(context.Context, Reporter) error { cancel(); return nil }},
-		{Task: Task{Name: "b"}, Run: func(context.Context, Reporter) error { t.Error("b ran after cancel"); return nil }},
+		{Task: Task{Name: "a"}, Run: func(context.Context, progress.Reporter) error { cancel(); return nil }},
+		{Task: Task{Name: "b"}, Run: func(context.Context, progress.Reporter) error { t.Error("b ran after cancel"); return nil }},
 	}
-	_, err := Run(ctx, steps, func(Event) {}, fakeClock())
+	_, err := Run(ctx, steps, progress.Discard, fakeClock())
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v", err)
 	}

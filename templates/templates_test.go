@@ -60,7 +60,7 @@ func haCluster() *inventory.Cluster {
 func TestStaticPodGoldens(t *testing.T) {
 	c := haCluster()
 	for i, m := range c.Masters[:2] {
-		for name, pod := range ControlPlaneFor(c, i, DebianCACertDirs, nil).StaticPods() {
+		for name, pod := range ControlPlaneFor(c, i, Options{}).StaticPods() {
 			data, err := MarshalPod(pod)
 			if err != nil {
 				t.Fatal(err)

@@ -40,8 +40,10 @@ type Options struct {
 	// oom_score_adj (false when unknown).
 	RestrictOOMScoreAdj map[string]bool
 	// CACertDirs are the host CA directories mounted into the API server and controller
-	// manager; default DebianCACertDirs.
-	CACertDirs []string
+	// manager; default DebianCACertDirs. HostCACertDirs, by host name, overrides it for a host
+	// (apply detects which of CACertDirCandidates exist on each master).
+	CACertDirs     []string
+	HostCACertDirs map[string][]string
 	// KubeletPath is where the kubelet binary is installed; default /usr/bin/kubelet.
 	KubeletPath string
 	// CNIBinDir is containerd's CNI plugin directory; default /opt/cni/bin.
@@ -49,8 +51,7 @@ type Options struct {
 	// ResolvConf is kubelet's resolvConf; empty keeps kubelet's default (/etc/resolv.conf).
 	ResolvConf string
 	// RetiringMasters counts masters still in the cluster that the inventory no longer lists
-	// (until apply --prune removes them): while there are any, leader election stays on even
-	// when the inventory has one master, so two controller-managers are never active at once.
+	// (until apply --prune removes them); see ControlPlaneFor.
 	RetiringMasters int
 	// EtcdBoot, by master name, says how a master's etcd member starts when it is not a new
 	// cluster's (ControlPlaneFor): joining a running cluster, or already running.
@@ -87,11 +88,22 @@ type EtcdBootstrap struct {
 
 // ControlPlaneFor is the static-pod input of master i (0-based) of the cluster. The masters of
 // a new cluster start their stacked etcd members together, each with every master in
-// --initial-cluster (etcd's static bootstrap); boot, when not nil, says otherwise: for a master
-// joining a running etcd cluster (after its member was added: the running members, "existing"),
-// or for a running member (what it started with).
-func ControlPlaneFor(c *inventory.Cluster, i int, caCertDirs []string, boot *EtcdBootstrap) ControlPlane {
+// --initial-cluster (etcd's static bootstrap); o.EtcdBoot, when it has the master, says
+// otherwise: for a master joining a running etcd cluster (after its member was added: the
+// running members, "existing"), or for a running member (what it started with).
+//
+// This is the one place that decides whether the control plane is a single master: one master
+// in the inventory and none retiring (o.RetiringMasters: still in the cluster until apply
+// --prune removes them). Only then is leader election off, so two controller-managers are
+// never active at once.
+func ControlPlaneFor(c *inventory.Cluster, i int, o Options) ControlPlane {
+	o = o.withDefaults()
 	m := c.Masters[i]
+	caCertDirs := o.CACertDirs
+	if d, ok := o.HostCACertDirs[m.Name]; ok {
+		caCertDirs = d
+	}
+	boot := o.EtcdBoot[m.Name]
 	cp := ControlPlane{
 		ClusterName:       c.Name,
 		KubernetesVersion: or(c.KubernetesVersion, inventory.DefaultKubernetesVersion),
@@ -105,7 +117,7 @@ func ControlPlaneFor(c *inventory.Cluster, i int, caCertDirs []string, boot *Etc
 		BindPort:          pki.APIServerPort,
 		CACertDirs:        caCertDirs,
 		EtcdClusterState:  "new",
-		SingleMaster:      len(c.Masters) == 1,
+		SingleMaster:      len(c.Masters)+o.RetiringMasters == 1,
 	}
 	switch {
 	case boot != nil:
@@ -250,10 +262,7 @@ func masterFiles(c *inventory.Cluster, set *pki.Set, i int, o Options) ([]File, 
 		fs = append(fs, File{Path: path.Join(KubernetesDir, k.file), Mode: 0o600, Data: data})
 	}
 
-	cp := ControlPlaneFor(c, i, o.CACertDirs, o.EtcdBoot[m.Name])
-	if o.RetiringMasters > 0 {
-		cp.SingleMaster = false
-	}
+	cp := ControlPlaneFor(c, i, o)
 	for name, pod := range cp.StaticPods() {
 		stampInputs(pod, fs)
 		data, err := MarshalPod(pod)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/alecthomas/kong"
+	"github.com/kforge/kforge/progress"
 )
 
 // Exit codes; documented in README.md ("Exit codes").
@@ -74,7 +75,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	log, dl := newLogger(&cli.Globals, stderr, time.Now())
 	defer dl.Close()
 	kctx.BindTo(ctx, (*context.Context)(nil))
-	kctx.Bind(io, &cli.Globals, log)
+	kctx.Bind(io, &cli.Globals, log, dl)
 	log.Debug("kforge", "version", version, "args", args)
 	err = kctx.Run()
 	if err == nil {
@@ -125,7 +126,7 @@ func printError(s *streams, g *Globals, err error, hint string) {
 		details = d.Details()
 	}
 	if g.Output == "json" {
-		ev := map[string]any{"event": "error", "error": redactString(err.Error())}
+		ev := map[string]any{"event": "error", "error": progress.Redact(err.Error())}
 		if details != nil {
 			ev["details"] = details
 		}
@@ -139,7 +140,7 @@ func printError(s *streams, g *Globals, err error, hint string) {
 		details = []string{"kforge: error: " + err.Error()}
 	}
 	for _, line := range details {
-		fmt.Fprintln(s.Err, redactString(line))
+		fmt.Fprintln(s.Err, progress.Redact(line))
 	}
 	if hint != "" {
 		fmt.Fprintln(s.Err, hint)

@@ -2,17 +2,12 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
-	"sync"
 	"time"
 
-	"github.com/kforge/kforge/inventory"
 	"github.com/kforge/kforge/preflight"
-	"github.com/kforge/kforge/remote"
 	"github.com/kforge/kforge/tasks"
 )
 
@@ -27,122 +22,32 @@ type ApplyCmd struct {
 	Prune                 bool          `help:"Remove the hosts that left the inventory since the last apply, one at a time: drain, remove a master's etcd member, reset the host, delete the node."`
 }
 
-func (c *ApplyCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Logger) error {
-	inv, state, err := loadCluster(g)
-	if err != nil {
-		return err
-	}
+func (c *ApplyCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Logger, dl *debugLog) error {
 	ignore, err := preflight.ParseIgnore(c.IgnorePreflightErrors)
 	if err != nil {
 		return usageError{err}
 	}
-	removed, err := removedHosts(inv, state)
+	run, err := startClusterRun("apply", s, g, log, dl)
 	if err != nil {
 		return err
 	}
-	a := tasks.NewApplier(inv, tasks.Options{
-		StateDir:            state,
-		InventoryDir:        filepath.Dir(g.Inventory),
-		Limits:              remote.Limits{Hosts: g.Concurrency},
-		AcceptNewHostKeys:   c.AcceptNewHostKeys,
-		Ignore:              ignore,
-		ResolvConf:          c.ResolvConf,
-		ConntrackMaxPerCore: c.ConntrackMaxPerCore,
-		Timeout:             c.Timeout,
-		Removed:             removed,
-		Prune:               c.Prune,
-		Logger:              log,
-	})
+	defer run.close()
+	removed, err := removedHosts(run.inv, run.state)
+	if err != nil {
+		return err
+	}
+	o := run.options(g, log)
+	o.AcceptNewHostKeys, o.Ignore, o.Timeout = c.AcceptNewHostKeys, ignore, c.Timeout
+	o.ResolvConf, o.ConntrackMaxPerCore = c.ResolvConf, c.ConntrackMaxPerCore
+	o.Removed, o.Prune = removed, c.Prune
+	a := tasks.NewApply(run.inv, o)
 	defer a.Close()
-	p := newEventPrinter(s, g)
-	start := time.Now()
-	timings, err := tasks.Run(ctx, a.Steps(), p.report, time.Now)
+	timings, err := run.run(ctx, a.Steps())
 	if err != nil {
 		return err
 	}
-	p.summary(fmt.Sprintf("cluster %s is ready: %d nodes; admin kubeconfig %s (kforge kubeconfig prints it)", inv.Name, len(inv.Masters)+len(inv.Workers), tasks.AdminKubeconfigPath(state)), time.Since(start), timings)
+	run.printer.Summary(fmt.Sprintf("cluster %s is ready: %d nodes; admin kubeconfig %s (kforge kubeconfig prints it)", run.inv.Name, len(run.inv.Nodes()), run.state.AdminKubeconfig()), time.Since(run.start), timings)
 	return nil
 }
 
-// removedHosts are the hosts that left the inventory since the last apply (tasks.Removed); an
-// inventory that keeps none of the cluster's masters is refused as invalid input.
-func removedHosts(c *inventory.Cluster, state string) ([]inventory.Node, error) {
-	removed, err := tasks.Removed(c, state)
-	if nml := (*tasks.NoMasterLeftError)(nil); errors.As(err, &nml) {
-		return nil, usageError{err}
-	}
-	return removed, err
-}
-
-// usageError is a bad flag value: nothing was changed.
-type usageError struct{ error }
-
-func (usageError) ExitCode() int { return exitInvalid }
-
-// eventPrinter turns task events into a line per step and per host on stderr, or into JSON
-// events on stdout with --output json.
-type eventPrinter struct {
-	mu   sync.Mutex
-	s    *streams
-	json bool
-	enc  *json.Encoder
-}
-
-func newEventPrinter(s *streams, g *Globals) *eventPrinter {
-	return &eventPrinter{s: s, json: g.Output == "json", enc: json.NewEncoder(s.Out)}
-}
-
-func (p *eventPrinter) report(e tasks.Event) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.json {
-		_ = p.enc.Encode(e)
-		return
-	}
-	w := p.s.Err
-	switch e.Kind {
-	case tasks.TaskStarted:
-		fmt.Fprintf(w, "• %-15s %s\n", e.Task, e.Message)
-	case tasks.TaskDone:
-		fmt.Fprintf(w, "✓ %-15s %s\n", e.Task, round(e.Duration))
-	case tasks.TaskFailed:
-		fmt.Fprintf(w, "✗ %-15s failed after %s\n", e.Task, round(e.Duration))
-	case tasks.HostDone:
-		d := ""
-		if e.Duration > 0 {
-			d = " (" + round(e.Duration) + ")"
-		}
-		fmt.Fprintf(w, "    %-13s %s%s\n", e.Host, e.Message, d)
-	default:
-		if e.Host != "" {
-			fmt.Fprintf(w, "    %-13s %s\n", e.Host, e.Message)
-		} else {
-			fmt.Fprintf(w, "    %s\n", e.Message)
-		}
-	}
-}
-
-func (p *eventPrinter) summary(msg string, total time.Duration, timings []tasks.Timing) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.json {
-		_ = p.enc.Encode(map[string]any{"event": "summary", "message": msg, "duration": total, "timings": timings})
-		return
-	}
-	fmt.Fprintf(p.s.Err, "\n%s\ntotal %s:", msg, round(total))
-	for _, t := range timings {
-		fmt.Fprintf(p.s.Err, " %s %s,", t.Task, round(t.Duration))
-	}
-	fmt.Fprintln(p.s.Err)
-}
-
-func round(d time.Duration) string {
-	switch {
-	case d >= 10*time.Second:
-		return d.Round(time.Second).String()
-	case d >= time.Second:
-		return d.Round(100 * time.Millisecond).String()
-	default:
-		return d.Round(time.Millisecond).String()
-	}
-}
+func dirOf(file string) string { return filepath.Dir(file) }

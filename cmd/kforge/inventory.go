@@ -56,25 +56,6 @@ type invalidInventory struct{ inventory.Errors }
 
 func (invalidInventory) ExitCode() int { return exitInvalid }
 
-// loadInventory loads the -i inventory; an invalid one exits with exitInvalid.
-func loadInventory(g *Globals) (*inventory.Cluster, error) {
-	c, err := inventory.Load(g.Inventory)
-	if es, ok := err.(inventory.Errors); ok {
-		return nil, invalidInventory{es}
-	}
-	return c, err
-}
-
-// loadCluster loads the -i inventory and finds its state dir.
-func loadCluster(g *Globals) (*inventory.Cluster, string, error) {
-	c, err := loadInventory(g)
-	if err != nil {
-		return nil, "", err
-	}
-	state, err := clusterStateDir(g, c)
-	return c, state, err
-}
-
 // InventorySchemaCmd prints the JSON Schema.
 type InventorySchemaCmd struct{}
 

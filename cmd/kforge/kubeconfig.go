@@ -6,11 +6,10 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/kforge/kforge/internal/fsx"
+
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-
-	"github.com/kforge/kforge/pki"
-	"github.com/kforge/kforge/tasks"
 )
 
 // KubeconfigCmd prints the cluster's admin kubeconfig, or merges it into the user's.
@@ -23,7 +22,7 @@ func (c *KubeconfigCmd) Run(s *streams, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	path := tasks.AdminKubeconfigPath(state)
+	path := state.AdminKubeconfig()
 	data, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("no admin kubeconfig at %s: run kforge apply first", path)
@@ -45,7 +44,7 @@ func (c *KubeconfigCmd) Run(s *streams, g *Globals) error {
 	if err := os.MkdirAll(filepath.Dir(target), 0o700); err != nil {
 		return err
 	}
-	if err := pki.WriteFile(target, merged, 0o600); err != nil {
+	if err := fsx.WriteFile(target, merged, 0o600); err != nil {
 		return err
 	}
 	fmt.Fprintf(s.Err, "merged cluster %s into %s and made it the current context\n", inv.Name, target)

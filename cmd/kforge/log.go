@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -8,24 +9,29 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sync"
 	"time"
+
+	"github.com/kforge/kforge/progress"
 )
 
-// debugLog is the full debug log: every record at every level goes to a file, opened on the
-// first record (so `kforge version` leaves no file behind); records at the -v level also go to
-// stderr. Its path is printed when a command fails.
+// debugLog is the full debug log: every record at every level goes to a file; records at the
+// -v level also go to stderr. The file is the cluster's state dir's logs/ when the command works
+// on a cluster (UseDir), --log-file when given, else ~/.local/state/kforge/logs/. Records made
+// before the command knows its state dir are kept in memory and written first. Its path is
+// printed when a command fails.
 type debugLog struct {
-	mu   sync.Mutex
-	path string
-	f    *os.File
-	err  error
+	mu    sync.Mutex
+	path  string
+	fixed bool // path is final: --log-file, or UseDir, or the first Path/Close
+	start time.Time
+	buf   bytes.Buffer // records written before the path was final
+	f     *os.File
+	err   error
 }
 
-// defaultLogPath is where the log goes without --log-file: the state dir's logs/ when a
-// cluster is known, else ~/.local/state/kforge/logs/.
-func defaultLogPath(now time.Time) string {
+// defaultLogDir is where logs go when no cluster is known: ~/.local/state/kforge/logs/.
+func defaultLogDir() string {
 	base := os.Getenv("XDG_STATE_HOME")
 	if base == "" {
 		home, err := os.UserHomeDir()
@@ -34,30 +40,59 @@ func defaultLogPath(now time.Time) string {
 		}
 		base = filepath.Join(home, ".local", "state")
 	}
-	return filepath.Join(base, "kforge", "logs", "kforge-"+now.UTC().Format("20060102-150405")+".log")
+	return filepath.Join(base, "kforge", "logs")
 }
+
+func logName(t time.Time) string { return "kforge-" + t.UTC().Format("20060102-150405") + ".log" }
 
 func (l *debugLog) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.f == nil && l.err == nil {
-		if err := os.MkdirAll(filepath.Dir(l.path), 0o700); err != nil {
-			l.err = err
-		} else {
-			l.f, l.err = os.OpenFile(l.path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-		}
+	if !l.fixed {
+		return l.buf.Write(p)
 	}
+	l.openLocked()
 	if l.err != nil {
 		return len(p), nil // a log that cannot be written must not fail the command
 	}
 	return l.f.Write(p)
 }
 
-// Path returns the log file's path once something was written to it.
+// UseDir puts the log into dir (a cluster's state dir's logs/), unless --log-file chose a file.
+func (l *debugLog) UseDir(dir string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.fixed {
+		l.path, l.fixed = filepath.Join(dir, logName(l.start)), true
+	}
+}
+
+// openLocked fixes the path (the default when nothing chose one) and opens the file, writing
+// what was kept in memory first.
+func (l *debugLog) openLocked() {
+	if !l.fixed {
+		l.path, l.fixed = filepath.Join(defaultLogDir(), logName(l.start)), true
+	}
+	if l.f != nil || l.err != nil {
+		return
+	}
+	if err := os.MkdirAll(filepath.Dir(l.path), 0o700); err != nil {
+		l.err = err
+		return
+	}
+	l.f, l.err = os.OpenFile(l.path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if l.err == nil && l.buf.Len() > 0 {
+		_, l.err = l.f.Write(l.buf.Bytes())
+		l.buf.Reset()
+	}
+}
+
+// Path is the log file's path, written out so a person can read it.
 func (l *debugLog) Path() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.f == nil {
+	l.openLocked()
+	if l.err != nil {
 		return ""
 	}
 	return l.path
@@ -66,6 +101,9 @@ func (l *debugLog) Path() string {
 func (l *debugLog) Close() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.buf.Len() > 0 {
+		l.openLocked()
+	}
 	if l.f == nil {
 		return nil
 	}
@@ -74,10 +112,7 @@ func (l *debugLog) Close() error {
 
 // newLogger builds the logger bound into every command.
 func newLogger(g *Globals, stderr io.Writer, now time.Time) (*slog.Logger, *debugLog) {
-	dl := &debugLog{path: g.LogFile}
-	if dl.path == "" {
-		dl.path = defaultLogPath(now)
-	}
+	dl := &debugLog{path: g.LogFile, fixed: g.LogFile != "", start: now}
 	file := slog.NewJSONHandler(dl, &slog.HandlerOptions{Level: slog.LevelDebug, ReplaceAttr: redactAttr})
 	level := slog.LevelWarn - slog.Level(4*g.Verbose) // -v: info, -vv: debug
 	term := slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level, ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
@@ -89,25 +124,13 @@ func newLogger(g *Globals, stderr io.Writer, now time.Time) (*slog.Logger, *debu
 	return slog.New(teeHandler{file, term}), dl
 }
 
-// Safety net behind the packages' own care: anything that looks like a bootstrap token or a
-// PEM private key is redacted before it reaches a log.
-var (
-	tokenRE = regexp.MustCompile(`\b[a-z0-9]{6}\.[a-z0-9]{16}\b`)
-	pemRE   = regexp.MustCompile(`(?s)-----BEGIN [A-Z ]*PRIVATE KEY-----.*?-----END [A-Z ]*PRIVATE KEY-----`)
-)
-
-func redactString(s string) string {
-	s = tokenRE.ReplaceAllString(s, "[redacted-token]")
-	return pemRE.ReplaceAllString(s, "[redacted-private-key]")
-}
-
 func redactAttr(_ []string, a slog.Attr) slog.Attr {
 	switch a.Value.Kind() {
 	case slog.KindString:
-		a.Value = slog.StringValue(redactString(a.Value.String()))
+		a.Value = slog.StringValue(progress.Redact(a.Value.String()))
 	case slog.KindAny:
 		if err, ok := a.Value.Any().(error); ok {
-			a.Value = slog.StringValue(redactString(err.Error()))
+			a.Value = slog.StringValue(progress.Redact(err.Error()))
 		}
 	}
 	return a
@@ -126,7 +149,7 @@ func (t teeHandler) Enabled(ctx context.Context, l slog.Level) bool {
 }
 
 func (t teeHandler) Handle(ctx context.Context, r slog.Record) error {
-	r.Message = redactString(r.Message)
+	r.Message = progress.Redact(r.Message)
 	var errs []error
 	for _, h := range t {
 		if h.Enabled(ctx, r.Level) {

@@ -33,7 +33,7 @@ func (p PlanCmd) Run(s *streams, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	steps := tasks.Apply(c, tasks.Options{Removed: removed, Prune: p.Prune})
+	steps := tasks.ApplyTasks(c, tasks.Options{State: state, Removed: removed, Prune: p.Prune})
 	var hosts []planHost
 	for _, n := range c.Nodes() {
 		hosts = append(hosts, planHost{n.Name, n.Role, n.Address, n.NodeIP(), n.Labels})

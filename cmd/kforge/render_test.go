@@ -102,24 +102,6 @@ func TestRenderWritesTreesAndReusesPKI(t *testing.T) {
 	}
 }
 
-func TestBootstrapTokenForm(t *testing.T) {
-	seen := map[string]bool{}
-	for range 50 {
-		tok, err := newBootstrapToken()
-		if err != nil {
-			t.Fatal(err)
-		}
-		id, secret, ok := strings.Cut(tok, ".")
-		if !ok || len(id) != 6 || len(secret) != 16 || strings.Trim(tok, "abcdefghijklmnopqrstuvwxyz0123456789.") != "" {
-			t.Fatalf("token %q is not [a-z0-9]{6}.[a-z0-9]{16}", tok)
-		}
-		if seen[tok] {
-			t.Fatal("repeated token")
-		}
-		seen[tok] = true
-	}
-}
-
 func TestRenderUsesExternalCARelativeToInventory(t *testing.T) {
 	dir := t.TempDir()
 	// A user-made CA, written where the inventory points (relative path).

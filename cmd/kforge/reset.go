@@ -8,14 +8,12 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
 	"golang.org/x/term"
 
 	"github.com/kforge/kforge/inventory"
-	"github.com/kforge/kforge/remote"
 	"github.com/kforge/kforge/tasks"
 )
 
@@ -27,46 +25,36 @@ type ResetCmd struct {
 	AcceptNewHostKeys bool `help:"Trust hosts whose SSH key is not yet in known_hosts, and record their keys (trust on first use)."`
 }
 
-func (c *ResetCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Logger) error {
-	inv, state, err := loadCluster(g)
+func (c *ResetCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Logger, dl *debugLog) error {
+	run, err := startClusterRun("reset", s, g, log, dl)
 	if err != nil {
 		return err
 	}
+	defer run.close()
 	// Hosts that left the inventory but are still part of the cluster are reset too.
-	removed, err := tasks.Removed(inv, state)
+	removed, err := tasks.Removed(run.inv, run.state)
 	if nml := (*tasks.NoMasterLeftError)(nil); err != nil && !errors.As(err, &nml) {
 		return err
 	}
 	if !c.Yes {
 		fd := int(os.Stdin.Fd())
-		if err := confirmReset(os.Stdin, term.IsTerminal(fd), s.Err, inv, removed); err != nil {
+		if err := confirmReset(os.Stdin, term.IsTerminal(fd), s.Err, run.inv, removed); err != nil {
 			return err
 		}
 	}
-	a := tasks.NewApplier(inv, tasks.Options{
-		StateDir:          state,
-		InventoryDir:      filepath.Dir(g.Inventory),
-		Limits:            remote.Limits{Hosts: g.Concurrency},
-		AcceptNewHostKeys: c.AcceptNewHostKeys,
-		Removed:           removed,
-		Logger:            log,
-	})
-	defer a.Close()
-	steps := a.ResetSteps()
-	if c.PurgeState {
-		steps = append(steps, a.PurgeStateStep())
-	}
-	p := newEventPrinter(s, g)
-	start := time.Now()
-	timings, err := tasks.Run(ctx, steps, p.report, time.Now)
+	o := run.options(g, log)
+	o.AcceptNewHostKeys, o.Removed, o.PurgeState = c.AcceptNewHostKeys, removed, c.PurgeState
+	x := tasks.NewReset(run.inv, o)
+	defer x.Close()
+	timings, err := run.run(ctx, x.Steps())
 	if err != nil {
 		return err
 	}
 	kept := "kept on the hosts: installed binaries, imported images, containerd's config"
 	if !c.PurgeState {
-		kept += "; in " + state + ": the PKI"
+		kept += "; in " + run.state.Path() + ": the PKI"
 	}
-	p.summary(fmt.Sprintf("cluster %s reset on %d hosts (%s)", inv.Name, len(inv.Masters)+len(inv.Workers)+len(removed), kept), time.Since(start), timings)
+	run.printer.Summary(fmt.Sprintf("cluster %s reset on %d hosts (%s)", run.inv.Name, len(run.inv.Nodes())+len(removed), kept), time.Since(run.start), timings)
 	return nil
 }
 

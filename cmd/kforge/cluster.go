@@ -1,0 +1,95 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/kforge/kforge/inventory"
+	"github.com/kforge/kforge/progress"
+	"github.com/kforge/kforge/remote"
+	"github.com/kforge/kforge/state"
+	"github.com/kforge/kforge/tasks"
+)
+
+// loadInventory loads the -i inventory; an invalid one exits with exitInvalid.
+func loadInventory(g *Globals) (*inventory.Cluster, error) {
+	c, err := inventory.Load(g.Inventory)
+	if es, ok := err.(inventory.Errors); ok {
+		return nil, invalidInventory{es}
+	}
+	return c, err
+}
+
+// loadCluster loads the -i inventory and finds its state dir (--state-dir, or the default for
+// the cluster's name).
+func loadCluster(g *Globals) (*inventory.Cluster, state.Dir, error) {
+	c, err := loadInventory(g)
+	if err != nil {
+		return nil, state.Dir{}, err
+	}
+	if g.StateDir != "" {
+		return c, state.At(g.StateDir), nil
+	}
+	d, err := state.Default(c.Name)
+	return c, d, err
+}
+
+// clusterRun is a command that changes a cluster (apply, reset): it holds the state dir's lock
+// from start to end, logs into the state dir, prints its steps' events and records the run.
+type clusterRun struct {
+	inv     *inventory.Cluster
+	state   state.Dir
+	printer *progress.Printer
+	record  *state.Run
+	unlock  func()
+	start   time.Time
+}
+
+// startClusterRun loads the inventory and takes its state dir for command.
+func startClusterRun(command string, s *streams, g *Globals, log *slog.Logger, dl *debugLog) (*clusterRun, error) {
+	inv, d, err := loadCluster(g)
+	if err != nil {
+		return nil, err
+	}
+	unlock, err := d.Lock()
+	if err != nil {
+		return nil, err
+	}
+	dl.UseDir(d.Logs())
+	now := time.Now()
+	return &clusterRun{inv: inv, state: d, unlock: unlock, start: now, record: state.NewRun(command, now),
+		printer: progress.NewPrinter(s.Out, s.Err, g.Output == "json", log)}, nil
+}
+
+// options are the tasks' options every cluster command shares.
+func (r *clusterRun) options(g *Globals, log *slog.Logger) tasks.Options {
+	return tasks.Options{State: r.state, InventoryDir: dirOf(g.Inventory), Limits: remote.Limits{Hosts: g.Concurrency}, Logger: log}
+}
+
+// run runs steps, reporting each event and recording the run in the state dir.
+func (r *clusterRun) run(ctx context.Context, steps []tasks.Step) ([]progress.Timing, error) {
+	timings, err := tasks.Run(ctx, steps, r.record.Report(r.printer.Report), time.Now)
+	if serr := r.state.Save(r.record, time.Now(), err); serr != nil && err == nil {
+		err = serr
+	}
+	return timings, err
+}
+
+func (r *clusterRun) close() { r.unlock() }
+
+// removedHosts are the hosts that left the inventory since the last apply (tasks.Removed); an
+// inventory that keeps none of the cluster's masters is refused as invalid input.
+func removedHosts(c *inventory.Cluster, d state.Dir) ([]inventory.Node, error) {
+	removed, err := tasks.Removed(c, d)
+	if nml := (*tasks.NoMasterLeftError)(nil); errors.As(err, &nml) {
+		return nil, usageError{err}
+	}
+	return removed, err
+}
+
+// usageError is a bad flag value or inventory: nothing was changed.
+type usageError struct{ error }
+
+func (usageError) ExitCode() int { return exitInvalid }

@@ -1,0 +1,351 @@
+package tasks
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/yaml"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/kforge/kforge/bundle"
+	"github.com/kforge/kforge/fleet"
+	"github.com/kforge/kforge/inventory"
+	"github.com/kforge/kforge/kube"
+	"github.com/kforge/kforge/pki"
+	"github.com/kforge/kforge/progress"
+	"github.com/kforge/kforge/remote"
+	"github.com/kforge/kforge/templates"
+)
+
+// cniConfFile is the pod network config kforge writes on each node.
+const cniConfFile = "/etc/cni/net.d/10-kforge.conflist"
+
+// apiClients talk to the cluster through the first master's SSH connection: as the admin
+// (admin.conf) for most things, as super-admin.conf to grant the admins their rights.
+type apiClients struct {
+	kube.Clients
+	super kubernetes.Interface
+}
+
+// newAPIClients are the clients for cluster c, with credentials from set and connections
+// through the first master of f.
+func newAPIClients(c *inventory.Cluster, set *pki.Set, f *fleet.Fleet) (apiClients, error) {
+	var api apiClients
+	cfg, err := restConfig(c, set, f, "admin.conf")
+	if err != nil {
+		return api, err
+	}
+	if api.Clients, err = kube.NewClients(cfg); err != nil {
+		return api, err
+	}
+	if cfg, err = restConfig(c, set, f, "super-admin.conf"); err != nil {
+		return api, err
+	}
+	api.super, err = kubernetes.NewForConfig(cfg)
+	return api, err
+}
+
+// restConfig is a client config as one of the cluster's admin identities (admin.conf,
+// super-admin.conf) whose connections go through the first master's SSH connection to its own
+// API server.
+func restConfig(c *inventory.Cluster, set *pki.Set, f *fleet.Fleet, identity string) (*rest.Config, error) {
+	kubeconfig, err := pki.Kubeconfig(c.Name, pki.APIServerURL(pki.Endpoint(c)), set.CAs[pki.CA].Cert, set.Get(identity, ""))
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	m := c.Masters[0]
+	if d, err := f.Dialer(m.Name); err == nil {
+		target := net.JoinHostPort(m.NodeIP(), fmt.Sprint(pki.APIServerPort))
+		cfg.Dial = func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return d.DialContext(ctx, network, target)
+		}
+	}
+	cfg.QPS, cfg.Burst = 50, 100
+	return cfg, nil
+}
+
+// waitAPIServer waits until the API server answers through an SSH tunnel to the first master,
+// then for the control-plane pods this run replaced.
+func (a *Apply) waitAPIServer(ctx context.Context, r progress.Reporter) error {
+	api, err := newAPIClients(a.inv, a.set, a.fleet)
+	if err != nil {
+		return err
+	}
+	a.api = api
+	last := time.Time{}
+	// Poll often: each attempt is one request on the open SSH connection.
+	err = kube.WaitForAPIServer(ctx, a.api.super, kube.WaitAPIServerInput{Timeout: a.o.Timeout, Interval: 200 * time.Millisecond, MaxInterval: 250 * time.Millisecond, Progress: func(h kube.HealthAnswer) {
+		if time.Since(last) > 5*time.Second {
+			last = time.Now()
+			r(progress.Event{Kind: progress.Info, Message: fmt.Sprintf("waiting for the API server (%s): %s", h.Elapsed.Round(time.Second), h.String())})
+		}
+	}})
+	if err != nil {
+		return explainAPIServer(ctx, a.fleet, a.inv.Masters[0].Name, err)
+	}
+	return a.waitRestartedPods(ctx, r)
+}
+
+// waitRestartedPods waits for the control-plane pods whose manifests this run replaced (new
+// flags, image, or re-issued credentials: templates.InputsAnnotation) until kubelet runs the
+// new ones and they are Ready, so that no later step talks to a component about to restart.
+func (a *Apply) waitRestartedPods(ctx context.Context, r progress.Reporter) error {
+	var pods []kube.StaticPod
+	var names []string
+	for _, n := range a.fleet.Nodes(inventory.RoleMaster) {
+		for _, f := range a.files.replacedManifests(n.Name) {
+			var pod corev1.Pod
+			if err := yaml.Unmarshal(f.Data, &pod); err != nil {
+				return fmt.Errorf("%s: %s: %w", n.Name, f.Path, err)
+			}
+			s := kube.StaticPod{Node: n.Name, Pod: &pod}
+			pods, names = append(pods, s), append(names, s.MirrorName())
+		}
+	}
+	if len(pods) == 0 {
+		return nil
+	}
+	r(progress.Event{Kind: progress.Info, Message: "waiting for kubelet to restart " + strings.Join(names, ", ") + " with their new manifests"})
+	return kube.WaitForStaticPods(ctx, a.api.Typed, pods, a.o.Timeout)
+}
+
+// explainAPIServer adds what a master's kubelet says to a failed wait.
+func explainAPIServer(ctx context.Context, f *fleet.Fleet, master string, err error) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
+	defer cancel()
+	out, _ := remote.Output(ctx, f.Host(master), "systemctl is-active kubelet; journalctl -u kubelet -n 8 --no-pager -o cat 2>/dev/null | cut -c1-240")
+	return &APIServerError{Host: master, Err: err, Kubelet: strings.TrimSpace(string(out))}
+}
+
+// APIServerError is a control plane that did not come up: the last health answer, kubelet's
+// state on the first master, and where to look next.
+type APIServerError struct {
+	Host    string
+	Err     error
+	Kubelet string
+}
+
+func (e *APIServerError) Error() string {
+	return fmt.Sprintf("%s: API server not ready: %v", e.Host, e.Err)
+}
+func (e *APIServerError) Unwrap() error { return e.Err }
+func (e *APIServerError) Details() []string {
+	d := []string{e.Error()}
+	if e.Kubelet != "" {
+		d = append(d, "kubelet on "+e.Host+":")
+		for _, l := range strings.Split(e.Kubelet, "\n") {
+			d = append(d, "    "+l)
+		}
+	}
+	return append(d, fmt.Sprintf("see more: ssh to %s and run: journalctl -u kubelet; crictl ps -a (or ctr -n k8s.io containers ls)", e.Host))
+}
+
+// clusterConfig grants the admins their rights and uploads kubeadm-compatible config.
+func (a *Apply) clusterConfig(ctx context.Context, r progress.Reporter) error {
+	var all []kube.Change
+	cs, err := kube.EnsureClusterAdmins(ctx, a.api.super)
+	if err != nil {
+		return err
+	}
+	all = append(all, cs...)
+	cc, err := kube.ClusterConfigurationFor(a.inv)
+	if err != nil {
+		return err
+	}
+	kc, err := kube.KubeletConfigurationFor(a.inv, templates.Options{ResolvConf: a.o.ResolvConf})
+	if err != nil {
+		return err
+	}
+	cs, err = kube.UploadConfig(ctx, a.api.Typed, kube.UploadConfigInput{Cluster: cc, Kubelet: kc})
+	all = append(all, cs...)
+	r(progress.Event{Kind: progress.Info, Message: kube.Summary(all)})
+	return err
+}
+
+func (a *Apply) bootstrap(ctx context.Context, r progress.Reporter) error {
+	cs, err := kube.Bootstrap(ctx, a.api.Typed, kube.BootstrapInputFor(a.inv, a.set, a.token, a.o.Now()))
+	r(progress.Event{Kind: progress.Info, Message: kube.Summary(cs)})
+	return err
+}
+
+// joinWorkers waits for the workers' staging, starts their kubelets, and answers their client
+// certificate requests: they join by TLS bootstrap with the bootstrap token. kforge approves and
+// signs those requests itself, as kube-controller-manager would, because on a fresh cluster
+// the controller-manager's signers start seconds after the API server answers, and a kubelet
+// without its certificate makes its first requests as system:anonymous and backs off.
+func (a *Apply) joinWorkers(ctx context.Context, r progress.Reporter) error {
+	if err := a.bg.wait(ctx, stagedWorkers); err != nil {
+		return err
+	}
+	err := a.fleet.Each(ctx, inventory.RoleWorker, func(ctx context.Context, n inventory.Node, h remote.Host) error {
+		msg, err := startKubelet(ctx, a.files, h)
+		if err == nil {
+			r(progress.Event{Kind: progress.HostDone, Host: n.Name, Message: msg})
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, a.o.Timeout)
+	defer cancel()
+	cs, err := kube.SignKubeletCSRs(ctx, a.api.Typed, kube.SignKubeletCSRsInput{
+		Nodes: a.fleet.Names(inventory.RoleWorker), Requestor: "system:bootstrap:" + a.token.ID,
+		CA: a.set.CAs[pki.CA], Now: a.o.Now, Random: a.o.Rand,
+	})
+	if len(cs) > 0 {
+		r(progress.Event{Kind: progress.Info, Message: fmt.Sprintf("approved and signed %s", count(len(cs), "kubelet client certificate"))})
+	}
+	return err
+}
+
+func (a *Apply) images() (kube.Images, error) {
+	if a.manifest != nil {
+		return kube.ImagesFromManifest(a.manifest)
+	}
+	v, err := bundle.DefaultVersions(a.inv.KubernetesVersion)
+	if err != nil {
+		return kube.Images{}, err
+	}
+	return kube.ImagesFor(a.inv.ImageRepository, v), nil
+}
+
+func (a *Apply) coreAddons(ctx context.Context, r progress.Reporter) error {
+	if err := a.bg.wait(ctx, shippedMasters); err != nil {
+		return err
+	}
+	im, err := a.images()
+	if err != nil {
+		return err
+	}
+	var all []kube.Change
+	cs, err := kube.KubeProxy(ctx, a.api.Typed, kube.KubeProxyInputFor(a.inv, im, a.o.ConntrackMaxPerCore))
+	all = append(all, cs...)
+	if err != nil {
+		return err
+	}
+	cs, err = kube.CoreDNS(ctx, a.api.Typed, kube.CoreDNSInputFor(a.inv, im))
+	all = append(all, cs...)
+	r(progress.Event{Kind: progress.Info, Message: kube.Summary(all)})
+	return err
+}
+
+// podNetwork installs flannel and writes each node's CNI config over its pod CIDR as soon as
+// the node has one (kubelet reports the node NotReady until then). Nodes that registered
+// without a pod CIDR get one from kforge right away (kube.PodCIDRs says how it stays clear of
+// kube-controller-manager's node IPAM).
+func (a *Apply) podNetwork(ctx context.Context, r progress.Reporter) error {
+	im, err := a.images()
+	if err != nil {
+		return err
+	}
+	cs, err := kube.Flannel(ctx, a.api.Typed, kube.FlannelInputFor(a.inv, im))
+	if err != nil {
+		return err
+	}
+	r(progress.Event{Kind: progress.Info, Message: "flannel: " + kube.Summary(cs)})
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(cmp.Or(a.fleet.Limits().Hosts, remote.DefaultConcurrency))
+	_, cs, err = kube.PodCIDRs(gctx, a.api.Typed, kube.PodCIDRsInput{
+		Nodes: a.fleet.Names(""), Timeout: a.o.Timeout,
+		Subnet: a.inv.Networking.PodSubnet, MaskSize: a.inv.Networking.NodeCIDRMaskSize,
+		Have: func(node, cidr string) {
+			g.Go(func() error { return remote.WithHost(node, a.writeCNIConfig(gctx, node, cidr, r)) })
+		},
+	})
+	if len(cs) > 0 {
+		r(progress.Event{Kind: progress.Info, Message: fmt.Sprintf("gave %s a pod CIDR", count(len(cs), "node"))})
+	}
+	if werr := g.Wait(); err == nil {
+		err = werr
+	}
+	return err
+}
+
+// writeCNIConfig writes node's CNI config for its pod CIDR.
+func (a *Apply) writeCNIConfig(ctx context.Context, node, cidr string, r progress.Reporter) error {
+	conf, err := templates.FlannelCNIConfig(cidr, a.inv.Networking.PodSubnet)
+	if err != nil {
+		return err
+	}
+	a.files.add(node, templates.File{Path: cniConfFile, Mode: 0o644, Data: conf})
+	if err := push(ctx, a.files, a.fleet.Host(node), func(p string) bool { return p == cniConfFile }); err != nil {
+		return err
+	}
+	r(progress.Event{Kind: progress.HostDone, Host: node, Message: "pod CIDR " + cidr})
+	return nil
+}
+
+func (a *Apply) markNodes(ctx context.Context, r progress.Reporter) error {
+	ctx, cancel := context.WithTimeout(ctx, a.o.Timeout)
+	defer cancel()
+	cs, err := kube.MarkNodes(ctx, a.api.Typed, kube.NodeMarksFor(a.inv), time.Second)
+	r(progress.Event{Kind: progress.Info, Message: kube.Summary(cs)})
+	return err
+}
+
+func (a *Apply) addons(ctx context.Context, r progress.Reporter) error {
+	ms, err := kube.ManifestsFor(a.inv, a.o.InventoryDir)
+	if err != nil {
+		return err
+	}
+	cs, err := kube.ApplyManifests(ctx, a.api.Dynamic, a.api.Mapper, kube.ApplyInput{Manifests: ms})
+	r(progress.Event{Kind: progress.Info, Message: kube.Summary(cs)})
+	return err
+}
+
+func (a *Apply) waitReady(ctx context.Context, r progress.Reporter) error {
+	ctx, cancel := context.WithTimeout(ctx, a.o.Timeout)
+	defer cancel()
+	ns := []string{"kube-system"}
+	if a.inv.Networking.Plugin == "flannel" {
+		ns = append(ns, "kube-flannel")
+	}
+	last, nodesReady := time.Time{}, false
+	return kube.WaitForReady(ctx, a.api.Typed, kube.WaitReadyInput{Nodes: a.fleet.Names(""), Namespaces: ns, Progress: func(s kube.ReadyStatus) {
+		if !nodesReady && s.ReadyNodes == s.TotalNodes {
+			nodesReady = true
+			r(progress.Event{Kind: progress.Info, Message: fmt.Sprintf("%s Ready %s after apply started", count(s.TotalNodes, "node"), a.o.Now().Sub(a.started).Round(100*time.Millisecond))})
+		}
+		if time.Since(last) > 5*time.Second {
+			last = time.Now()
+			r(progress.Event{Kind: progress.Info, Message: s.String()})
+		}
+	}})
+}
+
+// writeKubeconfig writes the user's admin kubeconfig into the state dir.
+func (a *Apply) writeKubeconfig(_ context.Context, r progress.Reporter) error {
+	admin, err := templates.AdminKubeconfig(a.inv, a.set)
+	if err != nil {
+		return err
+	}
+	p := a.o.State.AdminKubeconfig()
+	if old, err := os.ReadFile(p); err == nil && slices.Equal(old, admin) {
+		r(progress.Event{Kind: progress.Info, Message: p + " unchanged"})
+		return nil
+	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	if err := a.o.State.Write(p, admin, 0o600); err != nil {
+		return err
+	}
+	r(progress.Event{Kind: progress.Info, Message: "wrote " + p})
+	return nil
+}

@@ -1,0 +1,71 @@
+package tasks
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/kforge/kforge/inventory"
+	"github.com/kforge/kforge/kube"
+	"github.com/kforge/kforge/pki"
+	"github.com/kforge/kforge/progress"
+	"github.com/kforge/kforge/state"
+)
+
+// bootstrapTokenTTL is how long a bootstrap token lives (kubeadm's default); kforge renews it
+// on a run when less than half of it is left.
+const bootstrapTokenTTL = 24 * time.Hour
+
+// ensurePKI generates or reuses the certificates and the bootstrap token in the state dir.
+func (a *Apply) ensurePKI(_ context.Context, r progress.Reporter) error {
+	set, changes, err := ensureClusterPKI(a.inv, a.o)
+	if err != nil {
+		return err
+	}
+	a.set = set
+	for _, ch := range changes {
+		r(progress.Event{Kind: progress.Info, Message: ch.String()})
+	}
+	tok, renewed, err := bootstrapToken(a.o.State, a.o)
+	if err != nil {
+		return err
+	}
+	a.token = tok
+	if renewed {
+		r(progress.Event{Kind: progress.Info, Message: "bootstrap token " + tok.ID + ": created"})
+	}
+	return nil
+}
+
+// ensureClusterPKI generates or reuses the cluster's PKI in the state dir.
+func ensureClusterPKI(c *inventory.Cluster, o Options) (*pki.Set, []pki.Change, error) {
+	set, changes, err := pki.EnsureCluster(c, o.InventoryDir, o.State.PKI(), o.Now(), o.Rand)
+	if err != nil {
+		return nil, nil, fmt.Errorf("PKI in %s: %w", o.State.PKI(), err)
+	}
+	return set, changes, nil
+}
+
+// bootstrapToken reuses the state dir's token while more than half its TTL is left, so a
+// re-run rewrites no worker's bootstrap kubeconfig.
+func bootstrapToken(d state.Dir, o Options) (kube.BootstrapToken, bool, error) {
+	file := d.BootstrapToken()
+	if fi, err := os.Stat(file); err == nil && o.Now().Sub(fi.ModTime()) < bootstrapTokenTTL/2 {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return kube.BootstrapToken{}, false, err
+		}
+		if t, err := kube.ParseBootstrapToken(string(b), bootstrapTokenTTL); err == nil {
+			return t, false, nil
+		}
+	}
+	t, err := kube.NewBootstrapToken(o.Rand, bootstrapTokenTTL)
+	if err != nil {
+		return t, false, err
+	}
+	if err := d.Write(file, []byte(t.Value()+"\n"), 0o600); err != nil {
+		return t, false, err
+	}
+	return t, true, nil
+}

@@ -1,0 +1,156 @@
+package tasks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+
+	"github.com/kforge/kforge/facts"
+	"github.com/kforge/kforge/internal/fsx"
+	"github.com/kforge/kforge/inventory"
+	"github.com/kforge/kforge/kube"
+	"github.com/kforge/kforge/pki"
+	"github.com/kforge/kforge/progress"
+	"github.com/kforge/kforge/templates"
+)
+
+// sysctlFile is kforge's own sysctl.d file; only it is applied (`sysctl --system` fails on
+// hosts where some global keys are read-only, such as containers).
+const sysctlFile = "/etc/sysctl.d/99-kforge.conf"
+
+const sysctlConf = "# Written by kforge: what Kubernetes networking needs.\nnet.ipv4.ip_forward = 1\nnet.bridge.bridge-nf-call-iptables = 1\nnet.bridge.bridge-nf-call-ip6tables = 1\n"
+
+// render makes every host's files from the PKI set and the host's facts.
+func (a *Apply) render(context.Context, progress.Reporter) error {
+	o := templates.Options{
+		BootstrapToken: a.token.Value(), ResolvConf: a.o.ResolvConf, EtcdBoot: a.etcd.boot,
+		RestrictOOMScoreAdj: map[string]bool{}, HostCACertDirs: map[string][]string{},
+		RetiringMasters: len(removedMasters(a.o.Removed)),
+	}
+	for name, f := range a.fleet.AllFacts() {
+		o.RestrictOOMScoreAdj[name] = !f.HasCapSysResource()
+		o.HostCACertDirs[name] = f.Dirs
+	}
+	trees, err := templates.Tree(a.inv, a.set, o)
+	if err != nil {
+		return err
+	}
+	for _, t := range trees {
+		a.files.set(t.Node.Name, withHostFiles(a.inv, t))
+	}
+	return nil
+}
+
+// withHostFiles are the files apply pushes to one host: what templates render, kforge's sysctl
+// file, and on masters the marker that says which static pods kforge wrote.
+func withHostFiles(c *inventory.Cluster, t templates.HostFiles) []templates.File {
+	files := append(t.Files, templates.File{Path: sysctlFile, Mode: 0o644, Data: []byte(sysctlConf)})
+	if t.Node.Role == inventory.RoleMaster {
+		var pods []string
+		for _, f := range t.Files {
+			if path.Dir(f.Path) == templates.ManifestsDir {
+				pods = append(pods, path.Base(f.Path))
+			}
+		}
+		files = append(files, templates.File{Path: facts.ManifestsMarkerPath, Mode: 0o600, Data: facts.ManifestsMarker(c.Name, pods)})
+	}
+	return files
+}
+
+func removedMasters(removed []inventory.Node) []string {
+	var out []string
+	for _, n := range removed {
+		if n.Role == inventory.RoleMaster {
+			out = append(out, n.Name)
+		}
+	}
+	return out
+}
+
+// RenderInput are `kforge render`'s inputs besides the inventory: what apply learns from the
+// hosts, given instead.
+type RenderInput struct {
+	// BootstrapToken for workers' bootstrap-kubelet.conf; empty: a fresh one, as apply makes.
+	BootstrapToken string
+	ResolvConf     string
+	CNIBinDir      string
+	CACertDirs     []string
+}
+
+// Rendered is every file apply would push, by host, and the admin kubeconfig.
+type Rendered struct {
+	Hosts   []templates.HostFiles
+	Admin   []byte
+	Set     *pki.Set
+	Changes []pki.Change // what the PKI step issued into the state dir
+}
+
+// Render makes every host's files as apply would, without touching a host: the PKI is
+// generated or reused in the state dir like apply's.
+func Render(c *inventory.Cluster, o Options, in RenderInput) (*Rendered, error) {
+	o = o.withDefaults()
+	set, changes, err := ensureClusterPKI(c, o)
+	if err != nil {
+		return nil, err
+	}
+	token := in.BootstrapToken
+	if token == "" && len(c.Workers) > 0 {
+		t, err := kube.NewBootstrapToken(o.Rand, bootstrapTokenTTL)
+		if err != nil {
+			return nil, err
+		}
+		token = t.Value()
+	}
+	hosts, err := templates.Tree(c, set, templates.Options{BootstrapToken: token, ResolvConf: in.ResolvConf, CNIBinDir: in.CNIBinDir, CACertDirs: in.CACertDirs})
+	if err != nil {
+		return nil, err
+	}
+	admin, err := templates.AdminKubeconfig(c, set)
+	if err != nil {
+		return nil, err
+	}
+	return &Rendered{Hosts: hosts, Admin: admin, Set: set, Changes: changes}, nil
+}
+
+// renderMarker marks a directory kforge render wrote, so a later render may replace it.
+const renderMarker = ".kforge-render"
+
+// WriteRendered writes r into dir as dir/<host>/<path> trees and dir/admin.conf. dir must be
+// new, empty, or written by an earlier render (which it replaces); any other directory is
+// refused.
+func WriteRendered(dir string, r *Rendered) error {
+	entries, err := os.ReadDir(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return err
+	case len(entries) == 0:
+	default:
+		if _, err := os.Stat(filepath.Join(dir, renderMarker)); err != nil {
+			return fmt.Errorf("%s is not empty and was not written by kforge render; choose an empty or new directory", dir)
+		}
+		for _, e := range entries {
+			if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, renderMarker), []byte("written by kforge render; the directory is replaced on the next render\n"), 0o644); err != nil {
+		return err
+	}
+	for _, h := range r.Hosts {
+		for _, f := range h.Files {
+			if err := fsx.WriteFile(filepath.Join(dir, h.Node.Name, filepath.FromSlash(f.Path)), f.Data, f.Mode); err != nil {
+				return err
+			}
+		}
+	}
+	return fsx.WriteFile(filepath.Join(dir, "admin.conf"), r.Admin, 0o600)
+}

@@ -1,0 +1,385 @@
+package tasks
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"path"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/kforge/kforge/bundle"
+	"github.com/kforge/kforge/fleet"
+	"github.com/kforge/kforge/inventory"
+	"github.com/kforge/kforge/progress"
+	"github.com/kforge/kforge/remote"
+	"github.com/kforge/kforge/templates"
+)
+
+// stage runs every host's pipeline in parallel: what it lacks from the bundle, then
+// containerd and kernel settings, then its files; masters go on to start kubelet and with it
+// the static-pod control plane. The step ends when every master is started: workers finish
+// staging in the background while the control plane comes up (join-workers waits for them),
+// and masters receive the rest of the bundle in the background (core-addons waits for it).
+func (a *Apply) stage(ctx context.Context, r progress.Reporter) error {
+	f := a.fleet
+	a.bg.start(stagedWorkers, func() error {
+		return fleet.EachOf(ctx, f, f.Nodes(inventory.RoleWorker), func(ctx context.Context, n inventory.Node, _ remote.Host) error {
+			return a.stageHost(ctx, n, r)
+		})
+	})
+	var fresh, joining []inventory.Node
+	for _, n := range f.Nodes(inventory.RoleMaster) {
+		if a.etcd.join[n.Name] {
+			joining = append(joining, n)
+		} else {
+			fresh = append(fresh, n)
+		}
+	}
+	if err := fleet.EachOf(ctx, f, fresh, func(ctx context.Context, n inventory.Node, _ remote.Host) error {
+		return a.stageHost(ctx, n, r)
+	}); err != nil {
+		return err
+	}
+	// Masters joining a running etcd cluster start one at a time: each new member must be up
+	// before the next is added, or the cluster loses quorum.
+	for _, n := range joining {
+		if err := a.stageHost(ctx, n, r); err != nil {
+			return remote.WithHost(n.Name, err)
+		}
+		if err := a.waitEtcdMember(ctx, n); err != nil {
+			return remote.WithHost(n.Name, err)
+		}
+	}
+	return nil
+}
+
+// Background work of stage, by name.
+const (
+	stagedWorkers  = "workers staged"
+	shippedMasters = "masters shipped"
+)
+
+// stageHost is one host's pipeline; see stage.
+func (a *Apply) stageHost(ctx context.Context, n inventory.Node, r progress.Reporter) error {
+	h := a.fleet.Host(n.Name)
+	start := a.o.Now()
+	var did []string
+	if a.manifest != nil {
+		need := bundle.Need{ControlPlane: n.Role == inventory.RoleMaster}
+		if need.ControlPlane {
+			need.Only = controlPlaneFirst // the rest follows in the background
+		}
+		msg, err := a.ship(ctx, h, need, r)
+		if err != nil {
+			return err
+		}
+		did = append(did, msg)
+	}
+	msg, err := a.configureRuntime(ctx, n, h)
+	if err != nil {
+		return err
+	}
+	did = append(did, msg)
+	if err := push(ctx, a.files, h, nil); err != nil {
+		return err
+	}
+	did = append(did, fmt.Sprintf("%d files written", a.files.countWritten(n.Name)))
+	if n.Role == inventory.RoleMaster {
+		if err := a.addEtcdMember(ctx, n); err != nil {
+			return err
+		}
+		msg, err := startKubelet(ctx, a.files, h)
+		if err != nil {
+			return err
+		}
+		did = append(did, msg)
+		if a.manifest != nil {
+			a.bg.start(shippedMasters, func() error {
+				msg, err := a.ship(ctx, h, bundle.Need{ControlPlane: true}, r)
+				if err == nil && msg != bundleUpToDate {
+					r(progress.Event{Kind: progress.HostDone, Host: n.Name, Message: "rest of the " + msg})
+				}
+				return remote.WithHost(n.Name, err)
+			})
+		}
+	} else {
+		did = append(did, "staged")
+	}
+	r(progress.Event{Kind: progress.HostDone, Host: n.Name, Duration: a.o.Now().Sub(start), Message: strings.Join(did, "; ")})
+	return nil
+}
+
+// controlPlaneFirst is what a master needs before its kubelet can start the control plane:
+// everything else of the bundle (the addons' images, the tools) is shipped while the API server
+// starts.
+func controlPlaneFirst(name string) bool {
+	switch name {
+	case "kubelet", "bridge", "host-local", "loopback", "portmap",
+		"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "pause":
+		return true
+	}
+	return false
+}
+
+const bundleUpToDate = "bundle up to date"
+
+// ship brings h up to date with the part of the bundle need names and says what it did.
+func (a *Apply) ship(ctx context.Context, h remote.Host, need bundle.Need, r progress.Reporter) (string, error) {
+	t := a.o.Now()
+	p, err := bundle.Ship(ctx, h, a.inv.Bundle, a.manifest, need, uploadProgress(r, a.o.Now))
+	if err != nil {
+		return "", err
+	}
+	if p.Empty() {
+		return bundleUpToDate, nil
+	}
+	return fmt.Sprintf("bundle: %d files, %d images, %d MiB in %s", len(p.Install), len(p.Import), p.Bytes()>>20, a.o.Now().Sub(t).Round(100*time.Millisecond)), nil
+}
+
+// uploadProgress reports a host's large uploads at most every two seconds.
+func uploadProgress(r progress.Reporter, now func() time.Time) bundle.Progress {
+	var mu sync.Mutex
+	last := map[string]time.Time{}
+	return func(host, artifact string, sent, total int64) {
+		mu.Lock()
+		t := now()
+		if t.Sub(last[host]) < 2*time.Second {
+			mu.Unlock()
+			return
+		}
+		last[host] = t
+		mu.Unlock()
+		r(progress.Event{Kind: progress.Info, Host: host, Message: fmt.Sprintf("uploading %s: %d of %d MiB", artifact, sent>>20, total>>20)})
+	}
+}
+
+// configureRuntime configures containerd and the kernel settings on one host; containerd
+// restarts only when its config changed. It says what it did.
+func (a *Apply) configureRuntime(ctx context.Context, n inventory.Node, h remote.Host) (string, error) {
+	if err := push(ctx, a.files, h, isRuntimeFile); err != nil {
+		return "", err
+	}
+	f := a.fleet.Facts(n.Name)
+	var cmds []string
+	if a.files.wrote(n.Name, func(p string) bool { return p == sysctlFile }) ||
+		f.Sysctls["net.ipv4.ip_forward"] != "1" || f.Sysctls["net.bridge.bridge-nf-call-iptables"] != "1" {
+		cmds = append(cmds, "sysctl -q -p "+sysctlFile)
+	}
+	restart := a.files.wrote(n.Name, func(p string) bool { return p == templates.ContainerdConfigPath })
+	if restart {
+		cmds = append(cmds, "systemctl restart containerd")
+	}
+	cmds = append(cmds, "{ systemctl is-enabled -q containerd || systemctl enable -q containerd; }", "{ systemctl is-active -q containerd || systemctl start containerd; }")
+	if err := h.Run(ctx, remote.Cmd{Command: strings.Join(cmds, " && ")}); err != nil {
+		return "", err
+	}
+	if restart {
+		return "containerd restarted", nil
+	}
+	return "containerd unchanged", nil
+}
+
+func isRuntimeFile(p string) bool { return p == sysctlFile || p == templates.ContainerdConfigPath }
+
+// isKubeletInput says whether a change of p needs a kubelet restart.
+func isKubeletInput(p string) bool {
+	return strings.HasPrefix(p, templates.KubeletDir+"/") || strings.HasPrefix(p, templates.KubeletUnitPath) ||
+		p == templates.KubeletKubeconfig || p == templates.BootstrapKubeletConfig || p == templates.PKIDir+"/ca.crt"
+}
+
+// startKubelet (re)starts kubelet on h when its inputs changed, or starts it when it is not
+// running; an unchanged running kubelet is left alone.
+func startKubelet(ctx context.Context, files *hostFiles, h remote.Host) (string, error) {
+	var cmds []string
+	if files.wrote(h.Name(), func(p string) bool { return strings.HasPrefix(p, "/etc/systemd/system/") }) {
+		cmds = append(cmds, "systemctl daemon-reload")
+	}
+	cmds = append(cmds, "{ systemctl is-enabled -q kubelet || systemctl enable -q kubelet; }")
+	what := "kubelet unchanged"
+	if files.wrote(h.Name(), isKubeletInput) {
+		cmds = append(cmds, "systemctl restart kubelet")
+		what = "kubelet restarted"
+	} else {
+		cmds = append(cmds, "{ systemctl is-active -q kubelet || { systemctl start kubelet && echo started; }; }")
+	}
+	out, err := remote.Output(ctx, h, strings.Join(cmds, " && "))
+	if strings.Contains(string(out), "started") {
+		what = "kubelet started"
+	}
+	return what, err
+}
+
+// hostFiles are the files each host should have (render sets them, pod-network adds CNI
+// configs) and what pushing them changed this run. Safe for concurrent use.
+type hostFiles struct {
+	mu       sync.Mutex
+	want     map[string][]templates.File
+	written  map[string]map[string]bool  // by host: paths written this run
+	replaced map[string][]templates.File // by host: static-pod manifests that replaced another
+}
+
+func newHostFiles() *hostFiles {
+	return &hostFiles{want: map[string][]templates.File{}, written: map[string]map[string]bool{}, replaced: map[string][]templates.File{}}
+}
+
+func (hf *hostFiles) set(host string, files []templates.File) {
+	hf.mu.Lock()
+	defer hf.mu.Unlock()
+	hf.want[host] = files
+}
+
+func (hf *hostFiles) add(host string, f templates.File) {
+	hf.mu.Lock()
+	defer hf.mu.Unlock()
+	hf.want[host] = append(hf.want[host], f)
+}
+
+func (hf *hostFiles) get(host string, scope func(string) bool) []templates.File {
+	hf.mu.Lock()
+	defer hf.mu.Unlock()
+	var out []templates.File
+	for _, f := range hf.want[host] {
+		if scope == nil || scope(f.Path) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func (hf *hostFiles) noteWritten(host string, f templates.File, replaced bool) {
+	hf.mu.Lock()
+	defer hf.mu.Unlock()
+	if hf.written[host] == nil {
+		hf.written[host] = map[string]bool{}
+	}
+	hf.written[host][f.Path] = true
+	if replaced && path.Dir(f.Path) == templates.ManifestsDir {
+		hf.replaced[host] = append(hf.replaced[host], f)
+	}
+}
+
+func (hf *hostFiles) wrote(host string, pred func(string) bool) bool {
+	hf.mu.Lock()
+	defer hf.mu.Unlock()
+	for p := range hf.written[host] {
+		if pred(p) {
+			return true
+		}
+	}
+	return false
+}
+
+func (hf *hostFiles) countWritten(host string) int {
+	hf.mu.Lock()
+	defer hf.mu.Unlock()
+	return len(hf.written[host])
+}
+
+func (hf *hostFiles) replacedManifests(host string) []templates.File {
+	hf.mu.Lock()
+	defer hf.mu.Unlock()
+	return hf.replaced[host]
+}
+
+// push uploads the files of h that differ from what the host has, atomically, and notes which
+// were written. Only those paths in scope are pushed (nil: all).
+func push(ctx context.Context, files *hostFiles, h remote.Host, scope func(path string) bool) error {
+	want := files.get(h.Name(), scope)
+	if len(want) == 0 {
+		return nil
+	}
+	paths := make([]string, len(want))
+	for i, f := range want {
+		paths[i] = f.Path
+	}
+	have, err := hashes(ctx, h, paths)
+	if err != nil {
+		return err
+	}
+	for _, f := range want {
+		sum := sha256.Sum256(f.Data)
+		if have[f.Path] == hex.EncodeToString(sum[:]) {
+			continue
+		}
+		if err := h.Upload(ctx, remote.Bytes(f.Path, f.Data, f.Mode)); err != nil {
+			return err
+		}
+		files.noteWritten(h.Name(), f, have[f.Path] != "")
+	}
+	return nil
+}
+
+// hashes returns the sha256 of each path that is a regular file on h, in one command.
+func hashes(ctx context.Context, h remote.Host, paths []string) (map[string]string, error) {
+	var b strings.Builder
+	b.WriteString("for f in")
+	for _, p := range paths {
+		b.WriteString(" " + remote.Quote(p))
+	}
+	b.WriteString(`; do [ -f "$f" ] && sha256sum -- "$f"; done; true`)
+	out, err := remote.Output(ctx, h, b.String())
+	if err != nil {
+		return nil, err
+	}
+	m := map[string]string{}
+	for _, line := range strings.Split(string(out), "\n") {
+		sum, p, ok := strings.Cut(line, "  ")
+		if ok {
+			m[p] = sum
+		}
+	}
+	return m, nil
+}
+
+// background is work a step started and later steps wait for, by name: stage starts the
+// workers' staging and the masters' shipments; join-workers and core-addons wait for them,
+// and Close waits for whatever is left.
+type background struct {
+	mu   sync.Mutex
+	jobs map[string][]chan error
+}
+
+func (b *background) start(name string, fn func() error) {
+	done := make(chan error, 1)
+	b.mu.Lock()
+	if b.jobs == nil {
+		b.jobs = map[string][]chan error{}
+	}
+	b.jobs[name] = append(b.jobs[name], done)
+	b.mu.Unlock()
+	go func() { done <- fn() }()
+}
+
+// wait waits for every job named name and returns their errors.
+func (b *background) wait(ctx context.Context, name string) error {
+	b.mu.Lock()
+	pending := b.jobs[name]
+	delete(b.jobs, name)
+	b.mu.Unlock()
+	var errs []error
+	for _, ch := range pending {
+		select {
+		case err := <-ch:
+			errs = append(errs, err)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (b *background) waitAll() {
+	b.mu.Lock()
+	var names []string
+	for n := range b.jobs {
+		names = append(names, n)
+	}
+	b.mu.Unlock()
+	for _, n := range names {
+		_ = b.wait(context.Background(), n)
+	}
+}
