@@ -515,7 +515,7 @@ func runKforge(ctx context.Context, b *testing.B, kforge, bundleDir, dir, name s
 	load := loadAvg()
 	start := time.Now()
 	go func() { readyAt <- watchReady(watchCtx, l, len(l.Hosts)) }()
-	out, err := c.run("apply", "--conntrack-max-per-core", "0", "--timeout", "4m", "--output", "json")
+	out, err := c.run("apply", "--timeout", "4m", "--output", "json")
 	applied := time.Now()
 	if err != nil {
 		b.Fatalf("kforge apply: %v\n%s\n(log: %s)", err, tailLines(out, 40), filepath.Join(c.state, "e2e.log"))

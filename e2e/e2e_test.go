@@ -240,7 +240,7 @@ func (c *cluster) pruneWorker(ctx context.Context, masters, workers []lab.Host, 
 	if err != nil || !strings.Contains(plan, gone+" ") || !strings.Contains(plan, "no longer in the inventory") {
 		t.Errorf("plan does not show %s as removed: %v\n%s", gone, err, plan)
 	}
-	out, err := c.run("apply", "--conntrack-max-per-core", "0")
+	out, err := c.run("apply")
 	if err != nil || !strings.Contains(out, "is no longer in the inventory but still in the cluster") {
 		t.Fatalf("apply without --prune: %v\n%s", err, out)
 	}
@@ -248,7 +248,7 @@ func (c *cluster) pruneWorker(ctx context.Context, masters, workers []lab.Host, 
 		t.Errorf("apply without --prune touched %s's node: %v", gone, err)
 	}
 
-	out, err = c.run("apply", "--prune", "--conntrack-max-per-core", "0")
+	out, err = c.run("apply", "--prune")
 	if err != nil {
 		t.Fatalf("apply --prune: %v\n%s", err, out)
 	}
@@ -270,7 +270,7 @@ true`)
 			t.Errorf("%s changed when %s was pruned:\n%s", h.Name, gone, diffLines(before[h.Name], after))
 		}
 	}
-	if out, err := c.run("apply", "--conntrack-max-per-core", "0"); err != nil || strings.Contains(out, "no longer in the inventory") {
+	if out, err := c.run("apply"); err != nil || strings.Contains(out, "no longer in the inventory") {
 		t.Errorf("apply after the prune: %v\n%s", err, out)
 	}
 }
@@ -304,7 +304,7 @@ func (c *cluster) renewControllerManagerCert(ctx context.Context, master string)
 		}
 	}
 	start := time.Now()
-	out, err := c.run("apply", "--conntrack-max-per-core", "0")
+	out, err := c.run("apply")
 	if err != nil {
 		t.Fatalf("apply after removing controller-manager.conf's certificate: %v\n%s", err, out)
 	}
@@ -381,7 +381,7 @@ func TestApplyLabClusterEndToEnd(t *testing.T) {
 
 	// 1. apply: a cluster from nothing.
 	start := time.Now()
-	out, err := c.run("apply", "--conntrack-max-per-core", "0", "--timeout", "4m")
+	out, err := c.run("apply", "--timeout", "4m")
 	if err != nil {
 		t.Fatalf("kforge apply: %v\n%s", err, out)
 	}
@@ -546,7 +546,7 @@ func TestApplyLabClusterEndToEnd(t *testing.T) {
 		before[h.Name] = c.snapshot(ctx, h.Name)
 	}
 	start = time.Now()
-	out, err = c.run("apply", "--conntrack-max-per-core", "0")
+	out, err = c.run("apply")
 	if err != nil {
 		t.Fatalf("second kforge apply: %v\n%s", err, out)
 	}
@@ -572,7 +572,7 @@ func TestApplyLabClusterEndToEnd(t *testing.T) {
 	// 6. Growing: a fourth host added to the inventory joins on the next apply; the others are
 	// left alone.
 	c.writeInventory(l.Hosts[:1], l.Hosts[1:4])
-	out, err = c.run("apply", "--conntrack-max-per-core", "0", "--timeout", "4m")
+	out, err = c.run("apply", "--timeout", "4m")
 	if err != nil {
 		t.Fatalf("apply with a new worker: %v\n%s", err, out)
 	}

@@ -28,12 +28,12 @@ func TestHAControlPlaneGrowsSurvivesAMasterAndShrinks(t *testing.T) {
 	h := c.lab.Hosts // masters h[0..2], worker h[3]
 
 	c.writeInventory(h[:1], h[3:])
-	if out, err := c.run("apply", "--conntrack-max-per-core", "0", "--timeout", "4m"); err != nil {
+	if out, err := c.run("apply", "--timeout", "4m"); err != nil {
 		t.Fatalf("apply with one master: %v\n%s", err, out)
 	}
 
 	c.writeInventory(h[:3], h[3:])
-	out, err := c.run("apply", "--conntrack-max-per-core", "0", "--timeout", "4m")
+	out, err := c.run("apply", "--timeout", "4m")
 	if err != nil {
 		t.Fatalf("apply with three masters: %v\n%s", err, out)
 	}
@@ -92,7 +92,7 @@ func TestHAControlPlaneGrowsSurvivesAMasterAndShrinks(t *testing.T) {
 	// Shrink: the dead master leaves the inventory and is pruned; its host cannot be reached,
 	// its etcd member and node are removed all the same.
 	c.writeInventory(h[:2], h[3:])
-	out, err = c.run("apply", "--prune", "--conntrack-max-per-core", "0", "--timeout", "4m")
+	out, err = c.run("apply", "--prune", "--timeout", "4m")
 	if err != nil {
 		t.Fatalf("apply --prune of the dead master %s: %v\n%s", h[2].Name, err, out)
 	}
@@ -104,7 +104,7 @@ func TestHAControlPlaneGrowsSurvivesAMasterAndShrinks(t *testing.T) {
 	}
 	// Then a live one: 2 -> 1 members; the remaining master runs its controllers alone again.
 	c.writeInventory(h[:1], h[3:])
-	out, err = c.run("apply", "--prune", "--conntrack-max-per-core", "0", "--timeout", "4m")
+	out, err = c.run("apply", "--prune", "--timeout", "4m")
 	if err != nil {
 		t.Fatalf("apply --prune of %s: %v\n%s", h[1].Name, err, out)
 	}
@@ -128,7 +128,7 @@ true`); left != "" {
 	if strings.Contains(out, "restart kube-controller-manager") {
 		t.Errorf("the prune restarted the controller-manager while the second master still ran:\n%s", out)
 	}
-	out, err = c.run("apply", "--conntrack-max-per-core", "0", "--timeout", "4m")
+	out, err = c.run("apply", "--timeout", "4m")
 	if err != nil || !strings.Contains(out, "restart kube-controller-manager-"+h[0].Name) {
 		t.Errorf("apply with one master left: %v\n%s", err, out)
 	}

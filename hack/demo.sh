@@ -22,7 +22,7 @@ inv=$(dirname "$lab_inv")/kforge.yaml
 
 step "plan, then apply: the cluster in one command"
 $k -i "$inv" plan
-$k -i "$inv" apply --conntrack-max-per-core 0
+$k -i "$inv" apply
 
 step "the cluster, seen from this workstation"
 kubeconfig=$(mktemp /tmp/kforge-demo-kubeconfig.XXXXXX)
@@ -31,7 +31,7 @@ $k -i "$inv" kubeconfig > "$kubeconfig"
 "$cache/demo-bundle/bin/kubectl" --kubeconfig "$kubeconfig" get pods -A
 
 step "apply again: nothing to do"
-$k -i "$inv" apply --conntrack-max-per-core 0 2>&1 | tail -2
+$k -i "$inv" apply 2>&1 | tail -2
 
 cat >&2 <<TXT
 

@@ -78,6 +78,7 @@ func TestMalformedInventories(t *testing.T) {
 		{"bad taint effect", head + m1 + "    taints:\n      - {key: gpu, effect: NoWay}\n", nil, 8, "masters[0].taints[0].effect", `unknown taint effect "NoWay"`},
 		{"kubelet flag with dashes", head + "kubelet:\n  extraArgs:\n    --max-pods: '10'\n" + m1, nil, 6, "kubelet.extraArgs.--max-pods", "leading dashes"},
 		{"unknown cgroup driver", head + "kubelet:\n  cgroupDriver: cgroupv2\n" + m1, nil, 5, "kubelet.cgroupDriver", `unknown cgroup driver "cgroupv2"`},
+		{"negative conntrack", head + "kubeProxy:\n  conntrackMaxPerCore: -1\n" + m1, nil, 5, "kubeProxy.conntrackMaxPerCore", `-1 is negative`},
 		{"runtime endpoint not unix", head + "containerRuntime:\n  endpoint: tcp://x:1\n" + m1, nil, 5, "containerRuntime.endpoint", "not a unix socket URL"},
 		{"env var unset", head + "masters:\n  - name: m1\n    address: ${M1_ADDR}\n", nil, 6, "masters[0].address", "environment variable M1_ADDR is not set"},
 		{"env var unclosed", head + "masters:\n  - name: m1\n    address: ${M1_ADDR\n", nil, 6, "masters[0].address", "unclosed"},

@@ -50,6 +50,8 @@ type Cluster struct {
 	SSH SSH `yaml:"ssh,omitempty"`
 	// kubelet options for every node.
 	Kubelet Kubelet `yaml:"kubelet,omitempty"`
+	// kube-proxy options.
+	KubeProxy KubeProxy `yaml:"kubeProxy,omitempty"`
 	// Container runtime (containerd) options for every node.
 	ContainerRuntime ContainerRuntime `yaml:"containerRuntime,omitempty"`
 	// Control-plane hosts (kube-apiserver, controller-manager, scheduler, stacked etcd). At least one; use an odd number for etcd quorum.
@@ -174,6 +176,14 @@ type Kubelet struct {
 	ExtraArgs map[string]string `yaml:"extraArgs,omitempty"`
 	// Allow hosts with cgroup v1. kubelet 1.35+ refuses cgroup v1 unless told otherwise and the Kubernetes project is removing support: opt in only where v2 is impossible.
 	AllowCgroupV1 bool `yaml:"allowCgroupV1,omitempty"`
+	// resolv.conf (a path on the hosts) kubelet gives pods with the Default DNS policy and CoreDNS as its upstream. Default: the host's /etc/resolv.conf.
+	ResolvConf string `yaml:"resolvConf,omitempty"`
+}
+
+// KubeProxy holds kube-proxy options.
+type KubeProxy struct {
+	// kube-proxy's conntrack.maxPerCore: connections tracked per CPU core, which sets the machine-wide conntrack table size. Default: kube-proxy's own (32768). 0 leaves the table alone, as hosts that share a kernel (containers, kforge lab) need.
+	ConntrackMaxPerCore *int `yaml:"conntrackMaxPerCore,omitempty" jsonschema:"minimum=0"`
 }
 
 // ContainerRuntime holds container runtime options.

@@ -366,6 +366,9 @@ func (v *validator) kubelet() {
 	if !slices.Contains(cgroupDrivers, k.CgroupDriver) {
 		v.add("kubelet.cgroupDriver", "use systemd or cgroupfs", "unknown cgroup driver %q", k.CgroupDriver)
 	}
+	if p := v.c.KubeProxy.ConntrackMaxPerCore; p != nil && *p < 0 {
+		v.add("kubeProxy.conntrackMaxPerCore", "use 0 to leave the conntrack table alone, or a positive number of connections per core", "%d is negative", *p)
+	}
 	for name := range k.ExtraArgs {
 		p := "kubelet.extraArgs." + name
 		if strings.HasPrefix(name, "-") {

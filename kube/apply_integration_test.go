@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kforge/kforge/inventory"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -15,8 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-
-	"github.com/kforge/kforge/templates"
 )
 
 const userManifest = `apiVersion: v1
@@ -108,7 +107,7 @@ func applySteps(t testing.TB, cp *controlPlane, admin kubernetes.Interface) (fun
 	if err != nil {
 		t.Fatal(err)
 	}
-	kc, err := KubeletConfigurationFor(c, templates.Options{})
+	kc, err := KubeletConfigurationFor(c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +133,7 @@ func applySteps(t testing.TB, cp *controlPlane, admin kubernetes.Interface) (fun
 				return CoreDNS(ctx, c, CoreDNSInputFor(cp.cluster, images))
 			},
 			func() ([]Change, error) {
-				return KubeProxy(ctx, c, KubeProxyInputFor(cp.cluster, images, new(int32(0))))
+				return KubeProxy(ctx, c, KubeProxyInputFor(zeroConntrack(cp.cluster), images))
 			},
 			func() ([]Change, error) {
 				return Flannel(ctx, c, FlannelInputFor(cp.cluster, images))
@@ -333,7 +332,7 @@ func checkObjects(t *testing.T, cp *controlPlane, admin kubernetes.Interface, dy
 	if err != nil || actions(ch)["Service kube-system/kube-dns"] != Updated {
 		t.Errorf("CoreDNS after an edit of kube-dns: %v %v", ch, err)
 	}
-	ch, err = KubeProxy(ctx, admin, KubeProxyInputFor(cp.cluster, images, new(int32(0))))
+	ch, err = KubeProxy(ctx, admin, KubeProxyInputFor(zeroConntrack(cp.cluster), images))
 	if err != nil || actions(ch)["DaemonSet kube-system/kube-proxy"] != Updated {
 		t.Errorf("KubeProxy after an edit of its DaemonSet: %v %v", ch, err)
 	}
@@ -477,4 +476,12 @@ func sameTaints(a, b []corev1.Taint) bool {
 		}
 	}
 	return true
+}
+
+// zeroConntrack is c with kube-proxy leaving the conntrack table alone, as test hosts sharing
+// this machine's kernel need.
+func zeroConntrack(c *inventory.Cluster) *inventory.Cluster {
+	cc := *c
+	cc.KubeProxy.ConntrackMaxPerCore = new(0)
+	return &cc
 }

@@ -106,12 +106,12 @@ func ClusterConfigurationFor(c *inventory.Cluster) (ClusterConfiguration, error)
 // the templates package's kubelet config.yaml without its node-local fields
 // (containerRuntimeEndpoint lives in each node's instance-config.yaml, as with kubeadm 1.36's
 // NodeLocalCRISocket).
-func KubeletConfigurationFor(c *inventory.Cluster, o templates.Options) (*kubeletv1beta1.KubeletConfiguration, error) {
+func KubeletConfigurationFor(c *inventory.Cluster) (*kubeletv1beta1.KubeletConfiguration, error) {
 	nodes := c.Nodes()
 	if len(nodes) == 0 {
 		return nil, fmt.Errorf("the inventory lists no hosts")
 	}
-	return templates.KubeletFor(c, nodes[0], o).Config()
+	return templates.KubeletFor(c, nodes[0], templates.Options{}).Config()
 }
 
 func orDefault(v, d string) string {

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	bootstraputil "k8s.io/cluster-bootstrap/token/util"
+	"k8s.io/utils/ptr"
 
 	"github.com/kforge/kforge/inventory"
 	"github.com/kforge/kforge/pki"
@@ -120,7 +121,11 @@ func CoreDNSInputFor(c *inventory.Cluster, im Images) CoreDNSInput {
 // KubeProxyInputFor is KubeProxy's input for the inventory's cluster, in iptables mode;
 // conntrackMaxPerCore is nil for kube-proxy's default or a value (0 on hosts whose conntrack
 // table is machine-wide, such as kforge's lab).
-func KubeProxyInputFor(c *inventory.Cluster, im Images, conntrackMaxPerCore *int32) KubeProxyInput {
+func KubeProxyInputFor(c *inventory.Cluster, im Images) KubeProxyInput {
+	var conntrackMaxPerCore *int32
+	if v := c.KubeProxy.ConntrackMaxPerCore; v != nil {
+		conntrackMaxPerCore = ptr.To(int32(*v))
+	}
 	return KubeProxyInput{
 		Image:               im.KubeProxy,
 		Server:              pki.APIServerURL(pki.Endpoint(c)),

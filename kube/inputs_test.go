@@ -50,7 +50,8 @@ func TestInputsFromInventory(t *testing.T) {
 	c := testCluster(t)
 	c.ControlPlaneEndpoint = "lb.example:6443"
 	im := testImages()
-	kp := KubeProxyInputFor(c, im, new(int32(0)))
+	c.KubeProxy.ConntrackMaxPerCore = new(0)
+	kp := KubeProxyInputFor(c, im)
 	if kp.Server != "https://lb.example:6443" || kp.PodSubnet != "10.244.0.0/16" || kp.Mode != "iptables" || *kp.ConntrackMaxPerCore != 0 {
 		t.Errorf("kube-proxy input %+v", kp)
 	}

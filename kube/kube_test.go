@@ -20,7 +20,6 @@ import (
 
 	"github.com/kforge/kforge/bundle"
 	"github.com/kforge/kforge/inventory"
-	"github.com/kforge/kforge/templates"
 )
 
 // writes are the create/update/patch/delete actions a fake clientset recorded.
@@ -164,7 +163,7 @@ scheduler: {}
 
 func kubeletConfig(t *testing.T) *kubeletv1beta1.KubeletConfiguration {
 	t.Helper()
-	kc, err := KubeletConfigurationFor(testCluster(t), templates.Options{})
+	kc, err := KubeletConfigurationFor(testCluster(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,6 @@ import (
 
 	"github.com/kforge/kforge/inventory"
 	"github.com/kforge/kforge/pki"
-	"github.com/kforge/kforge/templates"
 )
 
 // oracleAllowed are the differences between kforge's objects and those real kubeadm creates,
@@ -126,7 +125,7 @@ nodeRegistration:
 	}
 	now := exp.Add(-token.TTL)
 	bc := b.client(t, b.superAdmin)
-	kc, err := KubeletConfigurationFor(c, templates.Options{})
+	kc, err := KubeletConfigurationFor(c)
 	if err != nil {
 		t.Fatal(err)
 	}

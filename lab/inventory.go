@@ -37,7 +37,10 @@ func (l *Lab) inventory() ([]byte, error) {
 			c.ControlPlaneEndpoint = net.JoinHostPort(h.Address, strconv.Itoa(6443))
 		}
 	}
-	// The hosts share this machine's kernel: with cgroup v1 here, kubelet must be allowed it.
+	// The hosts share this machine's kernel: kube-proxy must leave its conntrack table alone,
+	// and with cgroup v1 here, kubelet must be allowed it.
+	zero := 0
+	c.KubeProxy.ConntrackMaxPerCore = &zero
 	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err != nil {
 		c.Kubelet.AllowCgroupV1 = true
 	}

@@ -35,11 +35,6 @@ type Options struct {
 	Connect func(ctx context.Context, n inventory.Node) (remote.Host, error)
 	// Ignore turns these preflight errors into warnings (--ignore-preflight-errors).
 	Ignore preflight.Ignore
-	// ResolvConf is kubelet's resolvConf (empty: the host's /etc/resolv.conf).
-	ResolvConf string
-	// ConntrackMaxPerCore is kube-proxy's conntrack.maxPerCore (nil: kube-proxy's default;
-	// 0 leaves the machine-wide conntrack table alone, as nested hosts need).
-	ConntrackMaxPerCore *int32
 	// Timeout bounds each wait on the cluster (API server, nodes, pods); default 5 minutes.
 	Timeout time.Duration
 	// Removed are the hosts of the last apply the inventory no longer lists (Removed); with

@@ -168,7 +168,7 @@ func (a *Apply) clusterConfig(ctx context.Context, r progress.Reporter) error {
 	if err != nil {
 		return err
 	}
-	kc, err := kube.KubeletConfigurationFor(a.inv, templates.Options{ResolvConf: a.o.ResolvConf})
+	kc, err := kube.KubeletConfigurationFor(a.inv)
 	if err != nil {
 		return err
 	}
@@ -235,7 +235,7 @@ func (a *Apply) coreAddons(ctx context.Context, r progress.Reporter) error {
 		return err
 	}
 	var all []kube.Change
-	cs, err := kube.KubeProxy(ctx, a.api.Typed, kube.KubeProxyInputFor(a.inv, im, a.o.ConntrackMaxPerCore))
+	cs, err := kube.KubeProxy(ctx, a.api.Typed, kube.KubeProxyInputFor(a.inv, im))
 	all = append(all, cs...)
 	if err != nil {
 		return err

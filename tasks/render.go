@@ -27,7 +27,7 @@ const sysctlConf = "# Written by kforge: what Kubernetes networking needs.\nnet.
 // render makes every host's files from the PKI set and the host's facts.
 func (a *Apply) render(context.Context, progress.Reporter) error {
 	o := templates.Options{
-		BootstrapToken: a.token.Value(), ResolvConf: a.o.ResolvConf, EtcdBoot: a.etcd.boot,
+		BootstrapToken: a.token.Value(), EtcdBoot: a.etcd.boot,
 		RestrictOOMScoreAdj: map[string]bool{}, HostCACertDirs: map[string][]string{},
 		RetiringMasters: len(removedMasters(a.o.Removed)),
 	}
@@ -76,7 +76,6 @@ func removedMasters(removed []inventory.Node) []string {
 type RenderInput struct {
 	// BootstrapToken for workers' bootstrap-kubelet.conf; empty: a fresh one, as apply makes.
 	BootstrapToken string
-	ResolvConf     string
 	CNIBinDir      string
 	CACertDirs     []string
 }
@@ -105,7 +104,7 @@ func Render(c *inventory.Cluster, o Options, in RenderInput) (*Rendered, error) 
 		}
 		token = t.Value()
 	}
-	hosts, err := templates.Tree(c, set, templates.Options{BootstrapToken: token, ResolvConf: in.ResolvConf, CNIBinDir: in.CNIBinDir, CACertDirs: in.CACertDirs})
+	hosts, err := templates.Tree(c, set, templates.Options{BootstrapToken: token, CNIBinDir: in.CNIBinDir, CACertDirs: in.CACertDirs})
 	if err != nil {
 		return nil, err
 	}

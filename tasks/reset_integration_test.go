@@ -43,8 +43,7 @@ type resetLab struct {
 }
 
 func (r *resetLab) options() Options {
-	zero := int32(0)
-	return Options{State: state.At(r.state), Limits: remote.Limits{}, ConntrackMaxPerCore: &zero, Timeout: 4 * time.Minute, Logger: slog.New(slog.DiscardHandler)}
+	return Options{State: state.At(r.state), Limits: remote.Limits{}, Timeout: 4 * time.Minute, Logger: slog.New(slog.DiscardHandler)}
 }
 
 // command is apply or reset.

@@ -73,7 +73,8 @@ func TestStaticPodGoldens(t *testing.T) {
 func TestNodeFileGoldens(t *testing.T) {
 	c := haCluster()
 	n := c.Nodes()[1]
-	k := KubeletFor(c, n, Options{ResolvConf: "/etc/kforge/resolv.conf"})
+	c.Kubelet.ResolvConf = "/etc/kforge/resolv.conf"
+	k := KubeletFor(c, n, Options{})
 	cfg, err := k.ConfigYAML()
 	if err != nil {
 		t.Fatal(err)

@@ -48,8 +48,6 @@ type Options struct {
 	KubeletPath string
 	// CNIBinDir is containerd's CNI plugin directory; default /opt/cni/bin.
 	CNIBinDir string
-	// ResolvConf is kubelet's resolvConf; empty keeps kubelet's default (/etc/resolv.conf).
-	ResolvConf string
 	// RetiringMasters counts masters still in the cluster that the inventory no longer lists
 	// (until apply --prune removes them); see ControlPlaneFor.
 	RetiringMasters int
@@ -149,7 +147,7 @@ func KubeletFor(c *inventory.Cluster, n inventory.Node, o Options) Kubelet {
 		CgroupDriver:       or(c.Kubelet.CgroupDriver, "systemd"),
 		CRIEndpoint:        or(c.ContainerRuntime.Endpoint, inventory.DefaultCRIEndpoint),
 		AllowCgroupV1:      c.Kubelet.AllowCgroupV1,
-		ResolvConf:         o.ResolvConf,
+		ResolvConf:         c.Kubelet.ResolvConf,
 		ExtraArgs:          c.Kubelet.ExtraArgs,
 	}
 }

@@ -17,12 +17,32 @@ type ApplyCmd struct {
 	AcceptNewHostKeys     bool          `help:"Trust hosts whose SSH key is not yet in known_hosts, and record their keys (trust on first use)."`
 	IgnorePreflightErrors []string      `sep:"," placeholder:"CHECK,..." help:"Turn these preflight errors into warnings (names as printed, or 'all')."`
 	Timeout               time.Duration `default:"5m" help:"How long to wait for the API server, the nodes and the pods."`
-	ResolvConf            string        `placeholder:"FILE" help:"resolv.conf kubelet gives pods (default: the host's /etc/resolv.conf)."`
-	ConntrackMaxPerCore   *int32        `placeholder:"N" help:"kube-proxy's conntrack.maxPerCore; 0 leaves the machine-wide conntrack table alone (nested hosts, kforge lab)."`
 	Prune                 bool          `help:"Remove the hosts that left the inventory since the last apply, one at a time: drain, remove a master's etcd member, reset the host, delete the node."`
+	movedToInventory
+}
+
+// movedToInventory are former flags whose settings shape the cluster: they live in the
+// inventory now, because a flag left out of a later run would change the cluster back.
+// Passing one is refused with where the setting went.
+type movedToInventory struct {
+	ResolvConf          string `hidden:"" help:"Moved to the inventory: kubelet.resolvConf."`
+	ConntrackMaxPerCore *int32 `hidden:"" help:"Moved to the inventory: kubeProxy.conntrackMaxPerCore."`
+}
+
+func (m movedToInventory) check() error {
+	if m.ResolvConf != "" {
+		return usageError{fmt.Errorf("--resolv-conf moved to the inventory: set kubelet.resolvConf: %s (a flag left out of a later run would change the cluster back)", m.ResolvConf)}
+	}
+	if m.ConntrackMaxPerCore != nil {
+		return usageError{fmt.Errorf("--conntrack-max-per-core moved to the inventory: set kubeProxy.conntrackMaxPerCore: %d (a flag left out of a later run would change the cluster back)", *m.ConntrackMaxPerCore)}
+	}
+	return nil
 }
 
 func (c *ApplyCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Logger, dl *debugLog) error {
+	if err := c.movedToInventory.check(); err != nil {
+		return err
+	}
 	ignore, err := preflight.ParseIgnore(c.IgnorePreflightErrors)
 	if err != nil {
 		return usageError{err}
@@ -38,7 +58,6 @@ func (c *ApplyCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Lo
 	}
 	o := run.options(g, log)
 	o.AcceptNewHostKeys, o.Ignore, o.Timeout = c.AcceptNewHostKeys, ignore, c.Timeout
-	o.ResolvConf, o.ConntrackMaxPerCore = c.ResolvConf, c.ConntrackMaxPerCore
 	o.Removed, o.Prune = removed, c.Prune
 	a := tasks.NewApply(run.inv, o)
 	defer a.Close()

@@ -138,3 +138,18 @@ func TestKubeconfigPrintsAndMerges(t *testing.T) {
 		t.Fatalf("merge: code %d, stderr %q, file:\n%s", code, errs, b)
 	}
 }
+
+// TestSettingsThatShapeTheClusterAreNotFlags: the former --conntrack-max-per-core and
+// --resolv-conf are refused with where the setting lives now, before anything is read.
+func TestSettingsThatShapeTheClusterAreNotFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"-i", "nope.yaml", "apply", "--conntrack-max-per-core", "0"},
+		{"-i", "nope.yaml", "apply", "--resolv-conf", "/etc/kforge/resolv.conf"},
+		{"-i", "nope.yaml", "render", "-o", t.TempDir(), "--resolv-conf", "/x"},
+	} {
+		code, out, errs := kforge(t, args...)
+		if code != exitInvalid || out != "" || !strings.Contains(errs, "moved to the inventory") {
+			t.Errorf("%v: code %d, stderr %q", args, code, errs)
+		}
+	}
+}

@@ -15,14 +15,17 @@ const renderMarker = ".kforge-render"
 type RenderCmd struct {
 	Dir            string `name:"dir" short:"o" required:"" placeholder:"DIR" help:"Directory to write DIR/<host>/<path> trees and DIR/admin.conf into; replaced if kforge rendered it before."`
 	BootstrapToken string `env:"KFORGE_BOOTSTRAP_TOKEN" placeholder:"TOKEN" help:"Bootstrap token for workers' bootstrap-kubelet.conf (${env}; default: a fresh random one, as apply would create)."`
-	ResolvConf     string `placeholder:"FILE" help:"resolv.conf path kubelet gives pods (default: kubelet's own, /etc/resolv.conf)."`
 	CNIBinDir      string `default:"/opt/cni/bin" placeholder:"DIR" help:"Directory of CNI plugins on the hosts, for containerd's config."`
 	// kubeadm mounts whichever of its candidate CA directories exist on the host; apply
 	// detects them per host, render assumes a Debian/Ubuntu host unless told otherwise.
 	CACertDirs []string `name:"ca-cert-dirs" sep:"," default:"/etc/ca-certificates,/usr/local/share/ca-certificates,/usr/share/ca-certificates" placeholder:"DIRS" help:"Host CA directories mounted into the API server and controller manager (those of kubeadm's list that exist on the hosts; default: a Debian/Ubuntu host's)."`
+	ResolvConf string   `hidden:"" help:"Moved to the inventory: kubelet.resolvConf."`
 }
 
 func (r *RenderCmd) Run(s *streams, g *Globals, log *slog.Logger, dl *debugLog) error {
+	if err := (movedToInventory{ResolvConf: r.ResolvConf}).check(); err != nil {
+		return err
+	}
 	c, d, err := loadCluster(g)
 	if err != nil {
 		return err
@@ -40,7 +43,7 @@ func (r *RenderCmd) Run(s *streams, g *Globals, log *slog.Logger, dl *debugLog) 
 		}
 	}
 	out, err := tasks.Render(c, tasks.Options{State: d, InventoryDir: dirOf(g.Inventory), Logger: log},
-		tasks.RenderInput{BootstrapToken: r.BootstrapToken, ResolvConf: r.ResolvConf, CNIBinDir: r.CNIBinDir, CACertDirs: caDirs})
+		tasks.RenderInput{BootstrapToken: r.BootstrapToken, CNIBinDir: r.CNIBinDir, CACertDirs: caDirs})
 	if err != nil {
 		return err
 	}
