@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/kforge/kforge/internal/testenv"
 )
 
 // testBundle builds (or takes from the cache) the v1.36.3 bundle once per test binary.
@@ -161,7 +162,7 @@ func TestNetfilterImagesWork(t *testing.T) {
 	if os.Geteuid() != 0 {
 		why = "chroot needs root"
 	}
-	needIntegration(t, why)
+	testenv.Require(t, testenv.Missing(why))
 	for _, c := range []string{"kube-proxy", "flannel"} {
 		im, _ := m.Image(c)
 		root := t.TempDir()

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kforge/kforge/internal/testenv"
 )
 
 // containerd is a private containerd (root, state and socket in a temporary directory) for
@@ -28,7 +30,7 @@ func startContainerd(t *testing.T) *containerd {
 	if why == "" && os.Geteuid() != 0 {
 		why = "containerd needs root"
 	}
-	needIntegration(t, why)
+	testenv.Require(t, testenv.Missing(why))
 	dir, err := os.MkdirTemp("", "kforge-ctrd-")
 	if err != nil {
 		t.Fatal(err)

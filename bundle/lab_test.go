@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kforge/kforge/internal/testenv"
 	"github.com/kforge/kforge/lab"
 	"github.com/kforge/kforge/remote"
 )
@@ -21,7 +22,7 @@ func TestShipBundleToLabHosts(t *testing.T) {
 	if err := lab.Prerequisites(); err != nil {
 		why = err.Error()
 	}
-	needIntegration(t, why)
+	testenv.Require(t, testenv.Missing(why))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 

@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/kforge/kforge/internal/testenv"
 	"github.com/kforge/kforge/lab"
 )
 
@@ -38,7 +39,7 @@ import (
 //
 // It reports both times, their ratio (target: kforge/script ≤ 0.6) and each side's steps.
 func BenchmarkApplyVsKubeadm(b *testing.B) {
-	needIntegration(b)
+	testenv.Require(b, lab.Prerequisites())
 	for _, tool := range []string{"ssh", "scp", "tar"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			b.Fatalf("%s not on PATH (apt-get install openssh-client tar): %v", tool, err)

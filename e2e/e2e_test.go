@@ -41,14 +41,6 @@ import (
 	"github.com/kforge/kforge/lab"
 )
 
-// needIntegration skips the test when a prerequisite is missing, or fails it under
-// KFORGE_REQUIRE_INTEGRATION=1 (make test).
-func needIntegration(t testing.TB) {
-	t.Helper()
-	testenv.Integration(t)
-	testenv.Need(t, lab.Prerequisites())
-}
-
 // cluster is a lab with an inventory for it, and the tools to drive and inspect it.
 type cluster struct {
 	t         *testing.T
@@ -369,7 +361,7 @@ for u in kubelet containerd; do systemctl show -p MainPID -p ActiveEnterTimestam
 }
 
 func TestApplyLabClusterEndToEnd(t *testing.T) {
-	needIntegration(t)
+	testenv.Require(t, lab.Prerequisites())
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	// Four hosts: the inventory starts with three; the fourth joins when it is added.

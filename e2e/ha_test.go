@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/kforge/kforge/internal/testenv"
 	"github.com/kforge/kforge/lab"
 )
 
@@ -21,7 +22,7 @@ import (
 // master, then the live second one, are removed with apply --prune (etcd member first, 3 -> 2
 // -> 1 members, never losing quorum), and the API keeps accepting writes.
 func TestHAControlPlaneGrowsSurvivesAMasterAndShrinks(t *testing.T) {
-	needIntegration(t)
+	testenv.Require(t, lab.Prerequisites())
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	c := newCluster(ctx, t, "ha", lab.Options{Hosts: 4, Masters: 3, LoadBalancer: true})

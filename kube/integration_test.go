@@ -27,24 +27,14 @@ import (
 	"github.com/kforge/kforge/pki"
 )
 
-// needIntegration skips the test in -short mode, or when why is not empty (a prerequisite is
-// missing) — unless KFORGE_REQUIRE_INTEGRATION=1, in which case a missing prerequisite fails it.
-func needIntegration(t testing.TB, why string) {
-	t.Helper()
-	testenv.Integration(t)
-	if why != "" {
-		testenv.Need(t, errors.New(why))
-	}
-}
-
 // binaries returns kube-apiserver and etcd as the bundle package builds them
 // (bundle.KubernetesBinaries, bundle.EtcdBinaries; cached after the first build).
 func binaries(t testing.TB) (k8sDir, etcd string) {
 	t.Helper()
 	if _, err := exec.LookPath("go"); err != nil {
-		needIntegration(t, "the go command is not on PATH (it builds the Kubernetes binaries)")
+		testenv.Require(t, errors.New("the go command is not on PATH (it builds the Kubernetes binaries)"))
 	}
-	needIntegration(t, "")
+	testenv.Require(t, nil)
 	ctx := context.Background()
 	v, err := bundle.DefaultVersions(inventory.DefaultKubernetesVersion)
 	if err != nil {

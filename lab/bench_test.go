@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kforge/kforge/internal/testenv"
 )
 
 // BenchmarkLabUp measures bringing up 3, 20 and 100 hosts: time until Up returns (every sshd
@@ -18,7 +20,7 @@ import (
 func BenchmarkLabUp(b *testing.B) {
 	for _, n := range []int{3, 20, 100} {
 		b.Run(fmt.Sprintf("hosts=%d", n), func(b *testing.B) {
-			requireIntegration(b)
+			testenv.Require(b, Prerequisites())
 			ctx := context.Background()
 			for i := 0; i < b.N; i++ {
 				if err := Down(ctx, "labbench", nil); err != nil {

@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kforge/kforge/internal/testenv"
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
 )
@@ -30,7 +31,7 @@ import (
 // tears it down at the end.
 func upLab(t testing.TB, o Options) *Lab {
 	t.Helper()
-	requireIntegration(t)
+	testenv.Require(t, Prerequisites())
 	ctx := context.Background()
 	if err := Down(ctx, o.Name, nil); err != nil {
 		t.Fatalf("tearing down a leftover lab %s: %v", o.Name, err)
@@ -90,7 +91,7 @@ func sshRun(c *ssh.Client, cmd string, stdin []byte) (string, error) {
 // checking, separate filesystems, systemd running, containerd running a container built offline,
 // and nothing left behind after Down.
 func TestLabUpThreeHosts(t *testing.T) {
-	requireIntegration(t)
+	testenv.Require(t, Prerequisites())
 	inotifyBefore, _ := readInt(inotifyLimit)
 	l := upLab(t, Options{Name: "labtest", Hosts: 3})
 	ctx := context.Background()
@@ -521,7 +522,7 @@ func TestLabFaults(t *testing.T) {
 // TestLabsCoexist brings up two labs at once (one with a load balancer) and takes them down one
 // by one: addresses never collide and one lab's Down leaves the other working.
 func TestLabsCoexist(t *testing.T) {
-	requireIntegration(t)
+	testenv.Require(t, Prerequisites())
 	var a, b *Lab
 	var wg sync.WaitGroup
 	wg.Add(2)
@@ -611,7 +612,7 @@ func upLabNoFatal(t *testing.T, o Options) *Lab {
 // TestFailedUpCleansUp makes Up fail after the hosts started (a boot timeout too short for any
 // sshd) and checks nothing is left.
 func TestFailedUpCleansUp(t *testing.T) {
-	requireIntegration(t)
+	testenv.Require(t, Prerequisites())
 	ctx := context.Background()
 	must(t, Down(ctx, "labfail", nil))
 	_, err := Up(ctx, Options{Name: "labfail", Hosts: 2, BootTimeout: time.Millisecond, Logger: testLogger(t)})

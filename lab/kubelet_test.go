@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kforge/kforge/bundle"
+	"github.com/kforge/kforge/internal/testenv"
 	"github.com/kforge/kforge/inventory"
 )
 
@@ -37,7 +38,7 @@ func readSysctls(t *testing.T) map[string]string {
 // with containerd configured as kforge configures it, and checks that it starts a static pod
 // (seen through containerd) without changing any machine-wide sysctl.
 func TestKubeletStaticPodInLabHost(t *testing.T) {
-	requireIntegration(t)
+	testenv.Require(t, Prerequisites())
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	start := time.Now()

@@ -10,19 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kforge/kforge/internal/testenv"
-
 	"github.com/kforge/kforge/inventory"
 )
-
-// requireIntegration skips an integration test in -short mode or when the machine lacks what a
-// lab needs, unless KFORGE_REQUIRE_INTEGRATION=1, which turns a missing prerequisite into a
-// failure.
-func requireIntegration(t testing.TB) {
-	t.Helper()
-	testenv.Integration(t)
-	testenv.Need(t, Prerequisites())
-}
 
 func TestOptionsDefaultsAndValidation(t *testing.T) {
 	o := Options{Hosts: 3}

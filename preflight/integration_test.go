@@ -21,14 +21,6 @@ import (
 	"github.com/kforge/kforge/remote"
 )
 
-// requireIntegration skips an integration test in -short mode or when the machine cannot run a
-// lab, unless KFORGE_REQUIRE_INTEGRATION=1 turns a missing prerequisite into a failure.
-func requireIntegration(t *testing.T) {
-	t.Helper()
-	testenv.Integration(t)
-	testenv.Need(t, lab.Prerequisites())
-}
-
 const labName = "preflight"
 
 func dial(t *testing.T, l *lab.Lab, h lab.Host, user string, sudo remote.SudoMode) *remote.SSH {
@@ -59,7 +51,7 @@ func labExec(t *testing.T, l *lab.Lab, host string, argv ...string) string {
 // socat's PID, and nothing else fails; once socat is gone, preflight passes. A non-root login
 // without sudo fails IsPrivilegedUser.
 func TestFactsAndPreflightOnLab(t *testing.T) {
-	requireIntegration(t)
+	testenv.Require(t, lab.Prerequisites())
 	ctx := context.Background()
 	if err := lab.Down(ctx, labName, nil); err != nil {
 		t.Fatalf("tearing down a leftover lab: %v", err)

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kforge/kforge/internal/testenv"
 	"golang.org/x/crypto/ssh"
 )
 
@@ -52,11 +53,11 @@ func requireTools(t testing.TB, tools ...string) {
 		t.Skip("integration test; skipped in -short mode")
 	}
 	if os.Geteuid() != 0 {
-		requireIntegration(t, "must run as root (network and mount namespaces)")
+		testenv.Require(t, errors.New("must run as root (network and mount namespaces)"))
 	}
 	for _, tool := range tools {
 		if _, err := exec.LookPath(tool); err != nil {
-			requireIntegration(t, tool+" not found (Debian packages: openssh-server, sudo, passwd, util-linux, iproute2)")
+			testenv.Require(t, errors.New(tool+" not found (Debian packages: openssh-server, sudo, passwd, util-linux, iproute2)"))
 		}
 	}
 }
@@ -95,7 +96,7 @@ func netnsProcs(pid int) []int {
 func startSSHDLab(t *testing.T) *sshdLab {
 	requireTools(t, "sshd", "sudo", "unshare", "nsenter", "ip", "useradd", "chpasswd", "ssh-keygen")
 	if _, err := os.Stat("/usr/lib/openssh/sftp-server"); err != nil {
-		requireIntegration(t, "/usr/lib/openssh/sftp-server missing (Debian package openssh-sftp-server)")
+		testenv.Require(t, errors.New("/usr/lib/openssh/sftp-server missing (Debian package openssh-sftp-server)"))
 	}
 	dir, err := os.MkdirTemp("", "kfr-sshd-")
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kforge/kforge/internal/testenv"
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/agent"
 	"golang.org/x/crypto/ssh/knownhosts"
@@ -497,7 +498,7 @@ func TestSSHSudoWithPassword(t *testing.T) {
 
 func TestSSHUploadThroughSudo(t *testing.T) {
 	if _, err := os.Stat("/usr/lib/openssh/sftp-server"); err != nil {
-		requireIntegration(t, "OpenSSH sftp-server (Debian package openssh-sftp-server) is not installed")
+		testenv.Require(t, errors.New("OpenSSH sftp-server (Debian package openssh-sftp-server) is not installed"))
 	}
 	for _, pw := range []string{"", "pw"} {
 		f := newFixture(t)

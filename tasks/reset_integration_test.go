@@ -25,15 +25,6 @@ import (
 	"github.com/kforge/kforge/remote"
 )
 
-// requireIntegration skips a test that needs a lab (root, systemd-nspawn, ...) in -short mode
-// or when a prerequisite is missing — unless KFORGE_REQUIRE_INTEGRATION=1, which turns a missing
-// prerequisite into a failure.
-func requireIntegration(t *testing.T) {
-	t.Helper()
-	testenv.Integration(t)
-	testenv.Need(t, lab.Prerequisites())
-}
-
 // resetLab is a lab, its inventory with the bundle, and a state dir.
 type resetLab struct {
 	t     *testing.T
@@ -103,7 +94,7 @@ systemctl show -p MainPID --value containerd`
 // images and containerd's config; a second reset changes nothing (containerd not even
 // restarted); apply then brings the cluster back.
 func TestResetLabCluster(t *testing.T) {
-	requireIntegration(t)
+	testenv.Require(t, lab.Prerequisites())
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
 	dir := t.TempDir()

@@ -30,15 +30,6 @@ import (
 	"github.com/kforge/kforge/templates"
 )
 
-// requireIntegration skips (or, with KFORGE_REQUIRE_INTEGRATION=1, fails) a test whose real
-// prerequisites are missing.
-func requireIntegration(t *testing.T, ok bool, why string) {
-	t.Helper()
-	if !ok {
-		testenv.Need(t, errors.New(why))
-	}
-}
-
 type tlog struct{ t *testing.T }
 
 func (l tlog) Write(p []byte) (int, error) {
@@ -202,10 +193,16 @@ func TestRenderMatchesKubeadm(t *testing.T) {
 		t.Skip("integration: builds and runs real kubeadm v1.36.3")
 	}
 	_, unshareErr := exec.LookPath("unshare")
-	requireIntegration(t, os.Geteuid() == 0, "must run as root (mount namespaces)")
-	requireIntegration(t, unshareErr == nil, "unshare (util-linux) not found")
+	if !(os.Geteuid() == 0) {
+		testenv.Require(t, errors.New("must run as root (mount namespaces)"))
+	}
+	if !(unshareErr == nil) {
+		testenv.Require(t, errors.New("unshare (util-linux) not found"))
+	}
 	_, goErr := exec.LookPath("go")
-	requireIntegration(t, goErr == nil, "go toolchain needed to build kubeadm")
+	if !(goErr == nil) {
+		testenv.Require(t, errors.New("go toolchain needed to build kubeadm"))
+	}
 
 	start := time.Now()
 	bin, err := bundle.KubernetesBinaries(context.Background(), bundle.BuildOptions{Version: "v1.36.3", Log: tlog{t}})

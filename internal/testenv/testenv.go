@@ -5,6 +5,7 @@
 package testenv
 
 import (
+	"errors"
 	"os"
 	"testing"
 )
@@ -30,4 +31,20 @@ func Need(t testing.TB, missing error) {
 		t.Fatalf("prerequisite missing (%s=1): %v", RequireEnv, missing)
 	}
 	t.Skipf("prerequisite missing: %v", missing)
+}
+
+// Require is the one gate of an integration test: skipped in -short mode, and skipped (or, under
+// KFORGE_REQUIRE_INTEGRATION=1, failed) when missing is not nil.
+func Require(t testing.TB, missing error) {
+	t.Helper()
+	Integration(t)
+	Need(t, missing)
+}
+
+// Missing is why as an error for Require; nil when why is empty.
+func Missing(why string) error {
+	if why == "" {
+		return nil
+	}
+	return errors.New(why)
 }
