@@ -16,6 +16,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kforge/kforge/hostpath"
+
 	"github.com/kforge/kforge/internal/fsx"
 
 	"golang.org/x/sync/errgroup"
@@ -113,7 +115,7 @@ func Build(ctx context.Context, o Options) (*Manifest, error) {
 		files = append(files, File{Name: c, Path: "bin/" + c, Install: "/usr/bin/" + c, Mode: "0755"})
 	}
 	for _, c := range sortedKeys(CNIPlugins) {
-		files = append(files, File{Name: c, Path: "cni/" + c, Install: "/opt/cni/bin/" + c, Mode: "0755"})
+		files = append(files, File{Name: c, Path: "cni/" + c, Install: hostpath.DefaultCNIBinDir + "/" + c, Mode: "0755"})
 	}
 	src := func(f File) string {
 		if strings.HasPrefix(f.Path, "cni/") {

@@ -14,22 +14,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kforge/kforge/hostpath"
+
 	"github.com/kforge/kforge/inventory"
 	"github.com/kforge/kforge/remote"
-)
-
-// Paths of kforge's markers on a host (see docs/preflight.md, "Markers").
-const (
-	// ManifestsDir is kubelet's static-pod directory.
-	ManifestsDir = "/etc/kubernetes/manifests"
-	// ManifestsMarkerPath lists the static-pod manifests kforge wrote and the cluster they belong
-	// to (ManifestsMarker). kubelet ignores files whose name starts with a dot.
-	ManifestsMarkerPath = ManifestsDir + "/.kforge-manifests"
-	// KubeletDropInPath is kforge's kubelet drop-in (templates.KubeletDropInPath): its presence
-	// says the kubelet on the host was set up by kforge.
-	KubeletDropInPath = "/etc/systemd/system/kubelet.service.d/10-kforge.conf"
-	// EtcdDataDir is stacked etcd's data directory.
-	EtcdDataDir = "/var/lib/etcd"
 )
 
 // Binaries are the commands whose presence and version Facts reports, in this order.
@@ -82,7 +70,7 @@ type Facts struct {
 	Manifests Manifests
 	// EtcdDataDir lists up to five entries of /var/lib/etcd; nil when empty or absent.
 	EtcdDataDir []string
-	// KubeletDropIn says kforge's kubelet drop-in exists (KubeletDropInPath).
+	// KubeletDropIn says kforge's kubelet drop-in exists (hostpath.KubeletDropInPath).
 	KubeletDropIn bool
 
 	// Files maps each requested path that is a regular file to its hex sha256; absent paths
@@ -187,7 +175,7 @@ type Manifests struct {
 	Marker *Marker
 }
 
-// Marker is the content of ManifestsMarkerPath.
+// Marker is the content of hostpath.ManifestsMarkerPath.
 type Marker struct {
 	Cluster string   // the kforge cluster name
 	Files   []string // manifest file names kforge wrote
@@ -196,7 +184,7 @@ type Marker struct {
 // Owns says whether the marker lists manifest file name.
 func (m *Marker) Owns(name string) bool { return m != nil && slices.Contains(m.Files, name) }
 
-// ManifestsMarker returns the content of ManifestsMarkerPath for cluster with the given static
+// ManifestsMarker returns the content of hostpath.ManifestsMarkerPath for cluster with the given static
 // pod file names (e.g. kube-apiserver.yaml). apply uploads it with (or before) the manifests.
 func ManifestsMarker(cluster string, manifests []string) []byte {
 	names := slices.Clone(manifests)
@@ -319,14 +307,14 @@ if [ -S "$sock" ]; then
     printf '%s\n' "$out" | tail -n 12 | while IFS= read -r l; do printf 'ctr %s\n' "$l"; done
   fi
 fi
-d=` + ManifestsDir + `
+d=` + hostpath.ManifestsDir + `
 if [ -d $d ]; then
   echo 'manifests exists'
   ls -A $d | while IFS= read -r e; do printf 'manifest %s\n' "$e"; done
-  [ -f ` + ManifestsMarkerPath + ` ] && while IFS= read -r l || [ -n "$l" ]; do printf 'marker %s\n' "$l"; done <` + ManifestsMarkerPath + `
+  [ -f ` + hostpath.ManifestsMarkerPath + ` ] && while IFS= read -r l || [ -n "$l" ]; do printf 'marker %s\n' "$l"; done <` + hostpath.ManifestsMarkerPath + `
 fi
-[ -d ` + EtcdDataDir + ` ] && ls -A ` + EtcdDataDir + ` | head -n 5 | while IFS= read -r e; do printf 'etcd %s\n' "$e"; done
-[ -f ` + KubeletDropInPath + ` ] && echo kubeletdropin=1
+[ -d ` + hostpath.EtcdDataDir + ` ] && ls -A ` + hostpath.EtcdDataDir + ` | head -n 5 | while IFS= read -r e; do printf 'etcd %s\n' "$e"; done
+[ -f ` + hostpath.KubeletDropInPath + ` ] && echo kubeletdropin=1
 set --
 `)
 	if len(o.Dirs) > 0 {

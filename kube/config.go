@@ -12,6 +12,7 @@ import (
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/kforge/kforge/hostpath"
 	"github.com/kforge/kforge/inventory"
 	"github.com/kforge/kforge/pki"
 	"github.com/kforge/kforge/templates"
@@ -87,11 +88,11 @@ func ClusterConfigurationFor(c *inventory.Cluster) (ClusterConfiguration, error)
 		APIServer:                   APIServer{CertSANs: c.PKI.APIServerCertSANs},
 		CACertificateValidityPeriod: metav1.Duration{Duration: p.CAValidity},
 		CertificateValidityPeriod:   metav1.Duration{Duration: p.CertValidity},
-		CertificatesDir:             templates.PKIDir,
+		CertificatesDir:             hostpath.PKIDir,
 		ClusterName:                 c.Name,
 		ControlPlaneEndpoint:        c.ControlPlaneEndpoint,
 		EncryptionAlgorithm:         p.KeyAlgorithm.KubeadmName(),
-		Etcd:                        Etcd{Local: LocalEtcd{DataDir: "/var/lib/etcd"}},
+		Etcd:                        Etcd{Local: LocalEtcd{DataDir: hostpath.EtcdDataDir}},
 		ImageRepository:             orDefault(c.ImageRepository, inventory.DefaultImageRepository),
 		KubernetesVersion:           orDefault(c.KubernetesVersion, inventory.DefaultKubernetesVersion),
 		Networking: Networking{

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/version"
 
 	"github.com/kforge/kforge/facts"
+	"github.com/kforge/kforge/hostpath"
 	"github.com/kforge/kforge/inventory"
 )
 
@@ -320,9 +321,9 @@ func checkKubeletVersion(c *inventory.Cluster, n inventory.Node, f *facts.Facts)
 		return []Finding{finding(n, CheckKubeletVersion, Error, "set kubernetesVersion to vMAJOR.MINOR.PATCH", "cannot read the cluster version %q", c.KubernetesVersion)}
 	}
 	if c.Bundle != "" {
-		if b.Path != "/usr/bin/kubelet" {
-			return []Finding{finding(n, CheckKubeletVersion, Warning, fmt.Sprintf("remove %s, or make sure the kubelet unit runs /usr/bin/kubelet", b.Path),
-				"a kubelet (%s) is at %s; kforge installs the bundle's kubelet at /usr/bin/kubelet", or(b.Version, "unknown version"), b.Path)}
+		if b.Path != hostpath.DefaultKubeletPath {
+			return []Finding{finding(n, CheckKubeletVersion, Warning, fmt.Sprintf("remove %s, or make sure the kubelet unit runs %s", b.Path, hostpath.DefaultKubeletPath),
+				"a kubelet (%s) is at %s; kforge installs the bundle's kubelet at %s", or(b.Version, "unknown version"), b.Path, hostpath.DefaultKubeletPath)}
 		}
 		return nil // replaced by the bundle's, which matches the cluster
 	}
@@ -413,9 +414,9 @@ func checkManifestsDir(c *inventory.Cluster, n inventory.Node, f *facts.Facts) [
 	if len(m.Entries) == 0 {
 		return nil
 	}
-	fix := "move them out of " + facts.ManifestsDir + " (kubeadm reset cleans a kubeadm node, kforge reset a kforge one); for a static pod you added on purpose (e.g. kube-vip), --ignore-preflight-errors=" + CheckManifestsDir
+	fix := "move them out of " + hostpath.ManifestsDir + " (kubeadm reset cleans a kubeadm node, kforge reset a kforge one); for a static pod you added on purpose (e.g. kube-vip), --ignore-preflight-errors=" + CheckManifestsDir
 	if m.Marker != nil && m.Marker.Cluster != c.Name {
-		return []Finding{finding(n, CheckManifestsDir, Error, fix, "%s holds static pods of another kforge cluster, %q: %s", facts.ManifestsDir, m.Marker.Cluster, strings.Join(m.Entries, ", "))}
+		return []Finding{finding(n, CheckManifestsDir, Error, fix, "%s holds static pods of another kforge cluster, %q: %s", hostpath.ManifestsDir, m.Marker.Cluster, strings.Join(m.Entries, ", "))}
 	}
 	var foreign []string
 	for _, e := range m.Entries {
@@ -424,7 +425,7 @@ func checkManifestsDir(c *inventory.Cluster, n inventory.Node, f *facts.Facts) [
 		}
 	}
 	if len(foreign) > 0 {
-		return []Finding{finding(n, CheckManifestsDir, Error, fix, "%s is not empty and these are not kforge's: %s", facts.ManifestsDir, strings.Join(foreign, ", "))}
+		return []Finding{finding(n, CheckManifestsDir, Error, fix, "%s is not empty and these are not kforge's: %s", hostpath.ManifestsDir, strings.Join(foreign, ", "))}
 	}
 	return nil
 }
@@ -438,8 +439,8 @@ func checkEtcdDataDir(c *inventory.Cluster, n inventory.Node, f *facts.Facts) []
 		return nil // kforge's own etcd from an earlier run
 	}
 	return []Finding{finding(n, CheckEtcdDataDir, Error,
-		"remove "+facts.EtcdDataDir+" if that data is no longer needed (it belongs to another etcd); kforge reset or kubeadm reset clean it",
-		"%s is not empty (%s) and kforge's etcd was not set up here", facts.EtcdDataDir, strings.Join(f.EtcdDataDir, ", "))}
+		"remove "+hostpath.EtcdDataDir+" if that data is no longer needed (it belongs to another etcd); kforge reset or kubeadm reset clean it",
+		"%s is not empty (%s) and kforge's etcd was not set up here", hostpath.EtcdDataDir, strings.Join(f.EtcdDataDir, ", "))}
 }
 
 func checkSysctls(_ *inventory.Cluster, n inventory.Node, f *facts.Facts) []Finding {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kforge/kforge/hostpath"
 	"github.com/kforge/kforge/internal/testenv"
 
 	"github.com/kforge/kforge/facts"
@@ -254,8 +255,8 @@ func TestFactsAndPreflightOnLab(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	upload(facts.ManifestsDir+"/kube-apiserver.yaml", []byte("# not a pod: kubelet does not run here\n"))
-	upload(facts.ManifestsMarkerPath, facts.ManifestsMarker(c.Name, []string{"kube-apiserver.yaml"}))
+	upload(hostpath.ManifestsDir+"/kube-apiserver.yaml", []byte("# not a pod: kubelet does not run here\n"))
+	upload(hostpath.ManifestsMarkerPath, facts.ManifestsMarker(c.Name, []string{"kube-apiserver.yaml"}))
 	gatherM(true)
 	fs = Check(c, all, Options{})
 	if err := fs.Err(); err != nil {
@@ -264,7 +265,7 @@ func TestFactsAndPreflightOnLab(t *testing.T) {
 	if !strings.Contains(lines(fs), "[INFO Port-6443] "+m.Name+": port 6443 is held by kforge's own kube-apiserver") {
 		t.Errorf("no INFO for kforge's own kube-apiserver:\n%s", lines(fs))
 	}
-	upload(facts.ManifestsMarkerPath, facts.ManifestsMarker("another", []string{"kube-apiserver.yaml"}))
+	upload(hostpath.ManifestsMarkerPath, facts.ManifestsMarker("another", []string{"kube-apiserver.yaml"}))
 	gatherM(true)
 	if !hasError(Check(c, all, Options{}), m.Name, "Port-6443") || !hasError(Check(c, all, Options{}), m.Name, CheckManifestsDir) {
 		t.Errorf("another cluster's marker passed:\n%s", lines(Check(c, all, Options{})))

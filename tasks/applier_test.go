@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kforge/kforge/hostpath"
 	"github.com/kforge/kforge/progress"
 	"github.com/kforge/kforge/remote"
 	"github.com/kforge/kforge/remote/remotetest"
@@ -79,7 +80,7 @@ func TestPushWritesOnlyWhatDiffersAndKubeletRestartsOnlyForItsInputs(t *testing.
 		t.Errorf("last command %q", h.Commands()[len(h.Commands())-1])
 	}
 	// A unit change also reloads systemd.
-	files.add("m1", templates.File{Path: templates.KubeletUnitPath, Mode: 0o644, Data: []byte("[Service]")})
+	files.add("m1", templates.File{Path: hostpath.KubeletUnitPath, Mode: 0o644, Data: []byte("[Service]")})
 	push(ctx, files, h, nil)
 	startKubelet(ctx, files, h)
 	if !strings.HasPrefix(h.Commands()[len(h.Commands())-1], "systemctl daemon-reload") {
@@ -106,15 +107,15 @@ func TestRenderAddsKforgeFilesPerRole(t *testing.T) {
 		return ps
 	}
 	for _, host := range []string{"m1", "w1"} {
-		if !slices.Contains(paths(host), sysctlFile) {
-			t.Errorf("%s lacks %s", host, sysctlFile)
+		if !slices.Contains(paths(host), hostpath.SysctlFile) {
+			t.Errorf("%s lacks %s", host, hostpath.SysctlFile)
 		}
 	}
 	if !slices.Contains(paths("m1"), "/etc/kubernetes/manifests/.kforge-manifests") || slices.Contains(paths("w1"), "/etc/kubernetes/manifests/.kforge-manifests") {
 		t.Errorf("manifests marker: m1 %v, w1 %v", paths("m1"), paths("w1"))
 	}
 	for _, f := range a.files.get("w1", nil) {
-		if f.Path == templates.BootstrapKubeletConfig && !strings.Contains(string(f.Data), a.token.Value()) {
+		if f.Path == hostpath.BootstrapKubeletConfig && !strings.Contains(string(f.Data), a.token.Value()) {
 			t.Error("the worker's bootstrap kubeconfig does not carry the state dir's token")
 		}
 	}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/kforge/kforge/bundle"
 	"github.com/kforge/kforge/fleet"
+	"github.com/kforge/kforge/hostpath"
 	"github.com/kforge/kforge/inventory"
 	"github.com/kforge/kforge/kube"
 	"github.com/kforge/kforge/pki"
@@ -28,9 +29,6 @@ import (
 	"github.com/kforge/kforge/remote"
 	"github.com/kforge/kforge/templates"
 )
-
-// cniConfFile is the pod network config kforge writes on each node.
-const cniConfFile = "/etc/cni/net.d/10-kforge.conflist"
 
 // apiClients talk to the cluster through the first master's SSH connection: as the admin
 // (admin.conf) for most things, as super-admin.conf to grant the admins their rights.
@@ -284,8 +282,8 @@ func (a *Apply) writeCNIConfig(ctx context.Context, node, cidr string, r progres
 	if err != nil {
 		return err
 	}
-	a.files.add(node, templates.File{Path: cniConfFile, Mode: 0o644, Data: conf})
-	if err := push(ctx, a.files, a.fleet.Host(node), func(p string) bool { return p == cniConfFile }); err != nil {
+	a.files.add(node, templates.File{Path: hostpath.CNIConfFile, Mode: 0o644, Data: conf})
+	if err := push(ctx, a.files, a.fleet.Host(node), func(p string) bool { return p == hostpath.CNIConfFile }); err != nil {
 		return err
 	}
 	r(progress.Event{Kind: progress.HostDone, Host: node, Message: "pod CIDR " + cidr})

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/kforge/kforge/fleet"
+	"github.com/kforge/kforge/hostpath"
 	"github.com/kforge/kforge/inventory"
 	"github.com/kforge/kforge/pki"
 	"github.com/kforge/kforge/progress"
@@ -150,7 +151,7 @@ func (a *Apply) planEtcd(ctx context.Context, r progress.Reporter) error {
 	}
 	a.etcd.boot = map[string]*templates.EtcdBootstrap{}
 	for _, name := range running {
-		manifest, err := remote.ReadFile(ctx, a.fleet.Host(name), path.Join(templates.ManifestsDir, "etcd.yaml"))
+		manifest, err := remote.ReadFile(ctx, a.fleet.Host(name), path.Join(hostpath.ManifestsDir, "etcd.yaml"))
 		if err != nil {
 			return fmt.Errorf("%s has etcd data but its etcd manifest cannot be read: %w", name, err)
 		}

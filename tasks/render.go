@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 
 	"github.com/kforge/kforge/facts"
+	"github.com/kforge/kforge/hostpath"
 	"github.com/kforge/kforge/internal/fsx"
 	"github.com/kforge/kforge/inventory"
 	"github.com/kforge/kforge/kube"
@@ -17,10 +18,6 @@ import (
 	"github.com/kforge/kforge/progress"
 	"github.com/kforge/kforge/templates"
 )
-
-// sysctlFile is kforge's own sysctl.d file; only it is applied (`sysctl --system` fails on
-// hosts where some global keys are read-only, such as containers).
-const sysctlFile = "/etc/sysctl.d/99-kforge.conf"
 
 const sysctlConf = "# Written by kforge: what Kubernetes networking needs.\nnet.ipv4.ip_forward = 1\nnet.bridge.bridge-nf-call-iptables = 1\nnet.bridge.bridge-nf-call-ip6tables = 1\n"
 
@@ -48,15 +45,15 @@ func (a *Apply) render(context.Context, progress.Reporter) error {
 // withHostFiles are the files apply pushes to one host: what templates render, kforge's sysctl
 // file, and on masters the marker that says which static pods kforge wrote.
 func withHostFiles(c *inventory.Cluster, t templates.HostFiles) []templates.File {
-	files := append(t.Files, templates.File{Path: sysctlFile, Mode: 0o644, Data: []byte(sysctlConf)})
+	files := append(t.Files, templates.File{Path: hostpath.SysctlFile, Mode: 0o644, Data: []byte(sysctlConf)})
 	if t.Node.Role == inventory.RoleMaster {
 		var pods []string
 		for _, f := range t.Files {
-			if path.Dir(f.Path) == templates.ManifestsDir {
+			if path.Dir(f.Path) == hostpath.ManifestsDir {
 				pods = append(pods, path.Base(f.Path))
 			}
 		}
-		files = append(files, templates.File{Path: facts.ManifestsMarkerPath, Mode: 0o600, Data: facts.ManifestsMarker(c.Name, pods)})
+		files = append(files, templates.File{Path: hostpath.ManifestsMarkerPath, Mode: 0o600, Data: facts.ManifestsMarker(c.Name, pods)})
 	}
 	return files
 }

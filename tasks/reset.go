@@ -11,11 +11,11 @@ import (
 	"time"
 
 	"github.com/kforge/kforge/fleet"
+	"github.com/kforge/kforge/hostpath"
 	"github.com/kforge/kforge/inventory"
 	"github.com/kforge/kforge/progress"
 	"github.com/kforge/kforge/remote"
 	"github.com/kforge/kforge/state"
-	"github.com/kforge/kforge/templates"
 )
 
 // Reset is one `kforge reset`: it undoes on every host what apply did, in parallel and
@@ -62,8 +62,8 @@ func (x *Reset) hostSteps() list {
 	l.add("connect", OnHosts, all, x.fleet.Connect, "connect to %s over SSH (host keys verified) and gather facts in one round trip each", count(len(all), "host"))
 	l.add("stop-kubelet", OnHosts, all, x.stopKubelet, "stop and disable kubelet, so nothing starts the containers again")
 	l.add("containers", OnHosts, all, x.removeContainers, "kill and remove every container in containerd's k8s.io namespace (images stay)")
-	l.add("unmount", OnHosts, all, x.unmountKubelet, "unmount what kubelet mounted under %s and the pods' network namespaces", templates.KubeletDir)
-	l.add("files", OnHosts, all, x.removeFiles, "remove %s, %s, %s (on %s), the kubelet unit and drop-in, %s", templates.KubernetesDir, templates.KubeletDir, templates.EtcdDataDir, strings.Join(masters, ", "), sysctlFile)
+	l.add("unmount", OnHosts, all, x.unmountKubelet, "unmount what kubelet mounted under %s and the pods' network namespaces", hostpath.KubeletDir)
+	l.add("files", OnHosts, all, x.removeFiles, "remove %s, %s, %s (on %s), the kubelet unit and drop-in, %s", hostpath.KubernetesDir, hostpath.KubeletDir, hostpath.EtcdDataDir, strings.Join(masters, ", "), hostpath.SysctlFile)
 	l.add("network", OnHosts, all, x.cleanNetwork, "delete cni0 and flannel.1, the CNI config and state, /run/flannel, and the KUBE-/FLANNEL- iptables chains with the jumps to them")
 	return l
 }
@@ -173,9 +173,10 @@ func (x *Reset) removeContainers(ctx context.Context, r progress.Reporter) error
 // unmountScript unmounts, deepest first, every mount below /var/lib/kubelet/ (pod volumes;
 // also below its target when it is a symlink, as kubeadm resolves it) and the pods' network
 // namespaces (/run/netns/cni-*), then deletes those namespace files.
-const unmountScript = `n=0
-k=$(readlink -f /var/lib/kubelet 2>/dev/null); [ -n "$k" ] || k=/var/lib/kubelet
-for m in $(awk -v k="$k/" 'index($2, "/var/lib/kubelet/") == 1 || index($2, k) == 1 || index($2, "/run/netns/cni-") == 1 {print $2}' /proc/mounts | sort -r); do
+const unmountScript = `kd=` + hostpath.KubeletDir + `
+n=0
+k=$(readlink -f "$kd" 2>/dev/null); [ -n "$k" ] || k=$kd
+for m in $(awk -v kd="$kd/" -v k="$k/" 'index($2, kd) == 1 || index($2, k) == 1 || index($2, "/run/netns/cni-") == 1 {print $2}' /proc/mounts | sort -r); do
   m=$(printf '%b' "$m")
   umount -- "$m" 2>/dev/null || umount -l -- "$m" 2>/dev/null || ! awk -v m="$m" '$2 == m {f=1} END {exit !f}' /proc/mounts || { echo "cannot unmount $m" >&2; exit 1; }
   n=$((n+1))
@@ -196,11 +197,11 @@ func (x *Reset) unmountKubelet(ctx context.Context, r progress.Reporter) error {
 // bundle's binaries and containerd's config. Directories that are mount points or symlinks
 // (a separate disk for /var/lib/etcd, say) are emptied instead.
 func resetFiles(role inventory.Role) []string {
-	ps := []string{templates.KubernetesDir, templates.KubeletDir}
+	ps := []string{hostpath.KubernetesDir, hostpath.KubeletDir}
 	if role == inventory.RoleMaster {
-		ps = append(ps, templates.EtcdDataDir)
+		ps = append(ps, hostpath.EtcdDataDir)
 	}
-	return append(ps, templates.KubeletUnitPath, templates.KubeletDropInPath, sysctlFile)
+	return append(ps, hostpath.KubeletUnitPath, hostpath.KubeletDropInPath, hostpath.SysctlFile)
 }
 
 // removeScript removes each of paths, then emptyDir if it is empty, and prints what it
@@ -208,9 +209,10 @@ func resetFiles(role inventory.Role) []string {
 // /var/lib/kubelet on another disk, say), is emptied and kept, as kubeadm's CleanDir does.
 func removeScript(paths []string, emptyDir string) string {
 	var b strings.Builder
-	b.WriteString(`k=$(readlink -f /var/lib/kubelet 2>/dev/null); [ -n "$k" ] || k=/var/lib/kubelet
-if awk -v k="$k/" 'index($2, "/var/lib/kubelet/") == 1 || index($2, k) == 1 {f=1} END {exit !f}' /proc/mounts; then
-  echo "mounts remain under /var/lib/kubelet: run kforge reset again, or unmount them" >&2; exit 1
+	b.WriteString(`kd=` + hostpath.KubeletDir + `
+k=$(readlink -f "$kd" 2>/dev/null); [ -n "$k" ] || k=$kd
+if awk -v kd="$kd/" -v k="$k/" 'index($2, kd) == 1 || index($2, k) == 1 {f=1} END {exit !f}' /proc/mounts; then
+  echo "mounts remain under $kd: run kforge reset again, or unmount them" >&2; exit 1
 fi
 `)
 	b.WriteString("for p in")
@@ -233,7 +235,7 @@ d=` + remote.Quote(emptyDir) + `; [ -d "$d" ] && rmdir "$d" 2>/dev/null && echo 
 
 func (x *Reset) removeFiles(ctx context.Context, r progress.Reporter) error {
 	return x.eachReset(ctx, r, func(ctx context.Context, n inventory.Node, h remote.Host) (string, error) {
-		changed, _, err := runReset(ctx, h, removeScript(resetFiles(n.Role), path.Dir(templates.KubeletDropInPath)))
+		changed, _, err := runReset(ctx, h, removeScript(resetFiles(n.Role), path.Dir(hostpath.KubeletDropInPath)))
 		if err != nil {
 			return "", err
 		}
@@ -256,7 +258,7 @@ const cniNetwork = "kforge"
 const networkScript = `for l in cni0 flannel.1; do
   if ip link show dev "$l" >/dev/null 2>&1; then ip link delete dev "$l" || exit 1; echo "changed link $l deleted"; fi
 done
-for p in ` + cniConfFile + ` /run/flannel /var/lib/cni/networks/` + cniNetwork + ` /var/lib/cni/results/` + cniNetwork + `-* /var/lib/cni/results/cni-loopback-*; do
+for p in ` + hostpath.CNIConfFile + ` /run/flannel /var/lib/cni/networks/` + cniNetwork + ` /var/lib/cni/results/` + cniNetwork + `-* /var/lib/cni/results/cni-loopback-*; do
   [ -e "$p" ] || continue
   rm -rf -- "$p" || exit 1
   case "$p" in /var/lib/cni/results/*) r=1 ;; *) echo "changed removed $p" ;; esac

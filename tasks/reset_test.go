@@ -15,12 +15,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kforge/kforge/hostpath"
 	"github.com/kforge/kforge/inventory"
 	"github.com/kforge/kforge/progress"
 	"github.com/kforge/kforge/remote"
 	"github.com/kforge/kforge/remote/remotetest"
 	"github.com/kforge/kforge/state"
-	"github.com/kforge/kforge/templates"
 )
 
 func readFile(t *testing.T, p string) string {
@@ -145,7 +145,7 @@ func newFakeNode(t *testing.T, n inventory.Node, dirty bool) *fakeNode {
 		}
 		return nil
 	})
-	on(removeScript(resetFiles(n.Role), path.Dir(templates.KubeletDropInPath)), func(w io.Writer, _ string) error {
+	on(removeScript(resetFiles(n.Role), path.Dir(hostpath.KubeletDropInPath)), func(w io.Writer, _ string) error {
 		if h.mounts > 0 {
 			return h.Exit("rm", 1, "mounts remain under /var/lib/kubelet")
 		}
@@ -259,7 +259,7 @@ func TestResetStepsList(t *testing.T) {
 	if !slices.Equal(names, want) {
 		t.Errorf("reset steps %v, want %v", names, want)
 	}
-	if slices.Contains(resetFiles(inventory.RoleWorker), templates.EtcdDataDir) || !slices.Contains(resetFiles(inventory.RoleMaster), templates.EtcdDataDir) {
+	if slices.Contains(resetFiles(inventory.RoleWorker), hostpath.EtcdDataDir) || !slices.Contains(resetFiles(inventory.RoleMaster), hostpath.EtcdDataDir) {
 		t.Errorf("etcd's data belongs to masters only: worker %v, master %v", resetFiles(inventory.RoleWorker), resetFiles(inventory.RoleMaster))
 	}
 }
@@ -305,7 +305,7 @@ func TestResetTwiceOnFakeHosts(t *testing.T) {
 			t.Errorf("%s: network line %q", name, msg)
 		}
 	}
-	if m, w := lines["files"]["m1"], lines["files"]["w1"]; !strings.Contains(m, templates.EtcdDataDir) || strings.Contains(w, templates.EtcdDataDir) || !strings.HasSuffix(m, "systemd reloaded") {
+	if m, w := lines["files"]["m1"], lines["files"]["w1"]; !strings.Contains(m, hostpath.EtcdDataDir) || strings.Contains(w, hostpath.EtcdDataDir) || !strings.HasSuffix(m, "systemd reloaded") {
 		t.Errorf("files lines: m1 %q, w1 %q", m, w)
 	}
 	for f, gone := range map[string]bool{"admin.conf": true, "bootstrap-token": true, "pki/ca.crt": false} {

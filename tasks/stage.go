@@ -13,6 +13,7 @@ import (
 
 	"github.com/kforge/kforge/bundle"
 	"github.com/kforge/kforge/fleet"
+	"github.com/kforge/kforge/hostpath"
 	"github.com/kforge/kforge/inventory"
 	"github.com/kforge/kforge/progress"
 	"github.com/kforge/kforge/remote"
@@ -165,11 +166,11 @@ func (a *Apply) configureRuntime(ctx context.Context, n inventory.Node, h remote
 	}
 	f := a.fleet.Facts(n.Name)
 	var cmds []string
-	if a.files.wrote(n.Name, func(p string) bool { return p == sysctlFile }) ||
+	if a.files.wrote(n.Name, func(p string) bool { return p == hostpath.SysctlFile }) ||
 		f.Sysctls["net.ipv4.ip_forward"] != "1" || f.Sysctls["net.bridge.bridge-nf-call-iptables"] != "1" {
-		cmds = append(cmds, "sysctl -q -p "+sysctlFile)
+		cmds = append(cmds, "sysctl -q -p "+hostpath.SysctlFile)
 	}
-	restart := a.files.wrote(n.Name, func(p string) bool { return p == templates.ContainerdConfigPath })
+	restart := a.files.wrote(n.Name, func(p string) bool { return p == hostpath.ContainerdConfigPath })
 	if restart {
 		cmds = append(cmds, "systemctl restart containerd")
 	}
@@ -183,12 +184,14 @@ func (a *Apply) configureRuntime(ctx context.Context, n inventory.Node, h remote
 	return "containerd unchanged", nil
 }
 
-func isRuntimeFile(p string) bool { return p == sysctlFile || p == templates.ContainerdConfigPath }
+func isRuntimeFile(p string) bool {
+	return p == hostpath.SysctlFile || p == hostpath.ContainerdConfigPath
+}
 
 // isKubeletInput says whether a change of p needs a kubelet restart.
 func isKubeletInput(p string) bool {
-	return strings.HasPrefix(p, templates.KubeletDir+"/") || strings.HasPrefix(p, templates.KubeletUnitPath) ||
-		p == templates.KubeletKubeconfig || p == templates.BootstrapKubeletConfig || p == templates.PKIDir+"/ca.crt"
+	return strings.HasPrefix(p, hostpath.KubeletDir+"/") || strings.HasPrefix(p, hostpath.KubeletUnitPath) ||
+		p == hostpath.KubeletKubeconfig || p == hostpath.BootstrapKubeletConfig || p == hostpath.PKIDir+"/ca.crt"
 }
 
 // startKubelet (re)starts kubelet on h when its inputs changed, or starts it when it is not
@@ -257,7 +260,7 @@ func (hf *hostFiles) noteWritten(host string, f templates.File, replaced bool) {
 		hf.written[host] = map[string]bool{}
 	}
 	hf.written[host][f.Path] = true
-	if replaced && path.Dir(f.Path) == templates.ManifestsDir {
+	if replaced && path.Dir(f.Path) == hostpath.ManifestsDir {
 		hf.replaced[host] = append(hf.replaced[host], f)
 	}
 }

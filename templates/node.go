@@ -14,6 +14,7 @@ import (
 	"strings"
 	"text/template"
 
+	"github.com/kforge/kforge/hostpath"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/ptr"
@@ -33,20 +34,6 @@ func render(name string, data any) ([]byte, error) {
 	return b.Bytes(), nil
 }
 
-// Host paths of the node files.
-const (
-	KubeletConfigPath      = KubeletDir + "/config.yaml"
-	KubeletInstanceConfig  = KubeletDir + "/instance-config.yaml"
-	KubeletFlagsEnvPath    = KubeletDir + "/kubeadm-flags.env"
-	KubeletUnitPath        = "/etc/systemd/system/kubelet.service"
-	KubeletDropInPath      = "/etc/systemd/system/kubelet.service.d/10-kforge.conf"
-	ContainerdConfigPath   = "/etc/containerd/config.toml"
-	DefaultKubeletPath     = "/usr/bin/kubelet"
-	DefaultCNIBinDir       = "/opt/cni/bin"
-	KubeletKubeconfig      = KubernetesDir + "/kubelet.conf"
-	BootstrapKubeletConfig = KubernetesDir + "/bootstrap-kubelet.conf"
-)
-
 // KubeletUnit is the kubelet systemd unit.
 type KubeletUnit struct {
 	KubeletPath string
@@ -62,7 +49,7 @@ type KubeletDropIn struct {
 
 // NewKubeletDropIn fills in kubeadm's paths.
 func NewKubeletDropIn(kubeletPath string) KubeletDropIn {
-	return KubeletDropIn{KubeletPath: kubeletPath, BootstrapKubeconfig: BootstrapKubeletConfig, Kubeconfig: KubeletKubeconfig, Config: KubeletConfigPath, FlagsEnv: KubeletFlagsEnvPath}
+	return KubeletDropIn{KubeletPath: kubeletPath, BootstrapKubeconfig: hostpath.BootstrapKubeletConfig, Kubeconfig: hostpath.KubeletKubeconfig, Config: hostpath.KubeletConfigPath, FlagsEnv: hostpath.KubeletFlagsEnvPath}
 }
 
 // Render returns the drop-in file.
@@ -126,11 +113,11 @@ func (k Kubelet) Config() (*kubeletv1beta1.KubeletConfiguration, error) {
 	}
 	c := &kubeletv1beta1.KubeletConfiguration{
 		TypeMeta:      metav1.TypeMeta{APIVersion: "kubelet.config.k8s.io/v1beta1", Kind: "KubeletConfiguration"},
-		StaticPodPath: ManifestsDir,
+		StaticPodPath: hostpath.ManifestsDir,
 		ClusterDNS:    []string{dns},
 		ClusterDomain: k.DNSDomain,
 		Authentication: kubeletv1beta1.KubeletAuthentication{
-			X509:      kubeletv1beta1.KubeletX509Authentication{ClientCAFile: path.Join(PKIDir, "ca.crt")},
+			X509:      kubeletv1beta1.KubeletX509Authentication{ClientCAFile: path.Join(hostpath.PKIDir, "ca.crt")},
 			Webhook:   kubeletv1beta1.KubeletWebhookAuthentication{Enabled: ptr.To(true)},
 			Anonymous: kubeletv1beta1.KubeletAnonymousAuthentication{Enabled: ptr.To(false)},
 		},

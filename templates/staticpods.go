@@ -10,20 +10,12 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/kforge/kforge/hostpath"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
-)
-
-// Fixed paths on every host, as kubeadm uses them.
-const (
-	KubernetesDir = "/etc/kubernetes"
-	PKIDir        = "/etc/kubernetes/pki"
-	ManifestsDir  = "/etc/kubernetes/manifests"
-	KubeletDir    = "/var/lib/kubelet"
-	EtcdDataDir   = "/var/lib/etcd"
 )
 
 // Versions kubeadm v1.36.3 pins (constants.go).
@@ -94,7 +86,7 @@ func EtcdClientURL(ip string) string { return "https://" + net.JoinHostPort(ip, 
 // EtcdMember is one entry of --initial-cluster.
 func EtcdMember(name, ip string) string { return name + "=" + EtcdPeerURL(ip) }
 
-func pkiPath(name string) string { return path.Join(PKIDir, name) }
+func pkiPath(name string) string { return path.Join(hostpath.PKIDir, name) }
 
 // command renders kubeadm's argument list: "--name=value", sorted by name
 // (kubeadmutil.ArgumentsToCommand).
@@ -180,7 +172,7 @@ func localhostFor(ip string) string {
 }
 
 func (c ControlPlane) caMounts() []mount {
-	ms := []mount{{"k8s-certs", PKIDir, corev1.HostPathDirectoryOrCreate, true}, {"ca-certs", "/etc/ssl/certs", corev1.HostPathDirectoryOrCreate, true}}
+	ms := []mount{{"k8s-certs", hostpath.PKIDir, corev1.HostPathDirectoryOrCreate, true}, {"ca-certs", "/etc/ssl/certs", corev1.HostPathDirectoryOrCreate, true}}
 	for _, d := range c.CACertDirs {
 		ms = append(ms, mount{strings.ReplaceAll(d, "/", "-")[1:], d, corev1.HostPathDirectoryOrCreate, true})
 	}
@@ -236,7 +228,7 @@ func (c ControlPlane) APIServer() *corev1.Pod {
 
 // ControllerManager is kube-controller-manager's static pod.
 func (c ControlPlane) ControllerManager() *corev1.Pod {
-	kubeconfig := path.Join(KubernetesDir, "controller-manager.conf")
+	kubeconfig := path.Join(hostpath.KubernetesDir, "controller-manager.conf")
 	args := map[string]string{
 		"authentication-kubeconfig":        kubeconfig,
 		"authorization-kubeconfig":         kubeconfig,
@@ -279,7 +271,7 @@ func (c ControlPlane) ControllerManager() *corev1.Pod {
 
 // Scheduler is kube-scheduler's static pod.
 func (c ControlPlane) Scheduler() *corev1.Pod {
-	kubeconfig := path.Join(KubernetesDir, "scheduler.conf")
+	kubeconfig := path.Join(hostpath.KubernetesDir, "scheduler.conf")
 	args := map[string]string{
 		"authentication-kubeconfig": kubeconfig,
 		"authorization-kubeconfig":  kubeconfig,
@@ -310,7 +302,7 @@ func (c ControlPlane) Etcd() *corev1.Pod {
 		"advertise-client-urls":          client,
 		"listen-peer-urls":               peer,
 		"initial-advertise-peer-urls":    peer,
-		"data-dir":                       EtcdDataDir,
+		"data-dir":                       hostpath.EtcdDataDir,
 		"cert-file":                      pkiPath("etcd/server.crt"),
 		"key-file":                       pkiPath("etcd/server.key"),
 		"trusted-ca-file":                pkiPath("etcd/ca.crt"),
@@ -343,8 +335,8 @@ func (c ControlPlane) Etcd() *corev1.Pod {
 		}},
 		Ports: probePort(etcdMetricsPort),
 	}, []mount{
-		{"etcd-data", EtcdDataDir, corev1.HostPathDirectoryOrCreate, false},
-		{"etcd-certs", PKIDir + "/etcd", corev1.HostPathDirectoryOrCreate, false},
+		{"etcd-data", hostpath.EtcdDataDir, corev1.HostPathDirectoryOrCreate, false},
+		{"etcd-certs", hostpath.PKIDir + "/etcd", corev1.HostPathDirectoryOrCreate, false},
 	}, map[string]string{"kubeadm.kubernetes.io/etcd.advertise-client-urls": client})
 	return pod
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kforge/kforge/hostpath"
 	"github.com/kforge/kforge/inventory"
 )
 
@@ -83,12 +84,12 @@ func TestNodeFileGoldens(t *testing.T) {
 	golden(t, "kubeadm-flags.env", k.FlagsEnv())
 	golden(t, "kubeadm-flags.env-worker", KubeletFor(c, c.Nodes()[3], Options{}).FlagsEnv())
 	golden(t, "instance-config", k.InstanceConfig())
-	unit, err := KubeletUnit{KubeletPath: DefaultKubeletPath}.Render()
+	unit, err := KubeletUnit{KubeletPath: hostpath.DefaultKubeletPath}.Render()
 	if err != nil {
 		t.Fatal(err)
 	}
 	golden(t, "kubelet.service", unit)
-	drop, err := NewKubeletDropIn(DefaultKubeletPath).Render()
+	drop, err := NewKubeletDropIn(hostpath.DefaultKubeletPath).Render()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/kforge/kforge/hostpath"
 	"github.com/kforge/kforge/inventory"
 	"github.com/kforge/kforge/pki"
 )
@@ -61,10 +62,10 @@ func (o Options) withDefaults() Options {
 		o.CACertDirs = DebianCACertDirs
 	}
 	if o.KubeletPath == "" {
-		o.KubeletPath = DefaultKubeletPath
+		o.KubeletPath = hostpath.DefaultKubeletPath
 	}
 	if o.CNIBinDir == "" {
-		o.CNIBinDir = DefaultCNIBinDir
+		o.CNIBinDir = hostpath.DefaultCNIBinDir
 	}
 	return o
 }
@@ -191,8 +192,8 @@ func pairFiles(base string, kp *pki.KeyPair) ([]File, error) {
 		return nil, err
 	}
 	return []File{
-		{Path: path.Join(PKIDir, base+".crt"), Mode: 0o644, Data: pki.EncodeCert(kp.Cert)},
-		{Path: path.Join(PKIDir, base+".key"), Mode: 0o600, Data: key},
+		{Path: path.Join(hostpath.PKIDir, base+".crt"), Mode: 0o644, Data: pki.EncodeCert(kp.Cert)},
+		{Path: path.Join(hostpath.PKIDir, base+".key"), Mode: 0o600, Data: key},
 	}, nil
 }
 
@@ -225,7 +226,7 @@ func masterFiles(c *inventory.Cluster, set *pki.Set, i int, o Options) ([]File, 
 	if err != nil {
 		return nil, err
 	}
-	fs = append(fs, File{Path: path.Join(PKIDir, "sa.key"), Mode: 0o600, Data: saKey}, File{Path: path.Join(PKIDir, "sa.pub"), Mode: 0o644, Data: saPub})
+	fs = append(fs, File{Path: path.Join(hostpath.PKIDir, "sa.key"), Mode: 0o600, Data: saKey}, File{Path: path.Join(hostpath.PKIDir, "sa.pub"), Mode: 0o644, Data: saPub})
 
 	ca := set.CAs[pki.CA].Cert
 	endpoint := pki.APIServerURL(pki.Endpoint(c))
@@ -257,7 +258,7 @@ func masterFiles(c *inventory.Cluster, set *pki.Set, i int, o Options) ([]File, 
 		if err != nil {
 			return nil, err
 		}
-		fs = append(fs, File{Path: path.Join(KubernetesDir, k.file), Mode: 0o600, Data: data})
+		fs = append(fs, File{Path: path.Join(hostpath.KubernetesDir, k.file), Mode: 0o600, Data: data})
 	}
 
 	cp := ControlPlaneFor(c, i, o)
@@ -267,7 +268,7 @@ func masterFiles(c *inventory.Cluster, set *pki.Set, i int, o Options) ([]File, 
 		if err != nil {
 			return nil, err
 		}
-		fs = append(fs, File{Path: path.Join(ManifestsDir, name), Mode: 0o600, Data: data})
+		fs = append(fs, File{Path: path.Join(hostpath.ManifestsDir, name), Mode: 0o600, Data: data})
 	}
 	return fs, nil
 }
@@ -286,7 +287,7 @@ func stampInputs(pod *corev1.Pod, fs []File) {
 	for _, f := range fs {
 		for _, v := range pod.Spec.Volumes {
 			hp := v.HostPath
-			if hp != nil && (hp.Path == KubernetesDir || strings.HasPrefix(hp.Path, KubernetesDir+"/")) &&
+			if hp != nil && (hp.Path == hostpath.KubernetesDir || strings.HasPrefix(hp.Path, hostpath.KubernetesDir+"/")) &&
 				(f.Path == hp.Path || strings.HasPrefix(f.Path, hp.Path+"/")) {
 				in = append(in, f)
 				break
@@ -315,8 +316,8 @@ func workerFiles(c *inventory.Cluster, set *pki.Set, o Options) ([]File, error) 
 		return nil, err
 	}
 	return []File{
-		{Path: path.Join(PKIDir, "ca.crt"), Mode: 0o644, Data: pki.EncodeCert(ca)},
-		{Path: BootstrapKubeletConfig, Mode: 0o600, Data: conf},
+		{Path: path.Join(hostpath.PKIDir, "ca.crt"), Mode: 0o644, Data: pki.EncodeCert(ca)},
+		{Path: hostpath.BootstrapKubeletConfig, Mode: 0o600, Data: conf},
 	}, nil
 }
 
@@ -344,11 +345,11 @@ func nodeFiles(c *inventory.Cluster, n inventory.Node, o Options) ([]File, error
 		return nil, err
 	}
 	return []File{
-		{Path: KubeletConfigPath, Mode: 0o644, Data: cfg},
-		{Path: KubeletInstanceConfig, Mode: 0o644, Data: k.InstanceConfig()},
-		{Path: KubeletFlagsEnvPath, Mode: 0o644, Data: k.FlagsEnv()},
-		{Path: KubeletUnitPath, Mode: 0o644, Data: unit},
-		{Path: KubeletDropInPath, Mode: 0o644, Data: dropIn},
-		{Path: ContainerdConfigPath, Mode: 0o644, Data: ctrd},
+		{Path: hostpath.KubeletConfigPath, Mode: 0o644, Data: cfg},
+		{Path: hostpath.KubeletInstanceConfig, Mode: 0o644, Data: k.InstanceConfig()},
+		{Path: hostpath.KubeletFlagsEnvPath, Mode: 0o644, Data: k.FlagsEnv()},
+		{Path: hostpath.KubeletUnitPath, Mode: 0o644, Data: unit},
+		{Path: hostpath.KubeletDropInPath, Mode: 0o644, Data: dropIn},
+		{Path: hostpath.ContainerdConfigPath, Mode: 0o644, Data: ctrd},
 	}, nil
 }

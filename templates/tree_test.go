@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/kforge/kforge/hostpath"
 	"github.com/kforge/kforge/pki"
 )
 
@@ -23,7 +24,7 @@ func inputHashes(t *testing.T, set *pki.Set) map[string]string {
 	}
 	out := map[string]string{}
 	for _, f := range trees[0].Files {
-		if name, ok := strings.CutPrefix(f.Path, ManifestsDir+"/"); ok {
+		if name, ok := strings.CutPrefix(f.Path, hostpath.ManifestsDir+"/"); ok {
 			var pod corev1.Pod
 			if err := yaml.Unmarshal(f.Data, &pod); err != nil {
 				t.Fatal(err)

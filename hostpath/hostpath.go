@@ -1,0 +1,38 @@
+// Package hostpath names, once, every path kforge writes, reads or removes on a host. Most are
+// kubeadm's, so that tools and people who know kubeadm find things where they expect them.
+package hostpath
+
+const (
+	// KubernetesDir holds kubeconfigs, the PKI and the static-pod manifests.
+	KubernetesDir          = "/etc/kubernetes"
+	PKIDir                 = KubernetesDir + "/pki"
+	CACert                 = PKIDir + "/ca.crt"
+	ManifestsDir           = KubernetesDir + "/manifests"
+	KubeletKubeconfig      = KubernetesDir + "/kubelet.conf"
+	BootstrapKubeletConfig = KubernetesDir + "/bootstrap-kubelet.conf"
+	// ManifestsMarkerPath lists the static-pod manifests kforge wrote and the cluster they belong
+	// to (facts.ManifestsMarker). kubelet ignores files whose name starts with a dot.
+	ManifestsMarkerPath = ManifestsDir + "/.kforge-manifests"
+
+	// KubeletDir is kubelet's root directory.
+	KubeletDir            = "/var/lib/kubelet"
+	KubeletConfigPath     = KubeletDir + "/config.yaml"
+	KubeletInstanceConfig = KubeletDir + "/instance-config.yaml"
+	KubeletFlagsEnvPath   = KubeletDir + "/kubeadm-flags.env"
+	KubeletUnitPath       = "/etc/systemd/system/kubelet.service"
+	// KubeletDropInPath is kforge's kubelet drop-in: its presence says the kubelet on the host
+	// was set up by kforge.
+	KubeletDropInPath  = "/etc/systemd/system/kubelet.service.d/10-kforge.conf"
+	DefaultKubeletPath = "/usr/bin/kubelet"
+
+	// EtcdDataDir is stacked etcd's data directory.
+	EtcdDataDir = "/var/lib/etcd"
+
+	ContainerdConfigPath = "/etc/containerd/config.toml"
+	DefaultCNIBinDir     = "/opt/cni/bin"
+	// CNIConfFile is the pod network config kforge writes on each node.
+	CNIConfFile = "/etc/cni/net.d/10-kforge.conflist"
+	// SysctlFile is kforge's own sysctl.d file; only it is applied (`sysctl --system` fails on
+	// hosts where some global keys are read-only, such as containers).
+	SysctlFile = "/etc/sysctl.d/99-kforge.conf"
+)
