@@ -1,0 +1,370 @@
+package etcd
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kforge/kforge/bundle"
+	"github.com/kforge/kforge/internal/testenv"
+	"github.com/kforge/kforge/inventory"
+	"github.com/kforge/kforge/pki"
+)
+
+// etcdBinary returns etcd as the bundle package builds it (cached after the first build).
+func etcdBinary(t *testing.T) string {
+	t.Helper()
+	testenv.Integration(t)
+	if _, err := exec.LookPath("go"); err != nil {
+		testenv.Need(t, fmt.Errorf("the go command is not on PATH (it builds etcd): %w", err))
+	}
+	dir, err := bundle.EtcdBinaries(context.Background(), bundle.BuildOptions{Version: inventory.DefaultKubernetesVersion, Log: testLog{t}})
+	if err != nil {
+		t.Fatalf("etcd binaries: %v", err)
+	}
+	return filepath.Join(dir, "etcd")
+}
+
+type testLog struct{ t testing.TB }
+
+func (l testLog) Write(p []byte) (int, error) {
+	l.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// testPKI is kforge's PKI for masters m1 and m2 on 127.0.0.1, made by package pki.
+func testPKI(t *testing.T) *pki.Set {
+	t.Helper()
+	c := &inventory.Cluster{
+		APIVersion: inventory.APIVersion, Kind: inventory.Kind, Name: "etcd-it",
+		KubernetesVersion: inventory.DefaultKubernetesVersion,
+		Networking:        inventory.Networking{PodSubnet: "10.244.0.0/16", ServiceSubnet: "10.96.0.0/12", DNSDomain: "cluster.local"},
+		PKI:               inventory.PKI{KeyAlgorithm: "ecdsa-p256", CertValidity: inventory.DefaultCertValidity, CAValidity: inventory.DefaultCAValidity},
+		Masters:           []inventory.Host{{Name: "m1", Address: "198.51.100.10"}, {Name: "m2", Address: "198.51.100.11"}},
+	}
+	set, _, err := pki.EnsureCluster(c, "", t.TempDir(), time.Now(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return set
+}
+
+// member is a running etcd, killed by PID when the test ends.
+type member struct {
+	name, clientAddr, peerURL string
+	cmd                       *exec.Cmd
+	done                      chan struct{}
+	mu                        sync.Mutex
+	out                       bytes.Buffer
+}
+
+func (m *member) Write(b []byte) (int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.out.Write(b)
+}
+
+func (m *member) exited() bool {
+	select {
+	case <-m.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+}
+
+func writePair(t *testing.T, dir, base string, kp *pki.KeyPair) (crt, key string) {
+	t.Helper()
+	k, err := pki.EncodeKey(kp.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	crt, key = filepath.Join(dir, base+".crt"), filepath.Join(dir, base+".key")
+	if err := os.WriteFile(crt, pki.EncodeCert(kp.Cert), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(key, k, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return crt, key
+}
+
+// startMember starts etcd member name with client TLS (client certificates required) and peer
+// TLS on loopback, as kforge's static pod runs it. cluster is the --initial-cluster list
+// without this member; empty starts a new one-member cluster.
+func startMember(t *testing.T, bin string, set *pki.Set, name, peerURL string, cluster []string) *member {
+	t.Helper()
+	dir := t.TempDir()
+	ca, _ := writePair(t, dir, "ca", set.CAs[pki.EtcdCA])
+	srvCrt, srvKey := writePair(t, dir, "server", set.Get("etcd-server", name))
+	peerCrt, peerKey := writePair(t, dir, "peer", set.Get("etcd-peer", name))
+	m := &member{name: name, clientAddr: "127.0.0.1:" + freePort(t), peerURL: peerURL, done: make(chan struct{})}
+	state := "new"
+	if len(cluster) > 0 {
+		state = "existing"
+	}
+	clientURL := "https://" + m.clientAddr
+	m.cmd = exec.Command(bin,
+		"--name="+name, "--data-dir="+filepath.Join(dir, "data"),
+		"--listen-client-urls="+clientURL, "--advertise-client-urls="+clientURL,
+		"--listen-peer-urls="+peerURL, "--initial-advertise-peer-urls="+peerURL,
+		"--initial-cluster="+strings.Join(append(cluster, name+"="+peerURL), ","), "--initial-cluster-state="+state,
+		"--listen-metrics-urls=http://127.0.0.1:"+freePort(t),
+		"--cert-file="+srvCrt, "--key-file="+srvKey, "--trusted-ca-file="+ca, "--client-cert-auth=true",
+		"--peer-cert-file="+peerCrt, "--peer-key-file="+peerKey, "--peer-trusted-ca-file="+ca, "--peer-client-cert-auth=true",
+		"--log-level=warn",
+	)
+	m.cmd.Stdout, m.cmd.Stderr = m, m
+	m.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := m.cmd.Start(); err != nil {
+		t.Fatalf("start etcd %s: %v", name, err)
+	}
+	go func() { m.cmd.Wait(); close(m.done) }()
+	t.Cleanup(func() {
+		m.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-m.done:
+		case <-time.After(10 * time.Second):
+			m.cmd.Process.Kill()
+			<-m.done
+		}
+		if t.Failed() {
+			m.mu.Lock()
+			out := m.out.String()
+			m.mu.Unlock()
+			if len(out) > 6000 {
+				out = "…" + out[len(out)-6000:]
+			}
+			t.Logf("etcd %s output:\n%s", name, out)
+		}
+	})
+	return m
+}
+
+// clientConfig is the configuration kforge uses: the etcd CA and apiserver-etcd-client.
+func clientConfig(set *pki.Set, host, endpoint string, d Dialer) Config {
+	kp := set.Get("apiserver-etcd-client", "")
+	return Config{Host: host, Endpoint: endpoint, Dialer: d, CA: set.CAs[pki.EtcdCA].Cert, Cert: kp.Cert, Key: kp.Key}
+}
+
+// connect retries New until the member answers (it is starting).
+func connect(ctx context.Context, t *testing.T, m *member, c Config) *Client {
+	t.Helper()
+	for {
+		cl, err := New(ctx, c)
+		if err == nil {
+			t.Cleanup(func() { cl.Close() })
+			return cl
+		}
+		if m.exited() || ctx.Err() != nil {
+			t.Fatalf("etcd %s does not answer: %v", m.name, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestRealEtcd drives real etcd members, through a dialer that counts its dials: the member
+// list and status, a snapshot, adding a member that a second real etcd then starts as, adding
+// one more while etcd still calls the cluster unhealthy, removing members, and the errors of a
+// wrong CA and of a refused client certificate.
+func TestRealEtcd(t *testing.T) {
+	bin := etcdBinary(t)
+	set := testPKI(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	peer1 := "https://127.0.0.1:" + freePort(t)
+	m1 := startMember(t, bin, set, "m1", peer1, nil)
+	dialer := &countingDialer{}
+	c := connect(ctx, t, m1, clientConfig(set, "m1", m1.clientAddr, dialer))
+
+	members, err := c.Members(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(members) != 1 || members[0].Name != "m1" || len(members[0].PeerURLs) != 1 || members[0].PeerURLs[0] != peer1 ||
+		len(members[0].ClientURLs) != 1 || members[0].ClientURLs[0] != "https://"+m1.clientAddr {
+		t.Fatalf("members: %+v; want m1 with peer URL %s and client URL https://%s", members, peer1, m1.clientAddr)
+	}
+	before, err := c.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before.MemberID != members[0].ID || before.Leader != members[0].ID || before.DBSize <= 0 || before.RaftIndex == 0 ||
+		!strings.HasPrefix(before.Version, "3.6.") {
+		t.Errorf("status %+v; want member and leader %x, a database, a raft index, version 3.6.x", before, members[0].ID)
+	}
+
+	t.Run("snapshot", func(t *testing.T) {
+		var buf bytes.Buffer
+		n, err := c.Snapshot(ctx, &buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		after, err := c.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := buf.Bytes()
+		if n != int64(len(b)) || n < 4096+sha256.Size {
+			t.Fatalf("snapshot: returned %d, wrote %d bytes", n, len(b))
+		}
+		db, sum := b[:len(b)-sha256.Size], b[len(b)-sha256.Size:]
+		// A bbolt file starts with a meta page: 16-byte page header, then the magic.
+		if magic := binary.LittleEndian.Uint32(db[16:20]); magic != 0xED0CDAED {
+			t.Errorf("snapshot does not start with a bbolt meta page (magic %#x)", magic)
+		}
+		if got := sha256.Sum256(db); !bytes.Equal(got[:], sum) {
+			t.Errorf("snapshot's trailing sha256 does not match its database")
+		}
+		if size := int64(len(db)); size != before.DBSize && size != after.DBSize {
+			t.Errorf("snapshot database is %d bytes; etcd's status says %d (before) and %d (after)", size, before.DBSize, after.DBSize)
+		}
+	})
+
+	t.Run("remove absent", func(t *testing.T) {
+		removed, err := c.Remove(ctx, "m9", "https://127.0.0.1:1")
+		if err != nil || removed {
+			t.Fatalf("Remove of an absent member = %v, %v; want false, nil", removed, err)
+		}
+	})
+
+	t.Run("wait for a member that is not there", func(t *testing.T) {
+		err := c.WaitStarted(ctx, "m9", "https://127.0.0.1:1")
+		var e *Error
+		if !errors.As(err, &e) || e.Host != "m1" || !strings.Contains(err.Error(), "no member with peer URL https://127.0.0.1:1 (members: m1 (") {
+			t.Fatalf("WaitStarted for an absent member: %v; want an *Error naming m1, the peer URL and the members", err)
+		}
+		t.Log(err)
+	})
+
+	// m2 joins as kforge joins a master: add its member, start it with state existing, wait.
+	peer2 := "https://127.0.0.1:" + freePort(t)
+	t.Run("add and start a member", func(t *testing.T) {
+		if err := c.Add(ctx, peer2); err != nil {
+			t.Fatal(err)
+		}
+		// The cluster has no quorum now (one of two members runs): the member list still
+		// answers, and adding again is success.
+		if err := c.Add(ctx, peer2); err != nil {
+			t.Fatalf("adding the same peer URL again: %v", err)
+		}
+		members, err := c.Members(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m, ok := find(members, "", peer2); len(members) != 2 || !ok || m.Name != "" {
+			t.Fatalf("members after Add: %v; want m1 and an unstarted member with %s", members, peer2)
+		}
+		short, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
+		defer cancel()
+		err = c.WaitStarted(short, "m2", peer2)
+		if err == nil || !strings.Contains(err.Error(), "last seen: member unstarted (") {
+			t.Fatalf("WaitStarted before m2 runs: %v; want it to say the member is listed but not started", err)
+		}
+		t.Log(err)
+
+		m2 := startMember(t, bin, set, "m2", peer2, []string{"m1=" + peer1})
+		if err := c.WaitStarted(ctx, "m2", peer2); err != nil {
+			t.Fatal(err)
+		}
+
+		// etcd refuses a new member until every member has been connected for 5 seconds: m2
+		// has just joined, so Add must wait that out.
+		peer3 := "https://127.0.0.1:" + freePort(t)
+		start := time.Now()
+		if err := c.Add(ctx, peer3); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("added a third member %s after %s", peer3, time.Since(start).Round(time.Millisecond))
+		members, err = c.Members(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(members) != 3 {
+			t.Fatalf("members: %v; want m1, m2 and an unstarted one", members)
+		}
+		// Removing the unstarted member by its peer URL, then m2 by name.
+		if removed, err := c.Remove(ctx, "", peer3); err != nil || !removed {
+			t.Fatalf("Remove of the unstarted member = %v, %v; want true, nil", removed, err)
+		}
+		if removed, err := c.Remove(ctx, "m2", ""); err != nil || !removed {
+			t.Fatalf("Remove of m2 = %v, %v; want true, nil", removed, err)
+		}
+		members, err = c.Members(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(members) != 1 || members[0].Name != "m1" {
+			t.Fatalf("members after removals: %v; want m1 alone", members)
+		}
+		if removed, err := c.Remove(ctx, "m2", peer2); err != nil || removed {
+			t.Fatalf("Remove of m2 again = %v, %v; want false, nil", removed, err)
+		}
+		// A removed member stops by itself.
+		select {
+		case <-m2.done:
+		case <-time.After(30 * time.Second):
+			t.Errorf("etcd m2 still runs 30s after its removal")
+		}
+	})
+
+	t.Run("wrong CA", func(t *testing.T) {
+		other := testPKI(t)
+		cfg := clientConfig(set, "m1", m1.clientAddr, nil)
+		cfg.CA = other.CAs[pki.EtcdCA].Cert
+		_, err := New(ctx, cfg)
+		var e *Error
+		if !errors.As(err, &e) || e.Host != "m1" || !strings.Contains(e.Seen, "not signed by the etcd CA kforge holds") {
+			t.Fatalf("New with another etcd CA: %v; want an *Error naming m1 and the CA", err)
+		}
+		t.Log(err)
+	})
+
+	t.Run("client certificate of another CA", func(t *testing.T) {
+		other := testPKI(t)
+		cfg := clientConfig(other, "m1", m1.clientAddr, nil)
+		cfg.CA = set.CAs[pki.EtcdCA].Cert
+		_, err := New(ctx, cfg)
+		var e *Error
+		if !errors.As(err, &e) || e.Host != "m1" || !strings.Contains(e.Seen, "etcd refused kforge's client certificate") {
+			t.Fatalf("New with a client certificate etcd does not trust: %v; want an *Error naming m1 and the refusal", err)
+		}
+		t.Log(err)
+	})
+
+	if n, addrs := dialer.dials(); n == 0 {
+		t.Errorf("the dialer was never used")
+	} else {
+		for _, a := range addrs {
+			if a != m1.clientAddr {
+				t.Errorf("the dialer was asked for %s; only %s was given", a, m1.clientAddr)
+			}
+		}
+		t.Logf("%d dials through the dialer, all to %s", n, m1.clientAddr)
+	}
+}
