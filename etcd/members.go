@@ -150,7 +150,7 @@ func (c *Client) retryUnhealthy(ctx context.Context, op string, change func() er
 			continue
 		}
 		e := newError(c.host, c.endpoint, op, rpctypes.Error(refused))
-		e.Seen += fmt.Sprintf("; still refused after %d attempts in %s", attempt, time.Since(start).Round(time.Second))
+		e.Seen += fmt.Sprintf("; still refused after %d attempts in %s", attempt, time.Since(start).Round(100*time.Millisecond))
 		return e
 	}
 }
@@ -199,7 +199,7 @@ func (c *Client) WaitStarted(ctx context.Context, name, peerURL string) error {
 		select {
 		case <-ctx.Done():
 			return &Error{Host: c.host, Op: op, Err: ctx.Err(), Hint: hint,
-				Seen: fmt.Sprintf("not started after %s; last seen: %s", time.Since(start).Round(time.Second), last)}
+				Seen: fmt.Sprintf("not started after %s; last seen: %s", time.Since(start).Round(100*time.Millisecond), last)}
 		case <-time.After(retryEvery):
 		}
 	}
