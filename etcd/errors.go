@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/kforge/kforge/hostpath"
+
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/status"
 )
@@ -60,6 +62,12 @@ const (
 	hintUnhealthy = "check every member: etcdctl member list; etcdctl endpoint health --cluster (with the apiserver-etcd-client certificate), start or remove the member that is down, then run again"
 )
 
+// The etcd CA and server certificate on a master (pki's etcd/ca and etcd/server), named in hints.
+const (
+	etcdCA         = hostpath.PKIDir + "/etcd/ca.crt"
+	etcdServerCert = hostpath.PKIDir + "/etcd/server.crt"
+)
+
 // newError makes the *Error for op on host, saying what err means and what to do.
 func newError(host, endpoint, op string, err error) *Error {
 	e := &Error{Host: host, Op: op, Err: err}
@@ -86,16 +94,16 @@ func explain(host, endpoint string, err error) (seen, hint string) {
 		return "etcd accepted the request but did not commit it in time", "check the members' health (etcdctl endpoint health --cluster), then run again; " + logs
 	case strings.Contains(text, "x509: certificate signed by unknown authority"):
 		return "etcd's server certificate is not signed by the etcd CA kforge holds",
-			fmt.Sprintf("compare /etc/kubernetes/pki/etcd/ca.crt on %s with etcd/ca.crt in kforge's PKI state: a master set up by another tool keeps its own CA", host)
+			fmt.Sprintf("compare %s on %s with etcd/ca.crt in kforge's PKI state: a master set up by another tool keeps its own CA", etcdCA, host)
 	case strings.Contains(text, "x509: certificate is valid for"), strings.Contains(text, "x509: cannot validate certificate"):
 		return "etcd's server certificate does not name " + serverName,
-			fmt.Sprintf("etcd's server certificate on %s (/etc/kubernetes/pki/etcd/server.crt) must name localhost and 127.0.0.1; kforge apply reissues it", host)
+			fmt.Sprintf("etcd's server certificate on %s (%s) must name localhost and 127.0.0.1; kforge apply reissues it", host, etcdServerCert)
 	case strings.Contains(text, "x509: certificate has expired"):
-		return "a certificate has expired", fmt.Sprintf("check the dates: openssl x509 -noout -dates -in /etc/kubernetes/pki/etcd/server.crt on %s, and kforge's apiserver-etcd-client certificate; renew them", host)
+		return "a certificate has expired", fmt.Sprintf("check the dates: openssl x509 -noout -dates -in %s on %s, and kforge's apiserver-etcd-client certificate; renew them", etcdServerCert, host)
 	case strings.Contains(text, "bad certificate"), strings.Contains(text, "unknown certificate authority"),
 		strings.Contains(text, "certificate required"), strings.Contains(text, "expired certificate"):
 		return "etcd refused kforge's client certificate",
-			fmt.Sprintf("etcd on %s trusts the CA in --trusted-ca-file (/etc/kubernetes/pki/etcd/ca.crt); kforge's apiserver-etcd-client certificate must be signed by it", host)
+			fmt.Sprintf("etcd on %s trusts the CA in --trusted-ca-file (%s); kforge's apiserver-etcd-client certificate must be signed by it", host, etcdCA)
 	case strings.Contains(text, "connection refused"):
 		return "nothing listens on " + endpoint,
 			fmt.Sprintf("is etcd running on %s? crictl ps -a --name etcd; journalctl -u kubelet", host)
