@@ -90,14 +90,9 @@ func (a *Apply) prune(ctx context.Context, r progress.Reporter) error {
 		}
 		did := []string{fmt.Sprintf("drained (%s evicted)", count(len(evicted), "pod"))}
 		if n.Role == inventory.RoleMaster {
-			through := a.inv.Masters[0].Name
-			e, err := newEtcdClient(a.fleet, a.set, through)
+			removed, err := removeEtcdMember(ctx, a, n)
 			if err != nil {
-				return err
-			}
-			removed, err := e.remove(ctx, n.Name, templates.EtcdPeerURL(n.NodeIP()))
-			if err != nil {
-				return fmt.Errorf("%s: remove its etcd member through %s: %w", n.Name, through, err)
+				return fmt.Errorf("%s: remove its etcd member: %w", n.Name, err)
 			}
 			if removed {
 				did = append(did, "etcd member removed")
@@ -117,6 +112,18 @@ func (a *Apply) prune(ctx context.Context, r progress.Reporter) error {
 		r(progress.Event{Kind: progress.HostDone, Host: n.Name, Duration: a.o.Now().Sub(start), Message: strings.Join(did, "; ")})
 	}
 	return nil
+}
+
+// removeEtcdMember removes a removed master's etcd member through the inventory's first master.
+func removeEtcdMember(ctx context.Context, a *Apply, n inventory.Node) (bool, error) {
+	e, err := newEtcdClient(ctx, a.fleet, a.set, a.inv.Masters[0].Name)
+	if err != nil {
+		return false, err
+	}
+	defer e.Close()
+	ctx, cancel := context.WithTimeout(ctx, a.o.Timeout)
+	defer cancel()
+	return e.Remove(ctx, n.Name, templates.EtcdPeerURL(n.NodeIP()))
 }
 
 // resetRemoved resets one removed host as `kforge reset` would (its host steps only: the state
