@@ -49,7 +49,7 @@ type oracleCase struct {
 	// apiserver certificate, the equivalent kubeadm config lists them in certSANs.
 	addresses map[string]string
 	// kubelet settings the inventory holds, repeated for kubeadm's KubeletConfiguration and
-	// kubeletExtraArgs; resolvConf is render's --resolv-conf.
+	// kubeletExtraArgs; resolvConf is the inventory's kubelet.resolvConf.
 	maxPods       string
 	allowCgroupV1 bool
 	resolvConf    string
@@ -73,6 +73,7 @@ controlPlaneEndpoint: k8s-api.lab.example.test:6443
 kubelet:
   allowCgroupV1: true
   extraArgs: {max-pods: "150"}
+  resolvConf: /etc/kforge/resolv.conf
 pki:
   apiServerCertSANs: [api.lab.example.test, 198.51.100.200]
 masters:
@@ -231,7 +232,7 @@ func TestRenderMatchesKubeadm(t *testing.T) {
 			}
 			out := filepath.Join(dir, "render")
 			t.Setenv("KFORGE_BOOTSTRAP_TOKEN", "abcdef.0123456789abcdef")
-			code, _, stderr := kforge(t, "-i", inv, "--state-dir", filepath.Join(dir, "state"), "render", "-o", out, "--resolv-conf", tc.resolvConf, "--ca-cert-dirs", strings.Join(append(caDirs, ""), ","))
+			code, _, stderr := kforge(t, "-i", inv, "--state-dir", filepath.Join(dir, "state"), "render", "-o", out, "--ca-cert-dirs", strings.Join(append(caDirs, ""), ","))
 			if code != 0 {
 				t.Fatalf("render: %s", stderr)
 			}
