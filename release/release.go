@@ -1,0 +1,160 @@
+// Package release is kforge's catalogue of Kubernetes releases: for each Kubernetes minor it
+// installs, the versions of the components that go with it, the names of their images, and the
+// version skew rules between them. It is plain data and pure functions over the standard
+// library only, so that the bundle builder, the inventory's validation, the static pods and
+// the addons all read the same facts.
+//
+// Supporting another minor is adding a row to the table below (and building a bundle of it).
+package release
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Release is one row of the catalogue: a Kubernetes minor and what kforge installs with it.
+type Release struct {
+	// Minor is the Kubernetes minor, e.g. "v1.36".
+	Minor string
+	// Kubernetes is the Kubernetes version. In the table it is the minor's default patch
+	// release (e.g. "v1.36.3"); For sets it to the version asked for.
+	Kubernetes string
+	// Etcd is the etcd release kubeadm of this minor pins (constants.DefaultEtcdVersion),
+	// e.g. "v3.6.8"; EtcdImageTag is the tag kubeadm gives its image, e.g. "3.6.8-0".
+	Etcd         string
+	EtcdImageTag string
+	// CoreDNS is the CoreDNS release kubeadm of this minor pins, e.g. "v1.14.2"; its image tag.
+	CoreDNS string
+	// Pause is the pause image tag kubeadm of this minor pins, e.g. "3.10.2".
+	Pause string
+	// CNIPlugins is the github.com/containernetworking/plugins release, e.g. "v1.9.1".
+	CNIPlugins string
+	// Flannel is the flannel release, e.g. "v0.28.10"; its image tag.
+	Flannel string
+
+	// The container runtime (containerd, runc, crictl) is not catalogued yet: hosts bring
+	// their own containerd. When kforge installs it, its versions become more columns here
+	// (Containerd, Runc, Crictl), filled in every row.
+}
+
+// releases is the catalogue, one row per supported Kubernetes minor, oldest first. The
+// etcd, CoreDNS and pause columns are what kubeadm of that minor pins
+// (cmd/kubeadm/app/constants); the CNI plugins and flannel columns are the releases kforge
+// has been proven with on that minor. `kforge bundle build` checks the image columns against
+// the built kubeadm's `kubeadm config images list`.
+var releases = []Release{
+	// v1.36 is the last minor that runs on containerd 1.x.
+	{Minor: "v1.36", Kubernetes: "v1.36.3", Etcd: "v3.6.8", EtcdImageTag: "3.6.8-0", CoreDNS: "v1.14.2", Pause: "3.10.2", CNIPlugins: "v1.9.1", Flannel: "v0.28.10"},
+}
+
+// defaultMinor is the minor kforge installs when the inventory names no version; its row's
+// Kubernetes is Default.
+const defaultMinor = "v1.36"
+
+// DefaultImageRepository is the registry kubeadm names the Kubernetes images under.
+const DefaultImageRepository = "registry.k8s.io"
+
+// flannelImage is where flannel publishes its image; it does not follow the image repository.
+const flannelImage = "ghcr.io/flannel-io/flannel"
+
+// Supported returns the supported minors in order, e.g. ["v1.36"].
+func Supported() []string {
+	out := make([]string, len(releases))
+	for i, r := range releases {
+		out[i] = r.Minor
+	}
+	return out
+}
+
+// Default returns the Kubernetes version kforge installs when none is named, e.g. "v1.36.3".
+func Default() string {
+	for _, r := range releases {
+		if r.Minor == defaultMinor {
+			return r.Kubernetes
+		}
+	}
+	panic("release: the default minor " + defaultMinor + " has no row in the catalogue")
+}
+
+// VersionError is the error of For for a version it cannot install: what is wrong and what to
+// use instead.
+type VersionError struct {
+	Version string
+	Msg     string // e.g. "Kubernetes v1.29.0 is not supported by this kforge"
+	Hint    string // e.g. "use v1.36.x (default v1.36.3)"
+}
+
+func (e *VersionError) Error() string { return e.Msg + "; " + e.Hint }
+
+// For returns the release of Kubernetes version (vMAJOR.MINOR.PATCH, optionally with a
+// pre-release suffix such as -rc.1), with Kubernetes set to version. A malformed version or
+// one of a minor this kforge does not install is a *VersionError that lists the supported
+// minors.
+func For(version string) (Release, error) {
+	v, err := parse(version)
+	if err != nil {
+		return Release{}, err
+	}
+	for _, r := range releases {
+		if r.Minor == v.minorString() {
+			r.Kubernetes = version
+			return r, nil
+		}
+	}
+	var use []string
+	for _, m := range Supported() {
+		use = append(use, m+".x")
+	}
+	return Release{}, &VersionError{
+		Version: version,
+		Msg:     fmt.Sprintf("Kubernetes %s is not supported by this kforge", version),
+		Hint:    "use " + strings.Join(use, " or ") + " (default " + Default() + ")",
+	}
+}
+
+// Images are the image references of one release's components, exactly as the static pods,
+// the addons, containerd's sandbox image and a bundle's manifest name them.
+type Images struct {
+	APIServer         string // <repo>/kube-apiserver:v1.36.3
+	ControllerManager string // <repo>/kube-controller-manager:v1.36.3
+	Scheduler         string // <repo>/kube-scheduler:v1.36.3
+	KubeProxy         string // <repo>/kube-proxy:v1.36.3
+	Etcd              string // <repo>/etcd:3.6.8-0
+	CoreDNS           string // <repo>/coredns/coredns:v1.14.2
+	Pause             string // <repo>/pause:3.10.2
+	Flannel           string // ghcr.io/flannel-io/flannel:v0.28.10, whatever the repo
+}
+
+// Images returns the release's images under the image repository repo ("" =
+// DefaultImageRepository), with the repository paths kubeadm uses (`kubeadm config images
+// list --image-repository repo`). flannel's image is always upstream's.
+func (r Release) Images(repo string) Images {
+	if repo == "" {
+		repo = DefaultImageRepository
+	}
+	return Images{
+		APIServer:         repo + "/kube-apiserver:" + r.Kubernetes,
+		ControllerManager: repo + "/kube-controller-manager:" + r.Kubernetes,
+		Scheduler:         repo + "/kube-scheduler:" + r.Kubernetes,
+		KubeProxy:         repo + "/kube-proxy:" + r.Kubernetes,
+		Etcd:              repo + "/etcd:" + r.EtcdImageTag,
+		CoreDNS:           repo + "/coredns/coredns:" + r.CoreDNS,
+		Pause:             repo + "/pause:" + r.Pause,
+		Flannel:           flannelImage + ":" + r.Flannel,
+	}
+}
+
+// ByComponent returns the images by component name: kube-apiserver,
+// kube-controller-manager, kube-scheduler, kube-proxy, etcd, coredns, pause and flannel.
+func (im Images) ByComponent() map[string]string {
+	return map[string]string{
+		"kube-apiserver":          im.APIServer,
+		"kube-controller-manager": im.ControllerManager,
+		"kube-scheduler":          im.Scheduler,
+		"kube-proxy":              im.KubeProxy,
+		"etcd":                    im.Etcd,
+		"coredns":                 im.CoreDNS,
+		"pause":                   im.Pause,
+		"flannel":                 im.Flannel,
+	}
+}
