@@ -19,6 +19,7 @@ import (
 	"github.com/kforge/kforge/hostpath"
 
 	"github.com/kforge/kforge/internal/fsx"
+	"github.com/kforge/kforge/release"
 
 	"golang.org/x/sync/errgroup"
 )
@@ -26,7 +27,7 @@ import (
 // Options for Build.
 type Options struct {
 	// BuildOptions.Version is the Kubernetes version; the other components' versions follow
-	// from it (DefaultVersions).
+	// from it (release.For).
 	BuildOptions
 	// Out is the bundle directory to write. It must not exist, be empty, or hold a bundle
 	// (which is replaced).
@@ -42,7 +43,7 @@ func Build(ctx context.Context, o Options) (*Manifest, error) {
 	if o.Out == "" {
 		return nil, errors.New("bundle build: no output directory given")
 	}
-	v, err := DefaultVersions(o.Version)
+	v, err := release.For(o.Version)
 	if err != nil {
 		return nil, err
 	}
@@ -70,7 +71,7 @@ func Build(ctx context.Context, o Options) (*Manifest, error) {
 		dirs[c.name] = d
 	}
 
-	names := ImageNames("", v)
+	names := v.Images("").ByComponent()
 	if err := checkKubeadmImages(ctx, filepath.Join(dirs["kubernetes"], "kubeadm"), v, names); err != nil {
 		return nil, err
 	}
@@ -97,7 +98,7 @@ func Build(ctx context.Context, o Options) (*Manifest, error) {
 	o.logf("images ready in %s", time.Since(start).Round(time.Millisecond))
 
 	// The bundle directory, assembled beside o.Out and swapped in.
-	m := &Manifest{SchemaVersion: 1, Platform: "linux/amd64", Source: "built", Versions: v}
+	m := &Manifest{SchemaVersion: 1, Platform: "linux/amd64", Source: "built", Versions: versionsOf(v)}
 	parent := filepath.Dir(filepath.Clean(o.Out))
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		return nil, err
@@ -225,7 +226,7 @@ func copyFile(src, dst string) error {
 
 // checkKubeadmImages asks the built kubeadm which images it uses and fails if the bundle would
 // name any of them differently: the bundle must hold exactly what the static pods reference.
-func checkKubeadmImages(ctx context.Context, kubeadm string, v Versions, names map[string]string) error {
+func checkKubeadmImages(ctx context.Context, kubeadm string, v release.Release, names map[string]string) error {
 	out, err := exec.CommandContext(ctx, kubeadm, "config", "images", "list",
 		"--kubernetes-version", v.Kubernetes, "--image-repository", "registry.k8s.io").Output()
 	if err != nil {
@@ -243,8 +244,8 @@ func checkKubeadmImages(ctx context.Context, kubeadm string, v Versions, names m
 	for _, l := range strings.Fields(string(out)) {
 		got = append(got, l)
 		if !want[l] {
-			return fmt.Errorf("kubeadm %s uses image %s, which kforge's bundle for it does not name (bundle names: %s); the component versions in bundle.DefaultVersions need updating",
-				v.Kubernetes, l, strings.Join(sortedKeys(want), ", "))
+			return fmt.Errorf("kubeadm %s uses image %s, which kforge's bundle for it does not name (bundle names: %s); the %s row of the release catalogue (release/release.go) needs updating",
+				v.Kubernetes, l, strings.Join(sortedKeys(want), ", "), v.Minor)
 		}
 	}
 	if len(got) != len(want) {

@@ -14,7 +14,9 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
 	"github.com/kforge/kforge/internal/testenv"
+	"github.com/kforge/kforge/release"
 )
 
 // testBundle builds (or takes from the cache) the v1.36.3 bundle once per test binary.
@@ -91,7 +93,11 @@ func TestBuiltBundleVerifiesAndReportsVersions(t *testing.T) {
 		}
 	}
 
-	names := ImageNames("", m.Versions)
+	r, err := release.For(m.Versions.Kubernetes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := r.Images("").ByComponent()
 	for _, c := range ImageComponents {
 		im, ok := m.Image(c)
 		if !ok {

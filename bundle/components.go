@@ -8,9 +8,14 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/kforge/kforge/release"
 )
 
-// Versions are the versions of everything a bundle holds for one Kubernetes release.
+// Versions is the manifest's record of the versions a bundle holds (manifest.json's
+// "versions" object), taken from the catalogue's release the bundle was built for
+// (release.For). It is the file format, kept apart from release.Release so that the catalogue
+// can grow columns without changing the manifest.
 type Versions struct {
 	Kubernetes string `json:"kubernetes"`
 	Etcd       string `json:"etcd"`       // e.g. v3.6.8
@@ -20,26 +25,16 @@ type Versions struct {
 	Flannel    string `json:"flannel"`    // e.g. v0.28.10
 }
 
-// DefaultVersions returns the component versions kforge bundles with Kubernetes version k:
-// etcd, CoreDNS and pause as kubeadm of that release pins them, and the CNI plugins and
-// flannel releases kforge has been proven with. Only the minors listed here are supported.
-func DefaultVersions(k string) (Versions, error) {
-	sub := kubeVersionRE.FindStringSubmatch(k)
-	if sub == nil {
-		return Versions{}, fmt.Errorf("kubernetes version %q: want the form v1.MINOR.PATCH, e.g. v1.36.3", k)
+// versionsOf is the manifest's record of release r.
+func versionsOf(r release.Release) Versions {
+	return Versions{
+		Kubernetes: r.Kubernetes,
+		Etcd:       r.Etcd,
+		CoreDNS:    r.CoreDNS,
+		Pause:      r.Pause,
+		CNIPlugins: r.CNIPlugins,
+		Flannel:    r.Flannel,
 	}
-	switch sub[1] {
-	case "36":
-		return Versions{
-			Kubernetes: k,
-			Etcd:       "v3.6.8",
-			CoreDNS:    "v1.14.2",
-			Pause:      "3.10.2",
-			CNIPlugins: "v1.9.1",
-			Flannel:    "v0.28.10",
-		}, nil
-	}
-	return Versions{}, fmt.Errorf("kubernetes %s: kforge builds bundles for Kubernetes 1.36 only (the last minor that runs on containerd 1.x)", k)
 }
 
 // CNIPlugins are the CNI plugins a bundle holds, with their Go packages.

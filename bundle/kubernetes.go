@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+
+	"github.com/kforge/kforge/release"
 )
 
 // KubernetesCommands are the Kubernetes binaries KubernetesBinaries builds, by file name.
@@ -35,7 +37,7 @@ func KubernetesBinaries(ctx context.Context, o BuildOptions) (string, error) {
 // EtcdBinaries returns a directory holding etcd and etcdctl of the version bundled with
 // Kubernetes o.Version, built and cached like KubernetesBinaries (tests run a real etcd with it).
 func EtcdBinaries(ctx context.Context, o BuildOptions) (string, error) {
-	v, err := DefaultVersions(o.Version)
+	v, err := release.For(o.Version)
 	if err != nil {
 		return "", err
 	}

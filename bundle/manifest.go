@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/kforge/kforge/internal/fsx"
@@ -82,25 +83,6 @@ var controlPlaneOnly = map[string]bool{
 	"kube-apiserver": true, "kube-controller-manager": true, "kube-scheduler": true, "etcd": true,
 }
 
-// ImageNames returns the image reference of each component for versions v: the names kubeadm
-// of that Kubernetes release uses in its static-pod manifests and addons
-// (`kubeadm config images list`), and flannel's upstream name.
-func ImageNames(repo string, v Versions) map[string]string {
-	if repo == "" {
-		repo = "registry.k8s.io"
-	}
-	return map[string]string{
-		"kube-apiserver":          repo + "/kube-apiserver:" + v.Kubernetes,
-		"kube-controller-manager": repo + "/kube-controller-manager:" + v.Kubernetes,
-		"kube-scheduler":          repo + "/kube-scheduler:" + v.Kubernetes,
-		"kube-proxy":              repo + "/kube-proxy:" + v.Kubernetes,
-		"etcd":                    repo + "/etcd:" + strings.TrimPrefix(v.Etcd, "v") + "-0",
-		"coredns":                 repo + "/coredns/coredns:" + v.CoreDNS,
-		"pause":                   repo + "/pause:" + v.Pause,
-		"flannel":                 "ghcr.io/flannel-io/flannel:" + v.Flannel,
-	}
-}
-
 // Image returns the manifest's image of component, or false.
 func (m *Manifest) Image(component string) (Image, bool) {
 	for _, im := range m.Images {
@@ -109,6 +91,22 @@ func (m *Manifest) Image(component string) (Image, bool) {
 		}
 	}
 	return Image{}, false
+}
+
+// HasImages returns nil when the bundle holds an image of each of names (references such as
+// registry.k8s.io/kube-proxy:v1.36.3, release.Images), or an error naming those it lacks:
+// what a cluster runs from a bundle must be in it, or the hosts would pull it.
+func (m *Manifest) HasImages(names ...string) error {
+	var missing []string
+	for _, n := range names {
+		if !slices.ContainsFunc(m.Images, func(im Image) bool { return im.Name == n }) {
+			missing = append(missing, n)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("no image %s (rebuild the bundle with this kforge: kforge bundle build -o DIR)", strings.Join(missing, ", "))
+	}
+	return nil
 }
 
 // File returns the manifest's file named name, or false.

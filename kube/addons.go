@@ -20,45 +20,8 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
-	"github.com/kforge/kforge/bundle"
 	"github.com/kforge/kforge/templates"
 )
-
-// Images are the image references of the addons kforge deploys.
-type Images struct {
-	CoreDNS   string
-	KubeProxy string
-	Flannel   string
-}
-
-// ImagesFor returns the addon images a bundle of versions v ships (bundle.ImageNames), with
-// the Kubernetes images from repo ("" = registry.k8s.io).
-func ImagesFor(repo string, v bundle.Versions) Images {
-	n := bundle.ImageNames(repo, v)
-	return Images{CoreDNS: n["coredns"], KubeProxy: n["kube-proxy"], Flannel: n["flannel"]}
-}
-
-// ImagesFromManifest returns the addon images a bundle holds, exactly as its manifest names
-// them (the names containerd knows once the bundle's archives are imported).
-func ImagesFromManifest(m *bundle.Manifest) (Images, error) {
-	var im Images
-	var missing []string
-	for _, x := range []struct {
-		component string
-		dst       *string
-	}{{"coredns", &im.CoreDNS}, {"kube-proxy", &im.KubeProxy}, {"flannel", &im.Flannel}} {
-		i, ok := m.Image(x.component)
-		if !ok {
-			missing = append(missing, x.component)
-			continue
-		}
-		*x.dst = i.Name
-	}
-	if len(missing) > 0 {
-		return im, fmt.Errorf("bundle manifest has no image for %s (rebuild it: kforge bundle build)", strings.Join(missing, ", "))
-	}
-	return im, nil
-}
 
 // CoreDNSInput is what CoreDNS deploys.
 type CoreDNSInput struct {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/kforge/kforge/inventory"
 	"github.com/kforge/kforge/pki"
+	"github.com/kforge/kforge/release"
 )
 
 // Clients are the clients the functions of this package take, built from one rest.Config (for
@@ -110,7 +111,7 @@ func BootstrapInputFor(c *inventory.Cluster, set *pki.Set, token BootstrapToken,
 }
 
 // CoreDNSInputFor is CoreDNS's input for the inventory's cluster.
-func CoreDNSInputFor(c *inventory.Cluster, im Images) CoreDNSInput {
+func CoreDNSInputFor(c *inventory.Cluster, im release.Images) CoreDNSInput {
 	return CoreDNSInput{
 		Image:         im.CoreDNS,
 		DNSDomain:     orDefault(c.Networking.DNSDomain, inventory.DefaultDNSDomain),
@@ -121,7 +122,7 @@ func CoreDNSInputFor(c *inventory.Cluster, im Images) CoreDNSInput {
 // KubeProxyInputFor is KubeProxy's input for the inventory's cluster, in iptables mode;
 // conntrackMaxPerCore is nil for kube-proxy's default or a value (0 on hosts whose conntrack
 // table is machine-wide, such as kforge's lab).
-func KubeProxyInputFor(c *inventory.Cluster, im Images) KubeProxyInput {
+func KubeProxyInputFor(c *inventory.Cluster, im release.Images) KubeProxyInput {
 	var conntrackMaxPerCore *int32
 	if v := c.KubeProxy.ConntrackMaxPerCore; v != nil {
 		conntrackMaxPerCore = ptr.To(int32(*v))
@@ -136,7 +137,7 @@ func KubeProxyInputFor(c *inventory.Cluster, im Images) KubeProxyInput {
 }
 
 // FlannelInputFor is Flannel's input for the inventory's cluster.
-func FlannelInputFor(c *inventory.Cluster, im Images) FlannelInput {
+func FlannelInputFor(c *inventory.Cluster, im release.Images) FlannelInput {
 	return FlannelInput{
 		Image:     im.Flannel,
 		PodSubnet: orDefault(c.Networking.PodSubnet, inventory.DefaultPodSubnet),

@@ -25,6 +25,7 @@ import (
 	"github.com/kforge/kforge/bundle"
 	"github.com/kforge/kforge/inventory"
 	"github.com/kforge/kforge/pki"
+	"github.com/kforge/kforge/release"
 )
 
 // binaries returns kube-apiserver and etcd as the bundle package builds them
@@ -36,11 +37,7 @@ func binaries(t testing.TB) (k8sDir, etcd string) {
 	}
 	testenv.Require(t, nil)
 	ctx := context.Background()
-	v, err := bundle.DefaultVersions(inventory.DefaultKubernetesVersion)
-	if err != nil {
-		t.Fatal(err)
-	}
-	o := bundle.BuildOptions{Version: v.Kubernetes, Log: testLog{t}}
+	o := bundle.BuildOptions{Version: release.Default(), Log: testLog{t}}
 	k8s, err := bundle.KubernetesBinaries(ctx, o)
 	if err != nil {
 		t.Fatalf("kubernetes binaries: %v", err)

@@ -18,8 +18,8 @@ import (
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/kforge/kforge/bundle"
 	"github.com/kforge/kforge/inventory"
+	"github.com/kforge/kforge/release"
 )
 
 // writes are the create/update/patch/delete actions a fake clientset recorded.
@@ -471,20 +471,14 @@ func TestBadTokenErrorHidesTheSecret(t *testing.T) {
 	}
 }
 
-func testImages() Images {
-	v, err := bundle.DefaultVersions("v1.36.3")
+// testImages are the images of the default release, as hosts get them (release's tests pin
+// the exact names).
+func testImages() release.Images {
+	r, err := release.For(release.Default())
 	if err != nil {
 		panic(err)
 	}
-	return ImagesFor("", v)
-}
-
-func TestImagesMatchTheBundle(t *testing.T) {
-	im := testImages()
-	want := Images{CoreDNS: "registry.k8s.io/coredns/coredns:v1.14.2", KubeProxy: "registry.k8s.io/kube-proxy:v1.36.3", Flannel: "ghcr.io/flannel-io/flannel:v0.28.10"}
-	if im != want {
-		t.Errorf("images %+v, want %+v", im, want)
-	}
+	return r.Images("")
 }
 
 func TestCoreDNSTwiceKeepsScaledReplicas(t *testing.T) {
@@ -715,22 +709,5 @@ func TestSummary(t *testing.T) {
 	}
 	if got := Summary(nil); got != "nothing" {
 		t.Errorf("Summary(nil) = %q", got)
-	}
-}
-
-func TestImagesFromManifest(t *testing.T) {
-	v, _ := bundle.DefaultVersions("v1.36.3")
-	names := bundle.ImageNames("", v)
-	m := &bundle.Manifest{}
-	for _, c := range []string{"coredns", "kube-proxy", "flannel"} {
-		m.Images = append(m.Images, bundle.Image{Component: c, Name: names[c]})
-	}
-	im, err := ImagesFromManifest(m)
-	if err != nil || im != testImages() {
-		t.Errorf("images %+v %v, want %+v", im, err, testImages())
-	}
-	m.Images = m.Images[:1]
-	if _, err := ImagesFromManifest(m); err == nil || !strings.Contains(err.Error(), "kube-proxy, flannel") {
-		t.Errorf("err = %v", err)
 	}
 }

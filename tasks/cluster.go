@@ -19,13 +19,13 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/kforge/kforge/bundle"
 	"github.com/kforge/kforge/fleet"
 	"github.com/kforge/kforge/hostpath"
 	"github.com/kforge/kforge/inventory"
 	"github.com/kforge/kforge/kube"
 	"github.com/kforge/kforge/pki"
 	"github.com/kforge/kforge/progress"
+	"github.com/kforge/kforge/release"
 	"github.com/kforge/kforge/remote"
 	"github.com/kforge/kforge/templates"
 )
@@ -213,15 +213,26 @@ func (a *Apply) joinWorkers(ctx context.Context, r progress.Reporter) error {
 	return err
 }
 
-func (a *Apply) images() (kube.Images, error) {
+// images are the addon images: with a bundle, those of the release it was built for, as it
+// names them (under registry.k8s.io) and holds them; without, the inventory's release's under
+// its image repository.
+func (a *Apply) images() (release.Images, error) {
 	if a.manifest != nil {
-		return kube.ImagesFromManifest(a.manifest)
+		r, err := release.For(a.manifest.Versions.Kubernetes)
+		if err != nil {
+			return release.Images{}, fmt.Errorf("bundle %s: %w", a.inv.Bundle, err)
+		}
+		im := r.Images("")
+		if err := a.manifest.HasImages(im.CoreDNS, im.KubeProxy, im.Flannel); err != nil {
+			return release.Images{}, fmt.Errorf("bundle %s: %w", a.inv.Bundle, err)
+		}
+		return im, nil
 	}
-	v, err := bundle.DefaultVersions(a.inv.KubernetesVersion)
+	r, err := release.For(a.inv.KubernetesVersion)
 	if err != nil {
-		return kube.Images{}, err
+		return release.Images{}, err
 	}
-	return kube.ImagesFor(a.inv.ImageRepository, v), nil
+	return r.Images(a.inv.ImageRepository), nil
 }
 
 func (a *Apply) coreAddons(ctx context.Context, r progress.Reporter) error {

@@ -1,0 +1,36 @@
+package tasks
+
+import (
+	"testing"
+
+	"github.com/kforge/kforge/bundle"
+	"github.com/kforge/kforge/inventory"
+	"github.com/kforge/kforge/release"
+)
+
+// TestAddonImages: without a bundle the addons run the inventory's release's images from its
+// image repository; with one, the bundle's release's images as the bundle names them, and a
+// bundle that lacks one of them is refused before anything is deployed.
+func TestAddonImages(t *testing.T) {
+	inv := &inventory.Cluster{KubernetesVersion: "v1.36.2", ImageRepository: "mirror.example/k8s", Bundle: "/b"}
+	im, err := (&Apply{inv: inv}).images()
+	want := release.Images{CoreDNS: "mirror.example/k8s/coredns/coredns:v1.14.2", KubeProxy: "mirror.example/k8s/kube-proxy:v1.36.2", Flannel: "ghcr.io/flannel-io/flannel:v0.28.10"}
+	if err != nil || im.CoreDNS != want.CoreDNS || im.KubeProxy != want.KubeProxy || im.Flannel != want.Flannel {
+		t.Errorf("without a bundle: %+v, %v; want %+v", im, err, want)
+	}
+
+	m := &bundle.Manifest{Versions: bundle.Versions{Kubernetes: "v1.36.3"}, Images: []bundle.Image{
+		{Component: "coredns", Name: "registry.k8s.io/coredns/coredns:v1.14.2"},
+		{Component: "kube-proxy", Name: "registry.k8s.io/kube-proxy:v1.36.3"},
+		{Component: "flannel", Name: "ghcr.io/flannel-io/flannel:v0.28.10"},
+	}}
+	im, err = (&Apply{inv: inv, manifest: m}).images()
+	if err != nil || im.CoreDNS != m.Images[0].Name || im.KubeProxy != m.Images[1].Name || im.Flannel != m.Images[2].Name {
+		t.Errorf("with a bundle: %+v, %v; want the bundle's %+v", im, err, m.Images)
+	}
+
+	m.Images = m.Images[:2]
+	if _, err := (&Apply{inv: inv, manifest: m}).images(); err == nil || err.Error() != "bundle /b: no image ghcr.io/flannel-io/flannel:v0.28.10 (rebuild the bundle with this kforge: kforge bundle build -o DIR)" {
+		t.Errorf("a bundle without flannel: %v", err)
+	}
+}
