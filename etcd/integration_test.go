@@ -23,6 +23,7 @@ import (
 	"github.com/kforge/kforge/internal/testenv"
 	"github.com/kforge/kforge/inventory"
 	"github.com/kforge/kforge/pki"
+	"github.com/kforge/kforge/release"
 )
 
 // etcdBinary returns etcd as the bundle package builds it (cached after the first build).
@@ -33,7 +34,7 @@ func etcdBinary(t *testing.T) string {
 		missing = fmt.Errorf("the go command is not on PATH (it builds etcd): %w", err)
 	}
 	testenv.Require(t, missing)
-	dir, err := bundle.EtcdBinaries(context.Background(), bundle.BuildOptions{Version: inventory.DefaultKubernetesVersion, Log: testLog{t}})
+	dir, err := bundle.EtcdBinaries(context.Background(), bundle.BuildOptions{Version: release.Default(), Log: testLog{t}})
 	if err != nil {
 		t.Fatalf("etcd binaries: %v", err)
 	}
@@ -52,7 +53,7 @@ func testPKI(t *testing.T) *pki.Set {
 	t.Helper()
 	c := &inventory.Cluster{
 		APIVersion: inventory.APIVersion, Kind: inventory.Kind, Name: "etcd-it",
-		KubernetesVersion: inventory.DefaultKubernetesVersion,
+		KubernetesVersion: release.Default(),
 		Networking:        inventory.Networking{PodSubnet: "10.244.0.0/16", ServiceSubnet: "10.96.0.0/12", DNSDomain: "cluster.local"},
 		PKI:               inventory.PKI{KeyAlgorithm: "ecdsa-p256", CertValidity: inventory.DefaultCertValidity, CAValidity: inventory.DefaultCAValidity},
 		Masters:           []inventory.Host{{Name: "m1", Address: "198.51.100.10"}, {Name: "m2", Address: "198.51.100.11"}},

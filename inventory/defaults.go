@@ -4,6 +4,8 @@ import (
 	"errors"
 	"net"
 	"strings"
+
+	"github.com/kforge/kforge/release"
 )
 
 // setDefaults fills every field the user may leave out. It runs after decoding and before
@@ -14,7 +16,7 @@ func (c *Cluster) setDefaults() {
 			*p = v
 		}
 	}
-	def(&c.KubernetesVersion, DefaultKubernetesVersion)
+	def(&c.KubernetesVersion, release.Default())
 	if c.KubernetesVersion != "" && !strings.HasPrefix(c.KubernetesVersion, "v") {
 		c.KubernetesVersion = "v" + c.KubernetesVersion
 	}

@@ -6,26 +6,27 @@
 // into JSON Schema descriptions.
 package inventory
 
+import "github.com/kforge/kforge/release"
+
 // APIVersion and Kind head every inventory file.
 const (
 	APIVersion = "kforge.dev/v1alpha1"
 	Kind       = "Cluster"
 )
 
-// Defaults applied by Load.
+// Defaults applied by Load. The Kubernetes version's default is release.Default().
 const (
-	DefaultKubernetesVersion = "v1.36.3"
-	DefaultImageRepository   = "registry.k8s.io"
-	DefaultPodSubnet         = "10.244.0.0/16"
-	DefaultServiceSubnet     = "10.96.0.0/12"
-	DefaultDNSDomain         = "cluster.local"
-	DefaultNodeCIDRMaskSize  = 24
-	DefaultSSHUser           = "root"
-	DefaultSSHPort           = 22
-	DefaultKnownHostsFile    = "~/.ssh/known_hosts"
-	DefaultCRIEndpoint       = "unix:///run/containerd/containerd.sock"
-	DefaultCertValidity      = Duration(365 * 24 * hour)      // kubeadm: one year
-	DefaultCAValidity        = Duration(10 * 365 * 24 * hour) // kubeadm: ten years
+	DefaultImageRepository  = release.DefaultImageRepository
+	DefaultPodSubnet        = "10.244.0.0/16"
+	DefaultServiceSubnet    = "10.96.0.0/12"
+	DefaultDNSDomain        = "cluster.local"
+	DefaultNodeCIDRMaskSize = 24
+	DefaultSSHUser          = "root"
+	DefaultSSHPort          = 22
+	DefaultKnownHostsFile   = "~/.ssh/known_hosts"
+	DefaultCRIEndpoint      = "unix:///run/containerd/containerd.sock"
+	DefaultCertValidity     = Duration(365 * 24 * hour)      // kubeadm: one year
+	DefaultCAValidity       = Duration(10 * 365 * 24 * hour) // kubeadm: ten years
 )
 
 // Cluster is one inventory file.

@@ -1,6 +1,7 @@
 package inventory
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -10,15 +11,13 @@ import (
 	"strings"
 
 	"golang.org/x/crypto/ssh"
-)
 
-// SupportedMinors are the Kubernetes minor versions this kforge installs (1.<minor>.x).
-var SupportedMinors = []int{36}
+	"github.com/kforge/kforge/release"
+)
 
 var (
 	dnsLabelRE     = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 	hostLabelRE    = regexp.MustCompile(`^(?i)[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
-	versionRE      = regexp.MustCompile(`^v(\d+)\.(\d+)\.(\d+)(-[0-9A-Za-z.-]+)?$`)
 	labelNameRE    = regexp.MustCompile(`^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$`)
 	flagNameRE     = regexp.MustCompile(`^[a-z0-9][a-z0-9-]*$`)
 	unixUserRE     = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]*\$?$`)
@@ -84,20 +83,16 @@ func (v *validator) header() {
 	}
 }
 
+// version checks that this kforge installs the Kubernetes version (release.For: a row of the
+// release catalogue).
 func (v *validator) version() {
-	m := versionRE.FindStringSubmatch(v.c.KubernetesVersion)
-	if m == nil {
-		v.add("kubernetesVersion", "write it as v1.36.3", "%q is not a Kubernetes version", v.c.KubernetesVersion)
-		return
-	}
-	major, _ := strconv.Atoi(m[1])
-	minor, _ := strconv.Atoi(m[2])
-	if major != 1 || !slices.Contains(SupportedMinors, minor) {
-		var sup []string
-		for _, s := range SupportedMinors {
-			sup = append(sup, fmt.Sprintf("v1.%d.x", s))
-		}
-		v.add("kubernetesVersion", "use "+strings.Join(sup, " or ")+" (default "+DefaultKubernetesVersion+")", "Kubernetes %s is not supported by this kforge", v.c.KubernetesVersion)
+	_, err := release.For(v.c.KubernetesVersion)
+	var ve *release.VersionError
+	switch {
+	case errors.As(err, &ve):
+		v.add("kubernetesVersion", ve.Hint, "%s", ve.Msg)
+	case err != nil:
+		v.add("kubernetesVersion", "", "%v", err)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/kforge/kforge/hostpath"
 	"github.com/kforge/kforge/inventory"
 	"github.com/kforge/kforge/pki"
+	"github.com/kforge/kforge/release"
 	"github.com/kforge/kforge/templates"
 )
 
@@ -94,7 +95,7 @@ func ClusterConfigurationFor(c *inventory.Cluster) (ClusterConfiguration, error)
 		EncryptionAlgorithm:         p.KeyAlgorithm.KubeadmName(),
 		Etcd:                        Etcd{Local: LocalEtcd{DataDir: hostpath.EtcdDataDir}},
 		ImageRepository:             orDefault(c.ImageRepository, inventory.DefaultImageRepository),
-		KubernetesVersion:           orDefault(c.KubernetesVersion, inventory.DefaultKubernetesVersion),
+		KubernetesVersion:           orDefault(c.KubernetesVersion, release.Default()),
 		Networking: Networking{
 			DNSDomain:     orDefault(c.Networking.DNSDomain, inventory.DefaultDNSDomain),
 			PodSubnet:     orDefault(c.Networking.PodSubnet, inventory.DefaultPodSubnet),

@@ -149,7 +149,7 @@ type controlPlane struct {
 func integrationCluster() *inventory.Cluster {
 	return &inventory.Cluster{
 		APIVersion: inventory.APIVersion, Kind: inventory.Kind, Name: "kube-it",
-		KubernetesVersion: inventory.DefaultKubernetesVersion,
+		KubernetesVersion: release.Default(),
 		Networking:        inventory.Networking{PodSubnet: "10.244.0.0/16", ServiceSubnet: "10.96.0.0/12", DNSDomain: "cluster.local"},
 		PKI: inventory.PKI{KeyAlgorithm: "ecdsa-p256", CertValidity: inventory.DefaultCertValidity, CAValidity: inventory.DefaultCAValidity,
 			APIServerCertSANs: []string{"127.0.0.1"}},

@@ -11,7 +11,7 @@ import (
 
 	"github.com/kforge/kforge/bundle"
 	"github.com/kforge/kforge/internal/testenv"
-	"github.com/kforge/kforge/inventory"
+	"github.com/kforge/kforge/release"
 )
 
 // machineSysctls are the machine-wide settings kubelet wants to write (and a few more the lab
@@ -42,7 +42,7 @@ func TestKubeletStaticPodInLabHost(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	start := time.Now()
-	bins, err := bundle.KubernetesBinaries(ctx, bundle.BuildOptions{Version: inventory.DefaultKubernetesVersion})
+	bins, err := bundle.KubernetesBinaries(ctx, bundle.BuildOptions{Version: release.Default()})
 	if err != nil {
 		t.Fatalf("kubelet from the bundle: %v", err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kforge/kforge/hostpath"
 	"github.com/kforge/kforge/inventory"
+	"github.com/kforge/kforge/release"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -40,7 +41,7 @@ func golden(t *testing.T, name string, got []byte) {
 func haCluster() *inventory.Cluster {
 	return &inventory.Cluster{
 		APIVersion: inventory.APIVersion, Kind: inventory.Kind, Name: "lab",
-		KubernetesVersion:    inventory.DefaultKubernetesVersion,
+		KubernetesVersion:    release.Default(),
 		ImageRepository:      inventory.DefaultImageRepository,
 		ControlPlaneEndpoint: "198.51.100.10:6443",
 		Networking: inventory.Networking{PodSubnet: inventory.DefaultPodSubnet, ServiceSubnet: inventory.DefaultServiceSubnet,

@@ -15,6 +15,7 @@ import (
 	"github.com/kforge/kforge/hostpath"
 	"github.com/kforge/kforge/inventory"
 	"github.com/kforge/kforge/pki"
+	"github.com/kforge/kforge/release"
 )
 
 // File is one file kforge puts on a host.
@@ -105,7 +106,7 @@ func ControlPlaneFor(c *inventory.Cluster, i int, o Options) ControlPlane {
 	boot := o.EtcdBoot[m.Name]
 	cp := ControlPlane{
 		ClusterName:       c.Name,
-		KubernetesVersion: or(c.KubernetesVersion, inventory.DefaultKubernetesVersion),
+		KubernetesVersion: or(c.KubernetesVersion, release.Default()),
 		ImageRepository:   or(c.ImageRepository, inventory.DefaultImageRepository),
 		ServiceSubnet:     or(c.Networking.ServiceSubnet, inventory.DefaultServiceSubnet),
 		PodSubnet:         or(c.Networking.PodSubnet, inventory.DefaultPodSubnet),

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/kforge/kforge/bundle"
-	"github.com/kforge/kforge/inventory"
+	"github.com/kforge/kforge/release"
 )
 
 // BundleCmd groups the offline bundle commands.
@@ -31,7 +31,7 @@ func (c *BundleBuildCmd) Help() string {
 func (c *BundleBuildCmd) Run(ctx context.Context, s *streams, g *Globals) error {
 	v := c.Kubernetes
 	if v == "" {
-		v = inventory.DefaultKubernetesVersion
+		v = release.Default()
 	}
 	var goOut io.Writer
 	if g.Verbose > 0 {

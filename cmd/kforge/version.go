@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"runtime"
 
-	"github.com/kforge/kforge/inventory"
+	"github.com/kforge/kforge/release"
 )
 
 // VersionCmd prints kforge's version.
@@ -16,7 +16,7 @@ func (VersionCmd) Run(s *streams, g *Globals) error {
 		"kforge":     version,
 		"go":         runtime.Version(),
 		"platform":   runtime.GOOS + "/" + runtime.GOARCH,
-		"kubernetes": inventory.DefaultKubernetesVersion,
+		"kubernetes": release.Default(),
 	}
 	if g.Output == "json" {
 		return json.NewEncoder(s.Out).Encode(v)
