@@ -11,17 +11,12 @@ import (
 	"strings"
 
 	"github.com/kforge/kforge/hostpath"
+	"github.com/kforge/kforge/release"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
-)
-
-// Versions kubeadm v1.36.3 pins (constants.go).
-const (
-	EtcdImageTag  = "3.6.8-0"
-	PauseImageTag = "3.10.2"
 )
 
 // Kubeadm's probe and priority settings (util/staticpod).
@@ -46,16 +41,17 @@ var DebianCACertDirs = []string{"/etc/ca-certificates", "/usr/local/share/ca-cer
 
 // ControlPlane is the input of the four static pods of one master.
 type ControlPlane struct {
-	ClusterName       string
-	KubernetesVersion string // v1.36.3
-	ImageRepository   string // registry.k8s.io
-	ServiceSubnet     string
-	PodSubnet         string
-	DNSDomain         string
-	NodeCIDRMaskSize  int // 0 or 24: controller-manager's default
-	NodeName          string
-	AdvertiseAddress  string
-	BindPort          int
+	ClusterName string
+	// Images are the images of the cluster's release under its image repository
+	// (release.For(kubernetesVersion).Images(imageRepository)).
+	Images           release.Images
+	ServiceSubnet    string
+	PodSubnet        string
+	DNSDomain        string
+	NodeCIDRMaskSize int // 0 or 24: controller-manager's default
+	NodeName         string
+	AdvertiseAddress string
+	BindPort         int
 	// ExternalCA: the cluster CA key is not on the host, so the controller manager does not
 	// sign certificates (kubeadm's UsingExternalCA).
 	ExternalCA bool
@@ -71,10 +67,6 @@ type ControlPlane struct {
 	// before the API server's RBAC is in place, costs a retry period (2 s) on the way to a
 	// working cluster. With several masters they elect, as kubeadm sets them.
 	SingleMaster bool
-}
-
-func (c ControlPlane) image(name, tag string) string {
-	return c.ImageRepository + "/" + name + ":" + tag
 }
 
 // EtcdPeerURL is https://ip:2380.
@@ -214,7 +206,7 @@ func (c ControlPlane) APIServer() *corev1.Pod {
 	host := c.AdvertiseAddress
 	return componentPod(corev1.Container{
 		Name:           "kube-apiserver",
-		Image:          c.image("kube-apiserver", c.KubernetesVersion),
+		Image:          c.Images.APIServer,
 		Command:        command("kube-apiserver", args),
 		LivenessProbe:  liveness(host, "/livez", corev1.URISchemeHTTPS),
 		ReadinessProbe: readiness(host, "/readyz", corev1.URISchemeHTTPS),
@@ -260,7 +252,7 @@ func (c ControlPlane) ControllerManager() *corev1.Pod {
 	mounts := append(c.caMounts(), mount{"kubeconfig", kubeconfig, corev1.HostPathFileOrCreate, true})
 	return componentPod(corev1.Container{
 		Name:          "kube-controller-manager",
-		Image:         c.image("kube-controller-manager", c.KubernetesVersion),
+		Image:         c.Images.ControllerManager,
 		Command:       command("kube-controller-manager", args),
 		LivenessProbe: liveness("127.0.0.1", "/healthz", corev1.URISchemeHTTPS),
 		StartupProbe:  startup("127.0.0.1", "/healthz", corev1.URISchemeHTTPS),
@@ -281,7 +273,7 @@ func (c ControlPlane) Scheduler() *corev1.Pod {
 	}
 	return componentPod(corev1.Container{
 		Name:           "kube-scheduler",
-		Image:          c.image("kube-scheduler", c.KubernetesVersion),
+		Image:          c.Images.Scheduler,
 		Command:        command("kube-scheduler", args),
 		LivenessProbe:  liveness("127.0.0.1", "/livez", corev1.URISchemeHTTPS),
 		ReadinessProbe: readiness("127.0.0.1", "/readyz", corev1.URISchemeHTTPS),
@@ -325,7 +317,7 @@ func (c ControlPlane) Etcd() *corev1.Pod {
 	}
 	pod := componentPod(corev1.Container{
 		Name:           "etcd",
-		Image:          c.image("etcd", EtcdImageTag),
+		Image:          c.Images.Etcd,
 		Command:        command("etcd", args),
 		LivenessProbe:  liveness(lo, "/livez", corev1.URISchemeHTTP),
 		ReadinessProbe: readiness(lo, "/readyz", corev1.URISchemeHTTP),

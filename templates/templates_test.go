@@ -62,7 +62,11 @@ func haCluster() *inventory.Cluster {
 func TestStaticPodGoldens(t *testing.T) {
 	c := haCluster()
 	for i, m := range c.Masters[:2] {
-		for name, pod := range ControlPlaneFor(c, i, Options{}).StaticPods() {
+		cp, err := ControlPlaneFor(c, i, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, pod := range cp.StaticPods() {
 			data, err := MarshalPod(pod)
 			if err != nil {
 				t.Fatal(err)

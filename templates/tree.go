@@ -96,8 +96,12 @@ type EtcdBootstrap struct {
 // in the inventory and none retiring (o.RetiringMasters: still in the cluster until apply
 // --prune removes them). Only then is leader election off, so two controller-managers are
 // never active at once.
-func ControlPlaneFor(c *inventory.Cluster, i int, o Options) ControlPlane {
+func ControlPlaneFor(c *inventory.Cluster, i int, o Options) (ControlPlane, error) {
 	o = o.withDefaults()
+	im, err := images(c)
+	if err != nil {
+		return ControlPlane{}, err
+	}
 	m := c.Masters[i]
 	caCertDirs := o.CACertDirs
 	if d, ok := o.HostCACertDirs[m.Name]; ok {
@@ -105,19 +109,18 @@ func ControlPlaneFor(c *inventory.Cluster, i int, o Options) ControlPlane {
 	}
 	boot := o.EtcdBoot[m.Name]
 	cp := ControlPlane{
-		ClusterName:       c.Name,
-		KubernetesVersion: or(c.KubernetesVersion, release.Default()),
-		ImageRepository:   or(c.ImageRepository, inventory.DefaultImageRepository),
-		ServiceSubnet:     or(c.Networking.ServiceSubnet, inventory.DefaultServiceSubnet),
-		PodSubnet:         or(c.Networking.PodSubnet, inventory.DefaultPodSubnet),
-		DNSDomain:         or(c.Networking.DNSDomain, inventory.DefaultDNSDomain),
-		NodeCIDRMaskSize:  c.Networking.NodeCIDRMaskSize,
-		NodeName:          m.Name,
-		AdvertiseAddress:  m.NodeIP(),
-		BindPort:          pki.APIServerPort,
-		CACertDirs:        caCertDirs,
-		EtcdClusterState:  "new",
-		SingleMaster:      len(c.Masters)+o.RetiringMasters == 1,
+		ClusterName:      c.Name,
+		Images:           im,
+		ServiceSubnet:    or(c.Networking.ServiceSubnet, inventory.DefaultServiceSubnet),
+		PodSubnet:        or(c.Networking.PodSubnet, inventory.DefaultPodSubnet),
+		DNSDomain:        or(c.Networking.DNSDomain, inventory.DefaultDNSDomain),
+		NodeCIDRMaskSize: c.Networking.NodeCIDRMaskSize,
+		NodeName:         m.Name,
+		AdvertiseAddress: m.NodeIP(),
+		BindPort:         pki.APIServerPort,
+		CACertDirs:       caCertDirs,
+		EtcdClusterState: "new",
+		SingleMaster:     len(c.Masters)+o.RetiringMasters == 1,
 	}
 	switch {
 	case boot != nil:
@@ -127,7 +130,16 @@ func ControlPlaneFor(c *inventory.Cluster, i int, o Options) ControlPlane {
 			cp.EtcdInitialCluster = append(cp.EtcdInitialCluster, EtcdMember(p.Name, p.NodeIP()))
 		}
 	}
-	return cp
+	return cp, nil
+}
+
+// images are the images of the cluster's release (release.For) under its image repository.
+func images(c *inventory.Cluster) (release.Images, error) {
+	r, err := release.For(or(c.KubernetesVersion, release.Default()))
+	if err != nil {
+		return release.Images{}, err
+	}
+	return r.Images(or(c.ImageRepository, inventory.DefaultImageRepository)), nil
 }
 
 // KubeletFor is the kubelet input of a node. Workers register with their inventory taints, as
@@ -262,7 +274,10 @@ func masterFiles(c *inventory.Cluster, set *pki.Set, i int, o Options) ([]File, 
 		fs = append(fs, File{Path: path.Join(hostpath.KubernetesDir, k.file), Mode: 0o600, Data: data})
 	}
 
-	cp := ControlPlaneFor(c, i, o)
+	cp, err := ControlPlaneFor(c, i, o)
+	if err != nil {
+		return nil, err
+	}
 	for name, pod := range cp.StaticPods() {
 		stampInputs(pod, fs)
 		data, err := MarshalPod(pod)
@@ -336,8 +351,12 @@ func nodeFiles(c *inventory.Cluster, n inventory.Node, o Options) ([]File, error
 	if err != nil {
 		return nil, err
 	}
+	im, err := images(c)
+	if err != nil {
+		return nil, err
+	}
 	ctrd, err := Containerd{
-		SandboxImage:        or(c.ImageRepository, inventory.DefaultImageRepository) + "/pause:" + PauseImageTag,
+		SandboxImage:        im.Pause,
 		RestrictOOMScoreAdj: o.RestrictOOMScoreAdj[n.Name],
 		SystemdCgroup:       k.CgroupDriver == "systemd",
 		CNIBinDir:           o.CNIBinDir,

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kforge/kforge/hostpath"
+	"github.com/kforge/kforge/inventory"
 	"github.com/kforge/kforge/pki"
 )
 
@@ -99,5 +100,47 @@ func TestRetiringMastersKeepLeaderElection(t *testing.T) {
 				t.Errorf("%d retiring masters: controller-manager lacks %s", retiring, want)
 			}
 		}
+	}
+}
+
+// TestTreeNamesTheReleaseImages: every host's files name the images of the inventory's
+// release (release.For) under its image repository: the four static pods on masters and
+// containerd's sandbox image on every node. An unsupported version renders nothing.
+func TestTreeNamesTheReleaseImages(t *testing.T) {
+	c := haCluster()
+	c.ImageRepository = "mirror.example:5000/k8s"
+	set, _, err := pki.EnsureCluster(c, "", t.TempDir(), time.Now(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trees, err := Tree(c, set, Options{BootstrapToken: "abcdef.0123456789abcdef"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		hostpath.ManifestsDir + "/kube-apiserver.yaml":          "image: mirror.example:5000/k8s/kube-apiserver:v1.36.3\n",
+		hostpath.ManifestsDir + "/kube-controller-manager.yaml": "image: mirror.example:5000/k8s/kube-controller-manager:v1.36.3\n",
+		hostpath.ManifestsDir + "/kube-scheduler.yaml":          "image: mirror.example:5000/k8s/kube-scheduler:v1.36.3\n",
+		hostpath.ManifestsDir + "/etcd.yaml":                    "image: mirror.example:5000/k8s/etcd:3.6.8-0\n",
+		hostpath.ContainerdConfigPath:                           `sandbox_image = "mirror.example:5000/k8s/pause:3.10.2"`,
+	}
+	for _, h := range trees {
+		seen := 0
+		for _, f := range h.Files {
+			if w, ok := want[f.Path]; ok {
+				seen++
+				if !strings.Contains(string(f.Data), w) {
+					t.Errorf("%s %s lacks %q", h.Node.Name, f.Path, w)
+				}
+			}
+		}
+		if n := map[bool]int{true: 5, false: 1}[h.Node.Role == inventory.RoleMaster]; seen != n {
+			t.Errorf("%s: %d of the files naming images, want %d", h.Node.Name, seen, n)
+		}
+	}
+
+	c.KubernetesVersion = "v1.29.0"
+	if _, err := Tree(c, set, Options{BootstrapToken: "abcdef.0123456789abcdef"}); err == nil || !strings.Contains(err.Error(), "Kubernetes v1.29.0 is not supported") {
+		t.Errorf("Tree of an unsupported version: %v", err)
 	}
 }
