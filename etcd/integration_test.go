@@ -8,14 +8,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"net"
-	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -68,51 +63,16 @@ func testPKI(t *testing.T) *pki.Set {
 // member is a running etcd, killed by PID when the test ends.
 type member struct {
 	name, clientAddr, peerURL string
-	cmd                       *exec.Cmd
-	done                      chan struct{}
-	mu                        sync.Mutex
-	out                       bytes.Buffer
-}
-
-func (m *member) Write(b []byte) (int, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.out.Write(b)
+	*testenv.Process
 }
 
 func (m *member) exited() bool {
 	select {
-	case <-m.done:
+	case <-m.Done:
 		return true
 	default:
 		return false
 	}
-}
-
-func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-}
-
-func writePair(t *testing.T, dir, base string, kp *pki.KeyPair) (crt, key string) {
-	t.Helper()
-	k, err := pki.EncodeKey(kp.Key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	crt, key = filepath.Join(dir, base+".crt"), filepath.Join(dir, base+".key")
-	if err := os.WriteFile(crt, pki.EncodeCert(kp.Cert), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(key, k, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return crt, key
 }
 
 // startMember starts etcd member name with client TLS (client certificates required) and peer
@@ -121,49 +81,25 @@ func writePair(t *testing.T, dir, base string, kp *pki.KeyPair) (crt, key string
 func startMember(t *testing.T, bin string, set *pki.Set, name, peerURL string, cluster []string) *member {
 	t.Helper()
 	dir := t.TempDir()
-	ca, _ := writePair(t, dir, "ca", set.CAs[pki.EtcdCA])
-	srvCrt, srvKey := writePair(t, dir, "server", set.Get("etcd-server", name))
-	peerCrt, peerKey := writePair(t, dir, "peer", set.Get("etcd-peer", name))
-	m := &member{name: name, clientAddr: "127.0.0.1:" + freePort(t), peerURL: peerURL, done: make(chan struct{})}
+	ca, _ := testenv.WritePair(t, dir, "ca", set.CAs[pki.EtcdCA])
+	srvCrt, srvKey := testenv.WritePair(t, dir, "server", set.Get("etcd-server", name))
+	peerCrt, peerKey := testenv.WritePair(t, dir, "peer", set.Get("etcd-peer", name))
+	m := &member{name: name, clientAddr: "127.0.0.1:" + fmt.Sprint(testenv.FreePort(t)), peerURL: peerURL}
 	state := "new"
 	if len(cluster) > 0 {
 		state = "existing"
 	}
 	clientURL := "https://" + m.clientAddr
-	m.cmd = exec.Command(bin,
+	m.Process = testenv.Start(t, bin,
 		"--name="+name, "--data-dir="+filepath.Join(dir, "data"),
 		"--listen-client-urls="+clientURL, "--advertise-client-urls="+clientURL,
 		"--listen-peer-urls="+peerURL, "--initial-advertise-peer-urls="+peerURL,
 		"--initial-cluster="+strings.Join(append(cluster, name+"="+peerURL), ","), "--initial-cluster-state="+state,
-		"--listen-metrics-urls=http://127.0.0.1:"+freePort(t),
+		"--listen-metrics-urls=http://127.0.0.1:"+fmt.Sprint(testenv.FreePort(t)),
 		"--cert-file="+srvCrt, "--key-file="+srvKey, "--trusted-ca-file="+ca, "--client-cert-auth=true",
 		"--peer-cert-file="+peerCrt, "--peer-key-file="+peerKey, "--peer-trusted-ca-file="+ca, "--peer-client-cert-auth=true",
 		"--log-level=warn",
 	)
-	m.cmd.Stdout, m.cmd.Stderr = m, m
-	m.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := m.cmd.Start(); err != nil {
-		t.Fatalf("start etcd %s: %v", name, err)
-	}
-	go func() { m.cmd.Wait(); close(m.done) }()
-	t.Cleanup(func() {
-		m.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-m.done:
-		case <-time.After(10 * time.Second):
-			m.cmd.Process.Kill()
-			<-m.done
-		}
-		if t.Failed() {
-			m.mu.Lock()
-			out := m.out.String()
-			m.mu.Unlock()
-			if len(out) > 6000 {
-				out = "…" + out[len(out)-6000:]
-			}
-			t.Logf("etcd %s output:\n%s", name, out)
-		}
-	})
 	return m
 }
 
@@ -199,7 +135,7 @@ func TestRealEtcd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 
-	peer1 := "https://127.0.0.1:" + freePort(t)
+	peer1 := "https://127.0.0.1:" + fmt.Sprint(testenv.FreePort(t))
 	m1 := startMember(t, bin, set, "m1", peer1, nil)
 	dialer := &countingDialer{}
 	c := connect(ctx, t, m1, clientConfig(set, "m1", m1.clientAddr, dialer))
@@ -265,7 +201,7 @@ func TestRealEtcd(t *testing.T) {
 	})
 
 	// m2 joins as kforge joins a master: add its member, start it with state existing, wait.
-	peer2 := "https://127.0.0.1:" + freePort(t)
+	peer2 := "https://127.0.0.1:" + fmt.Sprint(testenv.FreePort(t))
 	t.Run("add and start a member", func(t *testing.T) {
 		if err := c.Add(ctx, peer2); err != nil {
 			t.Fatal(err)
@@ -297,7 +233,7 @@ func TestRealEtcd(t *testing.T) {
 
 		// etcd refuses a new member until every member has been connected for 5 seconds: m2
 		// has just joined, so Add must wait that out.
-		peer3 := "https://127.0.0.1:" + freePort(t)
+		peer3 := "https://127.0.0.1:" + fmt.Sprint(testenv.FreePort(t))
 		start := time.Now()
 		if err := c.Add(ctx, peer3); err != nil {
 			t.Fatal(err)
@@ -329,7 +265,7 @@ func TestRealEtcd(t *testing.T) {
 		}
 		// A removed member stops by itself.
 		select {
-		case <-m2.done:
+		case <-m2.Done:
 		case <-time.After(30 * time.Second):
 			t.Errorf("etcd m2 still runs 30s after its removal")
 		}

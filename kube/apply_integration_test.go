@@ -268,8 +268,8 @@ func TestEverythingTwiceAgainstARealAPIServer(t *testing.T) {
 // checkHealthError stops etcd (the test's own process, by PID) and expects WaitForAPIServer to
 // give up with the API server's own account: HTTP 500 and the failing etcd check.
 func checkHealthError(t *testing.T, cp *controlPlane, admin kubernetes.Interface) {
-	cp.etcd.cmd.Process.Kill()
-	<-cp.etcd.done
+	cp.etcd.Cmd.Process.Kill()
+	<-cp.etcd.Done
 	var answers []HealthAnswer
 	err := WaitForAPIServer(context.Background(), admin, WaitAPIServerInput{Timeout: 10 * time.Second, Progress: func(h HealthAnswer) { answers = append(answers, h) }})
 	var nre *APIServerNotReadyError

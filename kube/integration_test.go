@@ -1,18 +1,14 @@
 package kube
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"errors"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -57,61 +53,6 @@ func (l testLog) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-// process runs a command until the test ends, then kills it by PID and waits for it. Its
-// output goes to a buffer shown when the test fails.
-type process struct {
-	cmd  *exec.Cmd
-	mu   sync.Mutex
-	out  bytes.Buffer
-	done chan struct{}
-}
-
-func (p *process) Write(b []byte) (int, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.out.Write(b)
-}
-
-func (p *process) tail() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return tail(p.out.String(), 4000, 40)
-}
-
-func start(t testing.TB, name string, args ...string) *process {
-	t.Helper()
-	p := &process{cmd: exec.Command(name, args...), done: make(chan struct{})}
-	p.cmd.Stdout, p.cmd.Stderr = p, p
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
-	go func() { p.cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
-		p.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.done:
-		case <-time.After(10 * time.Second):
-			p.cmd.Process.Kill()
-			<-p.done
-		}
-		if t.Failed() {
-			t.Logf("%s output (tail):\n%s", filepath.Base(name), p.tail())
-		}
-	})
-	return p
-}
-
 func writeFile(t testing.TB, path string, data []byte) string {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
@@ -123,22 +64,13 @@ func writeFile(t testing.TB, path string, data []byte) string {
 	return path
 }
 
-func writePair(t testing.TB, dir, base string, kp *pki.KeyPair) (crt, key string) {
-	t.Helper()
-	k, err := pki.EncodeKey(kp.Key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return writeFile(t, filepath.Join(dir, base+".crt"), pki.EncodeCert(kp.Cert)), writeFile(t, filepath.Join(dir, base+".key"), k)
-}
-
 // controlPlane is a real etcd and kube-apiserver on loopback, with kforge's PKI.
 type controlPlane struct {
 	cluster    *inventory.Cluster
 	set        *pki.Set
 	server     string // https://127.0.0.1:port
-	apiserver  *process
-	etcd       *process
+	apiserver  *testenv.Process
+	etcd       *testenv.Process
 	superAdmin *rest.Config
 	admin      *rest.Config
 }
@@ -172,13 +104,13 @@ func startControlPlane(t testing.TB, c *inventory.Cluster, pkiState string) *con
 		t.Fatal(err)
 	}
 	dir := filepath.Join(state, "files")
-	caCrt, _ := writePair(t, dir, "ca", set.CAs[pki.CA])
-	etcdCA, _ := writePair(t, dir, "etcd-ca", set.CAs[pki.EtcdCA])
-	srvCrt, srvKey := writePair(t, dir, "etcd-server", set.Get("etcd-server", "m1"))
-	peerCrt, peerKey := writePair(t, dir, "etcd-peer", set.Get("etcd-peer", "m1"))
-	ecCrt, ecKey := writePair(t, dir, "apiserver-etcd-client", set.Get("apiserver-etcd-client", ""))
-	asCrt, asKey := writePair(t, dir, "apiserver", set.Get("apiserver", "m1"))
-	kcCrt, kcKey := writePair(t, dir, "apiserver-kubelet-client", set.Get("apiserver-kubelet-client", ""))
+	caCrt, _ := testenv.WritePair(t, dir, "ca", set.CAs[pki.CA])
+	etcdCA, _ := testenv.WritePair(t, dir, "etcd-ca", set.CAs[pki.EtcdCA])
+	srvCrt, srvKey := testenv.WritePair(t, dir, "etcd-server", set.Get("etcd-server", "m1"))
+	peerCrt, peerKey := testenv.WritePair(t, dir, "etcd-peer", set.Get("etcd-peer", "m1"))
+	ecCrt, ecKey := testenv.WritePair(t, dir, "apiserver-etcd-client", set.Get("apiserver-etcd-client", ""))
+	asCrt, asKey := testenv.WritePair(t, dir, "apiserver", set.Get("apiserver", "m1"))
+	kcCrt, kcKey := testenv.WritePair(t, dir, "apiserver-kubelet-client", set.Get("apiserver-kubelet-client", ""))
 	saKeyPEM, err := pki.EncodeKey(set.ServiceAccount)
 	if err != nil {
 		t.Fatal(err)
@@ -190,10 +122,10 @@ func startControlPlane(t testing.TB, c *inventory.Cluster, pkiState string) *con
 	saKey := writeFile(t, filepath.Join(dir, "sa.key"), saKeyPEM)
 	saPubFile := writeFile(t, filepath.Join(dir, "sa.pub"), saPub)
 
-	clientPort, peerPort, metricsPort, apiPort := freePort(t), freePort(t), freePort(t), freePort(t)
+	clientPort, peerPort, metricsPort, apiPort := testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t)
 	clientURL := "https://127.0.0.1:" + strconv.Itoa(clientPort)
 	peerURL := "https://127.0.0.1:" + strconv.Itoa(peerPort)
-	etcdProc := start(t, etcdBin,
+	etcdProc := testenv.Start(t, etcdBin,
 		"--name=m1", "--data-dir="+filepath.Join(state, "etcd"),
 		"--listen-client-urls="+clientURL, "--advertise-client-urls="+clientURL,
 		"--listen-peer-urls="+peerURL, "--initial-advertise-peer-urls="+peerURL,
@@ -207,7 +139,7 @@ func startControlPlane(t testing.TB, c *inventory.Cluster, pkiState string) *con
 	// The flags that matter here are those of kforge's static pod (templates.ControlPlane):
 	// RBAC and Node authorization, bootstrap-token authentication, the service-account keys.
 	// Anonymous requests stay enabled, as kubeadm leaves them, for cluster-info.
-	cp.apiserver = start(t, apiserverBin,
+	cp.apiserver = testenv.Start(t, apiserverBin,
 		"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(apiPort),
 		"--advertise-address=198.51.100.10",
 		"--etcd-servers="+clientURL, "--etcd-cafile="+etcdCA, "--etcd-certfile="+ecCrt, "--etcd-keyfile="+ecKey,

@@ -42,8 +42,8 @@ type sshdLab struct {
 	clientKey  string
 	knownHosts string
 	home       string
-	logs       *syncBuffer
-	stderr     map[string]*syncBuffer
+	logs       *testenv.SyncBuffer
+	stderr     map[string]*testenv.SyncBuffer
 	goFuncs    []func() // let each sshd start once its network is configured
 }
 
@@ -104,7 +104,7 @@ func startSSHDLab(t *testing.T) *sshdLab {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	os.Chmod(dir, 0o711) // test users traverse to their homes; the /etc copy (shadow) stays unlisted
-	lab := &sshdLab{dir: dir, home: filepath.Join(dir, "client"), logs: &syncBuffer{}, stderr: map[string]*syncBuffer{}}
+	lab := &sshdLab{dir: dir, home: filepath.Join(dir, "client"), logs: &testenv.SyncBuffer{}, stderr: map[string]*testenv.SyncBuffer{}}
 	for _, d := range []string{"home", "ak", "client", "b/log", "b/sudo", "t/log", "t/sudo", "rootonly"} {
 		os.MkdirAll(filepath.Join(dir, d), 0o755)
 	}
@@ -418,7 +418,7 @@ func TestRealSSHD(t *testing.T) {
 // bound over /etc. The shell holding the namespaces waits until goOn is called (the caller
 // moves a network interface in first), runs netSetup in the namespace, then execs sshd.
 // Cleanup ends every process of the namespace by PID.
-func startNS(tb testing.TB, dir, name, cfg string, etc bool, netSetup string) (pid int, goOn func(), stderr *syncBuffer) {
+func startNS(tb testing.TB, dir, name, cfg string, etc bool, netSetup string) (pid int, goOn func(), stderr *testenv.SyncBuffer) {
 	tb.Helper()
 	os.MkdirAll(filepath.Join(dir, name, "log"), 0o755)
 	os.MkdirAll(filepath.Join(dir, name, "sudo"), 0o700)
@@ -442,7 +442,7 @@ exec /usr/sbin/sshd -D -e -f "$CFG"
 	}
 	in, _ := c.StdinPipe()
 	out, _ := c.StdoutPipe()
-	errb := &syncBuffer{}
+	errb := &testenv.SyncBuffer{}
 	c.Stderr = errb
 	if err := c.Start(); err != nil {
 		tb.Fatal(err)

@@ -31,25 +31,13 @@ type fixture struct {
 	key  string
 	cfg  Config
 	env  map[string]string
-	logs *syncBuffer
+	logs *testenv.SyncBuffer
 	opts Options
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
-
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	f := &fixture{srv: newTestServer(t), dir: t.TempDir(), env: map[string]string{}, logs: &syncBuffer{}}
+	f := &fixture{srv: newTestServer(t), dir: t.TempDir(), env: map[string]string{}, logs: &testenv.SyncBuffer{}}
 	var signer ssh.Signer
 	f.key, signer = clientKey(t, f.dir, "id_ed25519", "")
 	f.srv.authorize(signer.PublicKey())
