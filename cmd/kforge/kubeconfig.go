@@ -17,11 +17,12 @@ type KubeconfigCmd struct {
 	Merge bool `help:"Merge into ~/.kube/config (or the first file of $KUBECONFIG) and make it the current context, instead of printing it."`
 }
 
-func (c *KubeconfigCmd) Run(s *streams, g *Globals) error {
+func (c *KubeconfigCmd) Run(s *streams, g *Globals, dl *debugLog) error {
 	inv, state, err := loadCluster(g)
 	if err != nil {
 		return err
 	}
+	dl.UseDir(state.Logs())
 	path := state.AdminKubeconfig()
 	data, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {

@@ -24,11 +24,12 @@ type planHost struct {
 	Labels  map[string]string `json:"labels,omitempty"`
 }
 
-func (p PlanCmd) Run(s *streams, g *Globals) error {
+func (p PlanCmd) Run(s *streams, g *Globals, dl *debugLog) error {
 	c, state, err := loadCluster(g)
 	if err != nil {
 		return err
 	}
+	dl.UseDir(state.Logs())
 	removed, err := removedHosts(c, state)
 	if err != nil {
 		return err

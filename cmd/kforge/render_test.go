@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/kforge/kforge/pki"
+	"github.com/kforge/kforge/state"
 	"k8s.io/client-go/tools/clientcmd"
 )
 
@@ -137,5 +138,28 @@ func TestRenderUsesExternalCARelativeToInventory(t *testing.T) {
 	code, _, stderr = kforge(t, "-i", inv, "--state-dir", state, "render", "-o", out)
 	if code == 0 || !strings.Contains(stderr, "never replaces a CA silently") {
 		t.Errorf("different external CA: code %d, %s", code, stderr)
+	}
+}
+
+// TestStateDirOwnsLogAndLock: a command on a cluster logs into its state dir's logs/, and a
+// second run on the same state dir while one holds it is refused, naming the dir.
+func TestStateDirOwnsLogAndLock(t *testing.T) {
+	dir := t.TempDir()
+	inv, st := filepath.Join(dir, "kforge.yaml"), filepath.Join(dir, "state")
+	os.WriteFile(inv, []byte(renderInventory), 0o644)
+	if code, _, stderr := kforge(t, "-i", inv, "--state-dir", st, "render", "-o", filepath.Join(dir, "out")); code != 0 {
+		t.Fatal(stderr)
+	}
+	if logs, _ := filepath.Glob(filepath.Join(st, "logs", "kforge-*.log")); len(logs) != 1 {
+		t.Errorf("debug logs in the state dir: %v, want one", logs)
+	}
+	unlock, err := state.At(st).Lock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unlock()
+	code, _, stderr := kforge(t, "-i", inv, "--state-dir", st, "render", "-o", filepath.Join(dir, "out"))
+	if code == 0 || !strings.Contains(stderr, st+" is in use by another kforge run") {
+		t.Errorf("second run while the state dir is held: code %d, stderr %q", code, stderr)
 	}
 }
