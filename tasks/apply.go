@@ -33,6 +33,9 @@ type Options struct {
 	AcceptNewHostKeys bool
 	// Connect opens a host; remote.Dial when nil. Tests pass in-memory hosts.
 	Connect func(ctx context.Context, n inventory.Node) (remote.Host, error)
+	// API is the cluster's API as one of its admin identities (admin.conf, super-admin.conf);
+	// built over the first master's SSH tunnel when nil. Tests pass fake clientsets.
+	API func(identity string) (kube.Clients, error)
 	// Ignore turns these preflight errors into warnings (--ignore-preflight-errors).
 	Ignore preflight.Ignore
 	// Timeout bounds each wait on the cluster (API server, nodes, pods); default 5 minutes.

@@ -38,8 +38,22 @@ type apiClients struct {
 }
 
 // newAPIClients are the clients for cluster c, with credentials from set and connections
+// through the first master of f; from api instead when it is set (Options.API).
+func newAPIClients(c *inventory.Cluster, set *pki.Set, f *fleet.Fleet, api func(identity string) (kube.Clients, error)) (apiClients, error) {
+	if api != nil {
+		admin, err := api("admin.conf")
+		if err != nil {
+			return apiClients{}, err
+		}
+		super, err := api("super-admin.conf")
+		return apiClients{Clients: admin, super: super.Typed}, err
+	}
+	return dialAPIClients(c, set, f)
+}
+
+// dialAPIClients are the clients for cluster c, with credentials from set and connections
 // through the first master of f.
-func newAPIClients(c *inventory.Cluster, set *pki.Set, f *fleet.Fleet) (apiClients, error) {
+func dialAPIClients(c *inventory.Cluster, set *pki.Set, f *fleet.Fleet) (apiClients, error) {
 	var api apiClients
 	cfg, err := restConfig(c, set, f, "admin.conf")
 	if err != nil {
@@ -81,7 +95,7 @@ func restConfig(c *inventory.Cluster, set *pki.Set, f *fleet.Fleet, identity str
 // waitAPIServer waits until the API server answers through an SSH tunnel to the first master,
 // then for the control-plane pods this run replaced.
 func (a *Apply) waitAPIServer(ctx context.Context, r progress.Reporter) error {
-	api, err := newAPIClients(a.inv, a.set, a.fleet)
+	api, err := newAPIClients(a.inv, a.set, a.fleet, a.o.API)
 	if err != nil {
 		return err
 	}
