@@ -1,0 +1,976 @@
+package tasks
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/hex"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	certv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/discovery"
+	fakediscovery "k8s.io/client-go/discovery/fake"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	restfake "k8s.io/client-go/rest/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/retry"
+
+	"github.com/kforge/kforge/hostpath"
+	"github.com/kforge/kforge/inventory"
+	"github.com/kforge/kforge/kube"
+	"github.com/kforge/kforge/pki"
+	"github.com/kforge/kforge/progress"
+	"github.com/kforge/kforge/remote"
+	"github.com/kforge/kforge/remote/remotetest"
+	"github.com/kforge/kforge/state"
+)
+
+// TestApplyOnFakeHostsThenNothingToDo runs the whole of apply against in-memory hosts (one
+// master, two workers) and a fake API, then runs it again. The first run must leave each host
+// with its role's files, started services and a joined node; the second must change nothing:
+// no upload, no restart, no API write.
+func TestApplyOnFakeHostsThenNothingToDo(t *testing.T) {
+	c := cluster(t, "workers:\n  - {name: w1, address: 10.0.0.2}\n  - {name: w2, address: 10.0.0.3}\n")
+	sim := newSimCluster(t, c)
+	dir := state.At(t.TempDir())
+	var identities []string
+	o := Options{
+		State:   dir,
+		Timeout: 5 * time.Second, // every wait on the simulated cluster ends within milliseconds
+		Connect: func(_ context.Context, n inventory.Node) (remote.Host, error) { return sim.hosts[n.Name], nil },
+		API: func(identity string) (kube.Clients, error) {
+			identities = append(identities, identity)
+			// No addons in the inventory: nothing uses the dynamic client or the mapper.
+			return kube.Clients{Typed: sim.api}, nil
+		},
+	}
+
+	// Run 1: a new cluster.
+	start := time.Now()
+	a := NewApply(c, o)
+	ev1 := runApply(t, a)
+	t.Logf("first apply: %s", time.Since(start).Round(time.Millisecond))
+	if !slices.Equal(identities, []string{"admin.conf", "super-admin.conf"}) {
+		t.Errorf("API identities asked for: %v", identities)
+	}
+	token := strings.TrimSpace(readFile(t, dir.BootstrapToken()))
+	tokenID, _, _ := strings.Cut(token, ".")
+	caPEM := readFile(t, filepath.Join(dir.PKI(), "ca.crt"))
+	ca, err := pki.ParseCert([]byte(caPEM))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for _, name := range []string{"m1", "w1", "w2"} {
+		h := sim.hosts[name]
+		master := name == "m1"
+		files := h.Files()
+		want := []string{hostpath.ContainerdConfigPath, hostpath.SysctlFile, hostpath.KubeletConfigPath,
+			hostpath.KubeletFlagsEnvPath, hostpath.KubeletDropInPath, hostpath.CACert, hostpath.CNIConfFile}
+		if master {
+			want = append(want, "/etc/kubernetes/manifests/etcd.yaml", "/etc/kubernetes/manifests/kube-apiserver.yaml",
+				"/etc/kubernetes/manifests/kube-controller-manager.yaml", "/etc/kubernetes/manifests/kube-scheduler.yaml",
+				hostpath.ManifestsMarkerPath, hostpath.PKIDir+"/ca.key", hostpath.PKIDir+"/sa.key", hostpath.PKIDir+"/etcd/ca.key",
+				hostpath.KubeletKubeconfig, "/etc/kubernetes/admin.conf", "/etc/kubernetes/super-admin.conf")
+		} else {
+			want = append(want, hostpath.BootstrapKubeletConfig)
+		}
+		for _, p := range want {
+			if !slices.Contains(files, p) {
+				t.Errorf("%s lacks %s", name, p)
+			}
+		}
+		if !master {
+			for _, p := range files {
+				if strings.HasSuffix(p, ".key") || strings.HasPrefix(p, hostpath.ManifestsDir+"/") || p == "/etc/kubernetes/admin.conf" {
+					t.Errorf("worker %s has %s", name, p)
+				}
+			}
+			if f, _ := h.File(hostpath.BootstrapKubeletConfig); !bytes.Contains(f.Data, []byte("token: "+token)) {
+				t.Errorf("%s: %s does not carry the state dir's bootstrap token", name, hostpath.BootstrapKubeletConfig)
+			}
+		}
+		// Every file on the host was uploaded (no simulated component writes into what apply
+		// manages), each exactly once, and secrets are readable by root only.
+		uploads, secrets := h.Uploads(), 0
+		for _, p := range files {
+			if strings.HasPrefix(p, hostpath.EtcdDataDir+"/") {
+				continue // written by the simulated etcd
+			}
+			if n := occurrences(uploads, p); n != 1 {
+				t.Errorf("%s: %s uploaded %d times", name, p, n)
+			}
+			f, _ := h.File(p)
+			secret := strings.HasSuffix(p, ".key") || bytes.Contains(f.Data, []byte("PRIVATE KEY")) ||
+				bytes.Contains(f.Data, []byte("client-key-data: ")) || bytes.Contains(f.Data, []byte("token: "))
+			if secret {
+				secrets++
+			}
+			if secret && f.Mode != 0o600 {
+				t.Errorf("%s: %s holds a secret but has mode %o", name, p, f.Mode)
+			}
+			if !secret && strings.HasSuffix(p, ".crt") && f.Mode != 0o644 {
+				t.Errorf("%s: certificate %s has mode %o", name, p, f.Mode)
+			}
+		}
+		// A master has 11 keys and 5 kubeconfigs with a client key; a worker its bootstrap
+		// kubeconfig.
+		if wantSecrets := map[bool]int{true: 16, false: 1}[master]; secrets < wantSecrets {
+			t.Errorf("%s: %d files hold a key or credentials, want at least %d", name, secrets, wantSecrets)
+		}
+		if f, _ := h.File(hostpath.CACert); string(f.Data) != caPEM {
+			t.Errorf("%s: %s is not the state dir's CA", name, hostpath.CACert)
+		}
+		// Services: containerd restarted for its new config, the kernel settings applied,
+		// kubelet enabled and running.
+		ran := h.executed()
+		for _, cmd := range []string{"systemctl restart containerd", "sysctl -q -p " + hostpath.SysctlFile, "systemctl daemon-reload", "systemctl enable -q kubelet", "systemctl restart kubelet"} {
+			if !slices.Contains(ran, cmd) {
+				t.Errorf("%s: %q did not run; ran %q", name, cmd, ran)
+			}
+		}
+		if !h.running("kubelet") || !h.enabled("kubelet") || !h.running("containerd") {
+			t.Errorf("%s: kubelet running %v enabled %v, containerd running %v", name, h.running("kubelet"), h.enabled("kubelet"), h.running("containerd"))
+		}
+		if v := h.sysctl("net.ipv4.ip_forward"); v != "1" {
+			t.Errorf("%s: net.ipv4.ip_forward is %q after apply", name, v)
+		}
+	}
+
+	// What the first run said it did on each host, for contrast with the second.
+	for _, e := range ev1 {
+		if e.Kind != progress.HostDone || (e.Task != "stage" && e.Task != "join-workers") {
+			continue
+		}
+		restarted := strings.HasPrefix(e.Message, "containerd restarted; ") && strings.HasSuffix(e.Message, map[bool]string{true: "; kubelet restarted", false: "; staged"}[e.Host == "m1"])
+		if e.Task == "stage" && !restarted || e.Task == "join-workers" && e.Message != "kubelet restarted" {
+			t.Errorf("first run, %s on %s: %q", e.Task, e.Host, e.Message)
+		}
+	}
+
+	ctx := context.Background()
+	// Both workers joined by TLS bootstrap: their kubelet's request, made with the bootstrap
+	// token, was approved and signed by the cluster CA.
+	csrs, err := sim.api.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var signed []string
+	for _, csr := range csrs.Items {
+		if csr.Spec.Username != "system:bootstrap:"+tokenID || !isApproved(&csr) {
+			t.Errorf("CSR %s by %s, conditions %v", csr.Name, csr.Spec.Username, csr.Status.Conditions)
+			continue
+		}
+		b, _ := pem.Decode(csr.Status.Certificate)
+		if b == nil {
+			t.Errorf("CSR %s carries no certificate", csr.Name)
+			continue
+		}
+		cert, err := x509.ParseCertificate(b.Bytes)
+		if err != nil || cert.CheckSignatureFrom(ca) != nil {
+			t.Errorf("CSR %s: certificate not signed by the cluster CA (%v)", csr.Name, err)
+			continue
+		}
+		signed = append(signed, cert.Subject.CommonName)
+	}
+	slices.Sort(signed)
+	if !slices.Equal(signed, []string{"system:node:w1", "system:node:w2"}) {
+		t.Errorf("signed kubelet client certificates: %v", signed)
+	}
+	// Every node registered, got a pod CIDR, and its host's CNI config names it.
+	nodes, err := sim.api.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cidrs := map[string]bool{}
+	for _, n := range nodes.Items {
+		cidr := n.Spec.PodCIDR
+		if cidr == "" || cidrs[cidr] || !strings.HasPrefix(cidr, "10.244.") {
+			t.Errorf("node %s: pod CIDR %q", n.Name, cidr)
+		}
+		cidrs[cidr] = true
+		if f, _ := sim.hosts[n.Name].File(hostpath.CNIConfFile); !bytes.Contains(f.Data, []byte(cidr)) {
+			t.Errorf("node %s: CNI config does not name its pod CIDR %s:\n%s", n.Name, cidr, f.Data)
+		}
+	}
+	if len(nodes.Items) != 3 {
+		t.Errorf("%d nodes registered, want 3", len(nodes.Items))
+	}
+	if m1, err := sim.api.CoreV1().Nodes().Get(ctx, "m1", metav1.GetOptions{}); err != nil || len(m1.Spec.Taints) == 0 {
+		t.Errorf("master not tainted: %v", err)
+	}
+	// The state dir has the admin kubeconfig and the hosts record.
+	if fi, err := os.Stat(dir.AdminKubeconfig()); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("admin kubeconfig: %v", err)
+	} else if cfg, err := clientcmd.LoadFromFile(dir.AdminKubeconfig()); err != nil || len(cfg.AuthInfos) != 1 {
+		t.Errorf("admin kubeconfig does not load: %v", err)
+	}
+	if rec, err := dir.ReadHosts(); err != nil || len(rec.Hosts) != 3 {
+		t.Errorf("hosts record: %+v, %v", rec, err)
+	}
+
+	// Run 2: the same inventory, state dir and hosts; nothing to do.
+	sim.settle()
+	uploads, skipped, ran := map[string][]string{}, map[string]int{}, map[string]int{}
+	for name, h := range sim.hosts {
+		uploads[name], skipped[name], ran[name] = h.Uploads(), len(h.Skipped()), len(h.executed())
+	}
+	actions := len(sim.api.Actions())
+	start = time.Now()
+	a2 := NewApply(c, o)
+	ev2 := runApply(t, a2)
+	t.Logf("second apply: %s", time.Since(start).Round(time.Millisecond))
+	sim.settle()
+	for name, h := range sim.hosts {
+		if got := h.Uploads(); !slices.Equal(got, uploads[name]) {
+			t.Errorf("%s: second run uploaded %v", name, got[len(uploads[name]):])
+		}
+		if got := h.Skipped(); len(got) != skipped[name] {
+			t.Errorf("%s: second run sent files the host already had: %v", name, got[skipped[name]:])
+		}
+		for _, cmd := range h.executed()[ran[name]:] {
+			if !strings.HasPrefix(cmd, "systemctl is-") {
+				t.Errorf("%s: second run ran %q", name, cmd)
+			}
+		}
+	}
+	for _, a := range sim.api.Actions()[actions:] {
+		switch a.GetVerb() {
+		case "get", "list", "watch":
+		default:
+			t.Errorf("second run wrote to the API: %s %s %s", a.GetVerb(), a.GetResource().Resource, a.GetSubresource())
+		}
+	}
+	wantHost := map[string]string{
+		"stage/m1": "containerd unchanged; 0 files written; kubelet unchanged",
+		"stage/w1": "containerd unchanged; 0 files written; staged", "stage/w2": "containerd unchanged; 0 files written; staged",
+		"join-workers/w1": "kubelet unchanged", "join-workers/w2": "kubelet unchanged",
+	}
+	for _, e := range ev2 {
+		if want, ok := wantHost[e.Task+"/"+e.Host]; ok && e.Kind == progress.HostDone {
+			if e.Message != want {
+				t.Errorf("second run, %s on %s: %q, want %q", e.Task, e.Host, e.Message, want)
+			}
+			delete(wantHost, e.Task+"/"+e.Host)
+		}
+		if e.Kind == progress.Info {
+			for _, change := range []string{"created", "updated", "renewed", "removed", "wrote", "signed", "gave", "restart"} {
+				if strings.Contains(e.Message, change) {
+					t.Errorf("second run, %s: %q", e.Task, e.Message)
+				}
+			}
+		}
+	}
+	if len(wantHost) > 0 {
+		t.Errorf("second run reported nothing for %v", wantHost)
+	}
+	// The second run found the cluster the first left running (and its preflight passed it as
+	// kforge's own): the API server listening, etcd's data, kforge's kubelet drop-in.
+	if f := a2.fleet.Facts("m1"); len(f.ListenersOn(6443)) != 1 || len(f.EtcdDataDir) == 0 || !f.KubeletDropIn || f.Manifests.Marker == nil {
+		t.Errorf("second run's facts of m1: listeners %v, etcd %v, drop-in %v, marker %v", f.Listeners, f.EtcdDataDir, f.KubeletDropIn, f.Manifests.Marker)
+	}
+}
+
+// runApply runs a's steps, fails the test unless every one ran and succeeded, and returns the
+// events reported.
+func runApply(t *testing.T, a *Apply) []progress.Event {
+	t.Helper()
+	var mu sync.Mutex
+	var events []progress.Event
+	steps := a.Steps()
+	timings, err := Run(context.Background(), steps, func(e progress.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		events = append(events, e)
+	}, time.Now)
+	a.Close()
+	if err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	if len(timings) != len(steps) {
+		t.Fatalf("%d of %d steps ran", len(timings), len(steps))
+	}
+	var done []string
+	for _, e := range events {
+		if e.Kind == progress.Done {
+			done = append(done, e.Task)
+		}
+	}
+	if !slices.Equal(done, taskNames(Tasks(steps))) {
+		t.Fatalf("steps done %v, want %v", done, taskNames(Tasks(steps)))
+	}
+	return events
+}
+
+func occurrences(list []string, s string) int {
+	n := 0
+	for _, x := range list {
+		if x == s {
+			n++
+		}
+	}
+	return n
+}
+
+func isApproved(csr *certv1.CertificateSigningRequest) bool {
+	return slices.ContainsFunc(csr.Status.Conditions, func(c certv1.CertificateSigningRequestCondition) bool {
+		return c.Type == certv1.CertificateApproved && c.Status == corev1.ConditionTrue
+	})
+}
+
+// simCluster is a small simulated cluster: hosts that answer apply's commands like a systemd
+// host with containerd and a kubelet package, an API server that is a fake clientset, kubelets
+// that register their nodes (workers by TLS bootstrap), and a controller that runs the pods of
+// Deployments and DaemonSets. It simulates no more than apply's steps look at.
+type simCluster struct {
+	t      *testing.T
+	ctx    context.Context
+	wg     sync.WaitGroup
+	hosts  map[string]*simHost
+	api    *fakeAPI
+	canned []string // the static lines of a real host's facts (facts/testdata/ubuntu-v2-rerun.txt)
+	poke   chan struct{}
+	flush  chan chan struct{}
+}
+
+func newSimCluster(t *testing.T, c *inventory.Cluster) *simCluster {
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &simCluster{t: t, ctx: ctx, hosts: map[string]*simHost{}, poke: make(chan struct{}, 1), flush: make(chan chan struct{})}
+	t.Cleanup(func() { cancel(); s.wg.Wait() })
+	// From a real Ubuntu 24.04 host (cgroup v2, containerd 2.1 running, kubelet v1.36.3
+	// installed): what does not change with the host's name or with what apply does. Swap, the
+	// listeners, the static pods and the etcd data of that host are left out; simHost.facts
+	// adds them as they are on the simulated host. Every preflight check passes on these facts
+	// honestly, so the test ignores none (Options.Ignore is empty).
+	for _, l := range strings.Split(readFile(t, "../facts/testdata/ubuntu-v2-rerun.txt"), "\n") {
+		for _, p := range []string{"uid=", "arch=", "kernel=", "systemd=", "os ", "cpus=", "meminfo MemTotal:", "capeff=", "mount ", "cgroup2 ", "bin ", "ver ", "dir "} {
+			if strings.HasPrefix(l, p) {
+				s.canned = append(s.canned, l)
+			}
+		}
+	}
+	cs := fake.NewClientset()
+	s.api = &fakeAPI{Clientset: cs, ready: func() bool { return s.hosts[c.Masters[0].Name].apiServerUp() }}
+	// The controller looks again whenever a node, Deployment or DaemonSet is written. The
+	// reactor only pokes: the write itself is the fake's, done under the fake's lock before
+	// the controller's next read can start.
+	cs.PrependReactor("*", "*", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		switch a.GetResource().Resource {
+		case "nodes", "deployments", "daemonsets":
+			if a.GetSubresource() == "" && (a.GetVerb() == "create" || a.GetVerb() == "update" || a.GetVerb() == "patch") {
+				select {
+				case s.poke <- struct{}{}:
+				default:
+				}
+			}
+		}
+		return false, nil, nil
+	})
+	s.wg.Add(1)
+	go s.controller()
+	for _, n := range c.Nodes() {
+		s.hosts[n.Name] = newSimHost(s, n)
+	}
+	return s
+}
+
+// settle waits until the controller has handled every write so far.
+func (s *simCluster) settle() {
+	done := make(chan struct{})
+	s.flush <- done
+	<-done
+}
+
+func (s *simCluster) errorf(format string, args ...any) {
+	if s.ctx.Err() == nil {
+		s.t.Errorf(format, args...)
+	}
+}
+
+// controller gives every DaemonSet a running, ready pod on each node and every Deployment its
+// replicas, and sets their status as the workload controllers would.
+func (s *simCluster) controller() {
+	defer s.wg.Done()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-s.poke:
+			s.reconcile()
+		case done := <-s.flush:
+			select {
+			case <-s.poke:
+				s.reconcile()
+			default:
+			}
+			close(done)
+		}
+	}
+}
+
+func (s *simCluster) reconcile() {
+	ctx := s.ctx
+	nodes, err := s.api.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		s.errorf("controller: %v", err)
+		return
+	}
+	for _, ns := range []string{"kube-system", "kube-flannel"} {
+		dss, err := s.api.AppsV1().DaemonSets(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			s.errorf("controller: %v", err)
+			return
+		}
+		for _, ds := range dss.Items {
+			for _, n := range nodes.Items {
+				s.runPod(&ds, ds.Name+"-"+n.Name, n.Name)
+			}
+			n := int32(len(nodes.Items))
+			if st := ds.Status; st.ObservedGeneration != ds.Generation || st.DesiredNumberScheduled != n || st.NumberReady != n || st.UpdatedNumberScheduled != n {
+				ds.Status = appsv1.DaemonSetStatus{ObservedGeneration: ds.Generation, DesiredNumberScheduled: n, CurrentNumberScheduled: n, NumberReady: n, UpdatedNumberScheduled: n, NumberAvailable: n}
+				if _, err := s.api.AppsV1().DaemonSets(ns).UpdateStatus(ctx, &ds, metav1.UpdateOptions{}); err != nil {
+					s.errorf("controller: %v", err)
+				}
+			}
+		}
+		deps, err := s.api.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			s.errorf("controller: %v", err)
+			return
+		}
+		for _, d := range deps.Items {
+			replicas := int32(1)
+			if d.Spec.Replicas != nil {
+				replicas = *d.Spec.Replicas
+			}
+			for i := range replicas {
+				node := ""
+				if len(nodes.Items) > 0 {
+					node = nodes.Items[int(i)%len(nodes.Items)].Name
+				}
+				s.runPod(&d, fmt.Sprintf("%s-%d", d.Name, i), node)
+			}
+			if st := d.Status; st.Replicas != replicas || st.ReadyReplicas != replicas || st.UpdatedReplicas != replicas {
+				d.Status = appsv1.DeploymentStatus{ObservedGeneration: d.Generation, Replicas: replicas, UpdatedReplicas: replicas, ReadyReplicas: replicas, AvailableReplicas: replicas}
+				if _, err := s.api.AppsV1().Deployments(ns).UpdateStatus(ctx, &d, metav1.UpdateOptions{}); err != nil {
+					s.errorf("controller: %v", err)
+				}
+			}
+		}
+	}
+}
+
+// runPod creates owner's pod name on node, running and ready, unless it exists.
+func (s *simCluster) runPod(owner metav1.Object, name, node string) {
+	kind := "DaemonSet"
+	if _, ok := owner.(*appsv1.Deployment); ok {
+		kind = "Deployment"
+	}
+	yes := true
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: owner.GetNamespace(),
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: kind, Name: owner.GetName(), Controller: &yes}}},
+		Spec: corev1.PodSpec{NodeName: node},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{
+			{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
+	}
+	_, err := s.api.CoreV1().Pods(pod.Namespace).Create(s.ctx, pod, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		s.errorf("controller: %v", err)
+	}
+}
+
+// fakeAPI is the fake clientset with an API server's health endpoint: /readyz answers 200
+// once the first master runs kube-apiserver and etcd, 500 before.
+type fakeAPI struct {
+	*fake.Clientset
+	ready func() bool
+}
+
+func (c *fakeAPI) Discovery() discovery.DiscoveryInterface {
+	rc := &restfake.RESTClient{
+		NegotiatedSerializer: scheme.Codecs.WithoutConversion(),
+		Client: restfake.CreateHTTPClient(func(r *http.Request) (*http.Response, error) {
+			code, body := http.StatusInternalServerError, "[+]ping ok\n[-]etcd failed: reason withheld\nreadyz check failed\n"
+			if r.URL.Path != "/readyz" {
+				code, body = http.StatusNotFound, "not found"
+			} else if c.ready() {
+				code, body = http.StatusOK, "[+]ping ok\n[+]etcd ok\nreadyz check passed\n"
+			}
+			return &http.Response{StatusCode: code, Header: http.Header{"Content-Type": {"text/plain"}}, Body: io.NopCloser(strings.NewReader(body))}, nil
+		}),
+	}
+	return healthDiscovery{c.Clientset.Discovery().(*fakediscovery.FakeDiscovery), rc}
+}
+
+type healthDiscovery struct {
+	*fakediscovery.FakeDiscovery
+	rc rest.Interface
+}
+
+func (d healthDiscovery) RESTClient() rest.Interface { return d.rc }
+
+var _ kubernetes.Interface = (*fakeAPI)(nil)
+
+// simHost is one simulated machine: remotetest's files, uploads and command log, with systemd
+// units, kernel settings and a kubelet that does what apply waits for.
+type simHost struct {
+	*remotetest.Host
+	sim  *simCluster
+	node inventory.Node
+
+	mu      sync.Mutex
+	ran     []string        // simple commands executed (not those "&&" or "||" skipped)
+	active  map[string]bool // systemd units running
+	enable  map[string]bool // systemd units enabled
+	sysctls map[string]string
+	joined  bool // kubelet has registered its node
+}
+
+func newSimHost(s *simCluster, n inventory.Node) *simHost {
+	h := &simHost{Host: remotetest.New(n.Name), sim: s, node: n,
+		// Fresh from the packages: containerd running, kubelet installed but not enabled;
+		// br_netfilter loaded, forwarding off.
+		active: map[string]bool{"containerd": true}, enable: map[string]bool{"containerd": true},
+		sysctls: map[string]string{"net.ipv4.ip_forward": "0", "net.bridge.bridge-nf-call-iptables": "1", "net.bridge.bridge-nf-call-ip6tables": "1"},
+	}
+	first := func(c string) string { w, _, _ := strings.Cut(c, " "); return w }
+	h.Handle(func(c string) bool { return slices.Contains([]string{"{", "systemctl", "sysctl"}, first(c)) }, func(ctx context.Context, c remote.Cmd) error {
+		status, err := h.sh(c.Command, c.Stdout)
+		if err != nil {
+			return fmt.Errorf("%s: %s: %w", h.Name(), c.Command, err)
+		}
+		if status != 0 {
+			return h.Exit(c.Command, status, "")
+		}
+		return nil
+	})
+	h.Handle(func(c string) bool { return strings.HasPrefix(c, "sh -c ") }, func(_ context.Context, c remote.Cmd) error {
+		_, err := io.WriteString(c.Stdout, h.facts())
+		return err
+	})
+	h.Handle(func(c string) bool { return strings.HasPrefix(c, "for f in ") }, h.hashes)
+	return h
+}
+
+func (h *simHost) executed() []string       { h.mu.Lock(); defer h.mu.Unlock(); return slices.Clone(h.ran) }
+func (h *simHost) running(unit string) bool { h.mu.Lock(); defer h.mu.Unlock(); return h.active[unit] }
+func (h *simHost) enabled(unit string) bool { h.mu.Lock(); defer h.mu.Unlock(); return h.enable[unit] }
+func (h *simHost) sysctl(key string) string { h.mu.Lock(); defer h.mu.Unlock(); return h.sysctls[key] }
+
+func (h *simHost) has(p string) bool { _, ok := h.File(p); return ok }
+
+// apiServerUp: kubelet runs and has the API server's and etcd's static pods.
+func (h *simHost) apiServerUp() bool {
+	return h.running("kubelet") && h.has(hostpath.ManifestsDir+"/kube-apiserver.yaml") && h.has(hostpath.ManifestsDir+"/etcd.yaml")
+}
+
+// hashes answers push's one-round-trip hash command (stage.go hashes) from the host's files.
+func (h *simHost) hashes(_ context.Context, c remote.Cmd) error {
+	list, _, ok := strings.Cut(strings.TrimPrefix(c.Command, "for f in "), "; do ")
+	if !ok {
+		return fmt.Errorf("hash command: %q", c.Command)
+	}
+	for _, q := range strings.Fields(list) {
+		p := strings.Trim(q, "'")
+		if f, ok := h.File(p); ok {
+			fmt.Fprintf(c.Stdout, "%x  %s\n", sha256.Sum256(f.Data), p)
+		}
+	}
+	return nil
+}
+
+// facts is the output of the facts script on this host as it is now.
+func (h *simHost) facts() string {
+	var b strings.Builder
+	id := sha256.Sum256([]byte(h.Name()))
+	fmt.Fprintf(&b, "kforge-facts 1\nclock=%d\nhostname=%s\nmachineid=%s\nmeminfo SwapTotal: 0\n", time.Now().UnixNano(), h.Name(), hex.EncodeToString(id[:16]))
+	for _, l := range h.sim.canned {
+		b.WriteString(l + "\n")
+	}
+	h.mu.Lock()
+	for _, k := range []string{"net.ipv4.ip_forward", "net.bridge.bridge-nf-call-iptables", "net.bridge.bridge-nf-call-ip6tables"} {
+		fmt.Fprintf(&b, "sysctl %s %s\n", strings.ReplaceAll(k, ".", "/"), h.sysctls[k])
+	}
+	containerd, kubelet := h.active["containerd"], h.active["kubelet"]
+	h.mu.Unlock()
+	// Listening sockets: sshd, and what kubelet runs (its own port; on a master the static
+	// pods whose manifests it has), as /proc/net/tcp and the owners' comm show them.
+	type listener struct {
+		port     int
+		comm     string
+		manifest string
+	}
+	ls := []listener{{22, "sshd", ""}}
+	if kubelet {
+		ls = append(ls, listener{10250, "kubelet", ""}, listener{6443, "kube-apiserver", "kube-apiserver.yaml"},
+			listener{10259, "kube-scheduler", "kube-scheduler.yaml"}, listener{10257, "kube-controller", "kube-controller-manager.yaml"},
+			listener{2379, "etcd", "etcd.yaml"}, listener{2380, "etcd", "etcd.yaml"})
+	}
+	for i, l := range ls {
+		if l.manifest != "" && !h.has(path.Join(hostpath.ManifestsDir, l.manifest)) {
+			continue
+		}
+		fmt.Fprintf(&b, "tcp    %d: 00000000:%04X 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 %d 1 0000000000000000 100 0 0 10 0\n", i, l.port, 50000+i)
+		fmt.Fprintf(&b, "sock %d %d %s\n", 50000+i, 1000+i, l.comm)
+	}
+	b.WriteString("runtime socket /run/containerd/containerd.sock\n")
+	if containerd {
+		b.WriteString("runtime exists\nruntime answering\nctr Server:\nctr   Version:  v2.1.4\n")
+	}
+	if h.IsDir(hostpath.ManifestsDir) {
+		b.WriteString("manifests exists\n")
+	}
+	etcd := map[string]bool{}
+	for _, p := range h.Files() {
+		if path.Dir(p) == hostpath.ManifestsDir {
+			fmt.Fprintf(&b, "manifest %s\n", path.Base(p))
+		}
+		if rest, ok := strings.CutPrefix(p, hostpath.EtcdDataDir+"/"); ok {
+			first, _, _ := strings.Cut(rest, "/")
+			if !etcd[first] {
+				etcd[first] = true
+				fmt.Fprintf(&b, "etcd %s\n", first)
+			}
+		}
+	}
+	if f, ok := h.File(hostpath.ManifestsMarkerPath); ok {
+		for _, l := range strings.Split(strings.TrimSuffix(string(f.Data), "\n"), "\n") {
+			fmt.Fprintf(&b, "marker %s\n", l)
+		}
+	}
+	if h.has(hostpath.KubeletDropInPath) {
+		b.WriteString("kubeletdropin=1\n")
+	}
+	b.WriteString("kforge-facts end\n")
+	return b.String()
+}
+
+// sh runs a command line of the shell subset apply's service commands use: simple commands
+// joined by "&&", "||" and ";", and "{ ...; }" groups. It returns the exit status.
+func (h *simHost) sh(line string, out io.Writer) (int, error) {
+	var toks []string
+	for _, f := range strings.Fields(line) {
+		if w, ok := strings.CutSuffix(f, ";"); ok {
+			if w != "" {
+				toks = append(toks, w)
+			}
+			toks = append(toks, ";")
+		} else {
+			toks = append(toks, f)
+		}
+	}
+	p := &shParser{toks: toks, run: func(args []string) (int, error) { return h.command(args, out) }}
+	status, err := p.list(true)
+	if err == nil && p.i != len(toks) {
+		err = fmt.Errorf("unexpected %q", toks[p.i])
+	}
+	return status, err
+}
+
+type shParser struct {
+	toks []string
+	i    int
+	run  func(args []string) (int, error)
+}
+
+// list parses commands until "}" or the end, running them when exec (and as "&&" and "||"
+// say).
+func (p *shParser) list(exec bool) (int, error) {
+	status, err := p.item(exec)
+	for err == nil && p.i < len(p.toks) && p.toks[p.i] != "}" {
+		op := p.toks[p.i]
+		p.i++
+		if op == ";" && (p.i == len(p.toks) || p.toks[p.i] == "}") {
+			break
+		}
+		run := exec
+		switch op {
+		case "&&":
+			run = exec && status == 0
+		case "||":
+			run = exec && status != 0
+		case ";":
+		default:
+			return 0, fmt.Errorf("unexpected %q", op)
+		}
+		var st int
+		st, err = p.item(run)
+		if run {
+			status = st
+		}
+	}
+	return status, err
+}
+
+func (p *shParser) item(exec bool) (int, error) {
+	if p.i < len(p.toks) && p.toks[p.i] == "{" {
+		p.i++
+		status, err := p.list(exec)
+		if err == nil && (p.i == len(p.toks) || p.toks[p.i] != "}") {
+			err = errors.New("missing }")
+		}
+		p.i++
+		return status, err
+	}
+	start := p.i
+	for p.i < len(p.toks) && !slices.Contains([]string{"&&", "||", ";", "{", "}"}, p.toks[p.i]) {
+		p.i++
+	}
+	if p.i == start {
+		return 0, errors.New("missing command")
+	}
+	if !exec {
+		return 0, nil
+	}
+	return p.run(p.toks[start:p.i])
+}
+
+// command runs one simple command: echo, sysctl -p, systemctl on containerd and kubelet.
+func (h *simHost) command(args []string, out io.Writer) (int, error) {
+	h.mu.Lock()
+	h.ran = append(h.ran, strings.Join(args, " "))
+	h.mu.Unlock()
+	switch {
+	case args[0] == "echo":
+		_, err := fmt.Fprintln(out, strings.Join(args[1:], " "))
+		return 0, err
+	case len(args) == 4 && strings.Join(args[:3], " ") == "sysctl -q -p":
+		f, ok := h.File(args[3])
+		if !ok {
+			return 255, nil
+		}
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		for _, l := range strings.Split(string(f.Data), "\n") {
+			if k, v, ok := strings.Cut(l, "="); ok && !strings.HasPrefix(l, "#") {
+				h.sysctls[strings.TrimSpace(k)] = strings.TrimSpace(v)
+			}
+		}
+		return 0, nil
+	case len(args) == 2 && args[0] == "systemctl" && args[1] == "daemon-reload":
+		return 0, nil
+	case args[0] != "systemctl" || len(args) < 3:
+		return 127, fmt.Errorf("no such command in the simulation: %q", args)
+	}
+	verb, unit := args[1], args[len(args)-1]
+	if unit != "kubelet" && unit != "containerd" {
+		return 5, fmt.Errorf("unit %s not found", unit)
+	}
+	h.mu.Lock()
+	was, enabled := h.active[unit], h.enable[unit]
+	switch verb {
+	case "enable":
+		h.enable[unit] = true
+	case "start", "restart":
+		h.active[unit] = true
+	}
+	h.mu.Unlock()
+	switch verb {
+	case "is-enabled":
+		return map[bool]int{true: 0, false: 1}[enabled], nil
+	case "is-active":
+		return map[bool]int{true: 0, false: 3}[was], nil
+	case "enable":
+		return 0, nil
+	case "start", "restart":
+		if unit == "kubelet" && (verb == "restart" || !was) {
+			return 0, h.kubeletStarted()
+		}
+		return 0, nil
+	}
+	return 1, fmt.Errorf("systemctl %s: not simulated", verb)
+}
+
+// kubeletStarted is what a starting kubelet does that apply waits for. On a master it starts
+// the static pods (etcd then has data) and registers the node with its own credentials
+// (kubelet.conf); on a worker it asks for a client certificate with the bootstrap token it was
+// given and registers the node once the certificate is issued. The node is Ready once the
+// host has a CNI config.
+func (h *simHost) kubeletStarted() error {
+	flags, err := kubeletFlags(h)
+	if err != nil {
+		return err
+	}
+	name, ip := flags["hostname-override"], flags["node-ip"]
+	if name == "" || ip == "" {
+		return fmt.Errorf("kubelet: no --hostname-override or --node-ip in %s", hostpath.KubeletFlagsEnvPath)
+	}
+	if h.node.Role == inventory.RoleMaster {
+		if !h.has(hostpath.KubeletKubeconfig) {
+			return fmt.Errorf("kubelet: no %s on a master", hostpath.KubeletKubeconfig)
+		}
+		if h.has(path.Join(hostpath.ManifestsDir, "etcd.yaml")) {
+			h.SetFile(hostpath.EtcdDataDir+"/member/snap/db", []byte("etcd data"), 0o600)
+		}
+		return h.register(name, ip)
+	}
+	h.mu.Lock()
+	joined := h.joined
+	h.mu.Unlock()
+	if joined {
+		return nil // it has its client certificate
+	}
+	csr, key, err := h.requestCertificate(name)
+	if err != nil {
+		return err
+	}
+	h.sim.wg.Add(1)
+	go func() {
+		defer h.sim.wg.Done()
+		for h.sim.ctx.Err() == nil {
+			got, err := h.sim.api.CertificatesV1().CertificateSigningRequests().Get(h.sim.ctx, csr, metav1.GetOptions{})
+			if err == nil && len(got.Status.Certificate) > 0 {
+				b, _ := pem.Decode(got.Status.Certificate)
+				cert, err := x509.ParseCertificate(b.Bytes)
+				if err != nil || !key.PublicKey.Equal(cert.PublicKey) || cert.Subject.CommonName != "system:node:"+name {
+					h.sim.errorf("%s: kubelet got a certificate that is not for its key and node: %v", h.Name(), err)
+					return
+				}
+				if err := h.register(name, ip); err != nil {
+					h.sim.errorf("%v", err)
+				}
+				return
+			}
+			select {
+			case <-h.sim.ctx.Done():
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}()
+	return nil
+}
+
+// requestCertificate posts the kubelet's client certificate request, authenticated with the
+// token of bootstrap-kubelet.conf as the API server would: the token must be a bootstrap token
+// Secret's.
+func (h *simHost) requestCertificate(node string) (string, *ecdsa.PrivateKey, error) {
+	f, ok := h.File(hostpath.BootstrapKubeletConfig)
+	if !ok {
+		return "", nil, fmt.Errorf("kubelet: no %s on a worker", hostpath.BootstrapKubeletConfig)
+	}
+	cfg, err := clientcmd.Load(f.Data)
+	if err != nil {
+		return "", nil, err
+	}
+	auth := cfg.AuthInfos[cfg.Contexts[cfg.CurrentContext].AuthInfo]
+	id, secret, _ := strings.Cut(auth.Token, ".")
+	ctx := h.sim.ctx
+	tok, err := h.sim.api.CoreV1().Secrets("kube-system").Get(ctx, "bootstrap-token-"+id, metav1.GetOptions{})
+	if err != nil || string(tok.Data["token-secret"]) != secret || string(tok.Data["usage-bootstrap-authentication"]) != "true" {
+		return "", nil, fmt.Errorf("kubelet on %s: the API server refuses its bootstrap token %s (%v)", h.Name(), id, err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return "", nil, err
+	}
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "system:node:" + node, Organization: []string{"system:nodes"}}}, key)
+	if err != nil {
+		return "", nil, err
+	}
+	csr := &certv1.CertificateSigningRequest{
+		ObjectMeta: metav1.ObjectMeta{Name: "node-csr-" + node},
+		Spec: certv1.CertificateSigningRequestSpec{
+			Request:    pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}),
+			SignerName: certv1.KubeAPIServerClientKubeletSignerName,
+			Usages:     []certv1.KeyUsage{certv1.UsageDigitalSignature, certv1.UsageClientAuth},
+			Username:   "system:bootstrap:" + id,
+			Groups:     []string{"system:bootstrappers", "system:bootstrappers:kubeadm:default-node-token", "system:authenticated"},
+		},
+	}
+	if _, err := h.sim.api.CertificatesV1().CertificateSigningRequests().Create(ctx, csr, metav1.CreateOptions{}); err != nil {
+		return "", nil, err
+	}
+	return csr.Name, key, nil
+}
+
+// register creates the node, Ready if the host has a CNI config.
+func (h *simHost) register(name, ip string) error {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.NodeStatus{
+		Addresses:  []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}, {Type: corev1.NodeHostName, Address: name}},
+		Conditions: []corev1.NodeCondition{h.readyCondition()},
+	}}
+	_, err := h.sim.api.CoreV1().Nodes().Create(h.sim.ctx, n, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("kubelet on %s: register node: %w", h.Name(), err)
+	}
+	h.mu.Lock()
+	h.joined = true
+	h.mu.Unlock()
+	return nil
+}
+
+func (h *simHost) readyCondition() corev1.NodeCondition {
+	if h.has(hostpath.CNIConfFile) {
+		return corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady"}
+	}
+	return corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionFalse, Reason: "KubeletNotReady",
+		Message: "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady message:Network plugin returns error: cni plugin not initialized"}
+}
+
+// Upload is remotetest's; a running kubelet notices a new CNI config and reports its node
+// Ready.
+func (h *simHost) Upload(ctx context.Context, f remote.File) error {
+	if err := h.Host.Upload(ctx, f); err != nil {
+		return err
+	}
+	h.mu.Lock()
+	joined := h.joined
+	h.mu.Unlock()
+	if f.Path != hostpath.CNIConfFile || !joined {
+		return nil
+	}
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := h.sim.api.CoreV1().Nodes().Get(ctx, h.Name(), metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		n.Status.Conditions = []corev1.NodeCondition{h.readyCondition()}
+		_, err = h.sim.api.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
+}
+
+// kubeletFlags reads KUBELET_KUBEADM_ARGS from the host's kubeadm-flags.env.
+func kubeletFlags(h *simHost) (map[string]string, error) {
+	f, ok := h.File(hostpath.KubeletFlagsEnvPath)
+	if !ok {
+		return nil, fmt.Errorf("kubelet: no %s", hostpath.KubeletFlagsEnvPath)
+	}
+	v, ok := strings.CutPrefix(strings.TrimSpace(string(f.Data)), "KUBELET_KUBEADM_ARGS=")
+	if !ok {
+		return nil, fmt.Errorf("kubelet: %s: %q", hostpath.KubeletFlagsEnvPath, f.Data)
+	}
+	flags := map[string]string{}
+	for _, a := range strings.Fields(strings.Trim(v, `"`)) {
+		k, val, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+		flags[k] = val
+	}
+	return flags, nil
+}
