@@ -136,3 +136,28 @@ func TestEtcdBootFromManifest(t *testing.T) {
 		t.Errorf("a first member: %+v", b)
 	}
 }
+
+// TestReplacedManifestsAreStaticPodsOnly: a replaced static-pod manifest is one kubelet will
+// restart; kforge's marker beside them is not a pod (a re-run that changes the set of static
+// pods rewrites it, and waiting for it as a pod failed).
+func TestReplacedManifestsAreStaticPodsOnly(t *testing.T) {
+	ctx := context.Background()
+	h := fakeHost("m1")
+	files := newHostFiles()
+	h.SetFile(hostpath.ManifestsDir+"/etcd.yaml", []byte("v1"), 0o600)
+	h.SetFile(hostpath.ManifestsMarkerPath, []byte("v1"), 0o600)
+	files.set("m1", []templates.File{
+		{Path: hostpath.ManifestsDir + "/etcd.yaml", Mode: 0o600, Data: []byte("v2")},
+		{Path: hostpath.ManifestsMarkerPath, Mode: 0o600, Data: []byte("v2")},
+	})
+	if err := push(ctx, files, h, nil); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, f := range files.replacedManifests("m1") {
+		got = append(got, f.Path)
+	}
+	if !slices.Equal(got, []string{hostpath.ManifestsDir + "/etcd.yaml"}) || files.countWritten("m1") != 2 {
+		t.Errorf("replaced %v (written %d), want only the etcd manifest", got, files.countWritten("m1"))
+	}
+}

@@ -260,7 +260,8 @@ func (hf *hostFiles) noteWritten(host string, f templates.File, replaced bool) {
 		hf.written[host] = map[string]bool{}
 	}
 	hf.written[host][f.Path] = true
-	if replaced && path.Dir(f.Path) == hostpath.ManifestsDir {
+	// kubelet runs the manifests in its static-pod directory, not its dot-files (kforge's marker).
+	if replaced && path.Dir(f.Path) == hostpath.ManifestsDir && !strings.HasPrefix(path.Base(f.Path), ".") {
 		hf.replaced[host] = append(hf.replaced[host], f)
 	}
 }
