@@ -272,6 +272,13 @@ func TestApplyOnFakeHostsThenNothingToDo(t *testing.T) {
 		"stage/w1": "containerd unchanged; 0 files written; staged", "stage/w2": "containerd unchanged; 0 files written; staged",
 		"join-workers/w1": "kubelet unchanged", "join-workers/w2": "kubelet unchanged",
 	}
+	for _, n := range []string{"m1", "w1", "w2"} {
+		node, err := sim.api.CoreV1().Nodes().Get(context.Background(), n, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantHost["pod-network/"+n] = "pod CIDR " + node.Spec.PodCIDR + "; CNI config unchanged"
+	}
 	for _, e := range ev2 {
 		if want, ok := wantHost[e.Task+"/"+e.Host]; ok && e.Kind == progress.HostDone {
 			if e.Message != want {

@@ -311,7 +311,11 @@ func (a *Apply) writeCNIConfig(ctx context.Context, node, cidr string, r progres
 	if err := push(ctx, a.files, a.fleet.Host(node), func(p string) bool { return p == hostpath.CNIConfFile }); err != nil {
 		return err
 	}
-	r(progress.Event{Kind: progress.HostDone, Host: node, Message: "pod CIDR " + cidr})
+	what := "CNI config unchanged"
+	if a.files.wrote(node, func(p string) bool { return p == hostpath.CNIConfFile }) {
+		what = "CNI config written"
+	}
+	r(progress.Event{Kind: progress.HostDone, Host: node, Message: "pod CIDR " + cidr + "; " + what})
 	return nil
 }
 
