@@ -57,16 +57,31 @@ func (d KubeletDropIn) Render() ([]byte, error) { return render("10-kforge.conf.
 
 // Containerd is containerd's configuration input.
 type Containerd struct {
-	SandboxImage string
+	// ConfigVersion is the config format of the containerd that reads it: 2 for containerd 1.x
+	// (a host's own), 3 for containerd 2.x (the bundle's).
+	ConfigVersion int
+	SandboxImage  string
 	// RestrictOOMScoreAdj is detected per host by apply (true where negative oom_score_adj is
 	// not allowed).
 	RestrictOOMScoreAdj bool
 	SystemdCgroup       bool
 	CNIBinDir           string
+	// RegistryConfigPath is the directory of per-registry hosts.toml files (config version 3).
+	RegistryConfigPath string
+	// RuncPath is the runc binary containerd runs; empty: runc on containerd's PATH.
+	RuncPath string
 }
 
-// Render returns config.toml.
-func (c Containerd) Render() ([]byte, error) { return render("containerd-config.toml.tmpl", c) }
+// Render returns config.toml in the format of c.ConfigVersion.
+func (c Containerd) Render() ([]byte, error) {
+	switch c.ConfigVersion {
+	case 2:
+		return render("containerd-config.toml.tmpl", c)
+	case 3:
+		return render("containerd2-config.toml.tmpl", c)
+	}
+	return nil, fmt.Errorf("containerd config version %d: kforge writes versions 2 (containerd 1.x) and 3 (containerd 2.x)", c.ConfigVersion)
+}
 
 // Kubelet is the input of a node's kubelet configuration and flags.
 type Kubelet struct {

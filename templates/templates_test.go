@@ -100,7 +100,7 @@ func TestNodeFileGoldens(t *testing.T) {
 	}
 	golden(t, "10-kforge.conf", drop)
 	for _, restrict := range []bool{false, true} {
-		data, err := Containerd{SandboxImage: "registry.k8s.io/pause:3.10.2", RestrictOOMScoreAdj: restrict, SystemdCgroup: true, CNIBinDir: "/usr/lib/cni"}.Render()
+		data, err := Containerd{ConfigVersion: 2, SandboxImage: "registry.k8s.io/pause:3.10.2", RestrictOOMScoreAdj: restrict, SystemdCgroup: true, CNIBinDir: "/usr/lib/cni"}.Render()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -109,6 +109,15 @@ func TestNodeFileGoldens(t *testing.T) {
 			name += "-restrict-oom"
 		}
 		golden(t, name, data)
+	}
+	v3, err := Containerd{ConfigVersion: 3, SandboxImage: "registry.k8s.io/pause:3.10.2", RestrictOOMScoreAdj: true, SystemdCgroup: true,
+		CNIBinDir: hostpath.DefaultCNIBinDir, RegistryConfigPath: "/etc/containerd/certs.d", RuncPath: "/usr/local/sbin/runc"}.Render()
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "containerd2-config", v3)
+	if _, err := (Containerd{ConfigVersion: 4}).Render(); err == nil {
+		t.Error("an unknown containerd config version rendered")
 	}
 }
 

@@ -356,6 +356,7 @@ func nodeFiles(c *inventory.Cluster, n inventory.Node, o Options) ([]File, error
 		return nil, err
 	}
 	ctrd, err := Containerd{
+		ConfigVersion:       2,
 		SandboxImage:        im.Pause,
 		RestrictOOMScoreAdj: o.RestrictOOMScoreAdj[n.Name],
 		SystemdCgroup:       k.CgroupDriver == "systemd",
