@@ -61,6 +61,11 @@ func (l *Lab) prepareHost(h *hostState, hier []hierarchy) error {
 			return err
 		}
 	}
+	if l.st.Bare && h.Role != RoleLoadBalancer {
+		if err := whiteoutPackages(l.st.Rootfs, filepath.Join(h.Dir, "upper"), bareHidden...); err != nil {
+			return fmt.Errorf("bare host %s: %w", h.Name, err)
+		}
+	}
 	etc := filepath.Join(h.Dir, "upper", "etc")
 	if err := os.WriteFile(filepath.Join(etc, "hostname"), []byte(h.Name+"\n"), 0o644); err != nil {
 		return err

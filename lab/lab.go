@@ -81,6 +81,10 @@ type Options struct {
 	Dir string
 	// BootTimeout bounds the wait for every sshd to answer. Default 60s + 1s per host.
 	BootTimeout time.Duration
+	// Bare gives the cluster hosts no container runtime: containerd and runc, which the base
+	// rootfs carries, are hidden from them (overlay whiteouts of every file of those packages),
+	// so that an install of the runtime is proven on them.
+	Bare bool
 	// Logger receives progress and every local command's failure. Default: discard.
 	Logger *slog.Logger
 }
@@ -111,6 +115,7 @@ type state struct {
 	Name    string       `json:"name"`
 	Dir     string       `json:"dir"`
 	Rootfs  string       `json:"rootfs"`
+	Bare    bool         `json:"bare,omitempty"` // cluster hosts without containerd and runc
 	Created time.Time    `json:"created"`
 	Hosts   []*hostState `json:"hosts"` // cluster hosts then the load balancer
 }
@@ -263,7 +268,7 @@ func Up(ctx context.Context, o Options) (_ *Lab, err error) {
 	}
 
 	l := &Lab{Name: o.Name, Dir: o.Dir, log: log}
-	l.st = state{Name: o.Name, Dir: o.Dir, Rootfs: rootfs, Created: time.Now().UTC()}
+	l.st = state{Name: o.Name, Dir: o.Dir, Rootfs: rootfs, Bare: o.Bare, Created: time.Now().UTC()}
 	if err := l.register(ctx, o); err != nil {
 		return nil, err
 	}

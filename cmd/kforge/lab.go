@@ -30,13 +30,14 @@ type LabUpCmd struct {
 	Dir          string        `placeholder:"DIR" help:"Where the lab's keys, inventory and host disks go (default $KFORGE_LAB_DIR/<name>, else /var/lib/kforge/lab/<name>)."`
 	CacheDir     string        `env:"KFORGE_CACHE_DIR" placeholder:"DIR" help:"Where the base rootfs is cached (${env}; default /var/cache/kforge)."`
 	BootTimeout  time.Duration `placeholder:"DURATION" help:"How long to wait for every sshd (default 60s + 1s per host)."`
+	Bare         bool          `help:"Cluster hosts without a container runtime (containerd and runc hidden), to prove kforge installs it."`
 }
 
 func (c *LabUpCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Logger) error {
 	start := time.Now()
 	l, err := lab.Up(ctx, lab.Options{
 		Name: c.Name, Hosts: c.Hosts, Masters: c.Masters, LoadBalancer: c.LoadBalancer,
-		Dir: c.Dir, CacheDir: c.CacheDir, BootTimeout: c.BootTimeout, Logger: statusLogger(s, g, log),
+		Dir: c.Dir, CacheDir: c.CacheDir, BootTimeout: c.BootTimeout, Bare: c.Bare, Logger: statusLogger(s, g, log),
 	})
 	if errors.Is(err, lab.ErrInvalidOptions) {
 		return labUsageError{err}
