@@ -1,6 +1,7 @@
 package bundle
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/kforge/kforge/hostpath"
+	"github.com/kforge/kforge/progress"
 
 	"github.com/kforge/kforge/internal/fsx"
 	"github.com/kforge/kforge/release"
@@ -51,9 +53,10 @@ func Build(ctx context.Context, o Options) (*Manifest, error) {
 		return nil, err
 	}
 
-	// Binaries, one cached build per component and version.
+	// Binaries, one cached build per component and version. A component that builds (minutes
+	// for Kubernetes on a cold cache) says so every heartbeat, with what is left.
 	dirs := map[string]string{}
-	for _, c := range []struct {
+	components := []struct {
 		name  string
 		build func() (string, error)
 	}{
@@ -63,8 +66,14 @@ func Build(ctx context.Context, o Options) (*Manifest, error) {
 		{"cni-plugins", func() (string, error) { return binaries(ctx, o.BuildOptions, cniModule(v.CNIPlugins)) }},
 		{"flannel", func() (string, error) { return binaries(ctx, o.BuildOptions, flannelModule(v.Flannel)) }},
 		{"pause", func() (string, error) { return binaries(ctx, o.BuildOptions, pauseModule(v.Pause)) }},
-	} {
-		d, err := c.build()
+	}
+	for i, c := range components {
+		var left []string
+		for _, l := range components[i+1:] {
+			left = append(left, l.name)
+		}
+		left = append(left, "the images")
+		d, err := o.step(c.name, "build "+c.name+" for Kubernetes "+v.Kubernetes+" (from the cache when built before)", strings.Join(left, ", "), c.build)
 		if err != nil {
 			return nil, fmt.Errorf("build %s: %w", c.name, err)
 		}
@@ -81,21 +90,21 @@ func Build(ctx context.Context, o Options) (*Manifest, error) {
 	}
 
 	// Images, cached by their inputs; gzip is CPU-bound, so at most one per core.
-	start := time.Now()
 	archives := make([]cachedArchive, len(specs))
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(max(1, runtime.NumCPU()))
-	for i, s := range specs {
-		g.Go(func() error {
-			a, err := imageArchive(gctx, o.BuildOptions, s)
-			archives[i] = a
-			return err
-		})
-	}
-	if err := g.Wait(); err != nil {
+	if _, err := o.step("images", fmt.Sprintf("make %d image archives (from the cache when made before)", len(specs)), "the bundle directory", func() (string, error) {
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(max(1, runtime.NumCPU()))
+		for i, s := range specs {
+			g.Go(func() error {
+				a, err := imageArchive(gctx, o.BuildOptions, s)
+				archives[i] = a
+				return err
+			})
+		}
+		return "", g.Wait()
+	}); err != nil {
 		return nil, err
 	}
-	o.logf("images ready in %s", time.Since(start).Round(time.Millisecond))
 
 	// The bundle directory, assembled beside o.Out and swapped in.
 	m := &Manifest{SchemaVersion: 1, Platform: "linux/amd64", Source: "built", Versions: versionsOf(v)}
@@ -124,7 +133,7 @@ func Build(ctx context.Context, o Options) (*Manifest, error) {
 		}
 		return filepath.Join(dirs["kubernetes"], f.Name)
 	}
-	g = new(errgroup.Group)
+	g := new(errgroup.Group)
 	g.SetLimit(max(1, runtime.NumCPU()))
 	for i := range files {
 		g.Go(func() error {
@@ -165,7 +174,7 @@ func Build(ctx context.Context, o Options) (*Manifest, error) {
 	if err := swapDir(tmp, o.Out); err != nil {
 		return nil, err
 	}
-	o.logf("bundle %s written to %s", v.Kubernetes, o.Out)
+	o.info("bundle %s written to %s", v.Kubernetes, o.Out)
 	return m, nil
 }
 
@@ -333,7 +342,7 @@ func imageArchive(ctx context.Context, o BuildOptions, s imageSpec) (cachedArchi
 	if err := fsx.WriteFile(base+".json", b, 0o644); err != nil {
 		return cachedArchive{}, err
 	}
-	o.logf("image %s: %d MB in %s", s.Name, a.Size>>20, time.Since(start).Round(time.Millisecond))
+	o.info("image %s: %d MB in %s", s.Name, a.Size>>20, time.Since(start).Round(time.Millisecond))
 	pruneImages(dir, s.Component, base)
 	return a, nil
 }
@@ -355,4 +364,22 @@ func imageKey(s imageSpec) (string, error) {
 		fmt.Fprintf(h, "%s %s %d %o %d %o\n", f.Path, f.Src, st.Size(), st.Mode(), st.ModTime().UnixNano(), f.Mode)
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// step runs one step of a build as a task of its own: started, a line every o.Heartbeat while
+// it runs (how long so far, and what is left after it), done or failed.
+func (o BuildOptions) step(name, what, left string, run func() (string, error)) (string, error) {
+	start := time.Now()
+	o.report(progress.Event{Kind: progress.Started, Task: name, Message: what})
+	stop := progress.Every(o.report, cmp.Or(o.Heartbeat, 10*time.Second), func(el time.Duration) progress.Event {
+		return progress.Event{Kind: progress.Info, Task: name, Message: fmt.Sprintf("%s: %s so far; left after it: %s", name, el.Round(time.Second), left)}
+	})
+	d, err := run()
+	stop()
+	if err != nil {
+		o.report(progress.Event{Kind: progress.Failed, Task: name, Duration: time.Since(start), Err: err.Error()})
+		return "", err
+	}
+	o.report(progress.Event{Kind: progress.Done, Task: name, Duration: time.Since(start)})
+	return d, nil
 }

@@ -39,7 +39,7 @@ func builtBundle(t *testing.T) (string, *Manifest) {
 		testBundle.dir = filepath.Join(dir, "bundle")
 		start := time.Now()
 		testBundle.m, testBundle.err = Build(context.Background(), Options{
-			BuildOptions: BuildOptions{Version: "v1.36.3", Log: testLog{t}},
+			BuildOptions: BuildOptions{Version: "v1.36.3", Report: testenv.Report(t)},
 			Out:          testBundle.dir,
 		})
 		t.Logf("bundle build: %s", time.Since(start).Round(time.Millisecond))

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/kforge/kforge/internal/fsx"
+	"github.com/kforge/kforge/progress"
 )
 
 // DefaultCacheDir is where built artifacts are cached when neither BuildOptions.CacheDir nor
@@ -35,8 +36,11 @@ type BuildOptions struct {
 	// Env is added to the go command's environment (e.g. GOCACHE=... to build from a cold
 	// cache without touching the shared one).
 	Env []string
-	// Log receives one status line per step; nil discards them.
-	Log io.Writer
+	// Report receives the build's progress (a task per component, a line while a component
+	// builds); nil discards it.
+	Report progress.Reporter
+	// Heartbeat is how often a step that runs long says so; default 10 s.
+	Heartbeat time.Duration
 	// GoOutput receives the go command's own output (downloads, compiler errors); nil discards
 	// it. A failing go command's output is in its *GoCommandError either way.
 	GoOutput io.Writer
@@ -52,10 +56,16 @@ func (o BuildOptions) cacheDir() string {
 	return DefaultCacheDir
 }
 
-func (o BuildOptions) logf(format string, args ...any) {
-	if o.Log != nil {
-		fmt.Fprintf(o.Log, format+"\n", args...)
+// report sends e to o.Report, if any.
+func (o BuildOptions) report(e progress.Event) {
+	if o.Report != nil {
+		o.Report(e)
 	}
+}
+
+// info reports a line of progress.
+func (o BuildOptions) info(format string, args ...any) {
+	o.report(progress.Event{Kind: progress.Info, Message: fmt.Sprintf(format, args...)})
 }
 
 // goModule is the recipe for building some main packages from Go modules: a scratch module
@@ -129,7 +139,7 @@ func binaries(ctx context.Context, o BuildOptions, m goModule) (string, error) {
 	}
 
 	start := time.Now()
-	o.logf("building %s %s from Go modules (cache %s)", m.Name, m.Version, root)
+	o.info("building %s %s from Go modules (cache %s)", m.Name, m.Version, root)
 	src := filepath.Join(o.cacheDir(), "src", m.Name+"-"+m.Version)
 	r := &goRunner{opts: o}
 	if err := r.prepareModule(ctx, src, m); err != nil {
@@ -167,7 +177,7 @@ func binaries(ctx context.Context, o BuildOptions, m goModule) (string, error) {
 	if err := os.Rename(tmp, final); err != nil {
 		return "", err
 	}
-	o.logf("built %s %s in %s", m.Name, m.Version, time.Since(start).Round(time.Second))
+	o.info("built %s %s in %s", m.Name, m.Version, time.Since(start).Round(time.Second))
 	pruneBinaries(root, final)
 	return final, nil
 }
@@ -306,7 +316,7 @@ func (r *goRunner) prepareModule(ctx context.Context, dir string, m goModule) er
 			return err
 		}
 	}
-	r.opts.logf("resolving modules for %s %s", m.Name, m.Version)
+	r.opts.info("resolving modules for %s %s", m.Name, m.Version)
 	if _, err := r.run(ctx, dir, nil, "mod", "tidy"); err != nil {
 		return err
 	}

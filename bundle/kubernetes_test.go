@@ -8,13 +8,15 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kforge/kforge/internal/testenv"
 )
 
 func TestKubernetesBinariesReportVersion(t *testing.T) {
 	needGo(t)
 	ctx := context.Background()
 	start := time.Now()
-	dir, err := KubernetesBinaries(ctx, BuildOptions{Version: "v1.36.3", Log: testLog{t}, GoOutput: testLog{t}})
+	dir, err := KubernetesBinaries(ctx, BuildOptions{Version: "v1.36.3", Report: testenv.Report(t), GoOutput: testLog{t}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,7 +29,7 @@ func etcdBinary(t *testing.T) string {
 		missing = fmt.Errorf("the go command is not on PATH (it builds etcd): %w", err)
 	}
 	testenv.Require(t, missing)
-	dir, err := bundle.EtcdBinaries(context.Background(), bundle.BuildOptions{Version: release.Default(), Log: testLog{t}})
+	dir, err := bundle.EtcdBinaries(context.Background(), bundle.BuildOptions{Version: release.Default(), Report: testenv.Report(t)})
 	if err != nil {
 		t.Fatalf("etcd binaries: %v", err)
 	}

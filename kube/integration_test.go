@@ -33,7 +33,7 @@ func binaries(t testing.TB) (k8sDir, etcd string) {
 	}
 	testenv.Require(t, nil)
 	ctx := context.Background()
-	o := bundle.BuildOptions{Version: release.Default(), Log: testLog{t}}
+	o := bundle.BuildOptions{Version: release.Default(), Report: testenv.Report(t)}
 	k8s, err := bundle.KubernetesBinaries(ctx, o)
 	if err != nil {
 		t.Fatalf("kubernetes binaries: %v", err)

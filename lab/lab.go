@@ -240,7 +240,7 @@ func Up(ctx context.Context, o Options) (_ *Lab, err error) {
 	if err := Prerequisites(); err != nil {
 		return nil, err
 	}
-	log := o.Logger.With("lab", o.Name)
+	log := o.Logger.With("task", "lab "+o.Name)
 	if old, err := Open(o.Name); err == nil {
 		old.log = log
 		want := o.Hosts
@@ -382,13 +382,13 @@ func Down(ctx context.Context, name string, log *slog.Logger) error {
 		return err
 	}
 	if log != nil {
-		l.log = log.With("lab", name)
+		l.log = log.With("task", "lab "+name)
 	}
 	return l.Down(ctx)
 }
 
 // SetLogger sets where an opened lab logs.
-func (l *Lab) SetLogger(log *slog.Logger) { l.log = log.With("lab", l.Name) }
+func (l *Lab) SetLogger(log *slog.Logger) { l.log = log.With("task", "lab "+l.Name) }
 
 // index fills the public fields and the name index from st.
 func (l *Lab) index() {

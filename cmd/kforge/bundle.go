@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"time"
 
 	"github.com/kforge/kforge/bundle"
+	"github.com/kforge/kforge/progress"
 	"github.com/kforge/kforge/release"
 )
 
@@ -28,7 +30,7 @@ func (c *BundleBuildCmd) Help() string {
 	return "Everything is built from Go modules (k8s.io/kubernetes, etcd, CoreDNS, containernetworking plugins, flannel) and cached per version: the first build takes minutes, later ones seconds. The kube-proxy and flannel images carry this machine's iptables and nft (Debian packages iptables, nftables). No registry or container engine is used."
 }
 
-func (c *BundleBuildCmd) Run(ctx context.Context, s *streams, g *Globals) error {
+func (c *BundleBuildCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Logger) error {
 	v := c.Kubernetes
 	if v == "" {
 		v = release.Default()
@@ -37,9 +39,10 @@ func (c *BundleBuildCmd) Run(ctx context.Context, s *streams, g *Globals) error 
 	if g.Verbose > 0 {
 		goOut = s.Err
 	}
+	p := progress.NewPrinter(s.Out, s.Err, g.Output == "json", log)
 	start := time.Now()
 	m, err := bundle.Build(ctx, bundle.Options{
-		BuildOptions: bundle.BuildOptions{Version: v, CacheDir: c.CacheDir, Log: s.Err, GoOutput: goOut},
+		BuildOptions: bundle.BuildOptions{Version: v, CacheDir: c.CacheDir, Report: p.Report, GoOutput: goOut},
 		Out:          c.Out,
 	})
 	if err != nil {

@@ -1,10 +1,15 @@
 package main
 
 import (
+	"encoding/json"
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/kforge/kforge/internal/testenv"
 )
 
 func TestBundleVerifyListsProblems(t *testing.T) {
@@ -44,5 +49,39 @@ func TestBundleBuildNeedsAnOutputDirectory(t *testing.T) {
 	code, _, errs = kforge(t, "bundle", "build", "--kubernetes", "v1.30.0", "-o", t.TempDir())
 	if code != exitFailed || !strings.Contains(errs, "1.36") {
 		t.Errorf("bundle build of an unsupported version: code %d, stderr %q", code, errs)
+	}
+}
+
+// TestBundleBuildJSONEvents: with --output json, stdout is one JSON event per line: a started
+// and a done event per component, then the result; nothing else. (Builds the default bundle into
+// the shared cache when it is cold.)
+func TestBundleBuildJSONEvents(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		testenv.Require(t, errors.New("the go command is not on PATH (it builds the bundle)"))
+	}
+	testenv.Require(t, nil)
+	code, out, errs := kforge(t, "--output", "json", "bundle", "build", "-o", filepath.Join(t.TempDir(), "b"))
+	if code != 0 {
+		t.Fatalf("code %d: %s", code, errs)
+	}
+	done := map[string]bool{}
+	var last map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var ev map[string]any
+		if err := json.Unmarshal([]byte(line), &ev); err != nil || ev["event"] == nil {
+			t.Fatalf("stdout line is not a JSON event: %q (%v)", line, err)
+		}
+		if ev["event"] == "task-done" {
+			done[ev["task"].(string)] = true
+		}
+		last = ev
+	}
+	for _, c := range []string{"kubernetes", "etcd", "coredns", "cni-plugins", "flannel", "pause", "images"} {
+		if !done[c] {
+			t.Errorf("no task-done event for %s", c)
+		}
+	}
+	if last["event"] != "built" {
+		t.Errorf("last event %v, want the built bundle", last)
 	}
 }

@@ -5,13 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/kforge/kforge/lab"
+	"github.com/kforge/kforge/progress"
 )
 
 // LabCmd is `kforge lab`: a local fleet of systemd hosts reachable over SSH (docs/lab.md).
@@ -37,7 +37,7 @@ func (c *LabUpCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Lo
 	start := time.Now()
 	l, err := lab.Up(ctx, lab.Options{
 		Name: c.Name, Hosts: c.Hosts, Masters: c.Masters, LoadBalancer: c.LoadBalancer,
-		Dir: c.Dir, CacheDir: c.CacheDir, BootTimeout: c.BootTimeout, Bare: c.Bare, Logger: statusLogger(s, g, log),
+		Dir: c.Dir, CacheDir: c.CacheDir, BootTimeout: c.BootTimeout, Bare: c.Bare, Logger: labLogger(s, g, log),
 	})
 	if errors.Is(err, lab.ErrInvalidOptions) {
 		return labUsageError{err}
@@ -134,7 +134,7 @@ func (c *LabDownCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.
 			fmt.Fprintf(s.Err, "lab %s: not found (nothing to do)\n", n)
 			continue
 		}
-		if err := lab.Down(ctx, n, statusLogger(s, g, log)); err != nil {
+		if err := lab.Down(ctx, n, labLogger(s, g, log)); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -156,61 +156,10 @@ func labJSON(l *lab.Lab) map[string]any {
 	}
 }
 
-// statusLogger is the bound logger (the debug log file; stderr with -v) plus, without -v, one
-// terse line per lab step on stderr, so a person sees the minute-long rootfs build happen.
-func statusLogger(s *streams, g *Globals, log *slog.Logger) *slog.Logger {
-	if g.Verbose > 0 || g.Output == "json" {
-		return log
-	}
-	return slog.New(statusHandler{next: log.Handler(), w: s.Err})
-}
-
-// statusHandler passes every record on and prints Info and above as "msg (k=v, ...)".
-type statusHandler struct {
-	next  slog.Handler
-	w     io.Writer
-	attrs []slog.Attr
-}
-
-func (h statusHandler) Enabled(ctx context.Context, l slog.Level) bool {
-	return l >= slog.LevelInfo || h.next.Enabled(ctx, l)
-}
-
-func (h statusHandler) Handle(ctx context.Context, r slog.Record) error {
-	if r.Level >= slog.LevelInfo {
-		var b strings.Builder
-		lab := ""
-		add := func(a slog.Attr) bool {
-			if a.Key == "lab" {
-				lab = a.Value.String()
-				return true
-			}
-			if b.Len() > 0 {
-				b.WriteString(", ")
-			}
-			fmt.Fprintf(&b, "%s %v", a.Key, a.Value)
-			return true
-		}
-		for _, a := range h.attrs {
-			add(a)
-		}
-		r.Attrs(add)
-		line := "lab " + lab + ": " + r.Message
-		if b.Len() > 0 {
-			line += " (" + b.String() + ")"
-		}
-		fmt.Fprintln(h.w, line)
-	}
-	if h.next.Enabled(ctx, r.Level) {
-		return h.next.Handle(ctx, r)
-	}
-	return nil
-}
-
-func (h statusHandler) WithAttrs(as []slog.Attr) slog.Handler {
-	return statusHandler{next: h.next.WithAttrs(as), w: h.w, attrs: append(append([]slog.Attr{}, h.attrs...), as...)}
-}
-
-func (h statusHandler) WithGroup(name string) slog.Handler {
-	return statusHandler{next: h.next.WithGroup(name), w: h.w, attrs: h.attrs}
+// labLogger is the bound logger (the debug log file; stderr with -v) with the lab's progress,
+// its Info records, taking the one progress path: the same lines, --output json events and
+// debug-log records as every long command.
+func labLogger(s *streams, g *Globals, log *slog.Logger) *slog.Logger {
+	p := progress.NewPrinter(s.Out, s.Err, g.Output == "json", log)
+	return slog.New(progress.LogHandler(p.Report, log.Handler()))
 }

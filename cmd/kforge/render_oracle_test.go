@@ -206,7 +206,7 @@ func TestRenderMatchesKubeadm(t *testing.T) {
 	}
 
 	start := time.Now()
-	bin, err := bundle.KubernetesBinaries(context.Background(), bundle.BuildOptions{Version: "v1.36.3", Log: tlog{t}})
+	bin, err := bundle.KubernetesBinaries(context.Background(), bundle.BuildOptions{Version: "v1.36.3", Report: testenv.Report(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

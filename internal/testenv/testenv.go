@@ -8,6 +8,8 @@ import (
 	"errors"
 	"os"
 	"testing"
+
+	"github.com/kforge/kforge/progress"
 )
 
 // RequireEnv is the variable make test sets.
@@ -47,4 +49,11 @@ func Missing(why string) error {
 		return nil
 	}
 	return errors.New(why)
+}
+
+// Report is a progress.Reporter that logs each event to t, for builds and runs inside tests.
+func Report(t testing.TB) progress.Reporter {
+	return func(e progress.Event) {
+		t.Logf("%s %s %s %s%s", e.Kind, e.Task, e.Host, e.Message, e.Err)
+	}
 }
