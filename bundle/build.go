@@ -66,6 +66,8 @@ func Build(ctx context.Context, o Options) (*Manifest, error) {
 		{"cni-plugins", func() (string, error) { return binaries(ctx, o.BuildOptions, cniModule(v.CNIPlugins)) }},
 		{"flannel", func() (string, error) { return binaries(ctx, o.BuildOptions, flannelModule(v.Flannel)) }},
 		{"pause", func() (string, error) { return binaries(ctx, o.BuildOptions, pauseModule(v.Pause)) }},
+		{"containerd", func() (string, error) { return binaries(ctx, o.BuildOptions, containerdModule(v.Containerd)) }},
+		{"runc", func() (string, error) { return binaries(ctx, o.BuildOptions, runcModule(v.Runc)) }},
 	}
 	for i, c := range components {
 		var left []string
@@ -127,9 +129,18 @@ func Build(ctx context.Context, o Options) (*Manifest, error) {
 	for _, c := range sortedKeys(CNIPlugins) {
 		files = append(files, File{Name: c, Path: "cni/" + c, Install: hostpath.DefaultCNIBinDir + "/" + c, Mode: "0755"})
 	}
+	for _, c := range []string{"containerd", "containerd-shim-runc-v2", "ctr"} {
+		files = append(files, File{Name: c, Path: "runtime/" + c, Install: hostpath.RuntimeBinDir + "/" + c, Mode: "0755"})
+	}
+	files = append(files, File{Name: "runc", Path: "runtime/runc", Install: hostpath.RuncPath, Mode: "0755"})
 	src := func(f File) string {
-		if strings.HasPrefix(f.Path, "cni/") {
+		switch {
+		case strings.HasPrefix(f.Path, "cni/"):
 			return filepath.Join(dirs["cni-plugins"], f.Name)
+		case f.Name == "runc":
+			return filepath.Join(dirs["runc"], f.Name)
+		case strings.HasPrefix(f.Path, "runtime/"):
+			return filepath.Join(dirs["containerd"], f.Name)
 		}
 		return filepath.Join(dirs["kubernetes"], f.Name)
 	}

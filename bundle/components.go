@@ -23,6 +23,9 @@ type Versions struct {
 	Pause      string `json:"pause"`      // the pause image tag, e.g. 3.10.2
 	CNIPlugins string `json:"cniPlugins"` // github.com/containernetworking/plugins, e.g. v1.9.1
 	Flannel    string `json:"flannel"`    // e.g. v0.28.10
+	// The container runtime; empty in bundles made before kforge installed it.
+	Containerd string `json:"containerd,omitempty"` // e.g. v2.3.7
+	Runc       string `json:"runc,omitempty"`       // e.g. v1.5.2
 }
 
 // versionsOf is the manifest's record of release r.
@@ -34,6 +37,8 @@ func versionsOf(r release.Release) Versions {
 		Pause:      r.Pause,
 		CNIPlugins: r.CNIPlugins,
 		Flannel:    r.Flannel,
+		Containerd: r.Containerd,
+		Runc:       r.Runc,
 	}
 }
 
@@ -82,6 +87,36 @@ func cniModule(v string) goModule {
 		Require:  map[string]string{mod: v},
 		Packages: pkgs,
 		Ldflags:  "-X " + mod + "/pkg/utils/buildversion.BuildVersion=" + v,
+	}
+}
+
+// containerdModule builds containerd 2 (the daemon, its runc shim and ctr) without cgo, as
+// containerd's static release does; the btrfs and devmapper snapshotters, which need C, are left
+// out (kforge uses overlayfs).
+func containerdModule(v string) goModule {
+	const mod = "github.com/containerd/containerd/v2"
+	return goModule{
+		Name:     "containerd",
+		Version:  v,
+		Require:  map[string]string{mod: v},
+		Packages: []string{mod + "/cmd/containerd", mod + "/cmd/containerd-shim-runc-v2", mod + "/cmd/ctr"},
+		Tags:     []string{"no_btrfs", "no_devmapper"},
+		Ldflags:  "-X " + mod + "/version.Version=" + v + " -X " + mod + "/version.Package=github.com/containerd/containerd/v2",
+	}
+}
+
+// runcModule builds runc statically with seccomp (libseccomp-dev) and without libpathrs (a
+// Rust library Debian does not have; runc then uses its pure-Go path resolution).
+func runcModule(v string) goModule {
+	const mod = "github.com/opencontainers/runc"
+	return goModule{
+		Name:     "runc",
+		Version:  v,
+		Require:  map[string]string{mod: v},
+		Packages: []string{mod},
+		Tags:     []string{"seccomp", "urfave_cli_no_docs"},
+		Cgo:      true,
+		Ldflags:  "-X main.version=" + strings.TrimPrefix(v, "v"),
 	}
 }
 

@@ -79,6 +79,10 @@ type goModule struct {
 	Packages []string          // main packages; binaries are named after their last element unless Output says otherwise
 	Output   map[string]string // package -> binary name, where it differs from the last path element
 	Ldflags  string
+	// Tags are the build tags; Cgo builds with cgo (statically linked: the binary runs on any
+	// host), for the few components that need C (runc: libseccomp, nsenter).
+	Tags []string
+	Cgo  bool
 	// Local is a main package written into the scratch module itself (files by name),
 	// built as binary LocalName. Used for pause and patched mains (flannel).
 	Local     map[string][]byte
@@ -103,7 +107,9 @@ func (m goModule) recipe() string {
 		Ldflags   string
 		Local     map[string][]byte
 		LocalName string
-	}{recipeRevision, m.Require, m.Replace, m.Packages, m.Output, m.Ldflags, m.Local, m.LocalName})
+		Tags      []string `json:",omitempty"` // omitted when unset: older recipes stay valid
+		Cgo       bool     `json:",omitempty"`
+	}{recipeRevision, m.Require, m.Replace, m.Packages, m.Output, m.Ldflags, m.Local, m.LocalName, m.Tags, m.Cgo})
 	return string(b)
 }
 
@@ -333,6 +339,15 @@ func (r *goRunner) build(ctx context.Context, src, out string, m goModule) error
 		}
 		ld += " " + extra
 	}
+	var env []string
+	if m.Cgo {
+		env = append(env, "CGO_ENABLED=1")
+		ld += " -extldflags -static"
+	}
+	flags := []string{"-ldflags", ld}
+	if len(m.Tags) > 0 {
+		flags = append(flags, "-tags", strings.Join(m.Tags, ","))
+	}
 	// Packages whose binary name is their last path element build in one go command, which
 	// shares work between them; renamed ones build one by one.
 	var same []string
@@ -342,20 +357,20 @@ func (r *goRunner) build(ctx context.Context, src, out string, m goModule) error
 		}
 	}
 	if len(same) > 0 {
-		args := append([]string{"build", "-ldflags", ld, "-o", out + "/"}, same...)
-		if _, err := r.run(ctx, src, nil, args...); err != nil {
+		args := append(append([]string{"build"}, flags...), append([]string{"-o", out + "/"}, same...)...)
+		if _, err := r.run(ctx, src, env, args...); err != nil {
 			return err
 		}
 	}
 	for _, p := range m.Packages {
 		if name, ok := m.Output[p]; ok {
-			if _, err := r.run(ctx, src, nil, "build", "-ldflags", ld, "-o", filepath.Join(out, name), p); err != nil {
+			if _, err := r.run(ctx, src, env, append(append([]string{"build"}, flags...), "-o", filepath.Join(out, name), p)...); err != nil {
 				return err
 			}
 		}
 	}
 	if m.LocalName != "" {
-		if _, err := r.run(ctx, src, nil, "build", "-ldflags", ld, "-o", filepath.Join(out, m.LocalName), "."); err != nil {
+		if _, err := r.run(ctx, src, env, append(append([]string{"build"}, flags...), "-o", filepath.Join(out, m.LocalName), ".")...); err != nil {
 			return err
 		}
 	}

@@ -29,6 +29,16 @@ const (
 	EtcdDataDir = "/var/lib/etcd"
 
 	ContainerdConfigPath = "/etc/containerd/config.toml"
+	// The container runtime kforge installs from the bundle (containerRuntime.install: bundle),
+	// where containerd's own release puts it: /usr/local, never over a distribution's files.
+	RuntimeBinDir      = "/usr/local/bin"
+	RuncPath           = "/usr/local/sbin/runc"
+	ContainerdUnitPath = "/etc/systemd/system/containerd.service"
+	// RegistryConfigDir holds one directory per registry host with its hosts.toml.
+	RegistryConfigDir = "/etc/containerd/certs.d"
+	// ModulesLoadFile names the kernel modules Kubernetes networking and containerd need, loaded
+	// at every boot.
+	ModulesLoadFile = "/etc/modules-load.d/kforge.conf"
 	DefaultCNIBinDir     = "/opt/cni/bin"
 	// CNIConfFile is the pod network config kforge writes on each node.
 	CNIConfFile = "/etc/cni/net.d/10-kforge.conflist"

@@ -32,9 +32,12 @@ type Release struct {
 	// Flannel is the flannel release, e.g. "v0.28.10"; its image tag.
 	Flannel string
 
-	// The container runtime (containerd, runc, crictl) is not catalogued yet: hosts bring
-	// their own containerd. When kforge installs it, its versions become more columns here
-	// (Containerd, Runc, Crictl), filled in every row.
+	// Containerd is the containerd 2 release the bundle brings for this minor: one that
+	// containerd's own support matrix (RELEASES.md, "Kubernetes support") lists for it, e.g.
+	// "v2.3.7". Runc is the runc release that containerd pins (script/setup/runc-version).
+	// crictl is not bundled: sigs.k8s.io/cri-tools is not served by the Go module proxy.
+	Containerd string
+	Runc       string
 }
 
 // releases is the catalogue, one row per supported Kubernetes minor, oldest first. The
@@ -44,7 +47,8 @@ type Release struct {
 // the built kubeadm's `kubeadm config images list`.
 var releases = []Release{
 	// v1.36 is the last minor that runs on containerd 1.x.
-	{Minor: "v1.36", Kubernetes: "v1.36.3", Etcd: "v3.6.8", EtcdImageTag: "3.6.8-0", CoreDNS: "v1.14.2", Pause: "3.10.2", CNIPlugins: "v1.9.1", Flannel: "v0.28.10"},
+	{Minor: "v1.36", Kubernetes: "v1.36.3", Etcd: "v3.6.8", EtcdImageTag: "3.6.8-0", CoreDNS: "v1.14.2", Pause: "3.10.2", CNIPlugins: "v1.9.1", Flannel: "v0.28.10",
+		Containerd: "v2.3.7", Runc: "v1.5.2"},
 }
 
 // defaultMinor is the minor kforge installs when the inventory names no version; its row's

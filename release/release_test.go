@@ -61,9 +61,9 @@ func TestFor(t *testing.T) {
 		want    Release // zero: an error
 		err     string
 	}{
-		{version: "v1.36.3", want: Release{Minor: "v1.36", Kubernetes: "v1.36.3", Etcd: "v3.6.8", EtcdImageTag: "3.6.8-0", CoreDNS: "v1.14.2", Pause: "3.10.2", CNIPlugins: "v1.9.1", Flannel: "v0.28.10"}},
-		{version: "v1.36.0", want: Release{Minor: "v1.36", Kubernetes: "v1.36.0", Etcd: "v3.6.8", EtcdImageTag: "3.6.8-0", CoreDNS: "v1.14.2", Pause: "3.10.2", CNIPlugins: "v1.9.1", Flannel: "v0.28.10"}},
-		{version: "v1.36.1-rc.0", want: Release{Minor: "v1.36", Kubernetes: "v1.36.1-rc.0", Etcd: "v3.6.8", EtcdImageTag: "3.6.8-0", CoreDNS: "v1.14.2", Pause: "3.10.2", CNIPlugins: "v1.9.1", Flannel: "v0.28.10"}},
+		{version: "v1.36.3", want: Release{Minor: "v1.36", Kubernetes: "v1.36.3", Etcd: "v3.6.8", EtcdImageTag: "3.6.8-0", CoreDNS: "v1.14.2", Pause: "3.10.2", CNIPlugins: "v1.9.1", Flannel: "v0.28.10", Containerd: "v2.3.7", Runc: "v1.5.2"}},
+		{version: "v1.36.0", want: Release{Minor: "v1.36", Kubernetes: "v1.36.0", Etcd: "v3.6.8", EtcdImageTag: "3.6.8-0", CoreDNS: "v1.14.2", Pause: "3.10.2", CNIPlugins: "v1.9.1", Flannel: "v0.28.10", Containerd: "v2.3.7", Runc: "v1.5.2"}},
+		{version: "v1.36.1-rc.0", want: Release{Minor: "v1.36", Kubernetes: "v1.36.1-rc.0", Etcd: "v3.6.8", EtcdImageTag: "3.6.8-0", CoreDNS: "v1.14.2", Pause: "3.10.2", CNIPlugins: "v1.9.1", Flannel: "v0.28.10", Containerd: "v2.3.7", Runc: "v1.5.2"}},
 		{version: "v1.29.0", err: "Kubernetes v1.29.0 is not supported by this kforge; use v1.36.x (default v1.36.3)"},
 		{version: "v1.37.0", err: "Kubernetes v1.37.0 is not supported by this kforge; use v1.36.x (default v1.36.3)"},
 		{version: "v2.36.0", err: "Kubernetes v2.36.0 is not supported by this kforge; use v1.36.x (default v1.36.3)"},
