@@ -97,9 +97,12 @@ const StagingDir = "/var/lib/kforge/images"
 
 const imagesMarker = "#kforge-images"
 
+// noRuntime replaces the image list on a host without ctr: no runtime, so no images yet.
+const noRuntime = "#kforge-no-runtime"
+
 // StateCommand is the one command ReadHostState runs: the host's machine architecture, the
 // sha256 of each of the bundle's install paths that exists, then containerd's image list in the
-// k8s.io namespace.
+// k8s.io namespace (none on a host without ctr: its runtime is not installed yet).
 func StateCommand(m *Manifest) string {
 	var paths []string
 	for _, f := range m.Files {
@@ -109,7 +112,7 @@ func StateCommand(m *Manifest) string {
 	if len(paths) > 0 {
 		hashes = `for f in ` + strings.Join(paths, " ") + `; do if [ -f "$f" ]; then sha256sum -- "$f"; fi; done; `
 	}
-	return `echo "arch=$(uname -m)"; ` + hashes + `echo ` + remote.Quote(imagesMarker) + "; ctr -n k8s.io images ls"
+	return `echo "arch=$(uname -m)"; ` + hashes + `echo ` + remote.Quote(imagesMarker) + "; command -v ctr >/dev/null || { echo " + remote.Quote(noRuntime) + "; exit 0; }; ctr -n k8s.io images ls"
 }
 
 // ParseState parses StateCommand's output.
@@ -130,6 +133,10 @@ func ParseState(out []byte) (HostState, error) {
 			continue
 		}
 		s.Files[p] = sum
+	}
+	if strings.TrimSpace(images) == noRuntime {
+		s.Images = map[string]string{}
+		return s, nil
 	}
 	var err error
 	s.Images, err = ParseImageList(images)

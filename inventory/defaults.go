@@ -63,4 +63,8 @@ func (c *Cluster) setDefaults() {
 
 	def(&c.Kubelet.CgroupDriver, "systemd")
 	def(&c.ContainerRuntime.Endpoint, DefaultCRIEndpoint)
+	if c.Bundle != "" {
+		def(&c.ContainerRuntime.Install, RuntimeFromBundle)
+	}
+	def(&c.ContainerRuntime.Install, RuntimeFromHost)
 }

@@ -81,6 +81,8 @@ func TestMalformedInventories(t *testing.T) {
 		{"unknown cgroup driver", head + "kubelet:\n  cgroupDriver: cgroupv2\n" + m1, nil, 5, "kubelet.cgroupDriver", `unknown cgroup driver "cgroupv2"`},
 		{"negative conntrack", head + "kubeProxy:\n  conntrackMaxPerCore: -1\n" + m1, nil, 5, "kubeProxy.conntrackMaxPerCore", `-1 is negative`},
 		{"runtime endpoint not unix", head + "containerRuntime:\n  endpoint: tcp://x:1\n" + m1, nil, 5, "containerRuntime.endpoint", "not a unix socket URL"},
+		{"runtime from a bundle without one", head + "containerRuntime:\n  install: bundle\n" + m1, nil, 5, "containerRuntime.install", "no bundle is set"},
+		{"unknown runtime source", head + "containerRuntime:\n  install: apt\n" + m1, nil, 5, "containerRuntime.install", `unknown runtime source "apt"`},
 		{"env var unset", head + "masters:\n  - name: m1\n    address: ${M1_ADDR}\n", nil, 6, "masters[0].address", "environment variable M1_ADDR is not set"},
 		{"env var unclosed", head + "masters:\n  - name: m1\n    address: ${M1_ADDR\n", nil, 6, "masters[0].address", "unclosed"},
 		{"env substitution gives bad port", head + "ssh:\n  port: ${P}\n" + m1, map[string]string{"P": "twenty"}, 5, "ssh.port", `want a number, got "twenty"`},

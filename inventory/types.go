@@ -191,7 +191,15 @@ type KubeProxy struct {
 type ContainerRuntime struct {
 	// CRI socket of containerd. Default unix:///run/containerd/containerd.sock.
 	Endpoint string `yaml:"endpoint,omitempty"`
+	// Where containerd and runc come from: bundle (kforge installs the bundle's containerd 2 and runc under systemd, with the kernel modules they need, and upgrades them with the bundle) or host (the host's own containerd, installed beforehand). Default: bundle when a bundle is set, else host.
+	Install string `yaml:"install,omitempty" jsonschema:"enum=bundle,enum=host"`
 }
+
+// Container runtime sources (ContainerRuntime.Install).
+const (
+	RuntimeFromBundle = "bundle"
+	RuntimeFromHost   = "host"
+)
 
 // Addon is a user manifest applied after the cluster is up.
 type Addon struct {

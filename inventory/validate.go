@@ -52,6 +52,15 @@ func (c *Cluster) validate() Errors {
 	if !strings.HasPrefix(c.ContainerRuntime.Endpoint, "unix://") {
 		v.add("containerRuntime.endpoint", "write unix:///path/to/containerd.sock", "%q is not a unix socket URL", c.ContainerRuntime.Endpoint)
 	}
+	switch c.ContainerRuntime.Install {
+	case RuntimeFromHost:
+	case RuntimeFromBundle:
+		if c.Bundle == "" {
+			v.add("containerRuntime.install", "set bundle (kforge bundle build -o DIR builds one), or install: host to use the hosts' own containerd", "the runtime comes from the bundle, but no bundle is set")
+		}
+	default:
+		v.add("containerRuntime.install", "use bundle or host", "unknown runtime source %q", c.ContainerRuntime.Install)
+	}
 	for i, a := range c.Addons {
 		if a.Path == "" {
 			v.add(fmt.Sprintf("addons[%d].path", i), "give the manifest file", "path is required")

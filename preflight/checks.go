@@ -234,6 +234,9 @@ func checkCommands(c *inventory.Cluster, n inventory.Node, f *facts.Facts) []Fin
 			"kubelet not found in system path and the inventory has no bundle to install it from"))
 	}
 	for _, cmd := range RequiredCommands {
+		if bundledRuntime[cmd] && c.ContainerRuntime.Install == inventory.RuntimeFromBundle {
+			continue // kforge installs them from the bundle
+		}
 		if f.Binaries[cmd].Path == "" {
 			out = append(out, finding(n, CommandCheck(cmd), Error, "install it: "+installHint(f, cmd), "%s not found in system path", cmd))
 		}
@@ -245,6 +248,10 @@ func checkCommands(c *inventory.Cluster, n inventory.Node, f *facts.Facts) []Fin
 	}
 	return out
 }
+
+// bundledRuntime are the required commands kforge installs itself with
+// containerRuntime.install: bundle.
+var bundledRuntime = map[string]bool{"containerd": true, "runc": true, "ctr": true}
 
 // debPackages and rpmPackages name the package of each command.
 var (
@@ -268,6 +275,9 @@ func installHint(f *facts.Facts, cmd string) string {
 
 func checkCRI(c *inventory.Cluster, n inventory.Node, f *facts.Facts) []Finding {
 	r := f.Runtime
+	if c.ContainerRuntime.Install == inventory.RuntimeFromBundle {
+		return nil // kforge installs, configures and starts its own containerd
+	}
 	if f.Binaries["ctr"].Path == "" {
 		return nil // FileExisting-ctr says it; without ctr the runtime cannot be asked
 	}

@@ -64,27 +64,40 @@ const (
 	shippedMasters = "masters shipped"
 )
 
-// stageHost is one host's pipeline; see stage.
+// stageHost is one host's pipeline; see stage. The runtime comes first: with
+// containerRuntime.install: bundle, its binaries are shipped, then configured and (re)started,
+// because the bundle's images are imported into the running containerd.
 func (a *Apply) stageHost(ctx context.Context, n inventory.Node, r progress.Reporter) error {
 	h := a.fleet.Host(n.Name)
 	start := a.o.Now()
 	var did []string
+	installed := false
+	if a.manifest != nil && a.inv.ContainerRuntime.Install == inventory.RuntimeFromBundle {
+		p, msg, err := a.ship(ctx, h, bundle.Need{Only: isRuntimeBinary}, r)
+		if err != nil {
+			return err
+		}
+		installed = len(p.Install) > 0
+		if installed {
+			did = append(did, "runtime "+msg)
+		}
+	}
+	msg, err := a.configureRuntime(ctx, n, h, installed)
+	if err != nil {
+		return err
+	}
+	did = append(did, msg)
 	if a.manifest != nil {
 		need := bundle.Need{ControlPlane: n.Role == inventory.RoleMaster}
 		if need.ControlPlane {
 			need.Only = controlPlaneFirst // the rest follows in the background
 		}
-		msg, err := a.ship(ctx, h, need, r)
+		_, msg, err := a.ship(ctx, h, need, r)
 		if err != nil {
 			return err
 		}
 		did = append(did, msg)
 	}
-	msg, err := a.configureRuntime(ctx, n, h)
-	if err != nil {
-		return err
-	}
-	did = append(did, msg)
 	if err := push(ctx, a.files, h, nil); err != nil {
 		return err
 	}
@@ -100,7 +113,7 @@ func (a *Apply) stageHost(ctx context.Context, n inventory.Node, r progress.Repo
 		did = append(did, msg)
 		if a.manifest != nil {
 			a.bg.start(shippedMasters, func() error {
-				msg, err := a.ship(ctx, h, bundle.Need{ControlPlane: true}, r)
+				_, msg, err := a.ship(ctx, h, bundle.Need{ControlPlane: true}, r)
 				if err == nil && msg != bundleUpToDate {
 					r(progress.Event{Kind: progress.HostDone, Host: n.Name, Message: "rest of the " + msg})
 				}
@@ -126,19 +139,28 @@ func controlPlaneFirst(name string) bool {
 	return false
 }
 
+// isRuntimeBinary names the bundle's container runtime files, installed before the rest.
+func isRuntimeBinary(name string) bool {
+	switch name {
+	case "containerd", "containerd-shim-runc-v2", "ctr", "runc":
+		return true
+	}
+	return false
+}
+
 const bundleUpToDate = "bundle up to date"
 
 // ship brings h up to date with the part of the bundle need names and says what it did.
-func (a *Apply) ship(ctx context.Context, h remote.Host, need bundle.Need, r progress.Reporter) (string, error) {
+func (a *Apply) ship(ctx context.Context, h remote.Host, need bundle.Need, r progress.Reporter) (bundle.HostPlan, string, error) {
 	t := a.o.Now()
 	p, err := bundle.Ship(ctx, h, a.inv.Bundle, a.manifest, need, uploadProgress(r, a.o.Now))
 	if err != nil {
-		return "", err
+		return p, "", err
 	}
 	if p.Empty() {
-		return bundleUpToDate, nil
+		return p, bundleUpToDate, nil
 	}
-	return fmt.Sprintf("bundle: %d files, %d images, %d MiB in %s", len(p.Install), len(p.Import), p.Bytes()>>20, a.o.Now().Sub(t).Round(100*time.Millisecond)), nil
+	return p, fmt.Sprintf("bundle: %d files, %d images, %d MiB in %s", len(p.Install), len(p.Import), p.Bytes()>>20, a.o.Now().Sub(t).Round(100*time.Millisecond)), nil
 }
 
 // uploadProgress reports a host's large uploads at most every two seconds.
@@ -158,19 +180,28 @@ func uploadProgress(r progress.Reporter, now func() time.Time) bundle.Progress {
 	}
 }
 
+// loadModulesScript loads the kernel modules containerd and bridged pod traffic need, where the
+// kernel has not got them yet (built-in modules need nothing); the modules-load.d file loads
+// them at boot.
+const loadModulesScript = `{ grep -qw overlay /proc/filesystems || modprobe overlay; } && { [ -e /proc/sys/net/bridge/bridge-nf-call-iptables ] || modprobe br_netfilter; }`
+
 // configureRuntime configures containerd and the kernel settings on one host; containerd
-// restarts only when its config changed. It says what it did.
-func (a *Apply) configureRuntime(ctx context.Context, n inventory.Node, h remote.Host) (string, error) {
+// restarts only when its config, its unit or (installed from the bundle) its binaries
+// changed. It says what it did.
+func (a *Apply) configureRuntime(ctx context.Context, n inventory.Node, h remote.Host, installed bool) (string, error) {
 	if err := push(ctx, a.files, h, isRuntimeFile); err != nil {
 		return "", err
 	}
 	f := a.fleet.Facts(n.Name)
-	var cmds []string
+	cmds := []string{loadModulesScript}
 	if a.files.wrote(n.Name, func(p string) bool { return p == hostpath.SysctlFile }) ||
 		f.Sysctls["net.ipv4.ip_forward"] != "1" || f.Sysctls["net.bridge.bridge-nf-call-iptables"] != "1" {
 		cmds = append(cmds, "sysctl -q -p "+hostpath.SysctlFile)
 	}
-	restart := a.files.wrote(n.Name, func(p string) bool { return p == hostpath.ContainerdConfigPath })
+	if a.files.wrote(n.Name, func(p string) bool { return p == hostpath.ContainerdUnitPath }) {
+		cmds = append(cmds, "systemctl daemon-reload")
+	}
+	restart := installed || a.files.wrote(n.Name, func(p string) bool { return p == hostpath.ContainerdConfigPath || p == hostpath.ContainerdUnitPath })
 	if restart {
 		cmds = append(cmds, "systemctl restart containerd")
 	}
@@ -185,7 +216,11 @@ func (a *Apply) configureRuntime(ctx context.Context, n inventory.Node, h remote
 }
 
 func isRuntimeFile(p string) bool {
-	return p == hostpath.SysctlFile || p == hostpath.ContainerdConfigPath
+	switch p {
+	case hostpath.SysctlFile, hostpath.ContainerdConfigPath, hostpath.ContainerdUnitPath, hostpath.ModulesLoadFile:
+		return true
+	}
+	return false
 }
 
 // isKubeletInput says whether a change of p needs a kubelet restart.

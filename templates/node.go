@@ -83,6 +83,17 @@ func (c Containerd) Render() ([]byte, error) {
 	return nil, fmt.Errorf("containerd config version %d: kforge writes versions 2 (containerd 1.x) and 3 (containerd 2.x)", c.ConfigVersion)
 }
 
+// ContainerdUnit is the systemd unit of the containerd kforge installs: containerd's own
+// (containerd.service of its release), running the binary at Containerd.
+type ContainerdUnit struct{ Containerd string }
+
+// Render returns containerd.service.
+func (u ContainerdUnit) Render() ([]byte, error) { return render("containerd.service.tmpl", u) }
+
+// ModulesLoad is kforge's modules-load.d file: the kernel modules containerd's overlayfs
+// snapshotter and bridged pod traffic need, loaded at every boot.
+const ModulesLoad = "# Written by kforge: what containerd and Kubernetes networking need.\noverlay\nbr_netfilter\n"
+
 // Kubelet is the input of a node's kubelet configuration and flags.
 type Kubelet struct {
 	NodeName      string

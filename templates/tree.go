@@ -355,22 +355,35 @@ func nodeFiles(c *inventory.Cluster, n inventory.Node, o Options) ([]File, error
 	if err != nil {
 		return nil, err
 	}
-	ctrd, err := Containerd{
+	runtime := Containerd{
 		ConfigVersion:       2,
 		SandboxImage:        im.Pause,
 		RestrictOOMScoreAdj: o.RestrictOOMScoreAdj[n.Name],
 		SystemdCgroup:       k.CgroupDriver == "systemd",
 		CNIBinDir:           o.CNIBinDir,
-	}.Render()
+	}
+	var own []File // what kforge's own runtime needs besides its config
+	if c.ContainerRuntime.Install == inventory.RuntimeFromBundle {
+		runtime.ConfigVersion, runtime.RuncPath, runtime.RegistryConfigPath = 3, hostpath.RuncPath, hostpath.RegistryConfigDir
+		unit, err := ContainerdUnit{Containerd: hostpath.RuntimeBinDir + "/containerd"}.Render()
+		if err != nil {
+			return nil, err
+		}
+		own = []File{
+			{Path: hostpath.ContainerdUnitPath, Mode: 0o644, Data: unit},
+			{Path: hostpath.ModulesLoadFile, Mode: 0o644, Data: []byte(ModulesLoad)},
+		}
+	}
+	ctrd, err := runtime.Render()
 	if err != nil {
 		return nil, err
 	}
-	return []File{
+	return append(own, []File{
 		{Path: hostpath.KubeletConfigPath, Mode: 0o644, Data: cfg},
 		{Path: hostpath.KubeletInstanceConfig, Mode: 0o644, Data: k.InstanceConfig()},
 		{Path: hostpath.KubeletFlagsEnvPath, Mode: 0o644, Data: k.FlagsEnv()},
 		{Path: hostpath.KubeletUnitPath, Mode: 0o644, Data: unit},
 		{Path: hostpath.KubeletDropInPath, Mode: 0o644, Data: dropIn},
 		{Path: hostpath.ContainerdConfigPath, Mode: 0o644, Data: ctrd},
-	}, nil
+	}...), nil
 }

@@ -144,3 +144,37 @@ func TestTreeNamesTheReleaseImages(t *testing.T) {
 		t.Errorf("Tree of an unsupported version: %v", err)
 	}
 }
+
+// TestRuntimeFromTheBundle: with containerRuntime.install: bundle every node gets kforge's
+// containerd unit, its modules-load.d file and a containerd 2 configuration that runs the
+// bundle's runc; with the hosts' own runtime, none of that and a containerd 1.x configuration.
+func TestRuntimeFromTheBundle(t *testing.T) {
+	c := haCluster()
+	set, _, err := pki.EnsureCluster(c, "", t.TempDir(), time.Now(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, install := range []string{inventory.RuntimeFromBundle, inventory.RuntimeFromHost} {
+		c.ContainerRuntime.Install = install
+		trees, err := Tree(c, set, Options{BootstrapToken: "abcdef.0123456789abcdef"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tr := range trees {
+			files := map[string]string{}
+			for _, f := range tr.Files {
+				files[f.Path] = string(f.Data)
+			}
+			_, unit := files[hostpath.ContainerdUnitPath]
+			_, modules := files[hostpath.ModulesLoadFile]
+			cfg := files[hostpath.ContainerdConfigPath]
+			own := install == inventory.RuntimeFromBundle
+			if unit != own || modules != own || strings.Contains(cfg, "version = 3") != own || strings.Contains(cfg, hostpath.RuncPath) != own {
+				t.Errorf("%s, install %s: unit %v, modules %v, config:\n%s", tr.Node.Name, install, unit, modules, cfg)
+			}
+			if own && !strings.Contains(files[hostpath.ContainerdUnitPath], "ExecStart="+hostpath.RuntimeBinDir+"/containerd") {
+				t.Errorf("unit:\n%s", files[hostpath.ContainerdUnitPath])
+			}
+		}
+	}
+}
