@@ -38,8 +38,8 @@ const (
 	RegistryConfigDir = "/etc/containerd/certs.d"
 	// ModulesLoadFile names the kernel modules Kubernetes networking and containerd need, loaded
 	// at every boot.
-	ModulesLoadFile = "/etc/modules-load.d/kforge.conf"
-	DefaultCNIBinDir     = "/opt/cni/bin"
+	ModulesLoadFile  = "/etc/modules-load.d/kforge.conf"
+	DefaultCNIBinDir = "/opt/cni/bin"
 	// CNIConfFile is the pod network config kforge writes on each node.
 	CNIConfFile = "/etc/cni/net.d/10-kforge.conflist"
 	// SysctlFile is kforge's own sysctl.d file; only it is applied (`sysctl --system` fails on
