@@ -364,8 +364,9 @@ func TestApplyLabClusterEndToEnd(t *testing.T) {
 	testenv.Require(t, lab.Prerequisites())
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	// Four hosts: the inventory starts with three; the fourth joins when it is added.
-	c := newCluster(ctx, t, "e2e", lab.Options{Hosts: 4})
+	// Four bare hosts (no containerd, no runc): the inventory starts with three; the fourth joins
+	// when it is added. kforge installs the runtime from the bundle.
+	c := newCluster(ctx, t, "e2e", lab.Options{Hosts: 4, Bare: true})
 	l := c.lab
 	agent := buildAgentImage(t, t.TempDir())
 	c.writeInventory(l.Hosts[:1], l.Hosts[1:3])
@@ -383,6 +384,18 @@ func TestApplyLabClusterEndToEnd(t *testing.T) {
 	}
 
 	k := c.client()
+
+	// The runtime on every host is the bundle's: containerd and runc as the manifest names them.
+	m, err := bundle.LoadManifest(c.bundle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range l.Hosts[:3] {
+		got := c.exec(ctx, h.Name, "containerd --version; runc --version | head -1")
+		if !strings.Contains(got, "containerd/v2 "+m.Versions.Containerd+" ") || !strings.Contains(got, "runc version "+strings.TrimPrefix(m.Versions.Runc, "v")) {
+			t.Errorf("%s runs %q, want the bundle's containerd %s and runc %s", h.Name, got, m.Versions.Containerd, m.Versions.Runc)
+		}
+	}
 
 	// 2. Every node Ready, every kube-system pod Running — read from the workstation.
 	nodes, err := k.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
