@@ -59,6 +59,9 @@ type Facts struct {
 	// Sysctls maps a key (net.ipv4.ip_forward) to its value; a key the kernel lacks (e.g.
 	// net.bridge.* without br_netfilter) is absent.
 	Sysctls map[string]string
+	// Modules maps each kernel module kforge needs (RequiredModules) to "loaded" (or built
+	// in), "loadable" (modprobe -n finds it) or "missing"; empty when the host did not say.
+	Modules map[string]string
 
 	// Listeners are the TCP sockets in LISTEN state (IPv4 and IPv6), sorted by port.
 	Listeners []Listener
@@ -274,6 +277,8 @@ grep -E '^(MemTotal|SwapTotal):' /proc/meminfo | while read -r k v _; do printf 
 grep '^CapEff:' /proc/self/status | while read -r _ v; do printf 'capeff=%s\n' "$v"; done
 grep -E '^[^ ]+ [^ ]+ cgroup2? ' /proc/self/mounts | while IFS= read -r l; do printf 'mount %s\n' "$l"; done
 for d in /sys/fs/cgroup /sys/fs/cgroup/unified; do [ -r $d/cgroup.controllers ] && printf 'cgroup2 %s %s\n' $d "$(cat $d/cgroup.controllers)"; done
+km() { if eval "$2"; then echo "kmod $1 loaded"; elif modprobe -nq "$1" 2>/dev/null; then echo "kmod $1 loadable"; else echo "kmod $1 missing"; fi; }
+km overlay 'grep -qw overlay /proc/filesystems'; km br_netfilter '[ -d /proc/sys/net/bridge ]'
 for k in net/ipv4/ip_forward net/bridge/bridge-nf-call-iptables net/bridge/bridge-nf-call-ip6tables; do [ -r /proc/sys/$k ] && printf 'sysctl %s %s\n' $k "$(cat /proc/sys/$k)"; done
 for f in /proc/net/tcp /proc/net/tcp6; do [ -r $f ] && grep -E '^ *[0-9]+: [0-9A-Fa-f]+:[0-9A-Fa-f]+ [0-9A-Fa-f]+:[0-9A-Fa-f]+ 0A ' $f | while IFS= read -r l; do printf '%s %s\n' ${f#/proc/net/} "$l"; done; done
 if command -v awk >/dev/null; then

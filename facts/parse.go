@@ -46,7 +46,7 @@ func Parse(out []byte) (*Facts, error) {
 	if start < 0 {
 		return nil, &ParseError{Err: fmt.Sprintf("no %q header: the facts script did not run (output begins %q)", header, head(string(out)))}
 	}
-	f := &Facts{Sysctls: map[string]string{}, Binaries: map[string]Binary{}, Files: map[string]string{}}
+	f := &Facts{Sysctls: map[string]string{}, Modules: map[string]string{}, Binaries: map[string]Binary{}, Files: map[string]string{}}
 	var (
 		tcp       []numbered // tcp/tcp6 lines, decoded once arch is known
 		mounts    []string
@@ -137,6 +137,12 @@ func Parse(out []byte) (*Facts, error) {
 		case "cgroup2":
 			dir, ctl, _ := strings.Cut(rest, " ")
 			v2[dir] = strings.Fields(ctl)
+		case "kmod":
+			name, state, ok := strings.Cut(rest, " ")
+			if !ok || (state != "loaded" && state != "loadable" && state != "missing") {
+				return nil, bad("want \"kmod NAME loaded|loadable|missing\"")
+			}
+			f.Modules[name] = state
 		case "sysctl":
 			k, v, ok := strings.Cut(rest, " ")
 			if !ok {

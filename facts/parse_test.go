@@ -225,6 +225,7 @@ func TestParseMalformed(t *testing.T) {
 		{"meminfo", replace("meminfo MemTotal: 8123456", "meminfo MemTotal: lots"), "not a number of kB"},
 		{"meminfo fields", replace("meminfo MemTotal: 8123456", "meminfo MemTotal:"), "meminfo KEY"},
 		{"sysctl", replace("sysctl net/ipv4/ip_forward 1", "sysctl net/ipv4/ip_forward"), "sysctl KEY VALUE"},
+		{"kmod", replace("sysctl net/ipv4/ip_forward 1", "kmod overlay maybe\nsysctl net/ipv4/ip_forward 1"), "kmod NAME loaded|loadable|missing"},
 		{"tcp hex", replace("0100007F:2813", "0100007G:2813"), "not tcp hex"},
 		{"tcp short", replace("0A 00000000:00000000 00:00000000 00000000     0        0 40004 1 0000000000000000 100 0 0 10 0", "0A"), "at least 10 fields"},
 		{"tcp state", replace("00000000:0016 00000000:0000 0A", "00000000:0016 00000000:0000 01"), "not LISTEN"},
@@ -280,5 +281,17 @@ func BenchmarkParse(b *testing.B) {
 		if _, err := Parse(out); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestParseKernelModules: the script's kmod lines say, per module, loaded, loadable or missing.
+func TestParseKernelModules(t *testing.T) {
+	out := strings.Replace(string(readTestdata(t, "ubuntu-v2-rerun.txt")), "sysctl net/ipv4/ip_forward 1", "kmod overlay loaded\nkmod br_netfilter loadable\nsysctl net/ipv4/ip_forward 1", 1)
+	f, err := Parse([]byte(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Modules["overlay"] != "loaded" || f.Modules["br_netfilter"] != "loadable" || len(f.Modules) != 2 {
+		t.Errorf("modules %v", f.Modules)
 	}
 }

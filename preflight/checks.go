@@ -87,6 +87,7 @@ const (
 	CheckEtcdDataDir    = "DirAvailable--var-lib-etcd"
 	CheckIPForward      = "FileContent--proc-sys-net-ipv4-ip_forward"
 	CheckBridgeNF       = "FileContent--proc-sys-net-bridge-bridge-nf-call-iptables"
+	CheckKernelModules  = "KernelModules"
 	CheckClockSkew      = "ClockSkew"
 	CheckCapSysResource = "CapSysResource"
 	CheckArch           = "Arch"
@@ -110,7 +111,7 @@ func CheckNames() []string {
 	for _, p := range Ports {
 		names = append(names, PortCheck(p.Port))
 	}
-	return append(names, CheckManifestsDir, CheckEtcdDataDir, CheckIPForward, CheckBridgeNF, CheckClockSkew, CheckArch)
+	return append(names, CheckManifestsDir, CheckEtcdDataDir, CheckKernelModules, CheckIPForward, CheckBridgeNF, CheckClockSkew, CheckArch)
 }
 
 type hostCheck func(c *inventory.Cluster, n inventory.Node, f *facts.Facts) []Finding
@@ -461,7 +462,21 @@ func checkSysctls(_ *inventory.Cluster, n inventory.Node, f *facts.Facts) []Find
 	case v != "1":
 		out = append(out, finding(n, CheckIPForward, Info, "", "net.ipv4.ip_forward is %s; kforge sets it to 1 in its own sysctl.d file", v))
 	}
+	for _, m := range []string{"overlay", "br_netfilter"} {
+		switch f.Modules[m] {
+		case "missing":
+			out = append(out, finding(n, CheckKernelModules, Error,
+				fmt.Sprintf("use a kernel with %s built in or as a module (on Ubuntu cloud images: apt-get install linux-modules-extra-$(uname -r))", m),
+				"kernel module %s is neither loaded nor loadable (modprobe -n %s fails); containerd and pod networking need it", m, m))
+		case "loadable":
+			out = append(out, finding(n, CheckKernelModules, Info, "", "kernel module %s is not loaded; kforge loads it and lists it in %s", m, hostpath.ModulesLoadFile))
+		}
+	}
 	switch v, ok := f.Sysctls["net.bridge.bridge-nf-call-iptables"]; {
+	case !ok && f.Modules["br_netfilter"] == "loadable":
+		// kforge loads it (above)
+	case !ok && f.Modules["br_netfilter"] == "missing":
+		// said above
 	case !ok:
 		out = append(out, finding(n, CheckBridgeNF, Error,
 			"load the module and keep it loaded at boot: modprobe br_netfilter && echo br_netfilter > /etc/modules-load.d/br_netfilter.conf",

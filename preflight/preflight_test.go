@@ -180,6 +180,19 @@ func TestChecks(t *testing.T) {
 		{"ip_forward unreadable", "w1", func(f *facts.Facts) { delete(f.Sysctls, "net.ipv4.ip_forward") }, nil, CheckIPForward, Error, "cannot be read"},
 		{"bridge-nf off", "m1", func(f *facts.Facts) { f.Sysctls["net.bridge.bridge-nf-call-iptables"] = "0" }, nil, CheckBridgeNF, Info, "kforge sets it to 1"},
 		{"no br_netfilter", "m1", func(f *facts.Facts) { delete(f.Sysctls, "net.bridge.bridge-nf-call-iptables") }, nil, CheckBridgeNF, Error, "br_netfilter module is not loaded"},
+		{"overlay missing", "w1", func(f *facts.Facts) { f.Modules = map[string]string{"overlay": "missing", "br_netfilter": "loaded"} }, nil, CheckKernelModules, Error, "kernel module overlay is neither loaded nor loadable"},
+		{"br_netfilter loadable", "m1", func(f *facts.Facts) {
+			f.Modules = map[string]string{"overlay": "loaded", "br_netfilter": "loadable"}
+			delete(f.Sysctls, "net.bridge.bridge-nf-call-iptables")
+		}, nil, CheckKernelModules, Info, "kernel module br_netfilter is not loaded; kforge loads it"},
+		{"br_netfilter loadable is no bridge-nf error", "m1", func(f *facts.Facts) {
+			f.Modules = map[string]string{"overlay": "loaded", "br_netfilter": "loadable"}
+			delete(f.Sysctls, "net.bridge.bridge-nf-call-iptables")
+		}, nil, CheckBridgeNF, Error, ""},
+		{"br_netfilter missing", "w1", func(f *facts.Facts) {
+			f.Modules = map[string]string{"overlay": "loaded", "br_netfilter": "missing"}
+			delete(f.Sysctls, "net.bridge.bridge-nf-call-iptables")
+		}, nil, CheckKernelModules, Error, "kernel module br_netfilter is neither loaded nor loadable"},
 		{"clock far behind", "w1", func(f *facts.Facts) { f.Clock = t0.Add(-10 * time.Minute) }, nil, CheckClockSkew, Error, "10m0.05s behind the workstation's (±50ms)"},
 		{"clock ahead", "w1", func(f *facts.Facts) { f.Clock = t0.Add(3 * time.Second) }, nil, CheckClockSkew, Warning, "2.95s ahead of"},
 		{"clock within uncertainty", "w1", func(f *facts.Facts) { f.Clock, f.Received = t0.Add(2500*time.Millisecond), t0.Add(4*time.Second) }, nil, CheckClockSkew, Warning, ""},
