@@ -66,7 +66,7 @@ func Parse(file string, data []byte, lookupEnv func(string) (string, bool)) (*Cl
 		return nil, d.errs
 	}
 	c.setDefaults()
-	if errs := c.validate(); len(errs) > 0 {
+	if errs := c.validate(lookupEnv); len(errs) > 0 {
 		errs.sort()
 		return nil, errs
 	}

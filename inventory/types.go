@@ -6,7 +6,11 @@
 // into JSON Schema descriptions.
 package inventory
 
-import "github.com/kforge/kforge/release"
+import (
+	"path/filepath"
+
+	"github.com/kforge/kforge/release"
+)
 
 // APIVersion and Kind head every inventory file.
 const (
@@ -193,6 +197,21 @@ type ContainerRuntime struct {
 	Endpoint string `yaml:"endpoint,omitempty"`
 	// Where containerd and runc come from: bundle (kforge installs the bundle's containerd 2 and runc under systemd, with the kernel modules they need, and upgrades them with the bundle) or host (the host's own containerd, installed beforehand). Default: bundle when a bundle is set, else host.
 	Install string `yaml:"install,omitempty" jsonschema:"enum=bundle,enum=host"`
+	// Registry mirrors and private registries, rendered as containerd's hosts.toml (one directory per registry host under /etc/containerd/certs.d). Needs install: bundle.
+	Registries []Registry `yaml:"registries,omitempty"`
+}
+
+// Registry is how containerd reaches one registry: through mirrors, trusting a CA, with credentials.
+type Registry struct {
+	// The registry host images name, e.g. registry.k8s.io or docker.io.
+	Host string `yaml:"host" jsonschema:"required"`
+	// Mirrors to pull from first, in order, as URLs (https://mirror.example:5000); the registry itself is the fallback.
+	Mirrors []string `yaml:"mirrors,omitempty"`
+	// CA certificate (PEM) that signed the mirrors' and the registry's TLS certificates; relative to this file.
+	CAFile string `yaml:"caFile,omitempty"`
+	// Environment variables holding the user name and password for basic auth (the names, never the values). The credentials land in hosts.toml (mode 0600) on every node and nowhere else.
+	UsernameEnv string `yaml:"usernameEnv,omitempty"`
+	PasswordEnv string `yaml:"passwordEnv,omitempty"`
 }
 
 // Container runtime sources (ContainerRuntime.Install).
@@ -271,4 +290,13 @@ func (h Host) NodeIP() string {
 		return h.InternalAddress
 	}
 	return h.Address
+}
+
+// Path is a path as the inventory names it, resolved against the inventory file's directory
+// when it is not absolute.
+func (c *Cluster) Path(path string) string {
+	if filepath.IsAbs(path) || c.src == nil {
+		return path
+	}
+	return filepath.Join(filepath.Dir(c.src.file), path)
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"net/url"
+	"os"
 	"regexp"
 	"slices"
 	"strconv"
@@ -30,17 +32,19 @@ var (
 
 // validator collects problems with the field path they belong to.
 type validator struct {
-	c    *Cluster
-	errs Errors
+	c         *Cluster
+	lookupEnv func(string) (string, bool)
+	errs      Errors
 }
 
 func (v *validator) add(path, hint, format string, args ...any) {
 	v.errs = append(v.errs, v.c.errorAt(path, fmt.Sprintf(format, args...), hint))
 }
 
-// Validate checks a defaulted inventory; Parse and Load call it.
-func (c *Cluster) validate() Errors {
-	v := &validator{c: c}
+// Validate checks a defaulted inventory; Parse and Load call it. lookupEnv tells whether the
+// environment variables the inventory names are set.
+func (c *Cluster) validate(lookupEnv func(string) (string, bool)) Errors {
+	v := &validator{c: c, lookupEnv: lookupEnv}
 	v.header()
 	v.version()
 	v.networking()
@@ -61,6 +65,7 @@ func (c *Cluster) validate() Errors {
 	default:
 		v.add("containerRuntime.install", "use bundle or host", "unknown runtime source %q", c.ContainerRuntime.Install)
 	}
+	v.registries()
 	for i, a := range c.Addons {
 		if a.Path == "" {
 			v.add(fmt.Sprintf("addons[%d].path", i), "give the manifest file", "path is required")
@@ -441,4 +446,49 @@ func checkQualifiedName(k string) string {
 		return "has an invalid name part (at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit)"
 	}
 	return ""
+}
+
+// registries checks containerRuntime.registries: a host each, https mirrors, a CA file that
+// exists (relative to the inventory), credentials whose variables are set (their values are
+// read only when the file is rendered, and never shown).
+func (v *validator) registries() {
+	rs := v.c.ContainerRuntime.Registries
+	if len(rs) > 0 && v.c.ContainerRuntime.Install != RuntimeFromBundle {
+		v.add("containerRuntime.registries", "use containerRuntime.install: bundle (kforge then writes containerd's registry configuration), or configure the hosts' own containerd yourself", "registries are configured for the containerd kforge installs")
+	}
+	seen := map[string]bool{}
+	for i, r := range rs {
+		path := fmt.Sprintf("containerRuntime.registries[%d]", i)
+		if r.Host == "" || strings.ContainsAny(r.Host, "/ ") {
+			v.add(path+".host", "write the registry's host as images name it, e.g. registry.k8s.io or docker.io", "%q is not a registry host", r.Host)
+		}
+		if seen[r.Host] {
+			v.add(path+".host", "list each registry once", "registry %s is listed twice", r.Host)
+		}
+		seen[r.Host] = true
+		for j, m := range r.Mirrors {
+			if u, err := url.Parse(m); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+				v.add(fmt.Sprintf("%s.mirrors[%d]", path, j), "write a URL, e.g. https://mirror.example:5000", "%q is not a mirror URL", m)
+			}
+		}
+		if r.CAFile != "" {
+			if _, err := os.Stat(v.c.Path(r.CAFile)); err != nil {
+				v.add(path+".caFile", "give the path of the CA certificate (PEM), relative to this file", "cannot read %s: %v", r.CAFile, errors.Unwrap(err))
+			}
+		}
+		if (r.UsernameEnv == "") != (r.PasswordEnv == "") {
+			v.add(path+".passwordEnv", "give both usernameEnv and passwordEnv, or neither", "credentials need a user name and a password")
+		}
+		for _, e := range []struct{ field, name string }{{"usernameEnv", r.UsernameEnv}, {"passwordEnv", r.PasswordEnv}} {
+			switch {
+			case e.name == "":
+			case !validEnvName(e.name):
+				v.add(path+"."+e.field, "give the NAME of an environment variable (letters, digits, _), not the secret itself", "%q is not an environment variable name", e.name)
+			case v.lookupEnv != nil:
+				if _, ok := v.lookupEnv(e.name); !ok {
+					v.add(path+"."+e.field, "export "+e.name+" before running kforge", "environment variable %s is not set", e.name)
+				}
+			}
+		}
+	}
 }

@@ -22,7 +22,7 @@ import (
 const sysctlConf = "# Written by kforge: what Kubernetes networking needs.\nnet.ipv4.ip_forward = 1\nnet.bridge.bridge-nf-call-iptables = 1\nnet.bridge.bridge-nf-call-ip6tables = 1\n"
 
 // render makes every host's files from the PKI set and the host's facts.
-func (a *Apply) render(context.Context, progress.Reporter) error {
+func (a *Apply) render(context.Context, progress.Reporter) (err error) {
 	o := templates.Options{
 		BootstrapToken: a.token.Value(), EtcdBoot: a.etcd.boot,
 		RestrictOOMScoreAdj: map[string]bool{}, HostCACertDirs: map[string][]string{},
@@ -31,6 +31,9 @@ func (a *Apply) render(context.Context, progress.Reporter) error {
 	for name, f := range a.fleet.AllFacts() {
 		o.RestrictOOMScoreAdj[name] = !f.HasCapSysResource()
 		o.HostCACertDirs[name] = f.Dirs
+	}
+	if o.Registries, err = registries(a.inv); err != nil {
+		return err
 	}
 	trees, err := templates.Tree(a.inv, a.set, o)
 	if err != nil {
@@ -101,7 +104,11 @@ func Render(c *inventory.Cluster, o Options, in RenderInput) (*Rendered, error) 
 		}
 		token = t.Value()
 	}
-	hosts, err := templates.Tree(c, set, templates.Options{BootstrapToken: token, CNIBinDir: in.CNIBinDir, CACertDirs: in.CACertDirs})
+	regs, err := registries(c)
+	if err != nil {
+		return nil, err
+	}
+	hosts, err := templates.Tree(c, set, templates.Options{BootstrapToken: token, CNIBinDir: in.CNIBinDir, CACertDirs: in.CACertDirs, Registries: regs})
 	if err != nil {
 		return nil, err
 	}
@@ -149,4 +156,26 @@ func WriteRendered(dir string, r *Rendered) error {
 		}
 	}
 	return fsx.WriteFile(filepath.Join(dir, "admin.conf"), r.Admin, 0o600)
+}
+
+// registries are the inventory's containerRuntime.registries with their CA files read and their
+// credentials taken from the environment (the inventory names the variables; validation made
+// sure they are set).
+func registries(c *inventory.Cluster) ([]templates.Registry, error) {
+	var out []templates.Registry
+	for _, r := range c.ContainerRuntime.Registries {
+		tr := templates.Registry{Host: r.Host, Mirrors: r.Mirrors}
+		if r.CAFile != "" {
+			ca, err := os.ReadFile(c.Path(r.CAFile))
+			if err != nil {
+				return nil, fmt.Errorf("registry %s: CA file: %w", r.Host, err)
+			}
+			tr.CA = ca
+		}
+		if r.UsernameEnv != "" {
+			tr.Username, tr.Password = os.Getenv(r.UsernameEnv), os.Getenv(r.PasswordEnv)
+		}
+		out = append(out, tr)
+	}
+	return out, nil
 }

@@ -154,3 +154,19 @@ func TestClusterDNSIP(t *testing.T) {
 		t.Error("a /29 cannot hold the DNS address")
 	}
 }
+
+func TestRegistryFiles(t *testing.T) {
+	files, err := RegistryFiles(Registry{Host: "registry.k8s.io", Mirrors: []string{"https://mirror.lab:5000"}, CA: []byte("PEM"), Username: "u", Password: "p"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) != 2 || files[0].Path != "/etc/containerd/certs.d/registry.k8s.io/ca.crt" || files[1].Mode != 0o600 {
+		t.Fatalf("files %+v", files)
+	}
+	golden(t, "hosts.toml-mirror", files[1].Data)
+	plain, err := RegistryFiles(Registry{Host: "docker.io", Username: "u", Password: "p"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "hosts.toml-docker", plain[0].Data)
+}

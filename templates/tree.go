@@ -53,6 +53,9 @@ type Options struct {
 	// RetiringMasters counts masters still in the cluster that the inventory no longer lists
 	// (until apply --prune removes them); see ControlPlaneFor.
 	RetiringMasters int
+	// Registries are the inventory's containerRuntime.registries with their CAs and
+	// credentials read; every node gets their hosts.toml files.
+	Registries []Registry
 	// EtcdBoot, by master name, says how a master's etcd member starts when it is not a new
 	// cluster's (ControlPlaneFor): joining a running cluster, or already running.
 	EtcdBoot map[string]*EtcdBootstrap
@@ -372,6 +375,13 @@ func nodeFiles(c *inventory.Cluster, n inventory.Node, o Options) ([]File, error
 		own = []File{
 			{Path: hostpath.ContainerdUnitPath, Mode: 0o644, Data: unit},
 			{Path: hostpath.ModulesLoadFile, Mode: 0o644, Data: []byte(ModulesLoad)},
+		}
+		for _, r := range o.Registries {
+			fs, err := RegistryFiles(r)
+			if err != nil {
+				return nil, err
+			}
+			own = append(own, fs...)
 		}
 	}
 	ctrd, err := runtime.Render()

@@ -156,7 +156,7 @@ func TestRuntimeFromTheBundle(t *testing.T) {
 	}
 	for _, install := range []string{inventory.RuntimeFromBundle, inventory.RuntimeFromHost} {
 		c.ContainerRuntime.Install = install
-		trees, err := Tree(c, set, Options{BootstrapToken: "abcdef.0123456789abcdef"})
+		trees, err := Tree(c, set, Options{BootstrapToken: "abcdef.0123456789abcdef", Registries: []Registry{{Host: "registry.k8s.io", Mirrors: []string{"https://m:5000"}}}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -166,6 +166,9 @@ func TestRuntimeFromTheBundle(t *testing.T) {
 				files[f.Path] = string(f.Data)
 			}
 			_, unit := files[hostpath.ContainerdUnitPath]
+			if _, hosts := files[hostpath.RegistryConfigDir+"/registry.k8s.io/hosts.toml"]; hosts != (install == inventory.RuntimeFromBundle) {
+				t.Errorf("%s, install %s: hosts.toml rendered: %v", tr.Node.Name, install, hosts)
+			}
 			_, modules := files[hostpath.ModulesLoadFile]
 			cfg := files[hostpath.ContainerdConfigPath]
 			own := install == inventory.RuntimeFromBundle
