@@ -5,9 +5,11 @@ import (
 	"time"
 )
 
-// Every reports msg's event every interval until the returned stop is called: a step that works
-// a long time with nothing new to say (a Go build of Kubernetes) still tells people that it
-// runs, for how long, and what is left. stop waits until no event is being reported.
+// Every reports msg's event every interval (> 0) until the returned stop is called: a step that
+// works a long time with nothing new to say (a Go build of Kubernetes, debootstrap) still tells
+// people that it runs, for how long, and what is left. It depends on nothing but the clock, not
+// on the work printing anything. stop waits until no event is being reported, so nothing beats
+// after it returns.
 func Every(r Reporter, interval time.Duration, msg func(elapsed time.Duration) Event) (stop func()) {
 	start := time.Now()
 	done := make(chan struct{})

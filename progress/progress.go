@@ -20,7 +20,7 @@ type Event struct {
 	Task     string        `json:"task,omitempty"`
 	Host     string        `json:"host,omitempty"`
 	Message  string        `json:"message,omitempty"`
-	Duration time.Duration `json:"duration,omitempty"` // on done, failed and host events
+	Duration time.Duration `json:"duration,omitempty"` // on done, failed and host events; the time so far on a heartbeat
 	Err      string        `json:"error,omitempty"`
 }
 

@@ -3,9 +3,9 @@ package progress
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -58,34 +58,75 @@ func TestPrinterTextAndJSON(t *testing.T) {
 	}
 }
 
-// TestEveryBeatsUntilStopped: the heartbeat reports at its interval with the time elapsed, and
-// nothing after stop returns.
+// TestEveryBeatsUntilStopped: the heartbeat reports at its interval with the time elapsed so far,
+// whether or not anything else happens, and nothing after stop returns.
 func TestEveryBeatsUntilStopped(t *testing.T) {
-	var mu sync.Mutex
-	var got []time.Duration
-	stop := Every(func(e Event) { mu.Lock(); got = append(got, e.Duration); mu.Unlock() }, 20*time.Millisecond, func(el time.Duration) Event {
-		return Event{Kind: Info, Duration: el}
+	const interval = 10 * time.Millisecond
+	beats := make(chan Event, 1000)
+	stop := Every(func(e Event) { beats <- e }, interval, func(el time.Duration) Event {
+		return Event{Kind: Info, Message: "still working", Duration: el}
 	})
-	time.Sleep(110 * time.Millisecond)
-	stop()
-	mu.Lock()
-	n := len(got)
-	mu.Unlock()
-	if n < 3 || n > 6 {
-		t.Fatalf("%d beats in 110ms at 20ms", n)
-	}
-	for i := 1; i < n; i++ {
-		if got[i] <= got[i-1] {
-			t.Errorf("elapsed not increasing: %v", got)
+	var got []Event
+	timeout := time.After(10 * time.Second)
+	for len(got) < 3 {
+		select {
+		case e := <-beats:
+			got = append(got, e)
+		case <-timeout:
+			t.Fatalf("%d heartbeats in 10s at an interval of %s", len(got), interval)
 		}
 	}
-	time.Sleep(50 * time.Millisecond)
-	mu.Lock()
-	defer mu.Unlock()
-	if len(got) != n {
-		t.Errorf("beats after stop: %d, then %d", n, len(got))
+	stop()
+	for i, e := range got {
+		if e.Kind != Info || e.Message != "still working" {
+			t.Errorf("beat %d: %+v", i, e)
+		}
+		if e.Duration < time.Duration(i+1)*interval || (i > 0 && e.Duration <= got[i-1].Duration) {
+			t.Errorf("beat %d says %s so far (beats: %+v)", i, e.Duration, got)
+		}
+	}
+	n := len(beats) // beats sent between the third and stop's return
+	time.Sleep(5 * interval)
+	if len(beats) != n {
+		t.Errorf("%d beats after stop returned", len(beats)-n)
 	}
 	stop() // a second stop is harmless
+}
+
+// TestTaskReportsStartAndEnd: a Task is started, named on the events run reports, and done with
+// its duration, or failed with its error; Timings collects each task's time.
+func TestTaskReportsStartAndEnd(t *testing.T) {
+	var events []Event
+	var tm Timings
+	r := tm.Report(func(e Event) { events = append(events, e) })
+	err := Task(r, "pause", "3.10.2 from the cache", func(r Reporter) error {
+		r(Event{Kind: Info, Message: "compiling"})
+		r(Event{Kind: HostDone, Task: "other", Message: "kept"})
+		time.Sleep(2 * time.Millisecond)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	boom := errors.New("exit status 1")
+	if err := Task(r, "etcd", "v3.6.8", func(Reporter) error { return boom }); err != boom {
+		t.Fatalf("Task returned %v, want the step's error", err)
+	}
+	var got []string
+	for _, e := range events {
+		got = append(got, string(e.Kind)+" "+e.Task+" "+e.Message+e.Err)
+	}
+	want := []string{"task-started pause 3.10.2 from the cache", "progress pause compiling", "host-done other kept", "task-done pause ",
+		"task-started etcd v3.6.8", "task-failed etcd exit status 1"}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("events:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if d := events[3].Duration; d < 2*time.Millisecond {
+		t.Errorf("done after %s, want the step's duration", d)
+	}
+	if l := tm.List(); len(l) != 2 || l[0].Task != "pause" || l[0].Duration != events[3].Duration || l[1].Task != "etcd" {
+		t.Errorf("timings %+v", l)
+	}
 }
 
 // TestLogHandlerTurnsInfoIntoEvents: a package's Info records become progress events (task from
