@@ -1,7 +1,6 @@
 package bundle
 
 import (
-	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -15,6 +14,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/kforge/kforge/hostpath"
@@ -53,33 +53,23 @@ func Build(ctx context.Context, o Options) (*Manifest, error) {
 		return nil, err
 	}
 
-	// Binaries, one cached build per component and version. A component that builds (minutes
-	// for Kubernetes on a cold cache) says so every heartbeat, with what is left.
-	dirs := map[string]string{}
-	components := []struct {
-		name  string
-		build func() (string, error)
-	}{
-		{"kubernetes", func() (string, error) { return KubernetesBinaries(ctx, o.BuildOptions) }},
-		{"etcd", func() (string, error) { return binaries(ctx, o.BuildOptions, etcdModule(v.Etcd)) }},
-		{"coredns", func() (string, error) { return binaries(ctx, o.BuildOptions, corednsModule(v.CoreDNS)) }},
-		{"cni-plugins", func() (string, error) { return binaries(ctx, o.BuildOptions, cniModule(v.CNIPlugins)) }},
-		{"flannel", func() (string, error) { return binaries(ctx, o.BuildOptions, flannelModule(v.Flannel)) }},
-		{"pause", func() (string, error) { return binaries(ctx, o.BuildOptions, pauseModule(v.Pause)) }},
-		{"containerd", func() (string, error) { return binaries(ctx, o.BuildOptions, containerdModule(v.Containerd)) }},
-		{"runc", func() (string, error) { return binaries(ctx, o.BuildOptions, runcModule(v.Runc)) }},
+	km, err := kubernetesModule(v.Kubernetes)
+	if err != nil {
+		return nil, err
 	}
-	for i, c := range components {
-		var left []string
-		for _, l := range components[i+1:] {
-			left = append(left, l.name)
-		}
-		left = append(left, "the images")
-		d, err := o.step(c.name, "build "+c.name+" for Kubernetes "+v.Kubernetes+" (from the cache when built before)", strings.Join(left, ", "), c.build)
-		if err != nil {
-			return nil, fmt.Errorf("build %s: %w", c.name, err)
-		}
-		dirs[c.name] = d
+	// Binaries, one cached build per component and version, then the images made from them.
+	dirs, err := o.buildModules(ctx, []goModule{
+		km,
+		etcdModule(v.Etcd),
+		corednsModule(v.CoreDNS),
+		cniModule(v.CNIPlugins),
+		flannelModule(v.Flannel),
+		pauseModule(v.Pause),
+		containerdModule(v.Containerd),
+		runcModule(v.Runc),
+	}, fmt.Sprintf("%d images", len(ImageComponents)))
+	if err != nil {
+		return nil, err
 	}
 
 	names := v.Images("").ByComponent()
@@ -91,30 +81,31 @@ func Build(ctx context.Context, o Options) (*Manifest, error) {
 		return nil, err
 	}
 
-	// Images, cached by their inputs; gzip is CPU-bound, so at most one per core.
-	archives := make([]cachedArchive, len(specs))
-	if _, err := o.step("images", fmt.Sprintf("make %d image archives (from the cache when made before)", len(specs)), "the bundle directory", func() (string, error) {
-		g, gctx := errgroup.WithContext(ctx)
-		g.SetLimit(max(1, runtime.NumCPU()))
-		for i, s := range specs {
-			g.Go(func() error {
-				a, err := imageArchive(gctx, o.BuildOptions, s)
-				archives[i] = a
-				return err
-			})
-		}
-		return "", g.Wait()
-	}); err != nil {
+	archives, err := o.imageArchives(ctx, specs)
+	if err != nil {
 		return nil, err
 	}
 
-	// The bundle directory, assembled beside o.Out and swapped in.
+	var m *Manifest
+	if err := progress.Task(o.reporter(), "bundle", "write "+o.Out, func(progress.Reporter) (err error) {
+		m, err = writeBundle(o.Out, v, dirs, specs, archives)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// writeBundle writes the bundle directory out from the built binaries (dirs by component) and
+// the image archives of specs.
+func writeBundle(out string, v release.Release, dirs map[string]string, specs []imageSpec, archives []cachedArchive) (*Manifest, error) {
+	// Assembled beside out and swapped in.
 	m := &Manifest{SchemaVersion: 1, Platform: "linux/amd64", Source: "built", Versions: versionsOf(v)}
-	parent := filepath.Dir(filepath.Clean(o.Out))
+	parent := filepath.Dir(filepath.Clean(out))
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		return nil, err
 	}
-	tmp, err := os.MkdirTemp(parent, "."+filepath.Base(o.Out)+".tmp-")
+	tmp, err := os.MkdirTemp(parent, "."+filepath.Base(out)+".tmp-")
 	if err != nil {
 		return nil, err
 	}
@@ -182,11 +173,88 @@ func Build(ctx context.Context, o Options) (*Manifest, error) {
 	if err := writeManifest(tmp, m); err != nil {
 		return nil, err
 	}
-	if err := swapDir(tmp, o.Out); err != nil {
+	if err := swapDir(tmp, out); err != nil {
 		return nil, err
 	}
-	o.info("bundle %s written to %s", v.Kubernetes, o.Out)
 	return m, nil
+}
+
+// buildModules builds each module's binaries in order, or takes them from the cache, each as a
+// task of its own. While one builds, a heartbeat says which, for how long, and what is left
+// (the modules after it, then "then"). It returns each module's directory by name.
+func (o BuildOptions) buildModules(ctx context.Context, mods []goModule, then string) (map[string]string, error) {
+	dirs := map[string]string{}
+	for i, m := range mods {
+		var left []string
+		for _, l := range mods[i+1:] {
+			left = append(left, l.Name)
+		}
+		if then != "" {
+			left = append(left, then)
+		}
+		if len(left) == 0 {
+			left = append(left, "nothing")
+		}
+		what := m.Version + " from the cache"
+		if _, ok := cachedBinaries(o, m); !ok {
+			what = m.Version + ", not in the cache: building it from Go modules"
+		}
+		err := progress.Task(o.reporter(), m.Name, what, func(r progress.Reporter) error {
+			defer progress.Every(r, o.heartbeat(), func(el time.Duration) progress.Event {
+				return progress.Event{Kind: progress.Info, Duration: el, Message: fmt.Sprintf("building %s %s from Go modules: %s so far; left: %s",
+					m.Name, m.Version, progress.Round(el), strings.Join(left, ", "))}
+			})()
+			mo := o
+			mo.Report = r
+			d, err := binaries(ctx, mo, m)
+			dirs[m.Name] = d
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("build %s: %w", m.Name, err)
+		}
+	}
+	return dirs, nil
+}
+
+// imageArchives returns the archive of each image, each written (or taken from the cache) as a
+// task of its own, "image <component>". gzip is CPU-bound, so at most one is written per core;
+// while one is written, a heartbeat says so.
+func (o BuildOptions) imageArchives(ctx context.Context, specs []imageSpec) ([]cachedArchive, error) {
+	archives := make([]cachedArchive, len(specs))
+	var done atomic.Int64
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(max(1, runtime.NumCPU()))
+	for i, s := range specs {
+		g.Go(func() error {
+			defer done.Add(1)
+			base, a, ok, err := cachedImage(o, s)
+			if err != nil {
+				return err
+			}
+			what := s.Name + " from the cache"
+			if !ok {
+				what = s.Name + ", not in the cache: writing its archive"
+			}
+			return progress.Task(o.reporter(), "image "+s.Component, what, func(r progress.Reporter) error {
+				if ok {
+					archives[i] = a
+					return nil
+				}
+				defer progress.Every(r, o.heartbeat(), func(el time.Duration) progress.Event {
+					return progress.Event{Kind: progress.Info, Duration: el, Message: fmt.Sprintf("writing image %s: %s so far; %d of %d images done",
+						s.Name, progress.Round(el), done.Load(), len(specs))}
+				})()
+				var err error
+				archives[i], err = writeImage(gctx, s, base)
+				if err == nil {
+					r(progress.Event{Kind: progress.Info, Message: fmt.Sprintf("image %s: %d MB", s.Name, archives[i].Size>>20)})
+				}
+				return err
+			})
+		})
+	}
+	return archives, g.Wait()
 }
 
 // checkOut refuses to replace a directory that is neither empty nor a bundle.
@@ -318,29 +386,36 @@ type cachedArchive struct {
 	Size   int64  `json:"size"`
 }
 
-// imageArchive returns the cached archive of s, writing it first unless an archive from the
-// same inputs (spec, and each source file's path, size, mode and modification time) exists.
-func imageArchive(ctx context.Context, o BuildOptions, s imageSpec) (cachedArchive, error) {
+// cachedImage returns where the archive of s is cached (its path without extension) and, when
+// an archive from the same inputs (spec, and each source file's path, size, mode and
+// modification time) is there, that archive.
+func cachedImage(o BuildOptions, s imageSpec) (base string, a cachedArchive, ok bool, err error) {
 	key, err := imageKey(s)
 	if err != nil {
-		return cachedArchive{}, err
+		return "", cachedArchive{}, false, err
 	}
 	dir := filepath.Join(o.cacheDir(), "images")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return cachedArchive{}, err
+		return "", cachedArchive{}, false, err
 	}
-	base := filepath.Join(dir, s.Component+"-"+key[:20])
-	a := cachedArchive{path: base + ".tar"}
+	base = filepath.Join(dir, s.Component+"-"+key[:20])
+	a = cachedArchive{path: base + ".tar"}
 	if b, err := os.ReadFile(base + ".json"); err == nil && json.Unmarshal(b, &a) == nil {
 		if st, err := os.Stat(a.path); err == nil && st.Size() == a.Size {
 			touch(base + ".json")
-			return a, nil
+			return base, a, true, nil
 		}
 	}
+	return base, cachedArchive{path: base + ".tar"}, false, nil
+}
+
+// writeImage writes the archive of s into the cache at base (from cachedImage).
+func writeImage(ctx context.Context, s imageSpec, base string) (cachedArchive, error) {
 	if err := ctx.Err(); err != nil {
 		return cachedArchive{}, err
 	}
-	start := time.Now()
+	dir := filepath.Dir(base)
+	a := cachedArchive{path: base + ".tar"}
 	ia, err := writeImageArchive(s, a.path, dir)
 	if err != nil {
 		return cachedArchive{}, fmt.Errorf("image %s: %w", s.Name, err)
@@ -353,7 +428,6 @@ func imageArchive(ctx context.Context, o BuildOptions, s imageSpec) (cachedArchi
 	if err := fsx.WriteFile(base+".json", b, 0o644); err != nil {
 		return cachedArchive{}, err
 	}
-	o.info("image %s: %d MB in %s", s.Name, a.Size>>20, time.Since(start).Round(time.Millisecond))
 	pruneImages(dir, s.Component, base)
 	return a, nil
 }
@@ -375,22 +449,4 @@ func imageKey(s imageSpec) (string, error) {
 		fmt.Fprintf(h, "%s %s %d %o %d %o\n", f.Path, f.Src, st.Size(), st.Mode(), st.ModTime().UnixNano(), f.Mode)
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
-}
-
-// step runs one step of a build as a task of its own: started, a line every o.Heartbeat while
-// it runs (how long so far, and what is left after it), done or failed.
-func (o BuildOptions) step(name, what, left string, run func() (string, error)) (string, error) {
-	start := time.Now()
-	o.report(progress.Event{Kind: progress.Started, Task: name, Message: what})
-	stop := progress.Every(o.report, cmp.Or(o.Heartbeat, 10*time.Second), func(el time.Duration) progress.Event {
-		return progress.Event{Kind: progress.Info, Task: name, Message: fmt.Sprintf("%s: %s so far; left after it: %s", name, el.Round(time.Second), left)}
-	})
-	d, err := run()
-	stop()
-	if err != nil {
-		o.report(progress.Event{Kind: progress.Failed, Task: name, Duration: time.Since(start), Err: err.Error()})
-		return "", err
-	}
-	o.report(progress.Event{Kind: progress.Done, Task: name, Duration: time.Since(start)})
-	return d, nil
 }

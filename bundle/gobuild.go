@@ -36,10 +36,12 @@ type BuildOptions struct {
 	// Env is added to the go command's environment (e.g. GOCACHE=... to build from a cold
 	// cache without touching the shared one).
 	Env []string
-	// Report receives the build's progress (a task per component, a line while a component
-	// builds); nil discards it.
+	// Report receives the build's progress: for Build a task per component and per image
+	// (started, saying whether it comes from the cache; then done with its duration, or
+	// failed), what a component's build is doing (resolving modules, compiling), and while one
+	// builds a heartbeat saying for how long and what is left. nil discards it.
 	Report progress.Reporter
-	// Heartbeat is how often a step that runs long says so; default 10 s.
+	// Heartbeat is how often a component or image that is being built says so; default 10 s.
 	Heartbeat time.Duration
 	// GoOutput receives the go command's own output (downloads, compiler errors); nil discards
 	// it. A failing go command's output is in its *GoCommandError either way.
@@ -56,16 +58,25 @@ func (o BuildOptions) cacheDir() string {
 	return DefaultCacheDir
 }
 
-// report sends e to o.Report, if any.
-func (o BuildOptions) report(e progress.Event) {
-	if o.Report != nil {
-		o.Report(e)
+// reporter is o.Report, or progress.Discard.
+func (o BuildOptions) reporter() progress.Reporter {
+	if o.Report == nil {
+		return progress.Discard
 	}
+	return o.Report
 }
 
 // info reports a line of progress.
 func (o BuildOptions) info(format string, args ...any) {
-	o.report(progress.Event{Kind: progress.Info, Message: fmt.Sprintf(format, args...)})
+	o.reporter()(progress.Event{Kind: progress.Info, Message: fmt.Sprintf(format, args...)})
+}
+
+// heartbeat is how often a build in progress says so.
+func (o BuildOptions) heartbeat() time.Duration {
+	if o.Heartbeat > 0 {
+		return o.Heartbeat
+	}
+	return 10 * time.Second
 }
 
 // goModule is the recipe for building some main packages from Go modules: a scratch module
@@ -125,9 +136,8 @@ const recipeRevision = 1
 func binaries(ctx context.Context, o BuildOptions, m goModule) (string, error) {
 	root := filepath.Join(o.cacheDir(), "bin", m.Name)
 	want := m.recipe()
-	sum := sha256.Sum256([]byte(want))
-	final := filepath.Join(root, m.Version+"-"+hex.EncodeToString(sum[:])[:12])
-	if cachedRecipe(final) == want {
+	final, ok := cachedBinaries(o, m)
+	if ok {
 		touch(filepath.Join(final, recipeFile))
 		return final, nil
 	}
@@ -144,8 +154,6 @@ func binaries(ctx context.Context, o BuildOptions, m goModule) (string, error) {
 		return final, nil
 	}
 
-	start := time.Now()
-	o.info("building %s %s from Go modules (cache %s)", m.Name, m.Version, root)
 	src := filepath.Join(o.cacheDir(), "src", m.Name+"-"+m.Version)
 	r := &goRunner{opts: o}
 	if err := r.prepareModule(ctx, src, m); err != nil {
@@ -156,6 +164,7 @@ func binaries(ctx context.Context, o BuildOptions, m goModule) (string, error) {
 		return "", err
 	}
 	defer os.RemoveAll(tmp)
+	o.info("compiling %s %s (go build)", m.Name, m.Version)
 	if err := r.build(ctx, src, tmp, m); err != nil {
 		return "", err
 	}
@@ -183,9 +192,18 @@ func binaries(ctx context.Context, o BuildOptions, m goModule) (string, error) {
 	if err := os.Rename(tmp, final); err != nil {
 		return "", err
 	}
-	o.info("built %s %s in %s", m.Name, m.Version, time.Since(start).Round(time.Second))
+	o.info("built %s %s into %s", m.Name, m.Version, final)
 	pruneBinaries(root, final)
 	return final, nil
+}
+
+// cachedBinaries returns the cache directory of m's binaries and whether a complete build of
+// m's recipe is there.
+func cachedBinaries(o BuildOptions, m goModule) (dir string, ok bool) {
+	want := m.recipe()
+	sum := sha256.Sum256([]byte(want))
+	dir = filepath.Join(o.cacheDir(), "bin", m.Name, m.Version+"-"+hex.EncodeToString(sum[:])[:12])
+	return dir, cachedRecipe(dir) == want
 }
 
 const recipeFile = ".recipe"
@@ -317,12 +335,12 @@ func (r *goRunner) prepareModule(ctx context.Context, dir string, m goModule) er
 			return err
 		}
 	}
+	r.opts.info("resolving the modules of %s %s (go mod download, go mod tidy)", m.Name, m.Version)
 	if m.Prepare != nil {
 		if err := m.Prepare(ctx, r, dir); err != nil {
 			return err
 		}
 	}
-	r.opts.info("resolving modules for %s %s", m.Name, m.Version)
 	if _, err := r.run(ctx, dir, nil, "mod", "tidy"); err != nil {
 		return err
 	}
