@@ -9,7 +9,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kforge/kforge/bundle"
 	"github.com/kforge/kforge/internal/testenv"
+	"github.com/kforge/kforge/release"
 )
 
 func TestBundleVerifyListsProblems(t *testing.T) {
@@ -53,8 +55,8 @@ func TestBundleBuildNeedsAnOutputDirectory(t *testing.T) {
 }
 
 // TestBundleBuildJSONEvents: with --output json, stdout is one JSON event per line: a started
-// and a done event per component, then the result; nothing else. (Builds the default bundle into
-// the shared cache when it is cold.)
+// and a done event per component and image, then the result; nothing else. (Builds the default
+// bundle with the real go command into the shared cache when it is cold.)
 func TestBundleBuildJSONEvents(t *testing.T) {
 	if _, err := exec.LookPath("go"); err != nil {
 		testenv.Require(t, errors.New("the go command is not on PATH (it builds the bundle)"))
@@ -64,24 +66,153 @@ func TestBundleBuildJSONEvents(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("code %d: %s", code, errs)
 	}
-	done := map[string]bool{}
-	var last map[string]any
-	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+	checkBundleEvents(t, out)
+}
+
+// bundleTasks are the tasks of a bundle build: one per component, one per image, the bundle
+// directory.
+func bundleTasks() []string {
+	tasks := []string{"kubernetes", "etcd", "coredns", "cni-plugins", "flannel", "pause", "containerd", "runc"}
+	for _, c := range bundle.ImageComponents {
+		tasks = append(tasks, "image "+c)
+	}
+	return append(tasks, "bundle")
+}
+
+// checkBundleEvents checks that out is one JSON object per line: a started and a done event for
+// every task of a bundle build, then the built bundle. It returns the events.
+func checkBundleEvents(t *testing.T, out string) []map[string]any {
+	t.Helper()
+	started, done := map[string]bool{}, map[string]bool{}
+	var evs []map[string]any
+	for _, line := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
 		var ev map[string]any
 		if err := json.Unmarshal([]byte(line), &ev); err != nil || ev["event"] == nil {
 			t.Fatalf("stdout line is not a JSON event: %q (%v)", line, err)
 		}
-		if ev["event"] == "task-done" {
-			done[ev["task"].(string)] = true
+		task, _ := ev["task"].(string)
+		switch ev["event"] {
+		case "task-started":
+			started[task] = true
+		case "task-done":
+			if !started[task] {
+				t.Errorf("task %s done before it started", task)
+			}
+			done[task] = true
 		}
-		last = ev
+		evs = append(evs, ev)
 	}
-	for _, c := range []string{"kubernetes", "etcd", "coredns", "cni-plugins", "flannel", "pause", "images"} {
+	for _, c := range bundleTasks() {
 		if !done[c] {
 			t.Errorf("no task-done event for %s", c)
 		}
 	}
-	if last["event"] != "built" {
+	if last := evs[len(evs)-1]; last["event"] != "built" || last["manifest"] == nil {
 		t.Errorf("last event %v, want the built bundle", last)
+	}
+	return evs
+}
+
+// fakeGo puts on PATH a go command that answers what a bundle build asks (module downloads,
+// tidy, the Kubernetes release time) and "compiles" each binary into a small shell script; its
+// kubeadm lists the images of the default release. It returns the file each call is logged to.
+func fakeGo(t *testing.T) (calls string) {
+	t.Helper()
+	d := t.TempDir()
+	v, err := release.For(release.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := v.Images("").ByComponent()
+	var images []string
+	for _, c := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy", "etcd", "coredns", "pause"} {
+		images = append(images, names[c])
+	}
+	files := map[string]string{
+		"images":         strings.Join(images, "\n") + "\n",
+		"kubernetes.mod": "module k8s.io/kubernetes\n\nreplace k8s.io/api => ./staging/src/k8s.io/api\n",
+		"main.go": "package main\n\nimport (\n\t_ \"github.com/flannel-io/flannel/pkg/backend/tencentvpc\"\n" +
+			"\t_ \"github.com/flannel-io/flannel/pkg/backend/udp\"\n)\n\nfunc main() {}\n",
+		"go": `#!/bin/sh
+D=` + d + `
+echo "$*" >>$D/calls
+binary() {
+	case "${1##*/}" in
+	kubeadm) printf '#!/bin/sh\ncat %s/images\n' $D >"$1" ;;
+	*) printf '#!/bin/sh\n' >"$1" ;;
+	esac
+	chmod 755 "$1"
+}
+case "$1 $2" in
+"mod download")
+	case "$4" in
+	k8s.io/kubernetes@*) echo "{\"Path\":\"k8s.io/kubernetes\",\"GoMod\":\"$D/kubernetes.mod\",\"Dir\":\"$D\"}" ;;
+	*) echo "{\"Path\":\"${4%@*}\",\"Dir\":\"$D\"}" ;;
+	esac ;;
+"mod tidy") ;;
+"list -m") echo '{"Path":"k8s.io/kubernetes","Time":"2026-01-01T00:00:00Z"}' ;;
+build\ *)
+	while [ "$1" != -o ]; do shift; done
+	out=$2
+	shift 2
+	case "$out" in
+	*/) for p in "$@"; do binary "$out${p##*/}"; done ;;
+	*) binary "$out" ;;
+	esac ;;
+*) echo "fake go: unexpected go $*" >&2; exit 2 ;;
+esac
+`,
+	}
+	for name, data := range files {
+		if err := os.WriteFile(filepath.Join(d, name), []byte(data), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("PATH", d+string(os.PathListSeparator)+os.Getenv("PATH"))
+	return filepath.Join(d, "calls")
+}
+
+// TestBundleBuildOutput: a whole bundle build (a fake go command, real images) says what it does
+// on one path: with --output json, stdout is only JSON events, one per line, a task per
+// component and image, then the built bundle, and stderr is empty; as text, the tasks are lines
+// on stderr, a component taken from the cache says so, and stdout is the one line about the
+// bundle.
+func TestBundleBuildOutput(t *testing.T) {
+	calls := fakeGo(t)
+	cache, dir := t.TempDir(), filepath.Join(t.TempDir(), "b")
+	code, out, errs := kforge(t, "--output", "json", "bundle", "build", "--cache-dir", cache, "-o", dir)
+	if strings.Contains(errs, "/usr/sbin/") {
+		testenv.Need(t, errors.New(errs)) // the kube-proxy and flannel images need this machine's iptables and nft
+	}
+	if code != 0 || errs != "" {
+		t.Fatalf("json build: code %d, stderr %q", code, errs)
+	}
+	for _, ev := range checkBundleEvents(t, out) {
+		if ev["event"] == "task-started" && ev["task"] == "kubernetes" && !strings.Contains(ev["message"].(string), "not in the cache") {
+			t.Errorf("first build of kubernetes: %v", ev)
+		}
+	}
+	before, err := os.ReadFile(calls)
+	if err != nil || !strings.Contains(string(before), "build ") {
+		t.Fatalf("the fake go command was not used (%v): %q", err, before)
+	}
+
+	code, out, errs = kforge(t, "bundle", "build", "--cache-dir", cache, "-o", dir)
+	if code != 0 {
+		t.Fatalf("text build: code %d, stderr %q", code, errs)
+	}
+	if lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n"); len(lines) != 1 || !strings.HasPrefix(out, "bundle "+dir+" built: Kubernetes ") {
+		t.Errorf("stdout %q, want one line about the bundle", out)
+	}
+	for _, want := range []string{"• kubernetes      " + release.Default() + " from the cache\n", "✓ kubernetes      ", "• image pause     registry.k8s.io/pause:", "✓ bundle          "} {
+		if !strings.Contains(errs, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errs)
+		}
+	}
+	if strings.Contains(errs, "{") || strings.Contains(errs, "not in the cache") {
+		t.Errorf("stderr of a cached text build:\n%s", errs)
+	}
+	if after, _ := os.ReadFile(calls); string(after) != string(before) {
+		t.Errorf("a cached build ran go: %q", strings.TrimPrefix(string(after), string(before)))
 	}
 }
