@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/kforge/kforge/progress"
+
 	"golang.org/x/sync/errgroup"
 )
 
@@ -239,9 +241,9 @@ func (l *Lab) waitSSH(ctx context.Context, timeout time.Duration, hosts []*hostS
 	return g.Wait()
 }
 
-// waitRunning waits until systemd reports every host "running"; a host that ends up degraded
-// is an error naming its failed units.
-func (l *Lab) waitRunning(ctx context.Context, timeout time.Duration, hosts []*hostState) error {
+// waitRunning waits until systemd reports every host "running", reporting each host that is; a
+// host that ends up degraded is an error naming its failed units.
+func (l *Lab) waitRunning(ctx context.Context, timeout time.Duration, hosts []*hostState, r progress.Reporter) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	g, ctx := errgroup.WithContext(ctx)
@@ -254,6 +256,7 @@ func (l *Lab) waitRunning(ctx context.Context, timeout time.Duration, hosts []*h
 				return fmt.Errorf("lab host %s: systemd reports %q, not running (within %s); failed units: %s; look with `journalctl` inside the host (ssh, or nsenter)",
 					h.Name, s, timeout, strings.Join(strings.Fields(string(failed)), " "))
 			}
+			r(progress.Event{Kind: progress.HostDone, Host: h.Name, Message: fmt.Sprintf("up: %s, %s, systemd running", h.Role, h.Address)})
 			return nil
 		})
 	}
@@ -380,8 +383,8 @@ func (l *Lab) Exec(ctx context.Context, host string, argv ...string) ([]byte, er
 // removeHost ends the host's processes — a clean shutdown until deadline, then SIGKILL of its
 // init and of every process left in its cgroups, all by PID — then removes its cgroups, veth and
 // files. Files stay when a process survives.
-func (l *Lab) removeHost(ctx context.Context, h *hostState, deadline time.Time) error {
-	if err := l.stopProcesses(h, deadline); err != nil {
+func (l *Lab) removeHost(ctx context.Context, h *hostState, deadline time.Time, r progress.Reporter) error {
+	if err := l.stopProcesses(h, deadline, r); err != nil {
 		return err
 	}
 	var errs []error
@@ -398,8 +401,9 @@ func (l *Lab) removeHost(ctx context.Context, h *hostState, deadline time.Time) 
 	return errors.Join(errs...)
 }
 
-// stopProcesses ends every process of the host and returns once none is left.
-func (l *Lab) stopProcesses(h *hostState, deadline time.Time) error {
+// stopProcesses ends every process of the host and returns once none is left; r hears when a
+// host has to be killed.
+func (l *Lab) stopProcesses(h *hostState, deadline time.Time, r progress.Reporter) error {
 	if np := l.nspawnPID(h); np != 0 {
 		// systemd-nspawn turns SIGTERM into a clean shutdown of the host.
 		_ = syscall.Kill(np, syscall.SIGTERM)
@@ -407,7 +411,8 @@ func (l *Lab) stopProcesses(h *hostState, deadline time.Time) error {
 			time.Sleep(50 * time.Millisecond)
 		}
 		if pid, err := l.leader(h); err == nil {
-			l.log.Info("host did not shut down in time; killing it", "host", h.Name, "pid", pid)
+			l.log.Debug("host did not shut down in time; killing it", "host", h.Name, "pid", pid)
+			r(progress.Event{Kind: progress.Info, Host: h.Name, Message: "did not shut down in time; killing it"})
 			_ = syscall.Kill(pid, syscall.SIGKILL) // ends its whole PID namespace
 		}
 	}
@@ -440,7 +445,7 @@ func (l *Lab) StopHost(ctx context.Context, host string) error {
 	if err != nil {
 		return err
 	}
-	if err := l.stopProcesses(h, time.Now()); err != nil {
+	if err := l.stopProcesses(h, time.Now(), progress.Discard); err != nil { // killing it is the point
 		return fmt.Errorf("lab host %s: %w", host, err)
 	}
 	l.mu.Lock()
@@ -469,5 +474,5 @@ func (l *Lab) StartHost(ctx context.Context, host string) error {
 	if err := l.waitSSH(ctx, 2*time.Minute, []*hostState{h}); err != nil {
 		return err
 	}
-	return l.waitRunning(ctx, 2*time.Minute, []*hostState{h})
+	return l.waitRunning(ctx, 2*time.Minute, []*hostState{h}, l.report)
 }

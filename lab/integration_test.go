@@ -36,7 +36,7 @@ func upLab(t testing.TB, o Options) *Lab {
 	if err := Down(ctx, o.Name, nil); err != nil {
 		t.Fatalf("tearing down a leftover lab %s: %v", o.Name, err)
 	}
-	o.Logger = testLogger(t)
+	o.Logger, o.Report = testLogger(t), testenv.Report(t)
 	l, err := Up(ctx, o)
 	if err != nil {
 		t.Fatalf("lab up: %v", err)
@@ -595,7 +595,7 @@ func upLabNoFatal(t *testing.T, o Options) *Lab {
 		t.Errorf("tearing down a leftover lab %s: %v", o.Name, err)
 		return nil
 	}
-	o.Logger = testLogger(t)
+	o.Logger, o.Report = testLogger(t), testenv.Report(t)
 	l, err := Up(ctx, o)
 	if err != nil {
 		t.Errorf("lab up %s: %v", o.Name, err)
@@ -615,7 +615,7 @@ func TestFailedUpCleansUp(t *testing.T) {
 	testenv.Require(t, Prerequisites())
 	ctx := context.Background()
 	must(t, Down(ctx, "labfail", nil))
-	_, err := Up(ctx, Options{Name: "labfail", Hosts: 2, BootTimeout: time.Millisecond, Logger: testLogger(t)})
+	_, err := Up(ctx, Options{Name: "labfail", Hosts: 2, BootTimeout: time.Millisecond, Logger: testLogger(t), Report: testenv.Report(t)})
 	if err == nil {
 		t.Fatal("Up with a 1ms boot timeout succeeded")
 	}

@@ -36,9 +36,11 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kforge/kforge/internal/fsx"
+	"github.com/kforge/kforge/progress"
 
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
@@ -85,7 +87,12 @@ type Options struct {
 	// rootfs carries, are hidden from them (overlay whiteouts of every file of those packages),
 	// so that an install of the runtime is proven on them.
 	Bare bool
-	// Logger receives progress and every local command's failure. Default: discard.
+	// Report hears what Up does, for people: a task per stage — the hosts' base rootfs (with a
+	// heartbeat while debootstrap builds it), starting the hosts, waiting for them to boot —
+	// with a line per host, and the teardown of a failed Up. Down reports through it too.
+	// Default: discard.
+	Report progress.Reporter
+	// Logger receives debug records. Default: discard.
 	Logger *slog.Logger
 }
 
@@ -104,10 +111,11 @@ type Lab struct {
 	// InventoryFile is a kforge inventory skeleton for the hosts.
 	InventoryFile string
 
-	log   *slog.Logger
-	mu    sync.Mutex // guards st
-	st    state
-	nodes map[string]*hostState
+	log    *slog.Logger
+	report progress.Reporter
+	mu     sync.Mutex // guards st
+	st     state
+	nodes  map[string]*hostState
 }
 
 // state is what the registry keeps about a lab, enough for another process to tear it down.
@@ -144,6 +152,9 @@ const (
 	// serializes address allocation, the bridge and the inotify limit between labs.
 	RegistryDir = "/run/kforge/lab"
 )
+
+// heartbeat is how often a stage that says nothing for long (debootstrap, booting) says it runs.
+const heartbeat = 10 * time.Second
 
 var nameRE = regexp.MustCompile(`^[a-z]([a-z0-9-]{0,18}[a-z0-9])?$`)
 
@@ -203,6 +214,9 @@ func (o *Options) setDefaults() error {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	if o.Report == nil {
+		o.Report = progress.Discard
+	}
 	return nil
 }
 
@@ -240,15 +254,17 @@ func Up(ctx context.Context, o Options) (_ *Lab, err error) {
 	if err := Prerequisites(); err != nil {
 		return nil, err
 	}
-	log := o.Logger.With("task", "lab "+o.Name)
+	log, r := o.Logger.With("lab", o.Name), o.Report
+	n := o.Hosts
+	hosts := fmt.Sprintf("%d hosts", n)
+	if o.LoadBalancer {
+		n++
+		hosts += " and a load balancer"
+	}
 	if old, err := Open(o.Name); err == nil {
-		old.log = log
-		want := o.Hosts
-		if o.LoadBalancer {
-			want++
-		}
-		if len(old.st.Hosts) == want && (old.LoadBalancer != nil) == o.LoadBalancer && old.allRunning() {
-			log.Info("lab already up")
+		old.log, old.report = log, r
+		if len(old.st.Hosts) == n && (old.LoadBalancer != nil) == o.LoadBalancer && old.allRunning() {
+			r(progress.Event{Kind: progress.Info, Task: "lab", Message: fmt.Sprintf("lab %s is already up with %s; nothing to do", o.Name, hosts)})
 			return old, nil
 		}
 		return nil, fmt.Errorf("lab %s already exists with another shape or stopped hosts (see `kforge lab status --name %s`): run `kforge lab down --name %s` first", o.Name, o.Name, o.Name)
@@ -258,8 +274,21 @@ func Up(ctx context.Context, o Options) (_ *Lab, err error) {
 	if err := checkDirFS(filepath.Dir(o.Dir)); err != nil {
 		return nil, err
 	}
-	rootfs, err := EnsureRootfs(ctx, o.CacheDir, log)
-	if err != nil {
+	// debootstrap says nothing for a minute or more: a heartbeat says it runs.
+	var rootfs string
+	what := "Debian " + Suite + " from the cache"
+	if !rootfsReady(rootfsDir(o.CacheDir)) {
+		what = "Debian " + Suite + ", not in the cache: building it with debootstrap (once; a minute or more)"
+	}
+	if err := progress.Task(r, "rootfs", what, func(r progress.Reporter) error {
+		defer progress.Every(r, heartbeat, func(el time.Duration) progress.Event {
+			return progress.Event{Kind: progress.Info, Duration: el, Message: fmt.Sprintf("building the hosts' base rootfs with debootstrap: %s so far; left: start %s, wait for them to boot",
+				progress.Round(el), hosts)}
+		})()
+		var err error
+		rootfs, err = EnsureRootfs(ctx, o.CacheDir, r)
+		return err
+	}); err != nil {
 		return nil, err
 	}
 	hier, err := cgroupHierarchies()
@@ -267,56 +296,69 @@ func Up(ctx context.Context, o Options) (_ *Lab, err error) {
 		return nil, err
 	}
 
-	l := &Lab{Name: o.Name, Dir: o.Dir, log: log}
+	l := &Lab{Name: o.Name, Dir: o.Dir, log: log, report: r}
 	l.st = state{Name: o.Name, Dir: o.Dir, Rootfs: rootfs, Bare: o.Bare, Created: time.Now().UTC()}
 	if err := l.register(ctx, o); err != nil {
 		return nil, err
 	}
 	defer func() {
 		if err != nil {
-			log.Info("lab up failed; tearing down what was created", "err", err)
+			r(progress.Event{Kind: progress.Info, Task: "lab", Message: fmt.Sprintf("lab %s did not come up; tearing down what it created", o.Name)})
 			if derr := l.Down(context.WithoutCancel(ctx)); derr != nil {
 				err = errors.Join(err, fmt.Errorf("and tearing down lab %s failed too (run `kforge lab down --name %s`): %w", o.Name, o.Name, derr))
 			}
 		}
 	}()
-	start := time.Now()
-	if err := l.writeFiles(); err != nil {
-		return nil, err
-	}
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(8)
-	for _, h := range l.st.Hosts {
-		g.Go(func() error {
-			// The registry learns each cgroup and PID as soon as they exist, so that Down
-			// (from this process or another) finds them even if this one dies half-way.
-			err := l.prepareHost(h, hier)
-			if serr := l.save(); err == nil {
-				err = serr
-			}
-			if err == nil {
-				err = l.startHost(gctx, h)
+	if err := progress.Task(r, "hosts", fmt.Sprintf("start lab %s: %s", o.Name, hosts), func(r progress.Reporter) error {
+		if err := l.writeFiles(); err != nil {
+			return err
+		}
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(8)
+		for _, h := range l.st.Hosts {
+			g.Go(func() error {
+				start := time.Now()
+				// The registry learns each cgroup and PID as soon as they exist, so that Down
+				// (from this process or another) finds them even if this one dies half-way.
+				err := l.prepareHost(h, hier)
 				if serr := l.save(); err == nil {
 					err = serr
 				}
+				if err == nil {
+					err = l.startHost(gctx, h)
+					if serr := l.save(); err == nil {
+						err = serr
+					}
+				}
+				if err != nil {
+					return fmt.Errorf("lab host %s: %w", h.Name, err)
+				}
+				r(progress.Event{Kind: progress.HostDone, Host: h.Name, Message: "started", Duration: time.Since(start)})
+				return nil
+			})
+		}
+		return g.Wait()
+	}); err != nil {
+		return nil, err
+	}
+	if err := progress.Task(r, "boot", fmt.Sprintf("wait until sshd answers and systemd runs on every host (timeout %s)", o.BootTimeout), func(r progress.Reporter) error {
+		var running atomic.Int64
+		defer progress.Every(r, heartbeat, func(el time.Duration) progress.Event {
+			return progress.Event{Kind: progress.Info, Duration: el, Message: fmt.Sprintf("waiting for %s to boot: %s so far; %d of %d running",
+				hosts, progress.Round(el), running.Load(), n)}
+		})()
+		if err := l.waitSSH(ctx, o.BootTimeout, l.st.Hosts); err != nil {
+			return err
+		}
+		return l.waitRunning(ctx, o.BootTimeout, l.st.Hosts, func(e progress.Event) {
+			if e.Kind == progress.HostDone {
+				running.Add(1)
 			}
-			if err != nil {
-				return fmt.Errorf("lab host %s: %w", h.Name, err)
-			}
-			return nil
+			r(e)
 		})
-	}
-	if err := g.Wait(); err != nil {
+	}); err != nil {
 		return nil, err
 	}
-	log.Info("hosts started; waiting for sshd", "hosts", len(l.st.Hosts), "took", time.Since(start).Round(time.Millisecond))
-	if err := l.waitSSH(ctx, o.BootTimeout, l.st.Hosts); err != nil {
-		return nil, err
-	}
-	if err := l.waitRunning(ctx, o.BootTimeout, l.st.Hosts); err != nil {
-		return nil, err
-	}
-	log.Info("lab up", "hosts", len(l.st.Hosts), "took", time.Since(start).Round(time.Millisecond))
 	return l, nil
 }
 
@@ -336,7 +378,7 @@ func Open(name string) (*Lab, error) {
 	if err := json.Unmarshal(b, &st); err != nil {
 		return nil, fmt.Errorf("lab %s: reading %s: %w", name, registryFile(name), err)
 	}
-	l := &Lab{Name: st.Name, Dir: st.Dir, st: st, log: slog.New(slog.DiscardHandler)}
+	l := &Lab{Name: st.Name, Dir: st.Dir, st: st, log: slog.New(slog.DiscardHandler), report: progress.Discard}
 	l.index()
 	return l, nil
 }
@@ -382,13 +424,21 @@ func Down(ctx context.Context, name string, log *slog.Logger) error {
 		return err
 	}
 	if log != nil {
-		l.log = log.With("task", "lab "+name)
+		l.SetLogger(log)
 	}
 	return l.Down(ctx)
 }
 
-// SetLogger sets where an opened lab logs.
-func (l *Lab) SetLogger(log *slog.Logger) { l.log = log.With("task", "lab "+l.Name) }
+// SetLogger sets where an opened lab logs debug records.
+func (l *Lab) SetLogger(log *slog.Logger) { l.log = log.With("lab", l.Name) }
+
+// SetReport sets who hears what an opened lab does (Down); nil: nobody.
+func (l *Lab) SetReport(r progress.Reporter) {
+	if r == nil {
+		r = progress.Discard
+	}
+	l.report = r
+}
 
 // index fills the public fields and the name index from st.
 func (l *Lab) index() {
@@ -475,7 +525,7 @@ func (l *Lab) register(ctx context.Context, o Options) error {
 		l.st.Hosts = append(l.st.Hosts, h)
 	}
 	l.index()
-	if err := raiseInotify(otherHosts+n, l.log); err != nil {
+	if err := raiseInotify(otherHosts+n, l.report); err != nil {
 		return err
 	}
 	return l.saveLocked()
@@ -632,10 +682,16 @@ func (l *Lab) Running(host string) bool {
 // Down stops every host (a clean shutdown, SIGKILL after 10 s) and removes everything the lab
 // created: processes, cgroups, veths, the host overlays and files, the registry entry; the
 // bridge and the raised inotify limit go with the last lab. A host whose processes cannot be
-// ended keeps its files, and Down returns an error; running it again retries.
+// ended keeps its files, and Down returns an error; running it again retries. It is reported as
+// the task "down", with a line per host.
 func (l *Lab) Down(ctx context.Context) error {
+	return progress.Task(l.report, "down", fmt.Sprintf("stop lab %s's %d hosts and remove everything it created", l.Name, len(l.st.Hosts)),
+		func(r progress.Reporter) error { return l.down(ctx, r) })
+}
+
+func (l *Lab) down(ctx context.Context, r progress.Reporter) error {
 	start := time.Now()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := start.Add(10 * time.Second)
 	var errs []error
 	var emu sync.Mutex
 	var wg sync.WaitGroup
@@ -643,11 +699,13 @@ func (l *Lab) Down(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := l.removeHost(ctx, h, deadline); err != nil {
+			if err := l.removeHost(ctx, h, deadline, r); err != nil {
 				emu.Lock()
 				errs = append(errs, fmt.Errorf("lab host %s: %w", h.Name, err))
 				emu.Unlock()
+				return
 			}
+			r(progress.Event{Kind: progress.HostDone, Host: h.Name, Message: "stopped and removed", Duration: time.Since(start)})
 		}()
 	}
 	wg.Wait()
@@ -675,10 +733,9 @@ func (l *Lab) Down(ctx context.Context) error {
 		if err := deleteBridge(ctx); err != nil {
 			return err
 		}
-		if err := restoreInotify(l.log); err != nil {
+		if err := restoreInotify(r); err != nil {
 			return err
 		}
 	}
-	l.log.Info("lab down", "took", time.Since(start).Round(time.Millisecond))
 	return nil
 }

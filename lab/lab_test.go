@@ -18,7 +18,7 @@ func TestOptionsDefaultsAndValidation(t *testing.T) {
 	if err := o.setDefaults(); err != nil {
 		t.Fatal(err)
 	}
-	if o.Name != "kforge" || o.Masters != 1 || o.Dir == "" || o.CacheDir == "" || o.BootTimeout == 0 || o.Logger == nil {
+	if o.Name != "kforge" || o.Masters != 1 || o.Dir == "" || o.CacheDir == "" || o.BootTimeout == 0 || o.Logger == nil || o.Report == nil {
 		t.Fatalf("defaults not applied: %+v", o)
 	}
 	for _, bad := range []Options{
@@ -162,9 +162,9 @@ func TestDownOfMissingLabIsNoop(t *testing.T) {
 	}
 }
 
-// testLogger sends the lab's progress to the test log.
+// testLogger sends the lab's debug records to the test log (testenv.Report its progress).
 func testLogger(t testing.TB) *slog.Logger {
-	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
 type testWriter struct{ t testing.TB }

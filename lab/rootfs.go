@@ -8,14 +8,13 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io/fs"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/kforge/kforge/internal/fsx"
+	"github.com/kforge/kforge/progress"
 )
 
 // Packages is what the base rootfs holds on top of debootstrap's minbase: systemd as init, sshd,
@@ -58,10 +57,14 @@ func RootfsHash() string {
 
 // EnsureRootfs returns the path of the base rootfs under cacheDir/lab, building it first when it
 // is missing. The build goes to a temporary directory renamed into place at the end, so an
-// interrupted build is never used; concurrent callers wait on a lock and reuse one build.
-func EnsureRootfs(ctx context.Context, cacheDir string, log *slog.Logger) (string, error) {
+// interrupted build is never used; concurrent callers wait on a lock and reuse one build. r hears
+// what it does (nil: nothing).
+func EnsureRootfs(ctx context.Context, cacheDir string, r progress.Reporter) (string, error) {
+	if r == nil {
+		r = progress.Discard
+	}
 	dir := filepath.Join(cacheDir, "lab")
-	final := filepath.Join(dir, "rootfs-"+RootfsHash())
+	final := rootfsDir(cacheDir)
 	if rootfsReady(final) {
 		return final, nil
 	}
@@ -91,8 +94,7 @@ func EnsureRootfs(ctx context.Context, cacheDir string, log *slog.Logger) (strin
 		return "", err
 	}
 	tmp := final + ".tmp"
-	start := time.Now()
-	log.Info("building the lab's base rootfs (once; cached)", "dir", final, "mirror", mirror)
+	r(progress.Event{Kind: progress.Info, Message: fmt.Sprintf("debootstrap %s from %s into %s (once; cached)", Suite, mirror, final)})
 	// A private mount namespace: debootstrap's /proc, /sys and /dev mounts inside the target die
 	// with it, so an interrupted build never leaves mounts that a later cleanup could recurse into.
 	cmd := exec.CommandContext(ctx, "unshare", "--mount", "--propagation", "private",
@@ -107,9 +109,11 @@ func EnsureRootfs(ctx context.Context, cacheDir string, log *slog.Logger) (strin
 	if err := os.Rename(tmp, final); err != nil {
 		return "", fmt.Errorf("lab rootfs: %w", err)
 	}
-	log.Info("base rootfs built", "dir", final, "took", time.Since(start).Round(time.Second))
 	return final, nil
 }
+
+// rootfsDir is where the base rootfs of this kforge's recipe is cached under cacheDir.
+func rootfsDir(cacheDir string) string { return filepath.Join(cacheDir, "lab", "rootfs-"+RootfsHash()) }
 
 func rootfsReady(dir string) bool {
 	_, err := os.Stat(filepath.Join(dir, "etc", "kforge-lab", "rootfs"))

@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
 	"syscall"
 
 	"github.com/kforge/kforge/internal/fsx"
+	"github.com/kforge/kforge/progress"
 )
 
 // inotifyLimit is the one machine-wide setting the lab may change: every booted systemd host
@@ -34,7 +34,7 @@ func inotifyFile() string { return filepath.Join(RegistryDir, "inotify.json") }
 
 // raiseInotify makes room for hosts lab hosts (all labs', including the new ones) on top of what
 // the machine uses now. Called under the registry lock.
-func raiseInotify(hosts int, log *slog.Logger) error {
+func raiseInotify(hosts int, r progress.Reporter) error {
 	cur, err := readInt(inotifyLimit)
 	if err != nil {
 		return fmt.Errorf("reading %s: %w", inotifyLimit, err)
@@ -60,13 +60,13 @@ func raiseInotify(hosts int, log *slog.Logger) error {
 	}
 	saved.Set = need
 	b, _ = json.Marshal(saved)
-	log.Info("raised fs.inotify.max_user_instances for the lab hosts; restored when the last lab is down", "from", cur, "to", need)
+	r(progress.Event{Kind: progress.Info, Message: fmt.Sprintf("raised fs.inotify.max_user_instances from %d to %d for the lab hosts; restored when the last lab is down", cur, need)})
 	return fsx.WriteFile(inotifyFile(), b, 0o644)
 }
 
 // restoreInotify puts back the original limit if the lab raised it and it still holds the
 // lab's value. Called under the registry lock when no lab is left.
-func restoreInotify(log *slog.Logger) error {
+func restoreInotify(r progress.Reporter) error {
 	b, err := os.ReadFile(inotifyFile())
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
@@ -86,9 +86,9 @@ func restoreInotify(log *slog.Logger) error {
 		if err := os.WriteFile(inotifyLimit, []byte(strconv.Itoa(saved.Original)), 0o644); err != nil {
 			return fmt.Errorf("restoring %s to %d: %w", inotifyLimit, saved.Original, err)
 		}
-		log.Info("restored fs.inotify.max_user_instances", "to", saved.Original)
+		r(progress.Event{Kind: progress.Info, Message: fmt.Sprintf("restored fs.inotify.max_user_instances to %d", saved.Original)})
 	} else {
-		log.Warn("fs.inotify.max_user_instances was changed by someone else since the lab raised it; leaving it", "now", cur, "lab set", saved.Set, "original", saved.Original)
+		r(progress.Event{Kind: progress.Info, Message: fmt.Sprintf("left fs.inotify.max_user_instances at %d: it was changed by someone else since the lab set it to %d (it was %d before)", cur, saved.Set, saved.Original)})
 	}
 	return os.Remove(inotifyFile())
 }

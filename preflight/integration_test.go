@@ -57,7 +57,7 @@ func TestFactsAndPreflightOnLab(t *testing.T) {
 	if err := lab.Down(ctx, labName, nil); err != nil {
 		t.Fatalf("tearing down a leftover lab: %v", err)
 	}
-	l, err := lab.Up(ctx, lab.Options{Name: labName, Hosts: 2, Masters: 1, Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil))})
+	l, err := lab.Up(ctx, lab.Options{Name: labName, Hosts: 2, Masters: 1, Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil)), Report: testenv.Report(t)})
 	if err != nil {
 		t.Fatalf("lab up: %v", err)
 	}
