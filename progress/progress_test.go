@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -126,21 +125,5 @@ func TestTaskReportsStartAndEnd(t *testing.T) {
 	}
 	if l := tm.List(); len(l) != 2 || l[0].Task != "pause" || l[0].Duration != events[3].Duration || l[1].Task != "etcd" {
 		t.Errorf("timings %+v", l)
-	}
-}
-
-// TestLogHandlerTurnsInfoIntoEvents: a package's Info records become progress events (task from
-// the "task" attribute, other attributes after the message); debug records go to the log only.
-func TestLogHandlerTurnsInfoIntoEvents(t *testing.T) {
-	var events []Event
-	var debug bytes.Buffer
-	log := slog.New(LogHandler(func(e Event) { events = append(events, e) }, slog.NewTextHandler(&debug, &slog.HandlerOptions{Level: slog.LevelDebug})))
-	log.With("task", "lab demo").Info("hosts started", "hosts", 3)
-	log.Debug("a command", "cmd", "ip link")
-	if len(events) != 1 || events[0].Task != "lab demo" || events[0].Message != "lab demo: hosts started (hosts 3)" || events[0].Kind != Info {
-		t.Errorf("events %+v", events)
-	}
-	if !strings.Contains(debug.String(), "ip link") || strings.Contains(debug.String(), "hosts started") {
-		t.Errorf("debug log %q", debug.String())
 	}
 }

@@ -35,9 +35,12 @@ type LabUpCmd struct {
 
 func (c *LabUpCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Logger) error {
 	start := time.Now()
+	p := progress.NewPrinter(s.Out, s.Err, g.Output == "json", log)
+	var timings progress.Timings
 	l, err := lab.Up(ctx, lab.Options{
 		Name: c.Name, Hosts: c.Hosts, Masters: c.Masters, LoadBalancer: c.LoadBalancer,
-		Dir: c.Dir, CacheDir: c.CacheDir, BootTimeout: c.BootTimeout, Bare: c.Bare, Logger: labLogger(s, g, log),
+		Dir: c.Dir, CacheDir: c.CacheDir, BootTimeout: c.BootTimeout, Bare: c.Bare,
+		Report: timings.Report(p.Report), Logger: log,
 	})
 	if errors.Is(err, lab.ErrInvalidOptions) {
 		return labUsageError{err}
@@ -45,10 +48,12 @@ func (c *LabUpCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Lo
 	if err != nil {
 		return err
 	}
+	p.Summary(fmt.Sprintf("lab %s is up: %d hosts", l.Name, len(l.Hosts)), time.Since(start), timings.List())
 	if g.Output == "json" {
-		return json.NewEncoder(s.Out).Encode(labJSON(l))
+		m := labJSON(l)
+		m["event"] = "lab-up"
+		return json.NewEncoder(s.Out).Encode(m)
 	}
-	fmt.Fprintf(s.Err, "lab %s: %d hosts up in %s\n", l.Name, len(l.Hosts), time.Since(start).Round(100*time.Millisecond))
 	fmt.Fprintf(s.Out, "inventory:   %s\nidentity:    %s\nknown_hosts: %s\n", l.InventoryFile, l.IdentityFile, l.KnownHostsFile)
 	fmt.Fprintf(s.Out, "try:         ssh -i %s -o UserKnownHostsFile=%s -o StrictHostKeyChecking=yes root@%s\n",
 		l.IdentityFile, l.KnownHostsFile, l.Hosts[0].Address)
@@ -127,18 +132,23 @@ func (c *LabDownCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.
 			return err
 		}
 	}
+	p := progress.NewPrinter(s.Out, s.Err, g.Output == "json", log)
 	var errs []error
 	for _, n := range names {
-		start := time.Now()
-		if _, err := lab.Open(n); errors.Is(err, lab.ErrNotFound) {
-			fmt.Fprintf(s.Err, "lab %s: not found (nothing to do)\n", n)
+		l, err := lab.Open(n)
+		if errors.Is(err, lab.ErrNotFound) {
+			p.Report(progress.Event{Kind: progress.Info, Task: "down", Message: fmt.Sprintf("lab %s: not found (nothing to do)", n)})
 			continue
 		}
-		if err := lab.Down(ctx, n, labLogger(s, g, log)); err != nil {
+		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		fmt.Fprintf(s.Err, "lab %s: down in %s\n", n, time.Since(start).Round(100*time.Millisecond))
+		l.SetLogger(log)
+		l.SetReport(p.Report)
+		if err := l.Down(ctx); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -154,12 +164,4 @@ func labJSON(l *lab.Lab) map[string]any {
 		"name": l.Name, "dir": l.Dir, "hosts": l.Hosts, "loadBalancer": l.LoadBalancer,
 		"inventory": l.InventoryFile, "identityFile": l.IdentityFile, "knownHostsFile": l.KnownHostsFile,
 	}
-}
-
-// labLogger is the bound logger (the debug log file; stderr with -v) with the lab's progress,
-// its Info records, taking the one progress path: the same lines, --output json events and
-// debug-log records as every long command.
-func labLogger(s *streams, g *Globals, log *slog.Logger) *slog.Logger {
-	p := progress.NewPrinter(s.Out, s.Err, g.Output == "json", log)
-	return slog.New(progress.LogHandler(p.Report, log.Handler()))
 }
