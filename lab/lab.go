@@ -154,7 +154,7 @@ const (
 )
 
 // heartbeat is how often a stage that says nothing for long (debootstrap, booting) says it runs.
-const heartbeat = 10 * time.Second
+const heartbeat = 8 * time.Second
 
 var nameRE = regexp.MustCompile(`^[a-z]([a-z0-9-]{0,18}[a-z0-9])?$`)
 
