@@ -7,38 +7,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/kforge/kforge/internal/testenv"
 	"github.com/kforge/kforge/progress"
 )
-
-// events is a concurrency-safe progress.Reporter that keeps what it is given.
-type events struct {
-	mu   sync.Mutex
-	list []progress.Event
-}
-
-func (e *events) report(ev progress.Event) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.list = append(e.list, ev)
-}
-
-// of returns, in order, the events of task.
-func (e *events) of(task string) []progress.Event {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	var out []progress.Event
-	for _, ev := range e.list {
-		if ev.Task == task {
-			out = append(out, ev)
-		}
-	}
-	return out
-}
 
 // slowGo writes a go command that says nothing for a while before each build, as go does while
 // it compiles Kubernetes, then runs the real go; it records each call in calls.
@@ -66,8 +40,8 @@ func TestBuildModulesReportsEachComponent(t *testing.T) {
 	again := pauseModule("3.10.2")
 	again.Name = "pause-again" // the same tiny program, built into its own cache directory
 	mods := []goModule{pauseModule("3.10.2"), again}
-	var ev events
-	o := BuildOptions{CacheDir: t.TempDir(), Go: gocmd, Heartbeat: 50 * time.Millisecond, Report: ev.report}
+	var ev progress.Recorder
+	o := BuildOptions{CacheDir: t.TempDir(), Go: gocmd, Heartbeat: 50 * time.Millisecond, Report: ev.Report}
 
 	dirs, err := o.buildModules(context.Background(), mods, "1 image")
 	if err != nil {
@@ -79,7 +53,7 @@ func TestBuildModulesReportsEachComponent(t *testing.T) {
 		}
 	}
 	for _, c := range []struct{ task, left string }{{"pause", "pause-again, 1 image"}, {"pause-again", "1 image"}} {
-		es := ev.of(c.task)
+		es := ev.Of(c.task)
 		if len(es) < 2 || es[0].Kind != progress.Started || es[0].Message != "3.10.2, not in the cache: building it from Go modules" {
 			t.Fatalf("%s: events %+v", c.task, es)
 		}
@@ -112,7 +86,7 @@ func TestBuildModulesReportsEachComponent(t *testing.T) {
 
 	// Again, from the cache: no go command, and each task says where it came from.
 	before, _ := os.ReadFile(calls)
-	ev = events{}
+	ev = progress.Recorder{}
 	dirs2, err := o.buildModules(context.Background(), mods, "1 image")
 	if err != nil {
 		t.Fatal(err)
@@ -121,7 +95,7 @@ func TestBuildModulesReportsEachComponent(t *testing.T) {
 		t.Errorf("cached build ran go (%q) or moved (%s, was %s)", strings.TrimPrefix(string(after), string(before)), dirs2["pause"], dirs["pause"])
 	}
 	for _, task := range []string{"pause", "pause-again"} {
-		es := ev.of(task)
+		es := ev.Of(task)
 		if len(es) < 2 || es[0].Message != "3.10.2 from the cache" || es[len(es)-1].Kind != progress.Done {
 			t.Errorf("%s from the cache: %+v", task, es)
 		}
@@ -136,19 +110,19 @@ func TestBuildModulesReportsAFailure(t *testing.T) {
 	if err := os.WriteFile(gocmd, []byte("#!/bin/sh\necho 'go: no network' >&2\nexit 3\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	var ev events
-	o := BuildOptions{CacheDir: t.TempDir(), Go: gocmd, Report: ev.report}
+	var ev progress.Recorder
+	o := BuildOptions{CacheDir: t.TempDir(), Go: gocmd, Report: ev.Report}
 	next := pauseModule("3.10.2")
 	next.Name = "next"
 	_, err := o.buildModules(context.Background(), []goModule{pauseModule("3.10.2"), next}, "")
 	if err == nil || !strings.Contains(err.Error(), "build pause: go mod tidy") {
 		t.Fatalf("err %v", err)
 	}
-	es := ev.of("pause")
+	es := ev.Of("pause")
 	if last := es[len(es)-1]; last.Kind != progress.Failed || !strings.Contains(last.Err, "exit status 3") {
 		t.Errorf("last event %+v", last)
 	}
-	if n := ev.of("next"); len(n) != 0 {
+	if n := ev.Of("next"); len(n) != 0 {
 		t.Errorf("the component after a failure was started: %+v", n)
 	}
 }
@@ -166,16 +140,16 @@ func TestImageArchivesReportEachImage(t *testing.T) {
 		specs = append(specs, imageSpec{Component: c, Name: "registry.k8s.io/" + c + ":1", Entrypoint: []string{"/" + c},
 			Files: []imageFile{{Path: "/" + c, Src: bin}}})
 	}
-	var ev events
-	o := BuildOptions{CacheDir: t.TempDir(), Report: ev.report}
+	var ev progress.Recorder
+	o := BuildOptions{CacheDir: t.TempDir(), Report: ev.Report}
 	for _, want := range []string{", not in the cache: writing its archive", " from the cache"} {
-		ev = events{}
+		ev = progress.Recorder{}
 		archives, err := o.imageArchives(context.Background(), specs)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for i, s := range specs {
-			es := ev.of("image " + s.Component)
+			es := ev.Of("image " + s.Component)
 			if len(es) < 2 || es[0].Kind != progress.Started || es[0].Message != s.Name+want || es[len(es)-1].Kind != progress.Done {
 				t.Errorf("image %s: events %+v, want started %q and done", s.Component, es, s.Name+want)
 			}

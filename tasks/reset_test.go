@@ -221,21 +221,15 @@ func resetFleet(t *testing.T, dirty bool) (*Reset, map[string]*fakeNode, string)
 	return a, hosts, dir
 }
 
-type recorder struct {
-	mu     sync.Mutex
-	events []progress.Event
-}
+// recorder keeps a run's events.
+type recorder struct{ progress.Recorder }
 
-func (r *recorder) report(e progress.Event) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.events = append(r.events, e)
-}
+func (r *recorder) report(e progress.Event) { r.Report(e) }
 
 // hostLines returns task → host → message of the host-done events.
 func (r *recorder) hostLines() map[string]map[string]string {
 	out := map[string]map[string]string{}
-	for _, e := range r.events {
+	for _, e := range r.Events() {
 		if e.Kind == progress.HostDone {
 			if out[e.Task] == nil {
 				out[e.Task] = map[string]string{}
@@ -342,7 +336,7 @@ func TestResetTwiceOnFakeHosts(t *testing.T) {
 			}
 		}
 	}
-	for _, e := range r2.events {
+	for _, e := range r2.Events() {
 		if e.Kind == progress.Info && strings.HasPrefix(e.Message, "deleted") {
 			t.Errorf("second reset deleted state: %s", e.Message)
 		}
@@ -362,8 +356,8 @@ func TestResetTwiceOnFakeHosts(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(state, "pki")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("PKI still there after purge: %v", err)
 	}
-	if n := len(r3.events); n != 5 { // 2× started/done, one "deleted"
-		t.Errorf("purge events %+v", r3.events)
+	if n := len(r3.Events()); n != 5 { // 2× started/done, one "deleted"
+		t.Errorf("purge events %+v", r3.Events())
 	}
 }
 
