@@ -74,8 +74,14 @@ func TestShipBundleToLabHosts(t *testing.T) {
 	}
 	t.Logf("first ship to %d hosts: %s", len(targets), time.Since(start).Round(time.Millisecond))
 	master, worker := l.Hosts[0].Name, l.Hosts[1].Name
-	if p := plans[master]; len(p.Install) != len(m.Files) || len(p.Import) != len(m.Images) {
-		t.Errorf("master plan: %d files, %d images; want all %d and %d", len(p.Install), len(p.Import), len(m.Files), len(m.Images))
+	files := 0 // the hosts run their own containerd: the bundle's runtime is not shipped
+	for _, f := range m.Files {
+		if !IsRuntime(f.Name) {
+			files++
+		}
+	}
+	if p := plans[master]; len(p.Install) != files || len(p.Import) != len(m.Images) {
+		t.Errorf("master plan: %d files, %d images; want %d and %d", len(p.Install), len(p.Import), files, len(m.Images))
 	}
 	for _, im := range plans[worker].Import {
 		if im.ControlPlaneOnly {

@@ -34,6 +34,19 @@ type Need struct {
 	// Only, when set, limits this shipment to the files (by name) and images (by component) it
 	// accepts: a master ships its control plane first and the rest while the API server starts.
 	Only func(name string) bool
+	// Runtime also ships the container runtime (containerd, its shim, ctr, runc): only for
+	// hosts whose runtime kforge installs (containerRuntime.install: bundle); a host running
+	// its own containerd must not get another ctr on its PATH.
+	Runtime bool
+}
+
+// IsRuntime says whether the bundle file named name is part of the container runtime.
+func IsRuntime(name string) bool {
+	switch name {
+	case "containerd", "containerd-shim-runc-v2", "ctr", "runc":
+		return true
+	}
+	return false
 }
 
 // tools are binaries for people, not for running a node: control-plane hosts only.
@@ -73,6 +86,9 @@ func (p HostPlan) Bytes() int64 {
 func PlanHost(m *Manifest, have HostState, need Need) HostPlan {
 	var p HostPlan
 	for _, f := range m.Files {
+		if IsRuntime(f.Name) && !need.Runtime {
+			continue
+		}
 		if need.wants(f.Name, tools[f.Name]) && have.Files[f.Install] != f.SHA256 {
 			p.Install = append(p.Install, f)
 		}

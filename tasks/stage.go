@@ -73,7 +73,7 @@ func (a *Apply) stageHost(ctx context.Context, n inventory.Node, r progress.Repo
 	var did []string
 	installed := false
 	if a.manifest != nil && a.inv.ContainerRuntime.Install == inventory.RuntimeFromBundle {
-		p, msg, err := a.ship(ctx, h, bundle.Need{Only: isRuntimeBinary}, r)
+		p, msg, err := a.ship(ctx, h, bundle.Need{Runtime: true, Only: bundle.IsRuntime}, r)
 		if err != nil {
 			return err
 		}
@@ -134,15 +134,6 @@ func controlPlaneFirst(name string) bool {
 	switch name {
 	case "kubelet", "bridge", "host-local", "loopback", "portmap",
 		"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "pause":
-		return true
-	}
-	return false
-}
-
-// isRuntimeBinary names the bundle's container runtime files, installed before the rest.
-func isRuntimeBinary(name string) bool {
-	switch name {
-	case "containerd", "containerd-shim-runc-v2", "ctr", "runc":
 		return true
 	}
 	return false
