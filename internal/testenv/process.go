@@ -96,6 +96,9 @@ func WritePair(t testing.TB, dir, base string, kp *pki.KeyPair) (crt, key string
 		t.Fatal(err)
 	}
 	crt, key = filepath.Join(dir, base+".crt"), filepath.Join(dir, base+".key")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.WriteFile(crt, pki.EncodeCert(kp.Cert), 0o600); err != nil {
 		t.Fatal(err)
 	}
