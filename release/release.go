@@ -44,11 +44,19 @@ type Release struct {
 // etcd, CoreDNS and pause columns are what kubeadm of that minor pins
 // (cmd/kubeadm/app/constants); the CNI plugins and flannel columns are the releases kforge
 // has been proven with on that minor. `kforge bundle build` checks the image columns against
-// the built kubeadm's `kubeadm config images list`.
+// the built kubeadm's `kubeadm config images list`. The containerd column is the newest line
+// containerd's support matrix lists first for the minor (v2.4.2's RELEASES.md: 1.35 "2.2.0+,
+// 2.1.5+", 1.36 "2.3.0+, 2.2.0+", 1.37 "2.4.0+, 2.3.0+"), at its latest patch release on the
+// module proxy; runc is what that containerd pins.
 var releases = []Release{
+	{Minor: "v1.35", Kubernetes: "v1.35.4", Etcd: "v3.6.6", EtcdImageTag: "3.6.6-0", CoreDNS: "v1.13.1", Pause: "3.10.1", CNIPlugins: "v1.9.1", Flannel: "v0.28.10",
+		Containerd: "v2.2.9", Runc: "v1.3.6"},
 	// v1.36 is the last minor that runs on containerd 1.x.
 	{Minor: "v1.36", Kubernetes: "v1.36.3", Etcd: "v3.6.8", EtcdImageTag: "3.6.8-0", CoreDNS: "v1.14.2", Pause: "3.10.2", CNIPlugins: "v1.9.1", Flannel: "v0.28.10",
 		Containerd: "v2.3.7", Runc: "v1.5.2"},
+	// v1.37's kubelet needs containerd 2; etcd 3.7 is what kubeadm v1.37 defaults to.
+	{Minor: "v1.37", Kubernetes: "v1.37.2", Etcd: "v3.7.0", EtcdImageTag: "3.7.0-0", CoreDNS: "v1.14.6", Pause: "3.10.2", CNIPlugins: "v1.9.1", Flannel: "v0.28.10",
+		Containerd: "v2.4.2", Runc: "v1.5.2"},
 }
 
 // defaultMinor is the minor kforge installs when the inventory names no version; its row's
@@ -61,7 +69,7 @@ const DefaultImageRepository = "registry.k8s.io"
 // flannelImage is where flannel publishes its image; it does not follow the image repository.
 const flannelImage = "ghcr.io/flannel-io/flannel"
 
-// Supported returns the supported minors in order, e.g. ["v1.36"].
+// Supported returns the supported minors in order, e.g. ["v1.35", "v1.36", "v1.37"].
 func Supported() []string {
 	out := make([]string, len(releases))
 	for i, r := range releases {
@@ -105,15 +113,23 @@ func For(version string) (Release, error) {
 			return r, nil
 		}
 	}
+	return Release{}, &VersionError{
+		Version: version,
+		Msg:     fmt.Sprintf("Kubernetes %s is not supported by this kforge", version),
+		Hint:    "use " + SupportedList() + " (default " + Default() + ")",
+	}
+}
+
+// SupportedList is the supported minors for a person: "v1.35.x, v1.36.x or v1.37.x".
+func SupportedList() string {
 	var use []string
 	for _, m := range Supported() {
 		use = append(use, m+".x")
 	}
-	return Release{}, &VersionError{
-		Version: version,
-		Msg:     fmt.Sprintf("Kubernetes %s is not supported by this kforge", version),
-		Hint:    "use " + strings.Join(use, " or ") + " (default " + Default() + ")",
+	if len(use) == 1 {
+		return use[0]
 	}
+	return strings.Join(use[:len(use)-1], ", ") + " or " + use[len(use)-1]
 }
 
 // Images are the image references of one release's components, exactly as the static pods,

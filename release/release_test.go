@@ -9,16 +9,47 @@ import (
 )
 
 func TestSupportedAndDefault(t *testing.T) {
-	if got := Supported(); !slices.Equal(got, []string{"v1.36"}) {
-		t.Errorf("Supported() = %q, want [v1.36]", got)
+	if got := Supported(); !slices.Equal(got, []string{"v1.35", "v1.36", "v1.37"}) {
+		t.Errorf("Supported() = %q, want [v1.35 v1.36 v1.37]", got)
 	}
+	if got := SupportedList(); got != "v1.35.x, v1.36.x or v1.37.x" {
+		t.Errorf("SupportedList() = %q", got)
+	}
+	// The default stays v1.36.3 while v1.37 needs containerd 2, which kforge does not install.
 	if got := Default(); got != "v1.36.3" {
 		t.Errorf("Default() = %q, want v1.36.3", got)
 	}
 	// Supported hands out a copy: a caller cannot change the catalogue.
 	Supported()[0] = "v9.9"
-	if Supported()[0] != "v1.36" {
+	if Supported()[0] != "v1.35" {
 		t.Error("changing Supported's result changed the catalogue")
+	}
+}
+
+// TestRowsAreKubeadms pins each row to what kubeadm of its minor pins
+// (cmd/kubeadm/app/constants: DefaultEtcdVersion, CoreDNSVersion, PauseVersion), read from
+// k8s.io/kubernetes v1.35.4, v1.36.3 and v1.37.2 (`kforge bundle build` checks the same against
+// the built kubeadm's `kubeadm config images list`), and to the containerd containerd's support
+// matrix recommends for the minor, with the runc that containerd pins
+// (script/setup/runc-version: v2.2.9 pins v1.3.6, v2.3.7 and v2.4.2 pin v1.5.2).
+func TestRowsAreKubeadms(t *testing.T) {
+	want := map[string]Release{
+		"v1.35.4": {Minor: "v1.35", Kubernetes: "v1.35.4", Etcd: "v3.6.6", EtcdImageTag: "3.6.6-0", CoreDNS: "v1.13.1", Pause: "3.10.1", CNIPlugins: "v1.9.1", Flannel: "v0.28.10", Containerd: "v2.2.9", Runc: "v1.3.6"},
+		"v1.36.3": {Minor: "v1.36", Kubernetes: "v1.36.3", Etcd: "v3.6.8", EtcdImageTag: "3.6.8-0", CoreDNS: "v1.14.2", Pause: "3.10.2", CNIPlugins: "v1.9.1", Flannel: "v0.28.10", Containerd: "v2.3.7", Runc: "v1.5.2"},
+		"v1.37.2": {Minor: "v1.37", Kubernetes: "v1.37.2", Etcd: "v3.7.0", EtcdImageTag: "3.7.0-0", CoreDNS: "v1.14.6", Pause: "3.10.2", CNIPlugins: "v1.9.1", Flannel: "v0.28.10", Containerd: "v2.4.2", Runc: "v1.5.2"},
+	}
+	for _, r := range releases {
+		w, ok := want[r.Kubernetes]
+		if !ok {
+			t.Errorf("row %s: default %s has no expectation here; add it", r.Minor, r.Kubernetes)
+			continue
+		}
+		if r != w {
+			t.Errorf("row %s = %+v\nwant %+v", r.Minor, r, w)
+		}
+	}
+	if len(releases) != len(want) {
+		t.Errorf("%d rows, want %d", len(releases), len(want))
 	}
 }
 
@@ -64,9 +95,14 @@ func TestFor(t *testing.T) {
 		{version: "v1.36.3", want: Release{Minor: "v1.36", Kubernetes: "v1.36.3", Etcd: "v3.6.8", EtcdImageTag: "3.6.8-0", CoreDNS: "v1.14.2", Pause: "3.10.2", CNIPlugins: "v1.9.1", Flannel: "v0.28.10", Containerd: "v2.3.7", Runc: "v1.5.2"}},
 		{version: "v1.36.0", want: Release{Minor: "v1.36", Kubernetes: "v1.36.0", Etcd: "v3.6.8", EtcdImageTag: "3.6.8-0", CoreDNS: "v1.14.2", Pause: "3.10.2", CNIPlugins: "v1.9.1", Flannel: "v0.28.10", Containerd: "v2.3.7", Runc: "v1.5.2"}},
 		{version: "v1.36.1-rc.0", want: Release{Minor: "v1.36", Kubernetes: "v1.36.1-rc.0", Etcd: "v3.6.8", EtcdImageTag: "3.6.8-0", CoreDNS: "v1.14.2", Pause: "3.10.2", CNIPlugins: "v1.9.1", Flannel: "v0.28.10", Containerd: "v2.3.7", Runc: "v1.5.2"}},
-		{version: "v1.29.0", err: "Kubernetes v1.29.0 is not supported by this kforge; use v1.36.x (default v1.36.3)"},
-		{version: "v1.37.0", err: "Kubernetes v1.37.0 is not supported by this kforge; use v1.36.x (default v1.36.3)"},
-		{version: "v2.36.0", err: "Kubernetes v2.36.0 is not supported by this kforge; use v1.36.x (default v1.36.3)"},
+		{version: "v1.35.4", want: Release{Minor: "v1.35", Kubernetes: "v1.35.4", Etcd: "v3.6.6", EtcdImageTag: "3.6.6-0", CoreDNS: "v1.13.1", Pause: "3.10.1", CNIPlugins: "v1.9.1", Flannel: "v0.28.10", Containerd: "v2.2.9", Runc: "v1.3.6"}},
+		{version: "v1.35.0", want: Release{Minor: "v1.35", Kubernetes: "v1.35.0", Etcd: "v3.6.6", EtcdImageTag: "3.6.6-0", CoreDNS: "v1.13.1", Pause: "3.10.1", CNIPlugins: "v1.9.1", Flannel: "v0.28.10", Containerd: "v2.2.9", Runc: "v1.3.6"}},
+		{version: "v1.37.2", want: Release{Minor: "v1.37", Kubernetes: "v1.37.2", Etcd: "v3.7.0", EtcdImageTag: "3.7.0-0", CoreDNS: "v1.14.6", Pause: "3.10.2", CNIPlugins: "v1.9.1", Flannel: "v0.28.10", Containerd: "v2.4.2", Runc: "v1.5.2"}},
+		{version: "v1.37.0-rc.1", want: Release{Minor: "v1.37", Kubernetes: "v1.37.0-rc.1", Etcd: "v3.7.0", EtcdImageTag: "3.7.0-0", CoreDNS: "v1.14.6", Pause: "3.10.2", CNIPlugins: "v1.9.1", Flannel: "v0.28.10", Containerd: "v2.4.2", Runc: "v1.5.2"}},
+		{version: "v1.29.0", err: "Kubernetes v1.29.0 is not supported by this kforge; use v1.35.x, v1.36.x or v1.37.x (default v1.36.3)"},
+		{version: "v1.34.9", err: "Kubernetes v1.34.9 is not supported by this kforge; use v1.35.x, v1.36.x or v1.37.x (default v1.36.3)"},
+		{version: "v1.38.0", err: "Kubernetes v1.38.0 is not supported by this kforge; use v1.35.x, v1.36.x or v1.37.x (default v1.36.3)"},
+		{version: "v2.36.0", err: "Kubernetes v2.36.0 is not supported by this kforge; use v1.35.x, v1.36.x or v1.37.x (default v1.36.3)"},
 		{version: "1.36.3", err: `"1.36.3" is not a Kubernetes version; write it as v1.36.3`},
 		{version: "v1.36", err: `"v1.36" is not a Kubernetes version; write it as v1.36.3`},
 		{version: "v1.036.3", err: `"v1.036.3" is not a Kubernetes version; write it as v1.36.3`},
@@ -221,5 +257,69 @@ func TestSkewOKOtherComponents(t *testing.T) {
 	}
 	if err := SkewOK("kube-scheduler", "v1.36.3", "v1.34.0"); err == nil || !strings.Contains(err.Error(), "allows kube-scheduler v1.35 to v1.36") {
 		t.Errorf("kube-scheduler two minors older: %v", err)
+	}
+}
+
+// TestUpgradePathThroughTheCatalogue: the catalogue's rows are consecutive minors, so every
+// supported release can be reached from the oldest one step at a time, and the skew policy
+// holds at each step's midpoint (the new kube-apiserver with the old kubelets, controller
+// managers and schedulers; old and new kube-apiservers side by side).
+func TestUpgradePathThroughTheCatalogue(t *testing.T) {
+	for i := 1; i < len(releases); i++ {
+		from, to := releases[i-1].Kubernetes, releases[i].Kubernetes
+		if err := CanUpgrade(from, to); err != nil {
+			t.Errorf("CanUpgrade(%s, %s): %v", from, to, err)
+		}
+		if err := CanUpgrade(to, from); err == nil {
+			t.Errorf("CanUpgrade(%s, %s) allowed a minor downgrade", to, from)
+		}
+		for _, c := range []string{"kubelet", "kube-proxy", "kube-controller-manager", "kube-scheduler", "kubectl", "kube-apiserver"} {
+			if err := SkewOK(c, to, from); err != nil {
+				t.Errorf("mid-upgrade %s → %s: %s %s with kube-apiserver %s: %v", from, to, c, from, to, err)
+			}
+		}
+		if err := SkewOK("kube-apiserver", from, to); err != nil {
+			t.Errorf("HA kube-apiservers %s and %s: %v", from, to, err)
+		}
+		if err := KubeletSkewOK(from, to); err == nil {
+			t.Errorf("kubelet %s was allowed with kube-apiserver %s: kubelets upgrade after the control plane", to, from)
+		}
+	}
+}
+
+func TestSkewAndUpgradeBetweenSupportedMinors(t *testing.T) {
+	for _, c := range []struct {
+		from, to string
+		err      string
+	}{
+		{"v1.35.4", "v1.36.3", ""},
+		{"v1.36.3", "v1.37.2", ""},
+		{"v1.35.0", "v1.35.4", ""},
+		{"v1.37.2", "v1.37.0", ""},
+		{"v1.35.4", "v1.37.2", "cannot upgrade from v1.35.4 to v1.37.2 in one step: upgrades move one minor at a time; upgrade to a v1.36.x release first"},
+		{"v1.37.2", "v1.36.3", "cannot upgrade from v1.37.2 to v1.36.3: that downgrades the minor, which Kubernetes does not support; stay on a v1.37.x release"},
+	} {
+		err := CanUpgrade(c.from, c.to)
+		if c.err == "" && err != nil || c.err != "" && (err == nil || err.Error() != c.err) {
+			t.Errorf("CanUpgrade(%s, %s) = %v, want %q", c.from, c.to, err, c.err)
+		}
+	}
+	for _, c := range []struct {
+		component, apiserver, version string
+		ok                            bool
+	}{
+		{"kubelet", "v1.37.2", "v1.35.4", true},    // two minors behind: allowed
+		{"kube-proxy", "v1.37.2", "v1.35.4", true}, // likewise
+		{"kubelet", "v1.35.4", "v1.36.3", false},   // never newer
+		{"kube-controller-manager", "v1.37.2", "v1.36.3", true},
+		{"kube-controller-manager", "v1.37.2", "v1.35.4", false},
+		{"kube-scheduler", "v1.36.3", "v1.37.2", false},
+		{"kube-apiserver", "v1.35.4", "v1.37.2", false}, // HA instances within one minor
+		{"kubectl", "v1.35.4", "v1.37.2", false},
+		{"kubectl", "v1.36.3", "v1.37.2", true},
+	} {
+		if err := SkewOK(c.component, c.apiserver, c.version); (err == nil) != c.ok {
+			t.Errorf("SkewOK(%s, %s, %s) = %v, want ok=%v", c.component, c.apiserver, c.version, err, c.ok)
+		}
 	}
 }
