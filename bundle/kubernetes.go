@@ -102,7 +102,10 @@ func kubernetesModule(version string) (goModule, error) {
 				f.Close()
 				return err
 			}
-			return f.Close()
+			if err := f.Close(); err != nil {
+				return err
+			}
+			return copyGodebug(ctx, r, dir, info.GoMod)
 		},
 		Stamp: func(ctx context.Context, r *goRunner, dir string) (string, error) {
 			// The build date is the release's publication time, so rebuilds are reproducible.
@@ -121,4 +124,29 @@ func kubernetesModule(version string) (goModule, error) {
 			return strings.Join(s, " "), nil
 		},
 	}, nil
+}
+
+// copyGodebug gives the scratch module in dir the godebug settings of the go.mod at from
+// (Kubernetes v1.35 says "godebug default=go1.25"): GODEBUG defaults follow the main module,
+// so without them a v1.35 binary built with Go 1.26 would take Go 1.26's defaults where
+// upstream's, built with Go 1.25, have Go 1.25's. They are a function of the Kubernetes
+// version, which is in the recipe.
+func copyGodebug(ctx context.Context, r *goRunner, dir, from string) error {
+	out, err := r.run(ctx, dir, nil, "mod", "edit", "-json", from)
+	if err != nil {
+		return err
+	}
+	var mod struct{ GoDebug []struct{ Key, Value string } }
+	if err := json.Unmarshal(out, &mod); err != nil {
+		return fmt.Errorf("go mod edit -json %s: %w", from, err)
+	}
+	if len(mod.GoDebug) == 0 {
+		return nil
+	}
+	args := []string{"mod", "edit"}
+	for _, g := range mod.GoDebug {
+		args = append(args, "-godebug="+g.Key+"="+g.Value)
+	}
+	_, err = r.run(ctx, dir, nil, args...)
+	return err
 }

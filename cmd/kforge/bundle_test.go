@@ -114,7 +114,7 @@ func checkBundleEvents(t *testing.T, out string) []map[string]any {
 }
 
 // fakeGo puts on PATH a go command that answers what a bundle build asks (module downloads,
-// tidy, the Kubernetes release time) and "compiles" each binary into a small shell script; its
+// tidy, the godebug settings of Kubernetes' go.mod, the Kubernetes release time) and "compiles" each binary into a small shell script; its
 // kubeadm lists the images of the default release. It returns the file each call is logged to.
 func fakeGo(t *testing.T) (calls string) {
 	t.Helper()
@@ -150,6 +150,7 @@ case "$1 $2" in
 	*) echo "{\"Path\":\"${4%@*}\",\"Dir\":\"$D\"}" ;;
 	esac ;;
 "mod tidy") ;;
+"mod edit") case "$3" in -json) echo '{}' ;; esac ;;
 "list -m") echo '{"Path":"k8s.io/kubernetes","Time":"2026-01-01T00:00:00Z"}' ;;
 build\ *)
 	while [ "$1" != -o ]; do shift; done
