@@ -57,6 +57,9 @@ type ControlPlane struct {
 	ExternalCA bool
 	// CACertDirs are the host's extra CA directories to mount (kubeadm mounts those that exist).
 	CACertDirs []string
+	// FlexVolumeDir, when set, is mounted read-write into kube-controller-manager as
+	// "flexvolume-dir" (kubeadm before v1.36; templates/minors.go).
+	FlexVolumeDir string
 	// EtcdInitialCluster lists the members etcd starts with ("name=https://ip:2380"); empty:
 	// this master alone. EtcdClusterState is "new" for members starting a cluster together,
 	// "existing" for one joining a running cluster.
@@ -250,6 +253,9 @@ func (c ControlPlane) ControllerManager() *corev1.Pod {
 		}
 	}
 	mounts := append(c.caMounts(), mount{"kubeconfig", kubeconfig, corev1.HostPathFileOrCreate, true})
+	if c.FlexVolumeDir != "" {
+		mounts = append(mounts, mount{"flexvolume-dir", c.FlexVolumeDir, corev1.HostPathDirectoryOrCreate, false})
+	}
 	return componentPod(corev1.Container{
 		Name:          "kube-controller-manager",
 		Image:         c.Images.ControllerManager,

@@ -101,7 +101,11 @@ type EtcdBootstrap struct {
 // never active at once.
 func ControlPlaneFor(c *inventory.Cluster, i int, o Options) (ControlPlane, error) {
 	o = o.withDefaults()
-	im, err := images(c)
+	r, err := clusterRelease(c)
+	if err != nil {
+		return ControlPlane{}, err
+	}
+	km, err := minorOf(r)
 	if err != nil {
 		return ControlPlane{}, err
 	}
@@ -113,7 +117,8 @@ func ControlPlaneFor(c *inventory.Cluster, i int, o Options) (ControlPlane, erro
 	boot := o.EtcdBoot[m.Name]
 	cp := ControlPlane{
 		ClusterName:      c.Name,
-		Images:           im,
+		Images:           r.Images(or(c.ImageRepository, inventory.DefaultImageRepository)),
+		FlexVolumeDir:    km.FlexVolumeDir,
 		ServiceSubnet:    or(c.Networking.ServiceSubnet, inventory.DefaultServiceSubnet),
 		PodSubnet:        or(c.Networking.PodSubnet, inventory.DefaultPodSubnet),
 		DNSDomain:        or(c.Networking.DNSDomain, inventory.DefaultDNSDomain),
@@ -136,9 +141,14 @@ func ControlPlaneFor(c *inventory.Cluster, i int, o Options) (ControlPlane, erro
 	return cp, nil
 }
 
-// images are the images of the cluster's release (release.For) under its image repository.
+// clusterRelease is the cluster's release (release.For of its Kubernetes version).
+func clusterRelease(c *inventory.Cluster) (release.Release, error) {
+	return release.For(or(c.KubernetesVersion, release.Default()))
+}
+
+// images are the images of the cluster's release under its image repository.
 func images(c *inventory.Cluster) (release.Images, error) {
-	r, err := release.For(or(c.KubernetesVersion, release.Default()))
+	r, err := clusterRelease(c)
 	if err != nil {
 		return release.Images{}, err
 	}
