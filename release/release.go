@@ -9,6 +9,7 @@ package release
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -77,6 +78,10 @@ func Supported() []string {
 	}
 	return out
 }
+
+// All returns a copy of the catalogue, one release per supported minor, oldest first, each
+// with its minor's default Kubernetes version.
+func All() []Release { return slices.Clone(releases) }
 
 // Default returns the Kubernetes version kforge installs when none is named, e.g. "v1.36.3".
 func Default() string {

@@ -19,6 +19,14 @@ func TestSupportedAndDefault(t *testing.T) {
 	if got := Default(); got != "v1.36.3" {
 		t.Errorf("Default() = %q, want v1.36.3", got)
 	}
+	all := All()
+	if len(all) != 3 || all[0].Kubernetes != "v1.35.4" || all[1].Kubernetes != "v1.36.3" || all[2].Kubernetes != "v1.37.2" {
+		t.Errorf("All() = %+v", all)
+	}
+	all[0].Etcd = "v0.0.0"
+	if All()[0].Etcd != "v3.6.6" {
+		t.Error("changing All's result changed the catalogue")
+	}
 	// Supported hands out a copy: a caller cannot change the catalogue.
 	Supported()[0] = "v9.9"
 	if Supported()[0] != "v1.35" {

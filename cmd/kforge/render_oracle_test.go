@@ -27,6 +27,7 @@ import (
 
 	"github.com/kforge/kforge/bundle"
 	"github.com/kforge/kforge/pki"
+	"github.com/kforge/kforge/release"
 	"github.com/kforge/kforge/templates"
 )
 
@@ -104,7 +105,12 @@ masters:
 	},
 }
 
-func (c oracleCase) kubeadmConfig(master int, serviceSubnet, podSubnet, dnsDomain, clusterName string, certValidity time.Duration) string {
+// inventoryAt is the case's inventory for Kubernetes version.
+func (c oracleCase) inventoryAt(version string) string {
+	return strings.Replace(c.inventory, "\nname: ", "\nkubernetesVersion: "+version+"\nname: ", 1)
+}
+
+func (c oracleCase) kubeadmConfig(version string, master int, serviceSubnet, podSubnet, dnsDomain, clusterName string, certValidity time.Duration) string {
 	m := c.masters[master]
 	var b strings.Builder
 	fmt.Fprintf(&b, `apiVersion: kubeadm.k8s.io/v1beta4
@@ -121,7 +127,7 @@ nodeRegistration:
 apiVersion: kubeadm.k8s.io/v1beta4
 kind: ClusterConfiguration
 clusterName: %s
-kubernetesVersion: v1.36.3
+kubernetesVersion: %s
 imageRepository: registry.k8s.io
 certificatesDir: /etc/kubernetes/pki
 encryptionAlgorithm: %s
@@ -131,7 +137,7 @@ networking:
   serviceSubnet: %s
   podSubnet: %s
   dnsDomain: %s
-`, m[1], m[0], m[1], clusterName, c.algorithm, certValidity, serviceSubnet, podSubnet, dnsDomain)
+`, m[1], m[0], m[1], clusterName, version, c.algorithm, certValidity, serviceSubnet, podSubnet, dnsDomain)
 	if c.endpoint != "" {
 		fmt.Fprintf(&b, "controlPlaneEndpoint: %s\n", c.endpoint)
 	}
@@ -189,9 +195,14 @@ mkdir -p /etc/kubernetes /var/lib/kubelet
 // difference is one semantic difference; key is what the allow-list names.
 type difference struct{ key, detail string }
 
+// TestRenderMatchesKubeadm compares `kforge render` with real kubeadm of every supported minor
+// (the catalogue's default release of each): the same cases, rendered at that version, against
+// that version's kubeadm. Each kubeadm is built once from Go modules and cached
+// (bundle.KubernetesBinaries: minutes the first time, then milliseconds; `kforge bundle build`
+// of the version fills the same cache).
 func TestRenderMatchesKubeadm(t *testing.T) {
 	if testing.Short() {
-		t.Skip("integration: builds and runs real kubeadm v1.36.3")
+		t.Skip("integration: builds and runs real kubeadm of every supported minor")
 	}
 	_, unshareErr := exec.LookPath("unshare")
 	if !(os.Geteuid() == 0) {
@@ -205,14 +216,6 @@ func TestRenderMatchesKubeadm(t *testing.T) {
 		testenv.Require(t, errors.New("go toolchain needed to build kubeadm"))
 	}
 
-	start := time.Now()
-	bin, err := bundle.KubernetesBinaries(context.Background(), bundle.BuildOptions{Version: "v1.36.3", Report: testenv.Report(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("kubeadm v1.36.3 ready in %s", time.Since(start).Round(time.Millisecond))
-	kubeadm := filepath.Join(bin, "kubeadm")
-
 	allowed := loadAllowList(t)
 	used := map[string]bool{}
 	// The CA directories kubeadm would mount on this machine: what apply detects per host.
@@ -222,108 +225,20 @@ func TestRenderMatchesKubeadm(t *testing.T) {
 			caDirs = append(caDirs, d)
 		}
 	}
-
-	for _, tc := range oracleCases {
-		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			inv := filepath.Join(dir, "kforge.yaml")
-			if err := os.WriteFile(inv, []byte(tc.inventory), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			out := filepath.Join(dir, "render")
-			t.Setenv("KFORGE_BOOTSTRAP_TOKEN", "abcdef.0123456789abcdef")
-			code, _, stderr := kforge(t, "-i", inv, "--state-dir", filepath.Join(dir, "state"), "render", "-o", out, "--ca-cert-dirs", strings.Join(append(caDirs, ""), ","))
-			if code != 0 {
-				t.Fatalf("render: %s", stderr)
-			}
-			c, err := loadInventory(&Globals{Inventory: inv})
+	for _, r := range release.All() {
+		t.Run(r.Minor, func(t *testing.T) {
+			start := time.Now()
+			bin, err := bundle.KubernetesBinaries(context.Background(), bundle.BuildOptions{Version: r.Kubernetes, Report: testenv.Report(t)})
 			if err != nil {
 				t.Fatal(err)
 			}
-			var diffs []difference
-			for i, m := range tc.masters {
-				who := "first master"
-				if i > 0 {
-					who = "joining master"
-				}
-				mine := filepath.Join(out, m[0], "etc", "kubernetes")
-				theirs := filepath.Join(dir, "kubeadm-"+m[0])
-				cfg := filepath.Join(dir, "kubeadm-"+m[0]+".yaml")
-				kcfg := tc.kubeadmConfig(i, c.Networking.ServiceSubnet, c.Networking.PodSubnet, c.Networking.DNSDomain, c.Name, time.Duration(c.PKI.CertValidity))
-				if err := os.WriteFile(cfg, []byte(kcfg), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				// kubeadm signs with kforge's CAs and service-account key, as a joining
-				// master uses the cluster's: issuers and CA data then compare exactly.
-				seed := filepath.Join(dir, "seed-"+m[0], "pki")
-				for _, f := range []string{"ca.crt", "ca.key", "front-proxy-ca.crt", "front-proxy-ca.key", "etcd/ca.crt", "etcd/ca.key", "sa.key", "sa.pub"} {
-					copyFile(t, filepath.Join(mine, "pki", f), filepath.Join(seed, f))
-				}
-				for _, d := range []string{"etc-kubernetes", "var-lib-kubelet"} {
-					if err := os.MkdirAll(filepath.Join(theirs, d), 0o700); err != nil {
-						t.Fatal(err)
-					}
-				}
-				log := inNamespace(t, map[string]string{"KUBEADM": kubeadm, "CFG": cfg, "SEED": filepath.Dir(seed), "OUT": theirs}, `
-cp -a "$SEED/." /etc/kubernetes/
-for phase in "certs all" "kubeconfig all" "control-plane all" "etcd local" "kubelet-start"; do
-	PATH=/nonexistent "$KUBEADM" init phase $phase --config "$CFG"
-done
-cp -a /etc/kubernetes/. "$OUT/etc-kubernetes/"
-cp -a /var/lib/kubelet/. "$OUT/var-lib-kubelet/"
-`)
-				t.Logf("kubeadm for %s:\n%s", m[0], log)
-				for _, d := range compareTrees(t, filepath.Join(theirs, "etc-kubernetes"), mine) {
-					d.key = who + ": " + d.key
-					diffs = append(diffs, d)
-				}
-				for _, d := range compareKubelet(t, filepath.Join(theirs, "var-lib-kubelet"), filepath.Join(out, m[0], "var", "lib", "kubelet")) {
-					d.key = who + ": " + d.key
-					diffs = append(diffs, d)
-				}
+			t.Logf("kubeadm %s ready in %s", r.Kubernetes, time.Since(start).Round(time.Millisecond))
+			kubeadm := filepath.Join(bin, "kubeadm")
+			for _, tc := range oracleCases {
+				t.Run(tc.name, func(t *testing.T) {
+					compareWithKubeadm(t, tc, r, kubeadm, caDirs, allowed, used)
+				})
 			}
-			// The runs above sign with kforge's CAs, so the CAs themselves are compared here:
-			// kubeadm creates its own for the first master, from the same configuration.
-			fresh := filepath.Join(dir, "kubeadm-fresh-cas")
-			if err := os.MkdirAll(fresh, 0o700); err != nil {
-				t.Fatal(err)
-			}
-			inNamespace(t, map[string]string{"KUBEADM": kubeadm, "CFG": filepath.Join(dir, "kubeadm-"+tc.masters[0][0]+".yaml"), "OUT": fresh}, `
-PATH=/nonexistent "$KUBEADM" init phase certs all --config "$CFG"
-cp -a /etc/kubernetes/pki/. "$OUT/"
-`)
-			mine := filepath.Join(out, tc.masters[0][0], "etc", "kubernetes", "pki")
-			for _, f := range []string{"ca.crt", "front-proxy-ca.crt", "etcd/ca.crt"} {
-				for _, d := range compareCerts(t, filepath.Join(fresh, f), filepath.Join(mine, f)) {
-					diffs = append(diffs, difference{"new CA pki/" + f + " " + d.key, d.detail})
-				}
-			}
-			for _, f := range []string{"ca.key", "front-proxy-ca.key", "etcd/ca.key", "sa.key"} {
-				for _, d := range compareKeys(t, filepath.Join(fresh, f), filepath.Join(mine, f)) {
-					diffs = append(diffs, difference{"new CA pki/" + f + " " + d.key, d.detail})
-				}
-			}
-			var bad []string
-			for _, d := range diffs {
-				if k, ok := allowedKey(allowed, d.key); ok {
-					used[k] = true
-					t.Logf("allowed difference %s: %s", d.key, d.detail)
-					continue
-				}
-				bad = append(bad, fmt.Sprintf("%s: %s", d.key, d.detail))
-			}
-			if len(bad) > 0 {
-				t.Errorf("%d differences from kubeadm v1.36.3 not in docs/kubeadm-differences.md:\n%s", len(bad), strings.Join(bad, "\n"))
-			}
-
-			// kubeadm reads every certificate of the rendered first master.
-			m1 := filepath.Join(out, tc.masters[0][0], "etc", "kubernetes")
-			cfg := filepath.Join(dir, "kubeadm-"+tc.masters[0][0]+".yaml")
-			report := inNamespace(t, map[string]string{"KUBEADM": kubeadm, "CFG": cfg, "TREE": m1}, `
-cp -a "$TREE/." /etc/kubernetes/
-PATH=/nonexistent "$KUBEADM" certs check-expiration --config "$CFG"
-`)
-			checkExpirationReport(t, report, time.Duration(c.PKI.CertValidity))
 		})
 	}
 	for k := range allowed {
@@ -331,6 +246,114 @@ PATH=/nonexistent "$KUBEADM" certs check-expiration --config "$CFG"
 			t.Logf("allow-list entry not needed by these cases: %s", k)
 		}
 	}
+}
+
+// compareWithKubeadm renders case tc at release r's Kubernetes version and compares the result
+// with what kubeadm (of that version) writes for every master; a difference fails the test
+// unless docs/kubeadm-differences.md lists it for every minor or for r's (allowedFor).
+func compareWithKubeadm(t *testing.T, tc oracleCase, r release.Release, kubeadm string, caDirs []string, allowed map[string]string, used map[string]bool) {
+	dir := t.TempDir()
+	inv := filepath.Join(dir, "kforge.yaml")
+	if err := os.WriteFile(inv, []byte(tc.inventoryAt(r.Kubernetes)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "render")
+	t.Setenv("KFORGE_BOOTSTRAP_TOKEN", "abcdef.0123456789abcdef")
+	code, _, stderr := kforge(t, "-i", inv, "--state-dir", filepath.Join(dir, "state"), "render", "-o", out, "--ca-cert-dirs", strings.Join(append(caDirs, ""), ","))
+	if code != 0 {
+		t.Fatalf("render: %s", stderr)
+	}
+	c, err := loadInventory(&Globals{Inventory: inv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.KubernetesVersion != r.Kubernetes {
+		t.Fatalf("the inventory says Kubernetes %s, want %s", c.KubernetesVersion, r.Kubernetes)
+	}
+	var diffs []difference
+	for i, m := range tc.masters {
+		who := "first master"
+		if i > 0 {
+			who = "joining master"
+		}
+		mine := filepath.Join(out, m[0], "etc", "kubernetes")
+		theirs := filepath.Join(dir, "kubeadm-"+m[0])
+		cfg := filepath.Join(dir, "kubeadm-"+m[0]+".yaml")
+		kcfg := tc.kubeadmConfig(r.Kubernetes, i, c.Networking.ServiceSubnet, c.Networking.PodSubnet, c.Networking.DNSDomain, c.Name, time.Duration(c.PKI.CertValidity))
+		if err := os.WriteFile(cfg, []byte(kcfg), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		// kubeadm signs with kforge's CAs and service-account key, as a joining
+		// master uses the cluster's: issuers and CA data then compare exactly.
+		seed := filepath.Join(dir, "seed-"+m[0], "pki")
+		for _, f := range []string{"ca.crt", "ca.key", "front-proxy-ca.crt", "front-proxy-ca.key", "etcd/ca.crt", "etcd/ca.key", "sa.key", "sa.pub"} {
+			copyFile(t, filepath.Join(mine, "pki", f), filepath.Join(seed, f))
+		}
+		for _, d := range []string{"etc-kubernetes", "var-lib-kubelet"} {
+			if err := os.MkdirAll(filepath.Join(theirs, d), 0o700); err != nil {
+				t.Fatal(err)
+			}
+		}
+		log := inNamespace(t, map[string]string{"KUBEADM": kubeadm, "CFG": cfg, "SEED": filepath.Dir(seed), "OUT": theirs}, `
+cp -a "$SEED/." /etc/kubernetes/
+for phase in "certs all" "kubeconfig all" "control-plane all" "etcd local" "kubelet-start"; do
+	PATH=/nonexistent "$KUBEADM" init phase $phase --config "$CFG"
+done
+cp -a /etc/kubernetes/. "$OUT/etc-kubernetes/"
+cp -a /var/lib/kubelet/. "$OUT/var-lib-kubelet/"
+`)
+		t.Logf("kubeadm %s for %s:\n%s", r.Kubernetes, m[0], log)
+		for _, d := range compareTrees(t, filepath.Join(theirs, "etc-kubernetes"), mine) {
+			d.key = who + ": " + d.key
+			diffs = append(diffs, d)
+		}
+		for _, d := range compareKubelet(t, filepath.Join(theirs, "var-lib-kubelet"), filepath.Join(out, m[0], "var", "lib", "kubelet")) {
+			d.key = who + ": " + d.key
+			diffs = append(diffs, d)
+		}
+	}
+	// The runs above sign with kforge's CAs, so the CAs themselves are compared here:
+	// kubeadm creates its own for the first master, from the same configuration.
+	fresh := filepath.Join(dir, "kubeadm-fresh-cas")
+	if err := os.MkdirAll(fresh, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	inNamespace(t, map[string]string{"KUBEADM": kubeadm, "CFG": filepath.Join(dir, "kubeadm-"+tc.masters[0][0]+".yaml"), "OUT": fresh}, `
+PATH=/nonexistent "$KUBEADM" init phase certs all --config "$CFG"
+cp -a /etc/kubernetes/pki/. "$OUT/"
+`)
+	mine := filepath.Join(out, tc.masters[0][0], "etc", "kubernetes", "pki")
+	for _, f := range []string{"ca.crt", "front-proxy-ca.crt", "etcd/ca.crt"} {
+		for _, d := range compareCerts(t, filepath.Join(fresh, f), filepath.Join(mine, f)) {
+			diffs = append(diffs, difference{"new CA pki/" + f + " " + d.key, d.detail})
+		}
+	}
+	for _, f := range []string{"ca.key", "front-proxy-ca.key", "etcd/ca.key", "sa.key"} {
+		for _, d := range compareKeys(t, filepath.Join(fresh, f), filepath.Join(mine, f)) {
+			diffs = append(diffs, difference{"new CA pki/" + f + " " + d.key, d.detail})
+		}
+	}
+	var bad []string
+	for _, d := range diffs {
+		if k, ok := allowedFor(allowed, r.Minor, d.key); ok {
+			used[k] = true
+			t.Logf("allowed difference %s: %s", d.key, d.detail)
+			continue
+		}
+		bad = append(bad, fmt.Sprintf("%s: %s", d.key, d.detail))
+	}
+	if len(bad) > 0 {
+		t.Errorf("%d differences from kubeadm %s not in docs/kubeadm-differences.md:\n%s", len(bad), r.Kubernetes, strings.Join(bad, "\n"))
+	}
+
+	// kubeadm reads every certificate of the rendered first master.
+	m1 := filepath.Join(out, tc.masters[0][0], "etc", "kubernetes")
+	cfg := filepath.Join(dir, "kubeadm-"+tc.masters[0][0]+".yaml")
+	report := inNamespace(t, map[string]string{"KUBEADM": kubeadm, "CFG": cfg, "TREE": m1}, `
+cp -a "$TREE/." /etc/kubernetes/
+PATH=/nonexistent "$KUBEADM" certs check-expiration --config "$CFG"
+`)
+	checkExpirationReport(t, report, time.Duration(c.PKI.CertValidity))
 }
 
 func copyFile(t *testing.T, from, to string) {
@@ -349,6 +372,16 @@ func copyFile(t *testing.T, from, to string) {
 	if err := os.WriteFile(to, data, fi.Mode().Perm()); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// allowedFor is the allow-list entry that covers difference key found against kubeadm of
+// minor: an entry for every minor (allowedKey), or one for that minor alone, written
+// "<minor>: <key>" (e.g. "v1.35: * master: pki/apiserver-kubelet-client.crt subject").
+func allowedFor(allowed map[string]string, minor, key string) (string, bool) {
+	if k, ok := allowedKey(allowed, key); ok {
+		return k, true
+	}
+	return allowedKey(allowed, minor+": "+key)
 }
 
 // allowedKey is the allow-list entry that covers difference key: the same key, or a pattern
