@@ -331,3 +331,14 @@ func TestSkewAndUpgradeBetweenSupportedMinors(t *testing.T) {
 		}
 	}
 }
+
+func TestSortVersions(t *testing.T) {
+	got := SortVersions([]string{"v1.37.2", "v1.36.3", "v1.36.10", "v1.37.0", "v1.37.0-rc.1", "v1.36.3", "nonsense", "v1.9.0"})
+	want := []string{"v1.9.0", "v1.36.3", "v1.36.10", "v1.37.0-rc.1", "v1.37.0", "v1.37.2", "nonsense"}
+	if !slices.Equal(got, want) {
+		t.Errorf("SortVersions = %q\nwant %q", got, want)
+	}
+	if Compare("v1.36.3", "v1.36.3") != 0 || Compare("v2.0.0", "v1.99.99") != 1 || Compare("v1.37.0-alpha.1", "v1.37.0-beta.0") != -1 {
+		t.Error("Compare")
+	}
+}

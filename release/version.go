@@ -1,9 +1,12 @@
 package release
 
 import (
+	"cmp"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
+	"strings"
 )
 
 // versionRE is a Kubernetes version: vMAJOR.MINOR.PATCH without leading zeros, with an
@@ -34,4 +37,63 @@ func parse(s string) (version, error) {
 		}
 	}
 	return v, nil
+}
+
+// Compare orders two Kubernetes versions: -1 when a is older than b, 0 when equal, +1 when
+// newer. A pre-release is older than its release (v1.37.0-rc.1 < v1.37.0); pre-releases of one
+// patch compare as text. Versions that do not parse sort after those that do, as text.
+func Compare(a, b string) int {
+	ka, okA := sortKey(a)
+	kb, okB := sortKey(b)
+	switch {
+	case !okA && !okB:
+		return strings.Compare(a, b)
+	case !okA:
+		return 1
+	case !okB:
+		return -1
+	}
+	for i := range 3 {
+		if c := cmp.Compare(ka.n[i], kb.n[i]); c != 0 {
+			return c
+		}
+	}
+	switch {
+	case ka.pre == kb.pre:
+		return 0
+	case ka.pre == "":
+		return 1
+	case kb.pre == "":
+		return -1
+	}
+	return strings.Compare(ka.pre, kb.pre)
+}
+
+type versionKey struct {
+	n   [3]int
+	pre string
+}
+
+func sortKey(s string) (versionKey, bool) {
+	m := versionRE.FindStringSubmatch(s)
+	if m == nil {
+		return versionKey{}, false
+	}
+	var k versionKey
+	for i := range 3 {
+		n, err := strconv.Atoi(m[i+1])
+		if err != nil {
+			return versionKey{}, false
+		}
+		k.n[i] = n
+	}
+	k.pre = strings.TrimPrefix(m[4], "-")
+	return k, true
+}
+
+// SortVersions returns Kubernetes versions oldest first (Compare), each once.
+func SortVersions(vs []string) []string {
+	out := slices.Clone(vs)
+	slices.SortFunc(out, Compare)
+	return slices.Compact(out)
 }
