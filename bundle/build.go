@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -28,59 +29,124 @@ import (
 
 // Options for Build.
 type Options struct {
-	// BuildOptions.Version is the Kubernetes version; the other components' versions follow
-	// from it (release.For).
+	// BuildOptions.Version is the Kubernetes version when Versions is empty; the other
+	// components' versions follow from it (release.For).
 	BuildOptions
+	// Versions are the Kubernetes versions the bundle holds (e.g. v1.36.3 and v1.37.2, for an
+	// upgrade from one to the other); empty: BuildOptions.Version alone.
+	Versions []string
 	// Out is the bundle directory to write. It must not exist, be empty, or hold a bundle
 	// (which is replaced).
 	Out string
 }
 
-// Build builds every artifact of a bundle for o.Version from Go modules (or takes it from the
-// cache) and writes the bundle directory o.Out: bin/ (kubeadm, kubelet, kubectl), cni/
-// (bridge, host-local, loopback, portmap), images/ (one archive per image) and manifest.json.
-// Artifacts are copied from the cache (in the kernel, with copy_file_range), never hard-linked:
-// writing into a bundle file must not change the cache.
+// versions are the Kubernetes versions to bundle, oldest first, each once.
+func (o Options) versions() []string {
+	if len(o.Versions) == 0 {
+		return []string{o.Version}
+	}
+	return release.SortVersions(o.Versions)
+}
+
+// releasePart is what one release of a bundle is built from: its binaries' cache
+// directories by component and its images' specs.
+type releasePart struct {
+	r     release.Release
+	dirs  map[string]string
+	specs []imageSpec
+}
+
+// Build builds every artifact of a bundle for each of o's Kubernetes versions from Go modules
+// (or takes it from the cache) and writes the bundle directory o.Out: bin/ (kubeadm, kubelet,
+// kubectl), cni/ (bridge, host-local, loopback, portmap), runtime/ (containerd, its shim, ctr,
+// runc), images/ (one archive per image) and manifest.json. An artifact several releases share
+// (the same CNI plugins, the same pause or flannel image) is in the bundle once; one that
+// belongs to some of its releases only is put under a name carrying its version
+// (bin/v1.37.2/kubelet, images/etcd-3.7.0-0.tar), so a one-release bundle keeps the plain
+// layout. Artifacts are copied from the cache (in the kernel, with copy_file_range), never
+// hard-linked: writing into a bundle file must not change the cache.
 func Build(ctx context.Context, o Options) (*Manifest, error) {
 	if o.Out == "" {
 		return nil, errors.New("bundle build: no output directory given")
 	}
-	v, err := release.For(o.Version)
-	if err != nil {
-		return nil, err
+	var rels []release.Release
+	for _, version := range o.versions() {
+		r, err := release.For(version)
+		if err != nil {
+			return nil, err
+		}
+		rels = append(rels, r)
 	}
 	if err := checkOut(o.Out); err != nil {
 		return nil, err
 	}
 
-	km, err := kubernetesModule(v.Kubernetes)
-	if err != nil {
-		return nil, err
-	}
 	// Binaries, one cached build per component and version, then the images made from them.
-	dirs, err := o.buildModules(ctx, []goModule{
-		km,
-		etcdModule(v.Etcd),
-		corednsModule(v.CoreDNS),
-		cniModule(v.CNIPlugins),
-		flannelModule(v.Flannel),
-		pauseModule(v.Pause),
-		containerdModule(v.Containerd),
-		runcModule(v.Runc),
-	}, fmt.Sprintf("%d images", len(ImageComponents)))
-	if err != nil {
-		return nil, err
+	var parts []releasePart
+	for i, v := range rels {
+		km, err := kubernetesModule(v.Kubernetes)
+		if err != nil {
+			return nil, err
+		}
+		then := fmt.Sprintf("%d images", len(ImageComponents))
+		if later := len(rels) - i - 1; later > 0 {
+			then = fmt.Sprintf("%d more releases, then the images", later)
+		}
+		bo := o.BuildOptions
+		bo.Version = v.Kubernetes
+		dirs, err := bo.buildModules(ctx, []goModule{
+			km,
+			etcdModule(v.Etcd),
+			corednsModule(v.CoreDNS),
+			cniModule(v.CNIPlugins),
+			flannelModule(v.Flannel),
+			pauseModule(v.Pause),
+			containerdModule(v.Containerd),
+			runcModule(v.Runc),
+		}, then)
+		if err != nil {
+			if len(rels) > 1 {
+				err = fmt.Errorf("Kubernetes %s: %w", v.Kubernetes, err)
+			}
+			return nil, err
+		}
+		names := v.Images("").ByComponent()
+		if err := checkKubeadmImages(ctx, filepath.Join(dirs["kubernetes"], "kubeadm"), v, names); err != nil {
+			return nil, err
+		}
+		specs, err := imageSpecs(names, dirs)
+		if err != nil {
+			return nil, err
+		}
+		parts = append(parts, releasePart{r: v, dirs: dirs, specs: specs})
 	}
 
-	names := v.Images("").ByComponent()
-	if err := checkKubeadmImages(ctx, filepath.Join(dirs["kubernetes"], "kubeadm"), v, names); err != nil {
-		return nil, err
+	// One image per name: releases naming the same image build it from the same cached
+	// binaries, so it is written (or taken from the cache) once.
+	var images []sharedImage
+	byName := map[string]int{}
+	for _, p := range parts {
+		for _, sp := range p.specs {
+			key, err := imageKey(sp)
+			if err != nil {
+				return nil, err
+			}
+			if i, ok := byName[sp.Name]; ok {
+				if images[i].key != key {
+					return nil, fmt.Errorf("image %s: Kubernetes %s and %s would build it from different inputs; the release catalogue (release/release.go) must not name one image for two different builds",
+						sp.Name, images[i].ks[0], p.r.Kubernetes)
+				}
+				images[i].ks = append(images[i].ks, p.r.Kubernetes)
+				continue
+			}
+			byName[sp.Name] = len(images)
+			images = append(images, sharedImage{spec: sp, key: key, ks: []string{p.r.Kubernetes}})
+		}
 	}
-	specs, err := imageSpecs(names, dirs)
-	if err != nil {
-		return nil, err
+	specs := make([]imageSpec, len(images))
+	for i, si := range images {
+		specs[i] = si.spec
 	}
-
 	archives, err := o.imageArchives(ctx, specs)
 	if err != nil {
 		return nil, err
@@ -88,7 +154,7 @@ func Build(ctx context.Context, o Options) (*Manifest, error) {
 
 	var m *Manifest
 	if err := progress.Task(o.reporter(), "bundle", "write "+o.Out, func(progress.Reporter) (err error) {
-		m, err = writeBundle(o.Out, v, dirs, specs, archives)
+		m, err = writeBundle(o.Out, parts, images, archives)
 		return err
 	}); err != nil {
 		return nil, err
@@ -96,11 +162,72 @@ func Build(ctx context.Context, o Options) (*Manifest, error) {
 	return m, nil
 }
 
-// writeBundle writes the bundle directory out from the built binaries (dirs by component) and
-// the image archives of specs.
-func writeBundle(out string, v release.Release, dirs map[string]string, specs []imageSpec, archives []cachedArchive) (*Manifest, error) {
+// sharedImage is one image of a bundle and the Kubernetes versions that name it.
+type sharedImage struct {
+	spec imageSpec
+	key  string
+	ks   []string
+}
+
+// bundleFile is one file of a bundle: where it comes from, the version of what it is
+// (Kubernetes, CNI plugins, containerd or runc) and the releases it belongs to.
+type bundleFile struct {
+	f   File
+	src string
+	ver string
+	ks  []string
+}
+
+// releaseFiles are the files of one release's part: the Kubernetes tools, the CNI plugins and
+// the container runtime.
+func releaseFiles(p releasePart) []bundleFile {
+	var out []bundleFile
+	add := func(f File, src, ver string) {
+		out = append(out, bundleFile{f: f, src: src, ver: ver, ks: []string{p.r.Kubernetes}})
+	}
+	for _, c := range []string{"kubeadm", "kubelet", "kubectl"} {
+		add(File{Name: c, Path: "bin/" + c, Install: "/usr/bin/" + c, Mode: "0755"}, filepath.Join(p.dirs["kubernetes"], c), p.r.Kubernetes)
+	}
+	for _, c := range sortedKeys(CNIPlugins) {
+		add(File{Name: c, Path: "cni/" + c, Install: hostpath.DefaultCNIBinDir + "/" + c, Mode: "0755"}, filepath.Join(p.dirs["cni-plugins"], c), p.r.CNIPlugins)
+	}
+	for _, c := range []string{"containerd", "containerd-shim-runc-v2", "ctr"} {
+		add(File{Name: c, Path: "runtime/" + c, Install: hostpath.RuntimeBinDir + "/" + c, Mode: "0755"}, filepath.Join(p.dirs["containerd"], c), p.r.Containerd)
+	}
+	add(File{Name: "runc", Path: "runtime/runc", Install: hostpath.RuncPath, Mode: "0755"}, filepath.Join(p.dirs["runc"], "runc"), p.r.Runc)
+	return out
+}
+
+// writeBundle writes the bundle directory out from the releases' built binaries and the
+// image archives (archives[i] of images[i]).
+func writeBundle(out string, parts []releasePart, images []sharedImage, archives []cachedArchive) (*Manifest, error) {
+	m := &Manifest{SchemaVersion: SchemaVersion, Platform: "linux/amd64", Source: "built"}
+	for _, p := range parts {
+		m.Releases = append(m.Releases, versionsOf(p.r))
+	}
+	// ofSome is the Kubernetes field of an artifact of releases ks: nil when it is every one.
+	ofSome := func(ks []string) []string {
+		if len(ks) == len(parts) {
+			return nil
+		}
+		return ks
+	}
+	// One file per source in the cache: releases of one CNI plugins or runtime version share
+	// them.
+	var files []bundleFile
+	bySrc := map[string]int{}
+	for _, p := range parts {
+		for _, bf := range releaseFiles(p) {
+			if i, ok := bySrc[bf.src]; ok {
+				files[i].ks = append(files[i].ks, p.r.Kubernetes)
+				continue
+			}
+			bySrc[bf.src] = len(files)
+			files = append(files, bf)
+		}
+	}
+
 	// Assembled beside out and swapped in.
-	m := &Manifest{SchemaVersion: 1, Platform: "linux/amd64", Source: "built", Versions: versionsOf(v)}
 	parent := filepath.Dir(filepath.Clean(out))
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		return nil, err
@@ -113,62 +240,53 @@ func writeBundle(out string, v release.Release, dirs map[string]string, specs []
 	if err := os.Chmod(tmp, 0o755); err != nil {
 		return nil, err
 	}
-	var files []File
-	for _, c := range []string{"kubeadm", "kubelet", "kubectl"} {
-		files = append(files, File{Name: c, Path: "bin/" + c, Install: "/usr/bin/" + c, Mode: "0755"})
-	}
-	for _, c := range sortedKeys(CNIPlugins) {
-		files = append(files, File{Name: c, Path: "cni/" + c, Install: hostpath.DefaultCNIBinDir + "/" + c, Mode: "0755"})
-	}
-	for _, c := range []string{"containerd", "containerd-shim-runc-v2", "ctr"} {
-		files = append(files, File{Name: c, Path: "runtime/" + c, Install: hostpath.RuntimeBinDir + "/" + c, Mode: "0755"})
-	}
-	files = append(files, File{Name: "runc", Path: "runtime/runc", Install: hostpath.RuncPath, Mode: "0755"})
-	src := func(f File) string {
-		switch {
-		case strings.HasPrefix(f.Path, "cni/"):
-			return filepath.Join(dirs["cni-plugins"], f.Name)
-		case f.Name == "runc":
-			return filepath.Join(dirs["runc"], f.Name)
-		case strings.HasPrefix(f.Path, "runtime/"):
-			return filepath.Join(dirs["containerd"], f.Name)
-		}
-		return filepath.Join(dirs["kubernetes"], f.Name)
-	}
+	m.Files = make([]File, len(files))
 	g := new(errgroup.Group)
 	g.SetLimit(max(1, runtime.NumCPU()))
-	for i := range files {
+	for i, bf := range files {
+		f := bf.f
+		f.Kubernetes = ofSome(bf.ks)
+		if f.Kubernetes != nil {
+			dir, base := path.Split(f.Path)
+			f.Path = dir + bf.ver + "/" + base // bin/v1.37.2/kubelet, runtime/v2.4.2/containerd
+		}
 		g.Go(func() error {
-			f := &files[i]
 			dst := filepath.Join(tmp, filepath.FromSlash(f.Path))
-			if err := copyFile(src(*f), dst); err != nil {
+			if err := copyFile(bf.src, dst); err != nil {
 				return err
 			}
 			var err error
 			f.SHA256, f.Size, err = sha256File(dst)
+			m.Files[i] = f
 			return err
 		})
 	}
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
-	m.Files = files
-	for i, s := range specs {
+	for i, si := range images {
 		a := archives[i]
 		im := Image{
-			Component:        s.Component,
-			Name:             s.Name,
-			Path:             "images/" + s.Component + ".tar",
+			Component:        si.spec.Component,
+			Kubernetes:       ofSome(si.ks),
+			Name:             si.spec.Name,
+			Path:             "images/" + si.spec.Component + ".tar",
 			SHA256:           a.SHA256,
 			Size:             a.Size,
 			Digest:           a.Digest,
 			ID:               a.ID,
-			ControlPlaneOnly: controlPlaneOnly[s.Component],
+			ControlPlaneOnly: controlPlaneOnly[si.spec.Component],
+		}
+		if im.Kubernetes != nil {
+			im.Path = "images/" + si.spec.Component + "-" + imageTag(si.spec.Name) + ".tar" // images/etcd-3.7.0-0.tar
 		}
 		if err := copyFile(a.path, filepath.Join(tmp, filepath.FromSlash(im.Path))); err != nil {
 			return nil, err
 		}
 		m.Images = append(m.Images, im)
+	}
+	if err := m.check(); err != nil {
+		return nil, fmt.Errorf("bundle build: the manifest it would write is wrong: %w", err)
 	}
 	if err := writeManifest(tmp, m); err != nil {
 		return nil, err

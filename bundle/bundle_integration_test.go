@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -93,7 +94,7 @@ func TestBuiltBundleVerifiesAndReportsVersions(t *testing.T) {
 		}
 	}
 
-	r, err := release.For(m.Versions.Kubernetes)
+	r, err := release.For(m.Releases[0].Kubernetes)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,12 +127,12 @@ func TestRebuildFromCacheIsIdentical(t *testing.T) {
 	}
 	t.Logf("warm rebuild: %s", time.Since(start).Round(time.Millisecond))
 	for i := range m.Images {
-		if m.Images[i] != m2.Images[i] {
+		if !reflect.DeepEqual(m.Images[i], m2.Images[i]) {
 			t.Errorf("image %s differs on rebuild: %+v vs %+v", m.Images[i].Name, m.Images[i], m2.Images[i])
 		}
 	}
 	for i := range m.Files {
-		if m.Files[i] != m2.Files[i] {
+		if !reflect.DeepEqual(m.Files[i], m2.Files[i]) {
 			t.Errorf("file %s differs on rebuild", m.Files[i].Name)
 		}
 	}
@@ -144,7 +145,7 @@ func TestRebuildFromCacheIsIdentical(t *testing.T) {
 	if err != nil {
 		t.Fatalf("rebuild over a bundle: %v", err)
 	}
-	if f, _ := m3.File("kubectl"); f != m.Files[2] || f.Name != "kubectl" {
+	if f, _ := m3.File("kubectl"); !reflect.DeepEqual(f, m.Files[2]) || f.Name != "kubectl" {
 		t.Errorf("after overwriting the bundle's kubectl, a rebuild gives %+v, want %+v", f, m.Files[2])
 	}
 	if _, err := Verify(context.Background(), out); err != nil {
@@ -200,7 +201,7 @@ func TestNetfilterImagesWork(t *testing.T) {
 				t.Errorf("kube-proxy in its image reports %q", out)
 			}
 		case "flannel":
-			if out := run("/opt/bin/flanneld", "--version"); !strings.Contains(out, m.Versions.Flannel) {
+			if out := run("/opt/bin/flanneld", "--version"); !strings.Contains(out, m.Releases[0].Flannel) {
 				t.Errorf("flanneld in its image reports %q", out)
 			}
 		}

@@ -51,7 +51,7 @@ func tinyBundle(t *testing.T) (string, *Manifest) {
 		t.Fatal(err)
 	}
 	m := &Manifest{
-		SchemaVersion: 1, Platform: "linux/amd64", Source: "built",
+		SchemaVersion: SchemaVersion, Platform: "linux/amd64", Source: "built", Releases: []Versions{{Kubernetes: "v1.36.3"}},
 		Files:  []File{{Name: "hello", Path: "bin/hello", SHA256: fsum, Size: fsize, Install: "/usr/bin/hello", Mode: "0755"}},
 		Images: []Image{{Component: "pause", Name: spec.Name, Path: "images/pause.tar", SHA256: sum, Size: size, Digest: a.Digest, ID: a.ID}},
 	}

@@ -390,10 +390,11 @@ func TestApplyLabClusterEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	rel := m.Releases[0] // the e2e bundle holds one release
 	for _, h := range l.Hosts[:3] {
 		got := c.exec(ctx, h.Name, "containerd --version; runc --version | head -1")
-		if !strings.Contains(got, "containerd/v2 "+m.Versions.Containerd+" ") || !strings.Contains(got, "runc version "+strings.TrimPrefix(m.Versions.Runc, "v")) {
-			t.Errorf("%s runs %q, want the bundle's containerd %s and runc %s", h.Name, got, m.Versions.Containerd, m.Versions.Runc)
+		if !strings.Contains(got, "containerd/v2 "+rel.Containerd+" ") || !strings.Contains(got, "runc version "+strings.TrimPrefix(rel.Runc, "v")) {
+			t.Errorf("%s runs %q, want the bundle's containerd %s and runc %s", h.Name, got, rel.Containerd, rel.Runc)
 		}
 	}
 

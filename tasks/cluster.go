@@ -227,12 +227,12 @@ func (a *Apply) joinWorkers(ctx context.Context, r progress.Reporter) error {
 	return err
 }
 
-// images are the addon images: with a bundle, those of the release it was built for, as it
-// names them (under registry.k8s.io) and holds them; without, the inventory's release's under
-// its image repository.
+// images are the addon images of the inventory's release: with a bundle, as the bundle names
+// them (under registry.k8s.io) and holds them (readBundle took the bundle's release of the
+// inventory's version); without, under the inventory's image repository.
 func (a *Apply) images() (release.Images, error) {
 	if a.manifest != nil {
-		r, err := release.For(a.manifest.Versions.Kubernetes)
+		r, err := release.For(a.inv.KubernetesVersion)
 		if err != nil {
 			return release.Images{}, fmt.Errorf("bundle %s: %w", a.inv.Bundle, err)
 		}

@@ -9,7 +9,7 @@ import (
 )
 
 // TestAddonImages: without a bundle the addons run the inventory's release's images from its
-// image repository; with one, the bundle's release's images as the bundle names them, and a
+// image repository; with one, its images as the bundle names them, and a
 // bundle that lacks one of them is refused before anything is deployed.
 func TestAddonImages(t *testing.T) {
 	inv := &inventory.Cluster{KubernetesVersion: "v1.36.2", ImageRepository: "mirror.example/k8s", Bundle: "/b"}
@@ -19,11 +19,13 @@ func TestAddonImages(t *testing.T) {
 		t.Errorf("without a bundle: %+v, %v; want %+v", im, err, want)
 	}
 
-	m := &bundle.Manifest{Versions: bundle.Versions{Kubernetes: "v1.36.3"}, Images: []bundle.Image{
+	m := &bundle.Manifest{Releases: []bundle.Versions{{Kubernetes: "v1.36.3"}}, Images: []bundle.Image{
 		{Component: "coredns", Name: "registry.k8s.io/coredns/coredns:v1.14.2"},
 		{Component: "kube-proxy", Name: "registry.k8s.io/kube-proxy:v1.36.3"},
 		{Component: "flannel", Name: "ghcr.io/flannel-io/flannel:v0.28.10"},
 	}}
+	// readBundle took the bundle's release of the inventory's version.
+	inv.KubernetesVersion = "v1.36.3"
 	im, err = (&Apply{inv: inv, manifest: m}).images()
 	if err != nil || im.CoreDNS != m.Images[0].Name || im.KubeProxy != m.Images[1].Name || im.Flannel != m.Images[2].Name {
 		t.Errorf("with a bundle: %+v, %v; want the bundle's %+v", im, err, m.Images)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/kforge/kforge/bundle"
@@ -21,9 +22,9 @@ type BundleCmd struct {
 
 // BundleBuildCmd is `kforge bundle build`.
 type BundleBuildCmd struct {
-	Kubernetes string `placeholder:"VERSION" help:"Kubernetes version to bundle, vMAJOR.MINOR.PATCH (default: the one kforge version names)."`
-	Out        string `short:"o" required:"" type:"path" placeholder:"DIR" help:"Bundle directory to write (new, empty, or an older bundle to replace)."`
-	CacheDir   string `env:"KFORGE_CACHE_DIR" type:"path" placeholder:"DIR" help:"Where built artifacts are cached (${env}; default /var/cache/kforge)."`
+	Kubernetes []string `placeholder:"VERSION,..." help:"Kubernetes versions to bundle, vMAJOR.MINOR.PATCH, comma-separated: a bundle may hold several, e.g. the versions of an upgrade (default: the one kforge version names)."`
+	Out        string   `short:"o" required:"" type:"path" placeholder:"DIR" help:"Bundle directory to write (new, empty, or an older bundle to replace)."`
+	CacheDir   string   `env:"KFORGE_CACHE_DIR" type:"path" placeholder:"DIR" help:"Where built artifacts are cached (${env}; default /var/cache/kforge)."`
 }
 
 func (c *BundleBuildCmd) Help() string {
@@ -31,9 +32,15 @@ func (c *BundleBuildCmd) Help() string {
 }
 
 func (c *BundleBuildCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Logger) error {
-	v := c.Kubernetes
-	if v == "" {
-		v = release.Default()
+	versions := c.Kubernetes
+	if len(versions) == 0 {
+		versions = []string{release.Default()}
+	}
+	// Every version is checked before anything is built.
+	for _, v := range versions {
+		if _, err := release.For(v); err != nil {
+			return err
+		}
 	}
 	var goOut io.Writer
 	if g.Verbose > 0 {
@@ -42,7 +49,8 @@ func (c *BundleBuildCmd) Run(ctx context.Context, s *streams, g *Globals, log *s
 	p := progress.NewPrinter(s.Out, s.Err, g.Output == "json", log)
 	start := time.Now()
 	m, err := bundle.Build(ctx, bundle.Options{
-		BuildOptions: bundle.BuildOptions{Version: v, CacheDir: c.CacheDir, Report: p.Report, GoOutput: goOut},
+		BuildOptions: bundle.BuildOptions{CacheDir: c.CacheDir, Report: p.Report, GoOutput: goOut},
+		Versions:     versions,
 		Out:          c.Out,
 	})
 	if err != nil {
@@ -79,6 +87,6 @@ func reportBundle(s *streams, g *Globals, what, dir string, m *bundle.Manifest, 
 		})
 	}
 	_, err := fmt.Fprintf(s.Out, "bundle %s %s: Kubernetes %s, %d files, %d images, %d MB, in %s\n",
-		dir, what, m.Versions.Kubernetes, len(m.Files), len(m.Images), size>>20, took.Round(time.Millisecond))
+		dir, what, strings.Join(m.Kubernetes(), ", "), len(m.Files), len(m.Images), size>>20, took.Round(time.Millisecond))
 	return err
 }
