@@ -85,7 +85,7 @@ type Apply struct {
 	fleet   *fleet.Fleet // the inventory's hosts; connected by connect
 	started time.Time
 
-	manifest *bundle.Manifest    // bundle: the bundle's manifest (nil without a bundle)
+	manifest *bundle.Manifest    // bundle: the bundle's release of the inventory's version (nil without a bundle)
 	set      *pki.Set            // pki
 	token    kube.BootstrapToken // pki
 	etcd     etcdPlan            // etcd-members: how each master's etcd member starts
@@ -112,7 +112,7 @@ func (a *Apply) Steps() []Step {
 	var l list
 	l.add("connect", OnHosts, all, f.Connect, "connect to %s over SSH (host keys verified) and gather facts in one round trip each", count(len(all), "host"))
 	if c.Bundle != "" {
-		l.add("bundle", OnWorkstation, nil, a.readBundle, "read the bundle's manifest in %s: versions, platform, files and images", c.Bundle)
+		l.add("bundle", OnWorkstation, nil, a.readBundle, "read the bundle's manifest in %s: its release of Kubernetes %s, platform, files and images", c.Bundle, c.KubernetesVersion)
 	}
 	l.add("preflight", OnHosts, all, a.preflight, "run kubeadm's preflight checks on every host before anything changes")
 	l.add("pki", OnWorkstation, nil, a.ensurePKI, "generate or reuse the cluster's certificates (%s), kubeconfigs and bootstrap token in the state dir", c.PKI.KeyAlgorithm)
@@ -158,10 +158,11 @@ func (a *Apply) Close() {
 	a.fleet.Close()
 }
 
-// readBundle reads the bundle's manifest, which preflight checks the hosts against and stage
-// ships from.
+// readBundle reads the bundle's manifest of the inventory's Kubernetes version, which
+// preflight checks the hosts against and stage ships from. A bundle that does not hold that
+// version fails here, before anything changes, saying which bundle to build.
 func (a *Apply) readBundle(context.Context, progress.Reporter) error {
-	m, err := bundle.LoadManifest(a.inv.Bundle)
+	m, err := bundle.LoadRelease(a.inv.Bundle, a.inv.KubernetesVersion)
 	if err != nil {
 		return err
 	}

@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"github.com/alecthomas/kong"
+	"github.com/kforge/kforge/bundle"
 	"github.com/kforge/kforge/progress"
+	"github.com/kforge/kforge/release"
 )
 
 // Exit codes; documented in README.md ("Exit codes").
@@ -109,6 +111,13 @@ func exitCode(err error) int {
 	var ec exitCoder
 	if errors.As(err, &ec) {
 		return ec.ExitCode()
+	}
+	// A Kubernetes version this kforge does not install, or one the inventory's bundle does
+	// not hold, is bad input found before anything changed.
+	var ve *release.VersionError
+	var me *bundle.MissingReleaseError
+	if errors.As(err, &ve) || errors.As(err, &me) {
+		return exitInvalid
 	}
 	return exitFailed
 }

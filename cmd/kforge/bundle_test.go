@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -48,9 +49,47 @@ func TestBundleBuildNeedsAnOutputDirectory(t *testing.T) {
 	if code != exitInvalid || !strings.Contains(errs, "--out") {
 		t.Errorf("bundle build without -o: code %d, stderr %q", code, errs)
 	}
-	code, _, errs = kforge(t, "bundle", "build", "--kubernetes", "v1.30.0", "-o", t.TempDir())
-	if code != exitFailed || !strings.Contains(errs, "1.36") {
-		t.Errorf("bundle build of an unsupported version: code %d, stderr %q", code, errs)
+}
+
+// TestUnsupportedKubernetesVersionExits2: a version this kforge does not install, named by
+// the inventory or by bundle build (alone or among supported ones), exits 2 before anything is
+// built or touched, and the error lists the supported versions.
+func TestUnsupportedKubernetesVersionExits2(t *testing.T) {
+	const supported = "use v1.35.x, v1.36.x or v1.37.x (default v1.36.3)"
+	for _, versions := range []string{"v1.30.0", "v1.36.3,v1.38.0", "1.36.3"} {
+		out := filepath.Join(t.TempDir(), "bundle")
+		code, stdout, errs := kforge(t, "bundle", "build", "--kubernetes", versions, "-o", out)
+		if code != exitInvalid || stdout != "" {
+			t.Errorf("bundle build --kubernetes %s: code %d, stdout %q, stderr %q; want code %d", versions, code, stdout, errs, exitInvalid)
+		}
+		if versions != "1.36.3" && !strings.Contains(errs, supported) {
+			t.Errorf("bundle build --kubernetes %s: stderr %q lacks %q", versions, errs, supported)
+		}
+		if _, err := os.Stat(out); err == nil {
+			t.Errorf("bundle build --kubernetes %s wrote %s", versions, out)
+		}
+	}
+
+	inv := filepath.Join(t.TempDir(), "kforge.yaml")
+	writeFile(t, inv, "apiVersion: kforge.dev/v1alpha1\nkind: Cluster\nname: t\nkubernetesVersion: v1.34.2\nmasters:\n  - {name: m1, address: 10.0.0.1}\n")
+	for _, args := range [][]string{{"inventory", "validate"}, {"plan"}, {"render", "-o", filepath.Join(t.TempDir(), "r")}, {"apply"}} {
+		code, stdout, errs := kforge(t, append([]string{"-i", inv, "--state-dir", t.TempDir()}, args...)...)
+		want := inv + ":4:20: kubernetesVersion: Kubernetes v1.34.2 is not supported by this kforge; " + supported
+		if code != exitInvalid || stdout != "" || !strings.Contains(errs, want) {
+			t.Errorf("%v with kubernetesVersion v1.34.2: code %d, stdout %q, stderr %q; want code %d and %q", args, code, stdout, errs, exitInvalid, want)
+		}
+	}
+}
+
+// TestBundleWithoutTheVersionExits2: apply's refusal of a bundle that lacks the inventory's
+// version (tasks: readBundle) is bad input, like an unsupported version.
+func TestBundleWithoutTheVersionExits2(t *testing.T) {
+	err := fmt.Errorf("bundle: %w", &bundle.MissingReleaseError{Dir: "/b", Version: "v1.37.2", Holds: []string{"v1.36.3"}})
+	if got := exitCode(err); got != exitInvalid {
+		t.Errorf("exitCode(%v) = %d, want %d", err, got, exitInvalid)
+	}
+	if got := exitCode(errors.New("ssh: connection refused")); got != exitFailed {
+		t.Errorf("exitCode of a plain failure = %d, want %d", got, exitFailed)
 	}
 }
 

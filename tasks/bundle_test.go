@@ -1,0 +1,76 @@
+package tasks
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/kforge/kforge/bundle"
+)
+
+// writeManifest writes a bundle directory holding only a manifest of the given releases.
+func writeManifest(t *testing.T, dir string, versions ...string) {
+	t.Helper()
+	m := bundle.Manifest{SchemaVersion: bundle.SchemaVersion, Platform: "linux/amd64", Source: "built"}
+	for _, v := range versions {
+		m.Releases = append(m.Releases, bundle.Versions{Kubernetes: v})
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, bundle.ManifestFile), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestBundleWithoutTheInventorysVersionIsRefused: apply's bundle step fails on a bundle that
+// does not hold the inventory's Kubernetes version — before preflight, so before anything
+// changes — naming the bundle, the version and the exact command that builds a bundle with
+// it; a bundle that holds it (among others) gives that release alone to the later steps.
+func TestBundleWithoutTheInventorysVersionIsRefused(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "offline bundle")
+	writeManifest(t, dir, "v1.36.3")
+	c := cluster(t, "kubernetesVersion: v1.37.2\nbundle: "+dir+"\n")
+	a := NewApply(c, Options{})
+	err := a.readBundle(context.Background(), nil)
+	want := "bundle " + dir + " does not hold Kubernetes v1.37.2 (it holds v1.36.3); build one that does: kforge bundle build --kubernetes v1.36.3,v1.37.2 -o '" + dir + "'"
+	if err == nil || err.Error() != want {
+		t.Fatalf("readBundle = %v\nwant %s", err, want)
+	}
+	var me *bundle.MissingReleaseError
+	if !errors.As(err, &me) || me.Dir != dir || me.Version != "v1.37.2" {
+		t.Errorf("not a *bundle.MissingReleaseError naming the bundle and version: %#v", err)
+	}
+	if a.manifest != nil {
+		t.Error("a refused bundle was kept for the later steps")
+	}
+	names := taskNames(Tasks(a.Steps()))
+	if i, j := slices.Index(names, "bundle"), slices.Index(names, "preflight"); i < 0 || i > j {
+		t.Errorf("the bundle step must come before preflight: %v", names)
+	}
+
+	writeManifest(t, dir, "v1.36.3", "v1.37.2")
+	if err := a.readBundle(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := a.manifest.Kubernetes(); len(got) != 1 || got[0] != "v1.37.2" {
+		t.Errorf("the later steps get releases %v, want [v1.37.2]", got)
+	}
+
+	// The inventory's default version is checked the same way.
+	writeManifest(t, dir, "v1.35.4")
+	a = NewApply(cluster(t, "bundle: "+dir+"\n"), Options{})
+	if err := a.readBundle(context.Background(), nil); err == nil || !strings.Contains(err.Error(), "does not hold Kubernetes v1.36.3 (it holds v1.35.4)") ||
+		!strings.Contains(err.Error(), "kforge bundle build --kubernetes v1.35.4,v1.36.3 -o") {
+		t.Errorf("a bundle without the default version: %v", err)
+	}
+}
