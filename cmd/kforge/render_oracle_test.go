@@ -398,8 +398,9 @@ func allowedKey(allowed map[string]string, key string) (string, bool) {
 	return "", false
 }
 
-// loadAllowList reads the table rows "| `key` | reason |" of docs/kubeadm-differences.md;
-// every row needs a reason.
+// loadAllowList reads the rows "| `key` | reason |" of the tables of
+// docs/kubeadm-differences.md headed "| Difference (as reported) | Reason |" (other tables there
+// are prose); every row needs a reason.
 func loadAllowList(t *testing.T) map[string]string {
 	t.Helper()
 	f, err := os.Open(filepath.Join("..", "..", "docs", "kubeadm-differences.md"))
@@ -409,9 +410,17 @@ func loadAllowList(t *testing.T) map[string]string {
 	defer f.Close()
 	out := map[string]string{}
 	sc := bufio.NewScanner(f)
+	inTable := false
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())
-		if !strings.HasPrefix(line, "| `") {
+		switch {
+		case strings.HasPrefix(line, "| Difference (as reported) |"):
+			inTable = true
+			continue
+		case !strings.HasPrefix(line, "|"):
+			inTable = false
+		}
+		if !inTable || !strings.HasPrefix(line, "| `") {
 			continue
 		}
 		cells := strings.Split(strings.Trim(line, "|"), "|")
