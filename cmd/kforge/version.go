@@ -12,15 +12,16 @@ import (
 type VersionCmd struct{}
 
 func (VersionCmd) Run(s *streams, g *Globals) error {
-	v := map[string]string{
-		"kforge":     version,
-		"go":         runtime.Version(),
-		"platform":   runtime.GOOS + "/" + runtime.GOARCH,
-		"kubernetes": release.Default(),
-	}
 	if g.Output == "json" {
-		return json.NewEncoder(s.Out).Encode(v)
+		return json.NewEncoder(s.Out).Encode(map[string]any{
+			"kforge":              version,
+			"go":                  runtime.Version(),
+			"platform":            runtime.GOOS + "/" + runtime.GOARCH,
+			"kubernetes":          release.Default(),
+			"supportedKubernetes": release.Supported(),
+		})
 	}
-	_, err := fmt.Fprintf(s.Out, "kforge %s (%s, %s)\ndefault Kubernetes %s\n", v["kforge"], v["go"], v["platform"], v["kubernetes"])
+	_, err := fmt.Fprintf(s.Out, "kforge %s (%s, %s)\ndefault Kubernetes %s; supported %s\n",
+		version, runtime.Version(), runtime.GOOS+"/"+runtime.GOARCH, release.Default(), release.SupportedList())
 	return err
 }
