@@ -41,7 +41,7 @@ type Cluster struct {
 	Kind string `yaml:"kind" jsonschema:"required,enum=Cluster"`
 	// Cluster name: a DNS label (lowercase letters, digits, '-'). Names the kubeconfig context and the state directory.
 	Name string `yaml:"name" jsonschema:"required"`
-	// Kubernetes version to install, vMAJOR.MINOR.PATCH. Default v1.36.3.
+	// Kubernetes version to install, vMAJOR.MINOR.PATCH, of a supported minor (v1.35, v1.36 or v1.37). Default v1.36.3. With a bundle, the bundle must hold it.
 	KubernetesVersion string `yaml:"kubernetesVersion,omitempty"`
 	// Stable address of the API server as host:port, e.g. a load balancer in front of the masters. Required with more than one master; default: the first master's address and port 6443.
 	ControlPlaneEndpoint string `yaml:"controlPlaneEndpoint,omitempty"`
