@@ -33,7 +33,8 @@ type CoreDNSInput struct {
 	Replicas int32
 }
 
-// CoreDNS deploys CoreDNS as `kubeadm init phase addon coredns` renders it for v1.36: the
+// CoreDNS deploys CoreDNS as `kubeadm init phase addon coredns` renders it (alike in kubeadm
+// v1.35, v1.36 and v1.37; the image is the release's): the
 // coredns ConfigMap (Corefile; created once, an existing one is kept), ClusterRole and ClusterRoleBinding system:coredns,
 // ServiceAccount coredns, Deployment coredns and Service kube-dns, all in kube-system.
 func CoreDNS(ctx context.Context, c kubernetes.Interface, in CoreDNSInput) ([]Change, error) {

@@ -7,6 +7,7 @@
 // and RESTMapper) and a small typed input: it creates what is missing, leaves alone what is
 // already right and updates what differs, never fails on "already exists", and returns the
 // Changes it made, so a second run reports nothing but Unchanged. Objects are typed k8s.io/api
-// values matching what kubeadm v1.36 creates (names, rules, subjects, manifests); where kforge
-// differs on purpose, DIFFERENCES.md says so.
+// values matching what kubeadm v1.36 creates (names, rules, subjects, manifests), which kubeadm
+// v1.35 and v1.37 create alike but for the images; where kforge or a minor differs, DIFFERENCES.md
+// says so.
 package kube
