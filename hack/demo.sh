@@ -10,11 +10,11 @@ cache=${KFORGE_CACHE_DIR:-/var/cache/kforge}
 step "kforge $($k version | head -1)"
 $k inventory validate examples/*.yaml
 
-step "offline bundle: Kubernetes v1.36.3 built from Go modules (minutes the first time, then cached)"
+step "offline bundle: Kubernetes v1.36.3 and its runtime (containerd, runc) built from Go modules (minutes the first time, then cached)"
 $k bundle build -o "$cache/demo-bundle"
 
-step "lab: 3 systemd hosts (1 master, 2 workers) in network namespaces, reachable over SSH"
-up=$($k lab up --name demo --hosts 3)
+step "lab: 3 bare systemd hosts (1 master, 2 workers; no container runtime) in network namespaces, reachable over SSH"
+up=$($k lab up --name demo --hosts 3 --bare)
 echo "$up"
 lab_inv=$(echo "$up" | sed -n 's/^inventory: *//p')
 inv=$(dirname "$lab_inv")/kforge.yaml
