@@ -200,7 +200,10 @@ func (a *Apply) configureRuntime(ctx context.Context, n inventory.Node, h remote
 	if err := h.Run(ctx, remote.Cmd{Command: strings.Join(cmds, " && ")}); err != nil {
 		return "", err
 	}
-	if restart {
+	switch {
+	case installed:
+		return "containerd (re)started on the bundle's binaries", nil
+	case restart:
 		return "containerd restarted", nil
 	}
 	return "containerd unchanged", nil
