@@ -231,22 +231,18 @@ func (a *Apply) joinWorkers(ctx context.Context, r progress.Reporter) error {
 // them (under registry.k8s.io) and holds them (readBundle took the bundle's release of the
 // inventory's version); without, under the inventory's image repository.
 func (a *Apply) images() (release.Images, error) {
-	if a.manifest != nil {
-		r, err := release.For(a.inv.KubernetesVersion)
-		if err != nil {
-			return release.Images{}, fmt.Errorf("bundle %s: %w", a.inv.Bundle, err)
-		}
-		im := r.Images("")
-		if err := a.manifest.HasImages(im.CoreDNS, im.KubeProxy, im.Flannel); err != nil {
-			return release.Images{}, fmt.Errorf("bundle %s: %w", a.inv.Bundle, err)
-		}
-		return im, nil
-	}
 	r, err := release.For(a.inv.KubernetesVersion)
 	if err != nil {
 		return release.Images{}, err
 	}
-	return r.Images(a.inv.ImageRepository), nil
+	if a.manifest == nil {
+		return r.Images(a.inv.ImageRepository), nil
+	}
+	im := r.Images("") // the bundle's images carry registry.k8s.io's names
+	if err := a.manifest.HasImages(im.CoreDNS, im.KubeProxy, im.Flannel); err != nil {
+		return release.Images{}, fmt.Errorf("bundle %s: %w", a.inv.Bundle, err)
+	}
+	return im, nil
 }
 
 func (a *Apply) coreAddons(ctx context.Context, r progress.Reporter) error {
