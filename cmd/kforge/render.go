@@ -26,23 +26,18 @@ func (r *RenderCmd) Run(s *streams, g *Globals, log *slog.Logger, dl *debugLog) 
 	if err := (movedToInventory{ResolvConf: r.ResolvConf}).check(); err != nil {
 		return err
 	}
-	c, d, err := loadCluster(g)
+	run, err := startClusterRun("render", s, g, log, dl)
 	if err != nil {
 		return err
 	}
-	unlock, err := d.Lock()
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	dl.UseDir(d.Logs())
+	defer run.close()
 	caDirs := []string{}
 	for _, dir := range r.CACertDirs {
 		if dir != "" {
 			caDirs = append(caDirs, dir)
 		}
 	}
-	out, err := tasks.Render(c, tasks.Options{State: d, InventoryDir: dirOf(g.Inventory), Logger: log},
+	out, err := tasks.Render(run.inv, run.options(g, log),
 		tasks.RenderInput{BootstrapToken: r.BootstrapToken, CNIBinDir: r.CNIBinDir, CACertDirs: caDirs})
 	if err != nil {
 		return err
@@ -53,6 +48,6 @@ func (r *RenderCmd) Run(s *streams, g *Globals, log *slog.Logger, dl *debugLog) 
 	if err := tasks.WriteRendered(r.Dir, out); err != nil {
 		return err
 	}
-	fmt.Fprintf(s.Err, "rendered %d hosts into %s (PKI kept in %s; CA %s)\n", len(out.Hosts), r.Dir, d.PKI(), pki.SPKIPin(out.Set.CAs[pki.CA].Cert))
+	fmt.Fprintf(s.Err, "rendered %d hosts into %s (PKI kept in %s; CA %s)\n", len(out.Hosts), r.Dir, run.state.PKI(), pki.SPKIPin(out.Set.CAs[pki.CA].Cert))
 	return nil
 }
