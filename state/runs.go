@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
-	"sync"
 	"time"
 
 	"github.com/kforge/kforge/progress"
@@ -18,9 +17,9 @@ type Run struct {
 	Start   time.Time        `json:"start"`
 	End     time.Time        `json:"end"`
 	Outcome string           `json:"outcome"` // "ok", or the error
-	Events  []progress.Event `json:"events"`
+	Events  []progress.Event `json:"events"`  // filled by Save, redacted
 
-	mu sync.Mutex
+	events progress.Recorder
 }
 
 // NewRun starts the record of command.
@@ -29,22 +28,20 @@ func NewRun(command string, start time.Time) *Run { return &Run{Command: command
 // Report wraps r so that every event is also recorded.
 func (run *Run) Report(r progress.Reporter) progress.Reporter {
 	return func(e progress.Event) {
-		run.mu.Lock()
-		rec := e
-		rec.Message, rec.Err = progress.Redact(e.Message), progress.Redact(e.Err)
-		run.Events = append(run.Events, rec)
-		run.mu.Unlock()
+		run.events.Report(e)
 		r(e)
 	}
 }
 
-// Save ends the record with err (nil: ok) and writes it into d's runs/.
+// Save ends the record with err (nil: ok) and writes it into d's runs/, with every event's
+// message and error redacted.
 func (d Dir) Save(run *Run, end time.Time, err error) error {
-	run.mu.Lock()
-	defer run.mu.Unlock()
-	run.End, run.Outcome = end, "ok"
+	run.End, run.Outcome, run.Events = end, "ok", run.events.Events()
 	if err != nil {
 		run.Outcome = progress.Redact(err.Error())
+	}
+	for i, e := range run.Events {
+		run.Events[i].Message, run.Events[i].Err = progress.Redact(e.Message), progress.Redact(e.Err)
 	}
 	data, jerr := json.MarshalIndent(run, "", "  ")
 	if jerr != nil {
