@@ -52,6 +52,14 @@ func IsRuntime(name string) bool {
 // tools are binaries for people, not for running a node: control-plane hosts only.
 var tools = map[string]bool{"kubeadm": true, "kubectl": true}
 
+// wantsFile says whether a host with this need gets bundle file f.
+func (n Need) wantsFile(f File) bool {
+	if IsRuntime(f.Name) && !n.Runtime {
+		return false
+	}
+	return n.wants(f.Name, tools[f.Name])
+}
+
 func (n Need) wants(name string, controlPlaneOnly bool) bool {
 	if controlPlaneOnly && !n.ControlPlane {
 		return false
@@ -86,10 +94,7 @@ func (p HostPlan) Bytes() int64 {
 func PlanHost(m *Manifest, have HostState, need Need) HostPlan {
 	var p HostPlan
 	for _, f := range m.Files {
-		if IsRuntime(f.Name) && !need.Runtime {
-			continue
-		}
-		if need.wants(f.Name, tools[f.Name]) && have.Files[f.Install] != f.SHA256 {
+		if need.wantsFile(f) && have.Files[f.Install] != f.SHA256 {
 			p.Install = append(p.Install, f)
 		}
 	}
@@ -210,7 +215,17 @@ type Progress func(host, artifact string, sent, total int64)
 // check the result. It returns what it did; an empty plan means nothing was uploaded. Run it
 // inside remote.Each so large uploads respect the upload concurrency limit.
 func Ship(ctx context.Context, h remote.Host, dir string, m *Manifest, need Need, progress Progress) (HostPlan, error) {
-	have, err := ReadHostState(ctx, h, m)
+	// Hash on the host only the files this shipment may install: apply ships a host in up to
+	// three parts (runtime, control plane first, the rest), and hashing every binary of the
+	// bundle for each part tripled the reading of some hundred MB per host and run.
+	wanted := *m
+	wanted.Files = nil
+	for _, f := range m.Files {
+		if need.wantsFile(f) {
+			wanted.Files = append(wanted.Files, f)
+		}
+	}
+	have, err := ReadHostState(ctx, h, &wanted)
 	if err != nil {
 		return HostPlan{}, err
 	}
