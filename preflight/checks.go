@@ -13,6 +13,7 @@ import (
 	"github.com/kforge/kforge/facts"
 	"github.com/kforge/kforge/hostpath"
 	"github.com/kforge/kforge/inventory"
+	"github.com/kforge/kforge/release"
 )
 
 // kubeadm's numbers (cmd/kubeadm/app/constants/constants.go, v1.36).
@@ -296,6 +297,12 @@ func checkCRI(c *inventory.Cluster, n inventory.Node, f *facts.Facts) []Finding 
 	v, err := version.ParseGeneric(runtimeVersion(f))
 	if err != nil {
 		return nil
+	}
+	rel, err := release.For(c.KubernetesVersion)
+	if err == nil && int(v.Major()) < rel.HostContainerdMajor {
+		return []Finding{finding(n, CheckRuntimeVersion, Error,
+			fmt.Sprintf("upgrade the host's containerd to %d.x, or set containerRuntime.install: bundle so that kforge installs containerd %s from the bundle", rel.HostContainerdMajor, rel.Containerd),
+			"containerd %s: kubelet %s needs containerd %d.0 or later", v, rel.Minor, rel.HostContainerdMajor)}
 	}
 	if v.Major() < 2 {
 		return []Finding{finding(n, CheckRuntimeVersion, Warning, "upgrade to containerd 2.x before upgrading the cluster past Kubernetes 1.36",

@@ -115,6 +115,10 @@ func TestChecks(t *testing.T) {
 			f.Runtime.Answering, f.Runtime.Error = false, "Client:\n  Version: 1.6.20\nctr: failed to dial \"/run/containerd/containerd.sock\": connection refused"
 		}, nil, CheckCRI, Error, "does not answer: ctr: failed to dial"},
 		{"containerd 1.x", "w1", func(f *facts.Facts) { f.Runtime.Version = "1.6.20~ds1" }, nil, CheckRuntimeVersion, Warning, "containerd 1.6.20"},
+		{"containerd 1.x on 1.37", "w1", func(f *facts.Facts) { f.Runtime.Version = "1.7.24" },
+			func(c *inventory.Cluster) { c.KubernetesVersion = "v1.37.2" }, CheckRuntimeVersion, Error, "containerd 1.7.24: kubelet v1.37 needs containerd 2.0 or later"},
+		{"containerd 2 on 1.37", "w1", func(f *facts.Facts) { f.Runtime.Version = "2.1.4" },
+			func(c *inventory.Cluster) { c.KubernetesVersion = "v1.37.2" }, CheckRuntimeVersion, Error, ""},
 		{"kubelet newer", "w1", func(f *facts.Facts) {
 			f.Binaries["kubelet"] = facts.Binary{Path: "/usr/bin/kubelet", Version: "1.37.0"}
 		}, nil, CheckKubeletVersion, Error, "v1.37.0 is higher than the control plane version v1.36.3"},

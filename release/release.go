@@ -39,6 +39,9 @@ type Release struct {
 	// crictl is not bundled: sigs.k8s.io/cri-tools is not served by the Go module proxy.
 	Containerd string
 	Runc       string
+	// HostContainerdMajor is the oldest containerd major release this minor's kubelet runs
+	// on, for hosts that bring their own runtime (containerRuntime.install: host).
+	HostContainerdMajor int
 }
 
 // releases is the catalogue, one row per supported Kubernetes minor, oldest first. The
@@ -51,13 +54,13 @@ type Release struct {
 // module proxy; runc is what that containerd pins.
 var releases = []Release{
 	{Minor: "v1.35", Kubernetes: "v1.35.4", Etcd: "v3.6.6", EtcdImageTag: "3.6.6-0", CoreDNS: "v1.13.1", Pause: "3.10.1", CNIPlugins: "v1.9.1", Flannel: "v0.28.10",
-		Containerd: "v2.2.9", Runc: "v1.3.6"},
+		Containerd: "v2.2.9", Runc: "v1.3.6", HostContainerdMajor: 1},
 	// v1.36 is the last minor that runs on containerd 1.x.
 	{Minor: "v1.36", Kubernetes: "v1.36.3", Etcd: "v3.6.8", EtcdImageTag: "3.6.8-0", CoreDNS: "v1.14.2", Pause: "3.10.2", CNIPlugins: "v1.9.1", Flannel: "v0.28.10",
-		Containerd: "v2.3.7", Runc: "v1.5.2"},
+		Containerd: "v2.3.7", Runc: "v1.5.2", HostContainerdMajor: 1},
 	// v1.37's kubelet needs containerd 2; etcd 3.7 is what kubeadm v1.37 defaults to.
 	{Minor: "v1.37", Kubernetes: "v1.37.2", Etcd: "v3.7.0", EtcdImageTag: "3.7.0-0", CoreDNS: "v1.14.6", Pause: "3.10.2", CNIPlugins: "v1.9.1", Flannel: "v0.28.10",
-		Containerd: "v2.4.2", Runc: "v1.5.2"},
+		Containerd: "v2.4.2", Runc: "v1.5.2", HostContainerdMajor: 2},
 }
 
 // defaultMinor is the minor kforge installs when the inventory names no version; its row's
