@@ -66,6 +66,17 @@ func etcdModule(v string) goModule {
 	}
 }
 
+func registryModule(v string) goModule {
+	const mod = "github.com/distribution/distribution/v3"
+	return goModule{
+		Name:     "registry",
+		Version:  v,
+		Require:  map[string]string{mod: v},
+		Packages: []string{mod + "/cmd/registry"},
+		Ldflags:  "-X " + mod + "/version.version=" + v,
+	}
+}
+
 func corednsModule(v string) goModule {
 	return goModule{
 		Name:     "coredns",

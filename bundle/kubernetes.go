@@ -44,6 +44,16 @@ func EtcdBinaries(ctx context.Context, o BuildOptions) (string, error) {
 	return binaries(ctx, o, etcdModule(v.Etcd))
 }
 
+// RegistryVersion is the CNCF distribution release RegistryBinaries builds.
+const RegistryVersion = "v3.1.2"
+
+// RegistryBinaries returns a directory holding `registry`, the CNCF distribution registry
+// (github.com/distribution/distribution/v3), built and cached like KubernetesBinaries. It is not
+// part of any bundle: tests run it as the private registry that nodes pull from through a mirror.
+func RegistryBinaries(ctx context.Context, o BuildOptions) (string, error) {
+	return binaries(ctx, o, registryModule(RegistryVersion))
+}
+
 // kubernetesModule is the recipe for the Kubernetes binaries: a scratch module requiring
 // k8s.io/kubernetes with each of its staging modules (which its go.mod replaces by ./staging
 // paths that do not exist in the published module) replaced by the published v0.MINOR.PATCH,

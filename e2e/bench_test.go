@@ -27,6 +27,7 @@ import (
 
 	"github.com/kforge/kforge/internal/testenv"
 	"github.com/kforge/kforge/lab"
+	"github.com/kforge/kforge/release"
 )
 
 // BenchmarkApplyVsKubeadm is the benchmark of issue 7: on the same machine, one run each, a
@@ -51,7 +52,7 @@ func BenchmarkApplyVsKubeadm(b *testing.B) {
 	defer cancel()
 	dir := b.TempDir()
 	kforge := buildKforge(b, dir)
-	bundleDir := buildBundle(ctx, b, dir)
+	bundleDir := buildBundle(ctx, b, dir, release.Default())
 	id := os.Getpid() % 100000
 
 	b.ResetTimer()

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/kforge/kforge/internal/testenv"
+	"github.com/kforge/kforge/release"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
@@ -31,7 +32,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -49,6 +49,10 @@ type cluster struct {
 	inventory string
 	state     string
 	bundle    string
+	version   string   // the inventory's kubernetesVersion, which the bundle holds
+	env       []string // added to kforge's environment (NAME=value)
+	// registries is the inventory's containerRuntime.registries, as YAML flow sequence items.
+	registries []string
 }
 
 const agentImage = "kforge.test/e2e-agent:v1"
@@ -64,11 +68,12 @@ func buildKforge(t testing.TB, dir string) string {
 	return bin
 }
 
-// buildBundle writes the offline bundle (from the cache after the first build).
-func buildBundle(ctx context.Context, t testing.TB, dir string) string {
+// buildBundle writes the offline bundle of one Kubernetes version (from the cache after the
+// first build).
+func buildBundle(ctx context.Context, t testing.TB, dir, version string) string {
 	t.Helper()
 	out := filepath.Join(dir, "bundle")
-	if _, err := bundle.Build(ctx, bundle.Options{BuildOptions: bundle.BuildOptions{Version: "v1.36.3"}, Out: out}); err != nil {
+	if _, err := bundle.Build(ctx, bundle.Options{BuildOptions: bundle.BuildOptions{Version: version}, Out: out}); err != nil {
 		t.Fatalf("bundle build: %v", err)
 	}
 	return out
@@ -120,13 +125,14 @@ func buildAgentImage(t *testing.T, dir string) string {
 	return archive
 }
 
-// newCluster builds kforge and the bundle and brings up a lab (taken down when the test ends).
-func newCluster(ctx context.Context, t *testing.T, prefix string, o lab.Options) *cluster {
+// newCluster builds kforge and a bundle of Kubernetes version and brings up a lab (taken down
+// when the test ends).
+func newCluster(ctx context.Context, t *testing.T, prefix, version string, o lab.Options) *cluster {
 	t.Helper()
 	dir := t.TempDir()
 	// The bundle build is not bounded by the test's deadline: cold, it is minutes of compiling.
-	c := &cluster{t: t, kforge: buildKforge(t, dir), bundle: buildBundle(context.Background(), t, dir),
-		state: filepath.Join(dir, "state"), inventory: filepath.Join(dir, "kforge.yaml")}
+	c := &cluster{t: t, kforge: buildKforge(t, dir), bundle: buildBundle(context.Background(), t, dir, version),
+		version: version, state: filepath.Join(dir, "state"), inventory: filepath.Join(dir, "kforge.yaml")}
 	o.Name = fmt.Sprintf("%s%d", prefix, os.Getpid()%100000)
 	l, err := lab.Up(ctx, o)
 	if err != nil {
@@ -164,6 +170,7 @@ func (c *cluster) kubectl(ctx context.Context, args ...string) (string, error) {
 
 func (c *cluster) run(args ...string) (string, error) {
 	cmd := exec.Command(c.kforge, append([]string{"-i", c.inventory, "--state-dir", c.state, "--log-file", filepath.Join(c.state, "e2e.log")}, args...)...)
+	cmd.Env = append(os.Environ(), c.env...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
@@ -366,7 +373,7 @@ func TestApplyLabClusterEndToEnd(t *testing.T) {
 	defer cancel()
 	// Four bare hosts (no containerd, no runc): the inventory starts with three; the fourth joins
 	// when it is added. kforge installs the runtime from the bundle.
-	c := newCluster(ctx, t, "e2e", lab.Options{Hosts: 4, Bare: true})
+	c := newCluster(ctx, t, "e2e", release.Default(), lab.Options{Hosts: 4, Bare: true})
 	l := c.lab
 	agent := buildAgentImage(t, t.TempDir())
 	c.writeInventory(l.Hosts[:1], l.Hosts[1:3])
@@ -383,46 +390,11 @@ func TestApplyLabClusterEndToEnd(t *testing.T) {
 		t.Errorf("apply did not say when the nodes were Ready:\n%s", out)
 	}
 
-	k := c.client()
-
-	// The runtime on every host is the bundle's: containerd and runc as the manifest names them.
-	m, err := bundle.LoadManifest(c.bundle)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rel := m.Releases[0] // the e2e bundle holds one release
-	for _, h := range l.Hosts[:3] {
-		got := c.exec(ctx, h.Name, "containerd --version; runc --version | head -1")
-		if !strings.Contains(got, "containerd/v2 "+rel.Containerd+" ") || !strings.Contains(got, "runc version "+strings.TrimPrefix(rel.Runc, "v")) {
-			t.Errorf("%s runs %q, want the bundle's containerd %s and runc %s", h.Name, got, rel.Containerd, rel.Runc)
-		}
-	}
+	c.checkRuntime(ctx, l.Hosts[:3]) // the bundle's containerd and runc
 
 	// 2. Every node Ready, every kube-system pod Running — read from the workstation.
-	nodes, err := k.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(nodes.Items) != 3 {
-		t.Fatalf("%d nodes, want 3", len(nodes.Items))
-	}
-	for _, n := range nodes.Items {
-		if !nodeReady(&n) {
-			t.Errorf("node %s is not Ready: %+v", n.Name, n.Status.Conditions)
-		}
-	}
-	pods, err := k.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range pods.Items {
-		if p.Status.Phase != corev1.PodRunning {
-			t.Errorf("kube-system pod %s is %s", p.Name, p.Status.Phase)
-		}
-	}
-	if len(pods.Items) < 9 { // etcd, apiserver, controller-manager, scheduler, 3 kube-proxy, 2 coredns
-		t.Errorf("only %d kube-system pods", len(pods.Items))
-	}
+	nodes := c.checkNodes(ctx, 3)
+	k := c.client()
 
 	// The workers joined by TLS bootstrap: each posted a kubelet client CSR with the bootstrap
 	// token, approved and signed (by kforge, or by the controller-manager had it been first).
@@ -445,7 +417,7 @@ func TestApplyLabClusterEndToEnd(t *testing.T) {
 	}
 	podNet := netip.MustParsePrefix(inventory.DefaultPodSubnet)
 	seen := map[string]string{}
-	for _, n := range nodes.Items {
+	for _, n := range nodes {
 		p, err := netip.ParsePrefix(n.Spec.PodCIDR)
 		if err != nil || !podNet.Contains(p.Addr()) || p.Bits() != inventory.DefaultNodeCIDRMaskSize || seen[n.Spec.PodCIDR] != "" {
 			t.Errorf("node %s: pod CIDR %q (%v; also on %q)", n.Name, n.Spec.PodCIDR, err, seen[n.Spec.PodCIDR])
@@ -458,82 +430,12 @@ func TestApplyLabClusterEndToEnd(t *testing.T) {
 		t.Errorf("addon ConfigMap: %v %v", cm, err)
 	}
 
-	// 3. Workloads: a server on one worker behind a Service, a client on the other.
+	// 3. Workloads: a server on one worker behind a Service, a client on each; DNS and the
+	// Service across nodes. The image is imported on the workers (never pulled).
 	for _, h := range []string{w1, w2} {
 		c.importImage(ctx, h, agent)
 	}
-	mkPod := func(pod, node string, args ...string) {
-		_, err := k.CoreV1().Pods("default").Create(ctx, &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: pod, Labels: map[string]string{"app": pod}},
-			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{
-				Name: "agent", Image: agentImage, ImagePullPolicy: corev1.PullNever, Args: args,
-			}}},
-		}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	mkPod("server", w1, "serve")
-	mkPod("client-"+w1, w1, "serve")
-	mkPod("client-"+w2, w2, "serve")
-	if _, err := k.CoreV1().Services("default").Create(ctx, &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "server"},
-		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "server"},
-			Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	err = wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		ps, err := k.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, nil
-		}
-		running := 0
-		for _, p := range ps.Items {
-			if p.Status.Phase == corev1.PodRunning {
-				running++
-			}
-		}
-		return running == 3, nil
-	})
-	if err != nil {
-		ps, _ := k.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
-		t.Fatalf("test pods not running: %v\n%+v", err, ps)
-	}
-
-	kc := func(args ...string) (string, error) { return c.kubectl(ctx, args...) }
-	// Pods, Services and routes converge asynchronously (kube-proxy and flannel program a new
-	// Service and a new node's routes within seconds): each check may take a few tries, and
-	// says how many it took.
-	eventually := func(what string, ok func(out string) bool, args ...string) {
-		t.Helper()
-		var out string
-		var err error
-		for try := 1; try <= 15; try++ {
-			if out, err = kc(args...); err == nil && ok(out) {
-				if try > 1 {
-					t.Logf("%s: needed %d tries", what, try)
-				}
-				return
-			}
-			time.Sleep(2 * time.Second)
-		}
-		t.Errorf("%s: %v\n%s", what, err, out)
-	}
-	for _, h := range []string{w1, w2} {
-		// DNS from a pod on each worker (kubectl exec through the API server to kubelet).
-		eventually("DNS from a pod on "+h, func(out string) bool { return strings.Contains(out, firstServiceIP) },
-			"exec", "client-"+h, "--", "/agent", "lookup", "kubernetes.default")
-	}
-	// The Service, backed by the pod on w1, answers a pod on w2 (cross-node pod network and
-	// kube-proxy), by name.
-	eventually("Service from "+w2, func(out string) bool { return strings.TrimSpace(out) == "server" },
-		"exec", "client-"+w2, "--", "/agent", "get", "http://server.default.svc.cluster.local/")
-	// kubectl logs shows the server's log line for that request.
-	out, err = kc("logs", "server")
-	if err != nil || !strings.Contains(out, "agent serving on :8080") || !strings.Contains(out, "request from") {
-		t.Errorf("kubectl logs server: %v\n%s", err, out)
-	}
+	c.checkWorkloads(ctx, workload{image: agentImage, pull: corev1.PullNever}, w1, w2)
 
 	// 4. kubeadm reads kforge's certificates on the master.
 	exp := c.exec(ctx, master, "kubeadm certs check-expiration")
@@ -547,24 +449,7 @@ func TestApplyLabClusterEndToEnd(t *testing.T) {
 	}
 
 	// 5. apply again: exit 0, nothing restarted, no file rewritten.
-	before := map[string]string{}
-	for _, h := range l.Hosts[:3] {
-		before[h.Name] = c.snapshot(ctx, h.Name)
-	}
-	start = time.Now()
-	out, err = c.run("apply")
-	if err != nil {
-		t.Fatalf("second kforge apply: %v\n%s", err, out)
-	}
-	t.Logf("second apply took %s", time.Since(start).Round(time.Millisecond))
-	for _, h := range l.Hosts[:3] {
-		if after := c.snapshot(ctx, h.Name); after != before[h.Name] {
-			t.Errorf("%s changed on the second apply:\n%s", h.Name, diffLines(before[h.Name], after))
-		}
-	}
-	if strings.Contains(out, "restarted") || strings.Contains(out, "created") {
-		t.Errorf("second apply restarted or created something:\n%s", out)
-	}
+	before := c.applyChangesNothing(ctx, l.Hosts[:3])
 
 	// 5b. A re-issued certificate reaches the component that uses it. With controller-manager.conf's
 	// certificate gone from the state dir, apply issues a new one, rewrites the kubeconfig and
@@ -582,11 +467,11 @@ func TestApplyLabClusterEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatalf("apply with a new worker: %v\n%s", err, out)
 	}
-	nodes, err = k.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil || len(nodes.Items) != 4 {
-		t.Fatalf("after adding a worker: %d nodes, %v", len(nodes.Items), err)
+	grown, err := k.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil || len(grown.Items) != 4 {
+		t.Fatalf("after adding a worker: %d nodes, %v", len(grown.Items), err)
 	}
-	for _, n := range nodes.Items {
+	for _, n := range grown.Items {
 		if !nodeReady(&n) {
 			t.Errorf("node %s is not Ready after the cluster grew", n.Name)
 		}
@@ -623,7 +508,13 @@ true`)
 func (c *cluster) writeInventory(masters, workers []lab.Host) {
 	c.t.Helper()
 	var b strings.Builder
-	fmt.Fprintf(&b, "apiVersion: kforge.dev/v1alpha1\nkind: Cluster\nname: %s\nbundle: %s\n", c.lab.Name, c.bundle)
+	fmt.Fprintf(&b, "apiVersion: kforge.dev/v1alpha1\nkind: Cluster\nname: %s\nbundle: %s\nkubernetesVersion: %s\n", c.lab.Name, c.bundle, c.version)
+	if len(c.registries) > 0 {
+		b.WriteString("containerRuntime:\n  registries:\n")
+		for _, r := range c.registries {
+			fmt.Fprintf(&b, "    - %s\n", r)
+		}
+	}
 	if lb := c.lab.LoadBalancer; lb != nil {
 		fmt.Fprintf(&b, "controlPlaneEndpoint: %s:6443\n", lb.Address)
 	}

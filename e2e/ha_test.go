@@ -13,6 +13,7 @@ import (
 
 	"github.com/kforge/kforge/internal/testenv"
 	"github.com/kforge/kforge/lab"
+	"github.com/kforge/kforge/release"
 )
 
 // TestHAControlPlaneGrowsSurvivesAMasterAndShrinks: a cluster behind the lab's load balancer
@@ -25,7 +26,7 @@ func TestHAControlPlaneGrowsSurvivesAMasterAndShrinks(t *testing.T) {
 	testenv.Require(t, lab.Prerequisites())
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	c := newCluster(ctx, t, "ha", lab.Options{Hosts: 4, Masters: 3, LoadBalancer: true})
+	c := newCluster(ctx, t, "ha", release.Default(), lab.Options{Hosts: 4, Masters: 3, LoadBalancer: true})
 	h := c.lab.Hosts // masters h[0..2], worker h[3]
 
 	c.writeInventory(h[:1], h[3:])

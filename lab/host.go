@@ -79,7 +79,7 @@ func (l *Lab) prepareHost(h *hostState, hier []hierarchy) error {
 	}
 	// A nameserver nothing answers on, inside the lab: CoreDNS needs an upstream to start, and
 	// its queries for outside names then end at the lab bridge, never off the machine.
-	resolv := fmt.Sprintf("# kforge lab: no DNS server answers at %s; hosts have no route off the lab.\nnameserver %s\n", bridgeAddr, bridgeAddr)
+	resolv := fmt.Sprintf("# kforge lab: no DNS server answers at %s; hosts have no route off the lab.\nnameserver %s\n", BridgeAddr, BridgeAddr)
 	if err := os.WriteFile(filepath.Join(etc, "resolv.conf"), []byte(resolv), 0o644); err != nil {
 		return err
 	}

@@ -140,9 +140,11 @@ type hostState struct {
 
 // Network: one bridge shared by all labs, one address pool guarded by the registry lock.
 const (
-	Bridge        = "kforgelab0"
-	Subnet        = "198.51.100.0/25"
-	bridgeAddr    = "198.51.100.1"
+	Bridge = "kforgelab0"
+	Subnet = "198.51.100.0/25"
+	// BridgeAddr is this machine's own address on the lab bridge: the hosts reach services a
+	// test runs for them (a registry) there.
+	BridgeAddr    = "198.51.100.1"
 	prefixLen     = 25
 	firstHostOct  = 2
 	lastHostOct   = 126

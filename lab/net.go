@@ -31,14 +31,14 @@ func ensureBridge(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("ip addr show dev %s: %w", Bridge, err)
 		}
-		want := fmt.Sprintf("%s/%d", bridgeAddr, prefixLen)
+		want := fmt.Sprintf("%s/%d", BridgeAddr, prefixLen)
 		if !strings.Contains(string(out), " "+want+" ") || strings.Count(string(out), "\n") != 1 {
 			return fmt.Errorf("bridge %s exists but does not carry exactly %s (found: %q): delete it (ip link del %s) if no lab uses it", Bridge, want, strings.TrimSpace(string(out)), Bridge)
 		}
 		return run(ctx, "ip", "link", "set", Bridge, "up")
 	}
 	return runInput(ctx, fmt.Sprintf("link add %s type bridge\naddr add %s/%d dev %s\nlink set %s up\n",
-		Bridge, bridgeAddr, prefixLen, Bridge, Bridge), "ip", "-batch", "-")
+		Bridge, BridgeAddr, prefixLen, Bridge, Bridge), "ip", "-batch", "-")
 }
 
 // checkSubnetFree fails when a route or an address of the machine (`ip -j` output) overlaps

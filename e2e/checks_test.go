@@ -1,0 +1,184 @@
+package e2e
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/kforge/kforge/bundle"
+	"github.com/kforge/kforge/lab"
+)
+
+// The checks below are what every e2e cluster must pass, whatever its minor: one cluster serves
+// them all, in order.
+
+// checkRuntime: containerd and runc on every host are the ones the bundle's release of the
+// cluster's version names.
+func (c *cluster) checkRuntime(ctx context.Context, hosts []lab.Host) {
+	c.t.Helper()
+	m, err := bundle.LoadRelease(c.bundle, c.version)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	rel := m.Releases[0]
+	for _, h := range hosts {
+		got := c.exec(ctx, h.Name, "containerd --version; runc --version | head -1")
+		if !strings.Contains(got, "containerd/v2 "+rel.Containerd+" ") || !strings.Contains(got, "runc version "+strings.TrimPrefix(rel.Runc, "v")) {
+			c.t.Errorf("%s runs %q, want the bundle's containerd %s and runc %s", h.Name, got, rel.Containerd, rel.Runc)
+		} else {
+			c.t.Logf("%s: %s", h.Name, strings.ReplaceAll(strings.TrimSpace(got), "\n", "; "))
+		}
+	}
+}
+
+// checkNodes: want nodes, every one Ready and running the cluster's kubelet version, and every
+// kube-system pod Running. It returns the nodes.
+func (c *cluster) checkNodes(ctx context.Context, want int) []corev1.Node {
+	c.t.Helper()
+	k := c.client()
+	nodes, err := k.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if len(nodes.Items) != want {
+		c.t.Fatalf("%d nodes, want %d", len(nodes.Items), want)
+	}
+	for _, n := range nodes.Items {
+		if !nodeReady(&n) {
+			c.t.Errorf("node %s is not Ready: %+v", n.Name, n.Status.Conditions)
+		}
+		if v := n.Status.NodeInfo.KubeletVersion; v != c.version {
+			c.t.Errorf("node %s runs kubelet %s, want %s", n.Name, v, c.version)
+		}
+	}
+	pods, err := k.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		if p.Status.Phase != corev1.PodRunning {
+			c.t.Errorf("kube-system pod %s is %s", p.Name, p.Status.Phase)
+		}
+	}
+	// etcd, apiserver, controller-manager, scheduler, a kube-proxy per node, 2 coredns
+	if min := 6 + want; len(pods.Items) < min {
+		c.t.Errorf("only %d kube-system pods, want at least %d", len(pods.Items), min)
+	}
+	return nodes.Items
+}
+
+// workload says how checkWorkloads gets its image onto the nodes.
+type workload struct {
+	image string
+	pull  corev1.PullPolicy
+}
+
+// checkWorkloads runs the agent image as a server on w1 behind a Service and as a client on
+// each worker, then checks DNS from a pod on each worker, the Service from a pod on w2 by name
+// (cross-node pod network and kube-proxy), and kubectl logs.
+func (c *cluster) checkWorkloads(ctx context.Context, wl workload, w1, w2 string) {
+	t := c.t
+	t.Helper()
+	k := c.client()
+	mkPod := func(pod, node string, args ...string) {
+		_, err := k.CoreV1().Pods("default").Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: pod, Labels: map[string]string{"app": pod}},
+			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{
+				Name: "agent", Image: wl.image, ImagePullPolicy: wl.pull, Args: args,
+			}}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	mkPod("server", w1, "serve")
+	mkPod("client-"+w1, w1, "serve")
+	mkPod("client-"+w2, w2, "serve")
+	if _, err := k.CoreV1().Services("default").Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "server"},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "server"},
+			Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		ps, err := k.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		running := 0
+		for _, p := range ps.Items {
+			if p.Status.Phase == corev1.PodRunning {
+				running++
+			}
+		}
+		return running == 3, nil
+	})
+	if err != nil {
+		ps, _ := k.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
+		events, _ := c.kubectl(ctx, "get", "events", "-n", "default")
+		t.Fatalf("test pods not running: %v\n%+v\n%s", err, ps, events)
+	}
+
+	kc := func(args ...string) (string, error) { return c.kubectl(ctx, args...) }
+	// Pods, Services and routes converge asynchronously (kube-proxy and flannel program a new
+	// Service and a new node's routes within seconds): each check may take a few tries, and
+	// says how many it took.
+	eventually := func(what string, ok func(out string) bool, args ...string) {
+		t.Helper()
+		var out string
+		var err error
+		for try := 1; try <= 15; try++ {
+			if out, err = kc(args...); err == nil && ok(out) {
+				if try > 1 {
+					t.Logf("%s: needed %d tries", what, try)
+				}
+				return
+			}
+			time.Sleep(2 * time.Second)
+		}
+		t.Errorf("%s: %v\n%s", what, err, out)
+	}
+	for _, h := range []string{w1, w2} {
+		// DNS from a pod on each worker (kubectl exec through the API server to kubelet).
+		eventually("DNS from a pod on "+h, func(out string) bool { return strings.Contains(out, firstServiceIP) },
+			"exec", "client-"+h, "--", "/agent", "lookup", "kubernetes.default")
+	}
+	eventually("Service from "+w2, func(out string) bool { return strings.TrimSpace(out) == "server" },
+		"exec", "client-"+w2, "--", "/agent", "get", "http://server.default.svc.cluster.local/")
+	// kubectl logs shows the server's log line for that request.
+	out, err := kc("logs", "server")
+	if err != nil || !strings.Contains(out, "agent serving on :8080") || !strings.Contains(out, "request from") {
+		t.Errorf("kubectl logs server: %v\n%s", err, out)
+	}
+}
+
+// applyChangesNothing runs apply again on a converged cluster: it must exit 0, restart nothing
+// and rewrite no file on any of the hosts. It returns the hosts' snapshots.
+func (c *cluster) applyChangesNothing(ctx context.Context, hosts []lab.Host) map[string]string {
+	c.t.Helper()
+	before := map[string]string{}
+	for _, h := range hosts {
+		before[h.Name] = c.snapshot(ctx, h.Name)
+	}
+	start := time.Now()
+	out, err := c.run("apply")
+	if err != nil {
+		c.t.Fatalf("second kforge apply: %v\n%s", err, out)
+	}
+	c.t.Logf("second apply took %s", time.Since(start).Round(time.Millisecond))
+	for _, h := range hosts {
+		if after := c.snapshot(ctx, h.Name); after != before[h.Name] {
+			c.t.Errorf("%s changed on the second apply:\n%s", h.Name, diffLines(before[h.Name], after))
+		}
+	}
+	if strings.Contains(out, "restarted") || strings.Contains(out, "created") {
+		c.t.Errorf("second apply restarted or created something:\n%s", out)
+	}
+	return before
+}
