@@ -11,7 +11,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/kforge/kforge/bundle"
+	"github.com/kforge/kforge/etcd"
 	"github.com/kforge/kforge/lab"
+	"github.com/kforge/kforge/release"
+	"github.com/kforge/kforge/state"
 )
 
 // The checks below are what every e2e cluster must pass, whatever its minor: one cluster serves
@@ -181,4 +184,44 @@ func (c *cluster) applyChangesNothing(ctx context.Context, hosts []lab.Host) map
 		c.t.Errorf("second apply restarted or created something:\n%s", out)
 	}
 	return before
+}
+
+// checkEtcdStatusAndSnapshot: kforge etcd status reports every member healthy on the release's
+// etcd version, and kforge etcd snapshot streams a snapshot into the state dir that verifies on
+// its own (etcdutl's checks) and matches its record.
+func (c *cluster) checkEtcdStatusAndSnapshot(ctx context.Context) {
+	t := c.t
+	t.Helper()
+	rel, err := release.For(c.version)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := c.run("etcd", "status")
+	if err != nil {
+		t.Fatalf("kforge etcd status: %v\n%s", err, out)
+	}
+	etcdVersion := strings.TrimPrefix(rel.Etcd, "v")
+	if !strings.Contains(out, " healthy ") || !strings.Contains(out, " "+etcdVersion+" ") || !strings.Contains(out, "voting members healthy: quorum") {
+		t.Errorf("kforge etcd status does not show healthy members on etcd %s:\n%s", etcdVersion, out)
+	}
+	t.Logf("kforge etcd status:\n%s", out)
+
+	start := time.Now()
+	out, err = c.run("etcd", "snapshot", "--keep", "2")
+	if err != nil {
+		t.Fatalf("kforge etcd snapshot: %v\n%s", err, out)
+	}
+	t.Logf("kforge etcd snapshot took %s:\n%s", time.Since(start).Round(time.Millisecond), out)
+	snaps, err := state.At(c.state).ListSnapshots()
+	if err != nil || len(snaps) != 1 {
+		t.Fatalf("snapshots in the state dir: %+v, %v; want one", snaps, err)
+	}
+	s := snaps[0]
+	info, err := etcd.VerifySnapshot(s.File)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.SHA256 != s.SHA256 || info.Revision != s.Revision || info.Size != s.Size || s.Etcd != etcdVersion || s.Kubernetes != c.version || info.TotalKeys < 100 {
+		t.Errorf("snapshot %+v verifies as %+v; want the same sha256, revision and size, etcd %s, Kubernetes %s, a cluster's worth of keys", s, info, etcdVersion, c.version)
+	}
 }

@@ -77,6 +77,7 @@ func bareHostsMinor(t *testing.T, version string) {
 	}
 
 	c.applyChangesNothing(ctx, h)
+	c.checkEtcdStatusAndSnapshot(ctx)
 
 	// The credentials are in hosts.toml on the nodes and nowhere on the workstation: not in
 	// apply's output, its debug log, or the state dir (run records included).

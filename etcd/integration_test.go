@@ -6,8 +6,10 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -184,6 +186,66 @@ func TestRealEtcd(t *testing.T) {
 		}
 	})
 
+	t.Run("verify a snapshot file", func(t *testing.T) {
+		const keys = 50
+		var last int64
+		for i := range keys {
+			resp, err := c.cli.Put(ctx, fmt.Sprintf("/kforge-test/k%03d", i), strings.Repeat("v", 100))
+			if err != nil {
+				t.Fatal(err)
+			}
+			last = resp.Header.Revision
+		}
+		dir := t.TempDir()
+		path := filepath.Join(dir, "snap.db")
+		f, err := os.Create(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := c.Snapshot(ctx, f)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := VerifySnapshot(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sum := sha256.Sum256(data); info.Size != n || info.SHA256 != hex.EncodeToString(sum[:]) || info.Revision < last || info.TotalKeys < keys {
+			t.Fatalf("VerifySnapshot = %+v; want %d bytes, sha256 %x, revision >= %d, >= %d keys", info, n, sum, last, keys)
+		}
+		t.Logf("snapshot: %+v", info)
+
+		// One flipped byte in the database, a truncated copy, and a file that is no snapshot are
+		// all refused, each saying why.
+		for _, bad := range []struct {
+			name string
+			data []byte
+			want string
+		}{
+			{"flipped", flip(data, len(data)/2), "the database's sha256 is"},
+			{"truncated", data[:len(data)-100], "not a database followed by its sha256"},
+			{"cut by a page", data[:len(data)-512], "the database's sha256 is"},
+			{"text", []byte("not a snapshot\n"), "not a database followed by its sha256"},
+		} {
+			p := filepath.Join(dir, bad.name+".db")
+			if err := os.WriteFile(p, bad.data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			_, err := VerifySnapshot(p)
+			var se *SnapshotError
+			if !errors.As(err, &se) || !errors.Is(err, ErrSnapshot) || !strings.Contains(err.Error(), bad.want) || !strings.Contains(err.Error(), p) {
+				t.Errorf("%s snapshot: %v; want a *SnapshotError naming the file and saying %q", bad.name, err, bad.want)
+			}
+		}
+	})
+
 	t.Run("remove absent", func(t *testing.T) {
 		removed, err := c.Remove(ctx, "m9", "https://127.0.0.1:1")
 		if err != nil || removed {
@@ -305,4 +367,11 @@ func TestRealEtcd(t *testing.T) {
 		}
 		t.Logf("%d dials through the dialer, all to %s", n, m1.clientAddr)
 	}
+}
+
+// flip returns a copy of data with the byte at i inverted.
+func flip(data []byte, i int) []byte {
+	out := bytes.Clone(data)
+	out[i] ^= 0xff
+	return out
 }

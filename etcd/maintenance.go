@@ -10,9 +10,14 @@ import (
 type Status struct {
 	Version   string // etcd's version, e.g. "3.6.8"
 	DBSize    int64  // size of its backend database file, in bytes
+	DBInUse   int64  // bytes of the database in use (the rest is free pages a defrag returns)
 	Leader    uint64 // the leader's member ID; 0 when there is none
 	MemberID  uint64 // its own member ID
 	RaftIndex uint64 // its raft index (it grows as the member applies entries)
+	RaftTerm  uint64
+	Revision  int64    // the key-value store's revision
+	IsLearner bool     // a learner does not vote
+	Errors    []string // what the member says is wrong with itself (e.g. no leader)
 }
 
 // Status asks the member reached for its status, once (no retries: a health check decides
@@ -22,11 +27,25 @@ func (c *Client) Status(ctx context.Context) (Status, error) {
 	if err != nil {
 		return Status{}, c.fail("status", err)
 	}
-	s := Status{Version: resp.Version, DBSize: resp.DbSize, Leader: resp.Leader, RaftIndex: resp.RaftIndex}
+	s := Status{Version: resp.Version, DBSize: resp.DbSize, DBInUse: resp.DbSizeInUse, Leader: resp.Leader,
+		RaftIndex: resp.RaftIndex, RaftTerm: resp.RaftTerm, IsLearner: resp.IsLearner, Errors: resp.Errors}
 	if resp.Header != nil {
-		s.MemberID = resp.Header.MemberId
+		s.MemberID, s.Revision = resp.Header.MemberId, resp.Header.Revision
 	}
 	return s, nil
+}
+
+// Alarms lists the cluster's raised alarms, as "NOSPACE on member 8e9e05c52164694d".
+func (c *Client) Alarms(ctx context.Context) ([]string, error) {
+	resp, err := c.maint.AlarmList(ctx)
+	if err != nil {
+		return nil, c.fail("alarm list", err)
+	}
+	var out []string
+	for _, a := range resp.Alarms {
+		out = append(out, fmt.Sprintf("%s on member %x", a.Alarm, a.MemberID))
+	}
+	return out, nil
 }
 
 // Snapshot streams the member's snapshot to w and returns the number of bytes written: its

@@ -175,13 +175,42 @@ func (f *Fleet) Connect(ctx context.Context, r progress.Reporter) error {
 	})
 }
 
+// Reach opens every node of role ("" for all) that answers within retry, without gathering
+// facts, for commands that must work on what is left of a cluster (etcd status, snapshot): a
+// host that cannot be reached is reported as a failed host line and returned, not fatal.
+func (f *Fleet) Reach(ctx context.Context, role inventory.Role, retry time.Duration, r progress.Reporter) map[string]error {
+	var mu sync.Mutex
+	failed := map[string]error{}
+	f.Each(ctx, role, func(ctx context.Context, n inventory.Node, _ remote.Host) error {
+		start := f.o.Now()
+		h, err := f.dial(ctx, n, retry)
+		if err != nil {
+			mu.Lock()
+			failed[n.Name] = err
+			mu.Unlock()
+			r(progress.Event{Kind: progress.Info, Host: n.Name, Message: "unreachable: " + err.Error()})
+			return nil
+		}
+		f.mu.Lock()
+		f.hosts[n.Name] = h
+		f.mu.Unlock()
+		r(progress.Event{Kind: progress.HostDone, Host: n.Name, Duration: f.o.Now().Sub(start), Message: "connected"})
+		return nil
+	})
+	return failed
+}
+
 func (f *Fleet) open(ctx context.Context, n inventory.Node) (remote.Host, error) {
+	return f.dial(ctx, n, 30*time.Second)
+}
+
+func (f *Fleet) dial(ctx context.Context, n inventory.Node, retry time.Duration) (remote.Host, error) {
 	if f.o.Connect != nil {
 		return f.o.Connect(ctx, n)
 	}
 	cfg := remote.ConfigFor(n)
 	cfg.AcceptNewHostKeys = f.o.AcceptNewHostKeys
-	cfg.DialRetry = 30 * time.Second
+	cfg.DialRetry = retry
 	return remote.Dial(ctx, cfg, remote.Options{Logger: f.o.Logger})
 }
 

@@ -415,3 +415,30 @@ func lockDir(dir string) (func(), error) {
 	}
 	return unlock, err
 }
+
+// Load reads the named Cluster rows (CAs and cluster-wide certificates) from dir, creating and
+// changing nothing: for commands that only use the cluster's credentials, such as reaching etcd.
+// Missing material is an error that names the file.
+func Load(dir string, names ...string) (*Set, error) {
+	set := &Set{CAs: map[string]*KeyPair{}, Certs: map[string]*KeyPair{}}
+	for _, name := range names {
+		spec, ok := Lookup(name)
+		if !ok || spec.Scope != Cluster {
+			return nil, fmt.Errorf("pki: %q is not a cluster-wide certificate", name)
+		}
+		base := StatePath(dir, Request{Spec: spec})
+		kp, err := loadPair(base)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("no %s certificate in %s (%s.crt): kforge apply creates the cluster's PKI; is --state-dir the cluster's?", name, dir, base)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if spec.IsCA() {
+			set.CAs[name] = kp
+		} else {
+			set.Certs[Key(name, "")] = kp
+		}
+	}
+	return set, nil
+}

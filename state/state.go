@@ -47,6 +47,7 @@ func (d Dir) BootstrapToken() string  { return filepath.Join(d.path, "bootstrap-
 func (d Dir) HostsRecord() string     { return filepath.Join(d.path, "hosts.yaml") }
 func (d Dir) Logs() string            { return filepath.Join(d.path, "logs") }
 func (d Dir) Runs() string            { return filepath.Join(d.path, "runs") }
+func (d Dir) Snapshots() string       { return filepath.Join(d.path, "snapshots") }
 
 // Write writes one of the state dir's files (a path from the methods above) atomically.
 func (d Dir) Write(path string, data []byte, mode os.FileMode) error {

@@ -16,31 +16,69 @@ import (
 // WriteFile writes data to path atomically: a temporary file beside path with mode set, synced,
 // then renamed over path. Missing parent directories are created 0700.
 func WriteFile(path string, data []byte, mode os.FileMode) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	p, err := Create(path, mode)
 	if err != nil {
 		return err
 	}
-	defer os.Remove(f.Name())
+	defer p.Abort()
+	if _, err := p.Write(data); err != nil {
+		return err
+	}
+	return p.Commit()
+}
+
+// Pending is a file being written atomically (Create): it lands at its path only on Commit.
+// Until then it is a temporary file beside the path (Name), which may be read back to check it
+// first; Abort removes it.
+type Pending struct {
+	*os.File
+	path string
+	done bool
+}
+
+// Create starts writing path atomically: a temporary file beside it, with mode set. Missing
+// parent directories are created 0700. Stream into it, then Commit; a deferred Abort cleans up
+// whatever did not commit.
+func Create(path string, mode os.FileMode) (*Pending, error) {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return nil, err
+	}
 	if err := f.Chmod(mode); err != nil {
 		f.Close()
+		os.Remove(f.Name())
+		return nil, err
+	}
+	return &Pending{File: f, path: path}, nil
+}
+
+// Commit syncs the file and renames it over its path.
+func (p *Pending) Commit() error {
+	if err := p.Sync(); err != nil {
 		return err
 	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
+	if err := p.Close(); err != nil {
 		return err
 	}
-	if err := f.Sync(); err != nil {
-		f.Close()
+	if err := os.Rename(p.Name(), p.path); err != nil {
 		return err
 	}
-	if err := f.Close(); err != nil {
-		return err
+	p.done = true
+	return nil
+}
+
+// Abort removes the temporary file unless Commit succeeded; safe to call more than once.
+func (p *Pending) Abort() {
+	if p.done {
+		return
 	}
-	return os.Rename(f.Name(), path)
+	p.done = true
+	p.Close()
+	os.Remove(p.Name())
 }
 
 // ErrLocked is returned by TryLock when another process holds the lock.

@@ -1,0 +1,253 @@
+package tasks
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/kforge/kforge/etcd"
+	"github.com/kforge/kforge/fleet"
+	"github.com/kforge/kforge/inventory"
+	"github.com/kforge/kforge/pki"
+	"github.com/kforge/kforge/progress"
+	"github.com/kforge/kforge/templates"
+)
+
+// EtcdStatus is one `kforge etcd status`: what each master's etcd member says of itself, the
+// member list, the alarms, and whether the cluster has quorum. It works on what is left of a
+// cluster: unreachable masters and members that do not answer are part of the answer, not
+// failures of the command.
+type EtcdStatus struct {
+	inv   *inventory.Cluster
+	o     Options
+	fleet *fleet.Fleet // the masters; reach connects those that answer
+	creds *pki.Set     // credentials: the etcd CA and apiserver-etcd-client, from the state dir
+
+	// Report is the answer, filled by status.
+	Report EtcdReport
+}
+
+// EtcdReport is the state of a cluster's etcd as its masters see it.
+type EtcdReport struct {
+	Members []MemberStatus `json:"members"` // one per master of the inventory, in its order
+	// Others are members etcd lists that are no master of the inventory (removed hosts, or
+	// members added by hand).
+	Others  []string `json:"others,omitempty"`
+	Alarms  []string `json:"alarms,omitempty"`
+	Leader  string   `json:"leader,omitempty"` // the leader's master name, or its ID
+	Voters  int      `json:"voters"`           // voting members in etcd's list
+	Healthy int      `json:"healthy"`          // voting members that answer with a leader and no error
+	Quorum  bool     `json:"quorum"`
+	// Advice says what to do when not every member is healthy.
+	Advice string `json:"advice,omitempty"`
+}
+
+// MemberStatus is one master's etcd member.
+type MemberStatus struct {
+	Master    string   `json:"master"`
+	ID        string   `json:"id,omitempty"` // hex, as etcdctl prints it
+	Healthy   bool     `json:"healthy"`
+	Problem   string   `json:"problem,omitempty"` // why it is not healthy
+	Leader    bool     `json:"leader"`
+	Learner   bool     `json:"learner,omitempty"`
+	Version   string   `json:"version,omitempty"`
+	DBSize    int64    `json:"dbSize,omitempty"`
+	DBInUse   int64    `json:"dbInUse,omitempty"`
+	Revision  int64    `json:"revision,omitempty"`
+	RaftIndex uint64   `json:"raftIndex,omitempty"`
+	RaftTerm  uint64   `json:"raftTerm,omitempty"`
+	Errors    []string `json:"errors,omitempty"`
+
+	status etcd.Status
+}
+
+// etcdReachTimeout is how long a master that does not answer SSH is retried by etcd commands:
+// short, since they must report on a cluster that lost masters.
+const etcdReachTimeout = 10 * time.Second
+
+// NewEtcdStatus prepares a status of c's etcd.
+func NewEtcdStatus(c *inventory.Cluster, o Options) *EtcdStatus {
+	o = o.withDefaults()
+	return &EtcdStatus{inv: c, o: o, fleet: newFleet(c, c.Nodes(), o)}
+}
+
+// Steps is etcd status, top to bottom.
+func (x *EtcdStatus) Steps() []Step {
+	masters := x.fleet.Names(inventory.RoleMaster)
+	var l list
+	l.add("credentials", OnWorkstation, nil, x.credentials, "read the etcd CA and the apiserver-etcd-client certificate from the state dir")
+	l.add("connect", OnHosts, masters, x.reach, "connect to %s over SSH; a master that does not answer within %s is reported, not fatal", count(len(masters), "master"), etcdReachTimeout)
+	l.add("status", OnHosts, masters, x.status, "ask each master's etcd member (127.0.0.1:2379 through its SSH connection) for its status; the member list and alarms from a healthy one")
+	return l
+}
+
+// Close ends every connection the command opened.
+func (x *EtcdStatus) Close() { x.fleet.Close() }
+
+func (x *EtcdStatus) credentials(context.Context, progress.Reporter) error {
+	set, err := loadEtcdCredentials(x.o)
+	x.creds = set
+	return err
+}
+
+// loadEtcdCredentials reads what reaching etcd takes from the state dir.
+func loadEtcdCredentials(o Options) (*pki.Set, error) {
+	return pki.Load(o.State.PKI(), pki.EtcdCA, "apiserver-etcd-client")
+}
+
+func (x *EtcdStatus) reach(ctx context.Context, r progress.Reporter) error {
+	x.Report.Members = nil
+	for name, err := range x.fleet.Reach(ctx, inventory.RoleMaster, etcdReachTimeout, r) {
+		x.Report.Members = append(x.Report.Members, MemberStatus{Master: name, Problem: "host unreachable: " + oneLine(err.Error())})
+	}
+	return nil
+}
+
+func (x *EtcdStatus) status(ctx context.Context, r progress.Reporter) error {
+	rep, err := surveyEtcd(ctx, x.fleet, x.creds, x.Report.Members)
+	x.Report = rep
+	for _, m := range rep.Members {
+		msg := "healthy"
+		if !m.Healthy {
+			msg = "unhealthy: " + m.Problem
+		}
+		r(progress.Event{Kind: progress.HostDone, Host: m.Master, Message: msg})
+	}
+	return err
+}
+
+// surveyEtcd asks every reachable master's member for its status (unreachable ones come in
+// already marked), then the member list and the alarms from a healthy member, and judges the
+// quorum. Errors of single members are part of the report; the error is for a survey that
+// could not be made at all.
+func surveyEtcd(ctx context.Context, f *fleet.Fleet, creds *pki.Set, unreachable []MemberStatus) (EtcdReport, error) {
+	var rep EtcdReport
+	down := map[string]MemberStatus{}
+	for _, m := range unreachable {
+		down[m.Master] = m
+	}
+	var healthyOne string
+	for _, n := range f.Nodes(inventory.RoleMaster) {
+		if m, ok := down[n.Name]; ok {
+			rep.Members = append(rep.Members, m)
+			continue
+		}
+		m := MemberStatus{Master: n.Name}
+		sctx, cancel := context.WithTimeout(ctx, etcdReachTimeout)
+		c, err := newEtcdClient(sctx, f, creds, n.Name)
+		if err == nil {
+			m.status, err = c.Status(sctx)
+			c.Close()
+		}
+		cancel()
+		switch s := m.status; {
+		case err != nil:
+			m.Problem = oneLine(err.Error())
+		default:
+			m.ID, m.Version, m.DBSize, m.DBInUse, m.Revision = fmt.Sprintf("%x", s.MemberID), s.Version, s.DBSize, s.DBInUse, s.Revision
+			m.RaftIndex, m.RaftTerm, m.Leader, m.Learner, m.Errors = s.RaftIndex, s.RaftTerm, s.Leader == s.MemberID, s.IsLearner, s.Errors
+			switch {
+			case s.Leader == 0:
+				m.Problem = "no leader: the cluster has no quorum"
+			case len(s.Errors) > 0:
+				m.Problem = strings.Join(s.Errors, "; ")
+			default:
+				m.Healthy = true
+				if healthyOne == "" {
+					healthyOne = n.Name
+				}
+			}
+		}
+		rep.Members = append(rep.Members, m)
+	}
+
+	var listed []etcd.Member
+	if healthyOne != "" {
+		c, err := newEtcdClient(ctx, f, creds, healthyOne)
+		if err != nil {
+			return rep, err
+		}
+		defer c.Close()
+		if listed, err = c.Members(ctx); err != nil {
+			return rep, err
+		}
+		if rep.Alarms, err = c.Alarms(ctx); err != nil {
+			return rep, err
+		}
+	}
+	judge(&rep, f, listed)
+	return rep, nil
+}
+
+// judge fills the report's leader, counts, quorum and advice from the members' answers and
+// etcd's member list (empty when no member answered).
+func judge(rep *EtcdReport, f *fleet.Fleet, listed []etcd.Member) {
+	byPeer := map[string]string{} // peer URL -> master
+	for _, n := range f.Nodes(inventory.RoleMaster) {
+		byPeer[templates.EtcdPeerURL(n.NodeIP())] = n.Name
+	}
+	healthy := map[string]bool{}
+	for _, m := range rep.Members {
+		if m.Healthy {
+			healthy[m.ID] = true
+		}
+		if m.Leader {
+			rep.Leader = m.Master
+		}
+	}
+	for _, mem := range listed {
+		id := fmt.Sprintf("%x", mem.ID)
+		if !mem.Learner {
+			rep.Voters++
+			if healthy[id] {
+				rep.Healthy++
+			}
+		}
+		master := ""
+		for _, u := range mem.PeerURLs {
+			if byPeer[u] != "" {
+				master = byPeer[u]
+			}
+		}
+		if master == "" {
+			rep.Others = append(rep.Others, mem.String())
+		}
+	}
+	if len(listed) == 0 { // nobody answered with a leader: count what the inventory expects
+		rep.Voters = len(rep.Members)
+	}
+	rep.Quorum = rep.Healthy > rep.Voters/2
+	switch {
+	case !rep.Quorum:
+		rep.Advice = fmt.Sprintf("etcd has lost quorum (%d of %d members healthy): the API server cannot read or write. "+
+			"If the unhealthy masters can come back (host restarted, network restored), bring them back and run kforge etcd status again; "+
+			"if they are lost, restore the control plane from a snapshot onto the inventory's masters (kforge restore --snapshot FILE; snapshots: %s)",
+			rep.Healthy, rep.Voters, "kforge etcd snapshot, kept in the state dir")
+	case len(rep.Others) > 0:
+		rep.Advice = fmt.Sprintf("%d of %d members healthy; etcd lists members that are no master of the inventory, and they count towards the quorum: "+
+			"remove those that are not coming (etcdctl member remove ID), or add their hosts to the inventory", rep.Healthy, rep.Voters)
+	case rep.Healthy < rep.Voters:
+		rep.Advice = fmt.Sprintf("%d of %d members healthy: one more lost member may cost the quorum. "+
+			"Bring the unhealthy masters back, or remove lost ones from the inventory and run kforge apply --prune", rep.Healthy, rep.Voters)
+	case len(rep.Alarms) > 0:
+		rep.Advice = "alarms are raised: NOSPACE means the database reached its quota (compact, defragment, then etcdctl alarm disarm)"
+	}
+	slices.SortStableFunc(rep.Members, func(a, b MemberStatus) int { return indexOf(f, a.Master) - indexOf(f, b.Master) })
+}
+
+func indexOf(f *fleet.Fleet, master string) int {
+	return slices.Index(f.Names(inventory.RoleMaster), master)
+}
+
+// AllHealthy reports whether every member is healthy and no alarm is raised.
+func (r EtcdReport) AllHealthy() bool {
+	return r.Quorum && r.Healthy == r.Voters && len(r.Alarms) == 0 && len(r.Others) == 0
+}
+
+// oneLine is the first line of s.
+func oneLine(s string) string {
+	first, _, _ := strings.Cut(s, "\n")
+	return first
+}
