@@ -104,7 +104,9 @@ type fakeNode struct {
 
 func newFakeNode(t *testing.T, name string, m *Manifest) *fakeNode {
 	n := &fakeNode{Host: remotetest.New(name), images: map[string]string{}, arch: "x86_64"}
-	n.Handle(func(c string) bool { return strings.HasPrefix(c, `echo "arch=`) && strings.HasSuffix(c, "ctr -n k8s.io images ls") }, func(_ context.Context, c remote.Cmd) error {
+	n.Handle(func(c string) bool {
+		return strings.HasPrefix(c, `echo "arch=`) && strings.HasSuffix(c, "ctr -n k8s.io images ls")
+	}, func(_ context.Context, c remote.Cmd) error {
 		fmt.Fprintf(c.Stdout, "arch=%s\n", n.arch)
 		for _, f := range m.Files {
 			if ff, ok := n.File(f.Install); ok {

@@ -31,7 +31,7 @@ type EtcdSnapshot struct {
 	fleet *fleet.Fleet // the masters; reach connects those that answer
 	creds *pki.Set     // credentials
 
-	member string   // member: the healthy master it streams from
+	member string // member: the healthy master it streams from
 	status etcd.Status
 	// Saved is the snapshot's record, filled by save.
 	Saved state.Snapshot
