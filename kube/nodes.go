@@ -165,3 +165,15 @@ func mergeTaints(have, want []corev1.Taint) ([]corev1.Taint, bool) {
 	}
 	return out, changed
 }
+
+// RestartDaemonSet restarts a DaemonSet's pods as `kubectl rollout restart` does: a new
+// kubectl.kubernetes.io/restartedAt annotation on its pod template, which the controller rolls
+// out within the DaemonSet's update strategy. For components that read their configuration
+// only when they start (kube-proxy's kubeconfig).
+func RestartDaemonSet(ctx context.Context, c kubernetes.Interface, namespace, name string, now time.Time) error {
+	patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{"kubectl.kubernetes.io/restartedAt":%q}}}}}`, now.UTC().Format(time.RFC3339))
+	if _, err := c.AppsV1().DaemonSets(namespace).Patch(ctx, name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: FieldManager}); err != nil {
+		return fmt.Errorf("restart daemonset %s/%s: %w", namespace, name, err)
+	}
+	return nil
+}

@@ -11,6 +11,7 @@ import (
 	"github.com/kforge/kforge/bundle"
 	"github.com/kforge/kforge/facts"
 	"github.com/kforge/kforge/fleet"
+	"github.com/kforge/kforge/hostpath"
 	"github.com/kforge/kforge/inventory"
 	"github.com/kforge/kforge/kube"
 	"github.com/kforge/kforge/pki"
@@ -93,6 +94,7 @@ type Apply struct {
 	bg       background          // stage: the workers' staging and the masters' shipments still running
 	api      apiClients          // made by wait-apiserver from set and the first master's connection
 	pruned   []string            // prune: the removed hosts it removed
+	restore  *restoreRun         // set by NewRestore: apply rebuilds the control plane from a snapshot
 }
 
 // NewApply prepares an apply of c; nothing is read or touched until its steps run.
@@ -110,12 +112,21 @@ func (a *Apply) Steps() []Step {
 	c, f := a.inv, a.fleet
 	all, masters, workers := f.Names(""), f.Names(inventory.RoleMaster), f.Names(inventory.RoleWorker)
 	var l list
+	if a.restore != nil {
+		l.add("snapshot", OnWorkstation, nil, a.verifySnapshot, "verify %s before any host is touched: its sha256, bbolt's integrity check, its revision (etcdutl's library)", a.restore.Snapshot)
+	}
 	l.add("connect", OnHosts, all, f.Connect, "connect to %s over SSH (host keys verified) and gather facts in one round trip each", count(len(all), "host"))
+	if a.restore != nil {
+		l.add("quorum", OnHosts, masters, a.checkQuorumLost, "refuse when the masters' etcd still has quorum (a restore would discard what it holds; --force restores anyway)")
+	}
 	if c.Bundle != "" {
 		l.add("bundle", OnWorkstation, nil, a.readBundle, "read the bundle's manifest in %s: its release of Kubernetes %s, platform, files and images", c.Bundle, c.KubernetesVersion)
 	}
 	l.add("preflight", OnHosts, all, a.preflight, "run kubeadm's preflight checks on every host before anything changes")
 	l.add("pki", OnWorkstation, nil, a.ensurePKI, "generate or reuse the cluster's certificates (%s), kubeconfigs and bootstrap token in the state dir", c.PKI.KeyAlgorithm)
+	if a.restore != nil {
+		l.add("restore-etcd", OnHosts, masters, a.restoreEtcd, "on %s: stop kubelet and containers, replace %s with the snapshot, restored on the workstation as one new etcd cluster of the inventory's masters (revision +1e9, compacted)", strings.Join(masters, ", "), hostpath.EtcdDataDir)
+	}
 	l.add("etcd-members", OnHosts, masters, a.planEtcd, "keep running etcd members as they started; masters without data join the running cluster one at a time")
 	l.add("render", OnWorkstation, nil, a.render, "render static-pod manifests, kubelet and containerd configuration for every host")
 	stageWhat := "configure containerd (" + c.Kubelet.CgroupDriver + " cgroup driver) and kernel settings, push its files"

@@ -584,7 +584,32 @@ func newSimHost(s *simCluster, n inventory.Node) *simHost {
 		return err
 	})
 	h.Handle(func(c string) bool { return strings.HasPrefix(c, "for f in ") }, h.hashes)
+	h.Handle(func(c string) bool { return strings.HasPrefix(c, "server=") }, h.repointKubelet)
 	return h
+}
+
+// repointKubelet does what repointKubeletScript does, on the host's files.
+func (h *simHost) repointKubelet(_ context.Context, c remote.Cmd) error {
+	line, _, _ := strings.Cut(strings.TrimPrefix(c.Command, "server="), "\n")
+	server := strings.Trim(line, "'")
+	f, ok := h.File(hostpath.KubeletKubeconfig)
+	if !ok {
+		return nil
+	}
+	var cur string
+	lines := strings.Split(string(f.Data), "\n")
+	for i, l := range lines {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), "server: "); ok {
+			if cur = v; cur == server {
+				return nil
+			}
+			lines[i] = strings.Repeat(" ", len(l)-len(strings.TrimLeft(l, " "))) + "server: " + server
+			break
+		}
+	}
+	h.SetFile(hostpath.KubeletKubeconfig, []byte(strings.Join(lines, "\n")), f.Mode)
+	_, err := io.WriteString(c.Stdout, cur+"\n")
+	return err
 }
 
 func (h *simHost) executed() []string       { h.mu.Lock(); defer h.mu.Unlock(); return slices.Clone(h.ran) }

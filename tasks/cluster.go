@@ -205,8 +205,16 @@ func (a *Apply) joinWorkers(ctx context.Context, r progress.Reporter) error {
 	if err := a.bg.wait(ctx, stagedWorkers); err != nil {
 		return err
 	}
+	server := pki.APIServerURL(pki.Endpoint(a.inv))
 	err := a.fleet.Each(ctx, inventory.RoleWorker, func(ctx context.Context, n inventory.Node, h remote.Host) error {
+		moved, err := repointKubelet(ctx, h, server)
+		if err != nil {
+			return err
+		}
 		msg, err := startKubelet(ctx, a.files, h)
+		if moved != "" {
+			msg = fmt.Sprintf("kubelet.conf moved from %s to %s, kubelet restarted", moved, server)
+		}
 		if err == nil {
 			r(progress.Event{Kind: progress.HostDone, Host: n.Name, Message: msg})
 		}
@@ -258,6 +266,16 @@ func (a *Apply) coreAddons(ctx context.Context, r progress.Reporter) error {
 	all = append(all, cs...)
 	if err != nil {
 		return err
+	}
+	// kube-proxy reads its configuration and kubeconfig (the API server's address) only when
+	// it starts: a changed one is rolled out, as after a restore onto new masters.
+	if slices.ContainsFunc(cs, func(c kube.Change) bool {
+		return c.Kind == "ConfigMap" && c.Name == "kube-proxy" && c.Action == kube.Updated
+	}) {
+		if err := kube.RestartDaemonSet(ctx, a.api.Typed, "kube-system", "kube-proxy", a.o.Now()); err != nil {
+			return err
+		}
+		r(progress.Event{Kind: progress.Info, Message: "kube-proxy's configuration changed: its pods restart"})
 	}
 	cs, err = kube.CoreDNS(ctx, a.api.Typed, kube.CoreDNSInputFor(a.inv, im))
 	all = append(all, cs...)
@@ -371,4 +389,27 @@ func (a *Apply) writeKubeconfig(_ context.Context, r progress.Reporter) error {
 	}
 	r(progress.Event{Kind: progress.Info, Message: "wrote " + p})
 	return nil
+}
+
+// repointKubeletScript points a joined worker's kubelet.conf (written by its kubelet at TLS
+// bootstrap, with the bootstrap kubeconfig's server) at $server when it names another API
+// server, as after a restore onto new masters or a changed controlPlaneEndpoint, and restarts
+// kubelet; it prints the old server when it did. The client certificate stays: it is the
+// kubelet's own, signed by the same CA.
+const repointKubeletScript = `f=` + hostpath.KubeletKubeconfig + `
+[ -f "$f" ] || exit 0
+cur=$(sed -n 's/^ *server: *//p' "$f" | head -n 1)
+[ "$cur" = "$server" ] && exit 0
+sed "s#^\\( *server:\\).*#\\1 $server#" "$f" > "$f.kforge-tmp" && chmod 600 "$f.kforge-tmp" && mv "$f.kforge-tmp" "$f" || exit 1
+systemctl is-active -q kubelet && { systemctl restart kubelet || exit 1; }
+echo "$cur"`
+
+// repointKubelet runs repointKubeletScript on h and returns the server kubelet.conf named
+// before, or "" when it was right (or absent: the worker has not joined yet).
+func repointKubelet(ctx context.Context, h remote.Host, server string) (string, error) {
+	out, err := remote.Output(ctx, h, "server="+remote.Quote(server)+"\n"+repointKubeletScript)
+	if err != nil {
+		return "", fmt.Errorf("point kubelet.conf at %s: %w", server, err)
+	}
+	return strings.TrimSpace(string(out)), nil
 }

@@ -48,6 +48,9 @@ type etcdPlan struct {
 // has data, and a changed manifest would restart it), masters without data join the running
 // cluster when there is one, and a new cluster's masters start together.
 func (a *Apply) planEtcd(ctx context.Context, r progress.Reporter) error {
+	if a.restore != nil {
+		return nil // every member starts on restored data as one new cluster: new-cluster flags
+	}
 	var running, joining []string
 	for _, m := range a.inv.Masters {
 		if len(a.fleet.Facts(m.Name).EtcdDataDir) > 0 {

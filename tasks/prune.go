@@ -84,12 +84,20 @@ func (a *Apply) reportRemoved(_ context.Context, r progress.Reporter) error {
 func (a *Apply) prune(ctx context.Context, r progress.Reporter) error {
 	for _, n := range a.o.Removed {
 		start := a.o.Now()
-		evicted, err := kube.Drain(ctx, a.api.Typed, n.Name, a.o.Timeout)
-		if err != nil {
-			return err
+		var did []string
+		if lost := a.restore != nil && n.Role == inventory.RoleMaster; lost {
+			// A master lost before a restore: its pods are gone with it (the pod garbage
+			// collector deletes those bound to a deleted node) and its etcd member is not in
+			// the restored cluster.
+			did = append(did, "master lost before the restore: not drained")
+		} else {
+			evicted, err := kube.Drain(ctx, a.api.Typed, n.Name, a.o.Timeout)
+			if err != nil {
+				return err
+			}
+			did = append(did, fmt.Sprintf("drained (%s evicted)", count(len(evicted), "pod")))
 		}
-		did := []string{fmt.Sprintf("drained (%s evicted)", count(len(evicted), "pod"))}
-		if n.Role == inventory.RoleMaster {
+		if n.Role == inventory.RoleMaster && a.restore == nil {
 			removed, err := removeEtcdMember(ctx, a, n)
 			if err != nil {
 				return fmt.Errorf("%s: remove its etcd member: %w", n.Name, err)

@@ -18,6 +18,7 @@ type CLI struct {
 	Apply      ApplyCmd      `cmd:"" help:"Create the cluster in the inventory, or bring an existing one up to date with it."`
 	Kubeconfig KubeconfigCmd `cmd:"" help:"Print the cluster's admin kubeconfig, or merge it into ~/.kube/config."`
 	Etcd       EtcdCmd       `cmd:"" help:"Snapshots and status of the cluster's etcd."`
+	Restore    RestoreCmd    `cmd:"" help:"Rebuild the control plane from an etcd snapshot on the inventory's masters (new hosts allowed); workers come back without re-joining."`
 	Reset      ResetCmd      `cmd:"" help:"Undo on every host what apply did (kubelet, containers, files, pod network, iptables rules); asks first unless --yes."`
 	Bundle     BundleCmd     `cmd:"" help:"Build and verify offline bundles: Kubernetes binaries and images for hosts without internet."`
 	Lab        LabCmd        `cmd:"" help:"A local fleet of systemd hosts reachable over SSH, for trying kforge and for its tests."`
