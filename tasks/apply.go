@@ -135,6 +135,12 @@ func (a *Apply) Steps() []Step {
 	}
 	l.add("stage", OnHosts, all, a.stage, "on every host in parallel: %s; masters then start kubelet and the static-pod control plane (%s), workers finish staging meanwhile", stageWhat, strings.Join(masters, ", "))
 	l.add("wait-apiserver", ThroughAPI, nil, a.waitAPIServer, "wait until the API server answers, through an SSH tunnel to %s, and for control-plane pods this run replaced", masters[0])
+	removed := fleet.Names(a.o.Removed)
+	if a.restore != nil && len(removed) > 0 {
+		// Right away: the restored cluster still holds the lost hosts' nodes and pods, which
+		// controllers (DaemonSet rollouts, the readiness wait) would otherwise wait on.
+		l.add("prune", OnHosts, removed, a.prune, "delete the nodes of %s (not in the inventory: lost before the restore), without a drain; reset those hosts that still answer", strings.Join(removed, ", "))
+	}
 	l.add("cluster-config", ThroughAPI, nil, a.clusterConfig, "grant kubeadm:cluster-admins, upload kubeadm-config and kubelet-config")
 	l.add("bootstrap", ThroughAPI, nil, a.bootstrap, "create the bootstrap token, node-bootstrap RBAC, CSR auto-approval and cluster-info")
 	if len(workers) > 0 {
@@ -151,7 +157,7 @@ func (a *Apply) Steps() []Step {
 	if c.Networking.Plugin != "none" {
 		l.add("wait-ready", ThroughAPI, nil, a.waitReady, "wait until every node is Ready and kube-system pods run")
 	}
-	if removed := fleet.Names(a.o.Removed); len(removed) > 0 {
+	if len(removed) > 0 && a.restore == nil {
 		if a.o.Prune {
 			l.add("prune", OnHosts, removed, a.prune, "one at a time: drain %s (no longer in the inventory), remove a master's etcd member, reset the host, delete the node", strings.Join(removed, ", "))
 		} else {

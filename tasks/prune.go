@@ -85,11 +85,11 @@ func (a *Apply) prune(ctx context.Context, r progress.Reporter) error {
 	for _, n := range a.o.Removed {
 		start := a.o.Now()
 		var did []string
-		if lost := a.restore != nil && n.Role == inventory.RoleMaster; lost {
-			// A master lost before a restore: its pods are gone with it (the pod garbage
-			// collector deletes those bound to a deleted node) and its etcd member is not in
-			// the restored cluster.
-			did = append(did, "master lost before the restore: not drained")
+		if a.restore != nil {
+			// A host that left the inventory for a restore is taken as lost: its pods are gone
+			// with it (the pod garbage collector deletes those bound to a deleted node), and a
+			// master's etcd member is not in the restored cluster.
+			did = append(did, "lost before the restore: not drained")
 		} else {
 			evicted, err := kube.Drain(ctx, a.api.Typed, n.Name, a.o.Timeout)
 			if err != nil {

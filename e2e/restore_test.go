@@ -1,0 +1,162 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/kforge/kforge/internal/testenv"
+	"github.com/kforge/kforge/lab"
+	"github.com/kforge/kforge/release"
+	"github.com/kforge/kforge/state"
+)
+
+// TestRestoreOntoANewMaster: on 1 master + 2 workers, a namespace, a ConfigMap and a
+// Deployment exist when kforge etcd snapshot runs; one more ConfigMap is created after it.
+// A restore while etcd is healthy is refused, and so is a snapshot with one flipped byte,
+// before any host changes. Then the master's host is destroyed, the inventory names a new
+// master with another address, and kforge restore --snapshot rebuilds the control plane there:
+// the API answers at the new address, the first ConfigMap and the Deployment exist and the later
+// ConfigMap does not, both workers are Ready again as the same nodes (same UIDs, no new
+// join), the Deployment's pods run, and the lost master's node is gone.
+func TestRestoreOntoANewMaster(t *testing.T) {
+	testenv.Require(t, lab.Prerequisites())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	c := newCluster(ctx, t, "rst", release.Default(), lab.Options{Hosts: 4, Bare: true})
+	h := c.lab.Hosts // h[0] the master, h[1..2] workers, h[3] the new master
+	c.writeInventory(h[:1], h[1:3])
+	if out, err := c.run("apply", "--timeout", "4m"); err != nil {
+		t.Fatalf("apply: %v\n%s", err, out)
+	}
+	agent := buildAgentImage(t, t.TempDir())
+	for _, w := range h[1:3] {
+		c.importImage(ctx, w.Name, agent)
+	}
+	k := c.client()
+	const ns = "keep"
+	if _, err := k.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	mkConfigMap := func(name string) {
+		t.Helper()
+		if _, err := k.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"k": name}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mkConfigMap("before-snapshot")
+	two := int32(2)
+	labels := map[string]string{"app": "survivor"}
+	if _, err := k.AppsV1().Deployments(ns).Create(ctx, &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "survivor"},
+		Spec: appsv1.DeploymentSpec{Replicas: &two, Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "agent", Image: agentImage, ImagePullPolicy: corev1.PullNever, Args: []string{"serve"}}}}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitDeployment(ctx, t, c, ns, "survivor", 2)
+	workerUIDs := map[string]types.UID{}
+	for _, w := range h[1:3] {
+		n, err := k.CoreV1().Nodes().Get(ctx, w.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		workerUIDs[w.Name] = n.UID
+	}
+
+	out, err := c.run("etcd", "snapshot")
+	if err != nil {
+		t.Fatalf("kforge etcd snapshot: %v\n%s", err, out)
+	}
+	snaps, err := state.At(c.state).ListSnapshots()
+	if err != nil || len(snaps) != 1 {
+		t.Fatalf("snapshots: %v %v", snaps, err)
+	}
+	snap := snaps[0].File
+	mkConfigMap("after-snapshot")
+
+	// Refusals: etcd still has quorum; a corrupted snapshot (before anything connects).
+	out, err = c.run("restore", "--snapshot", snap)
+	if err == nil || !strings.Contains(out, "etcd still has quorum on the masters") {
+		t.Fatalf("restore over a healthy etcd: %v; want a refusal naming the quorum\n%s", err, out)
+	}
+	data, err := os.ReadFile(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(t.TempDir(), "flipped.db")
+	flipped := bytes.Clone(data)
+	flipped[len(flipped)/3] ^= 0x01
+	if err := os.WriteFile(bad, flipped, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err = c.run("restore", "--snapshot", bad)
+	if err == nil || !strings.Contains(out, "is refused: the database's sha256 is") || strings.Contains(out, "• connect") {
+		t.Fatalf("restore of a corrupted snapshot: %v; want it refused before connecting to any host\n%s", err, out)
+	}
+
+	// The master is lost; a new host with another address takes its place.
+	if err := c.lab.StopHost(ctx, h[0].Name); err != nil {
+		t.Fatal(err)
+	}
+	c.writeInventory(h[3:4], h[1:3])
+	start := time.Now()
+	out, err = c.run("restore", "--snapshot", snap, "--timeout", "5m")
+	if err != nil {
+		t.Fatalf("kforge restore: %v\n%s", err, out)
+	}
+	t.Logf("restore onto %s took %s (to all nodes Ready):\n%s", h[3].Name, time.Since(start).Round(time.Second), out)
+
+	admin, err := os.ReadFile(filepath.Join(c.state, "admin.conf"))
+	if err != nil || !strings.Contains(string(admin), "server: https://"+h[3].Address+":6443") {
+		t.Errorf("admin.conf does not point at the new master %s: %v\n%s", h[3].Address, err, admin)
+	}
+	k = c.client()
+	if _, err := k.CoreV1().ConfigMaps(ns).Get(ctx, "before-snapshot", metav1.GetOptions{}); err != nil {
+		t.Errorf("ConfigMap created before the snapshot: %v", err)
+	}
+	if _, err := k.CoreV1().ConfigMaps(ns).Get(ctx, "after-snapshot", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("ConfigMap created after the snapshot: err = %v, want not found", err)
+	}
+	if _, err := k.CoreV1().Nodes().Get(ctx, h[0].Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the lost master's node %s: err = %v, want not found", h[0].Name, err)
+	}
+	for _, w := range h[1:3] {
+		n, err := k.CoreV1().Nodes().Get(ctx, w.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n.UID != workerUIDs[w.Name] || !nodeReady(n) {
+			t.Errorf("worker %s: UID %s (before %s), Ready %v; want the same node, Ready", w.Name, n.UID, workerUIDs[w.Name], nodeReady(n))
+		}
+	}
+	waitDeployment(ctx, t, c, ns, "survivor", 2)
+	c.checkNodes(ctx, 3)
+}
+
+// waitDeployment waits until the Deployment has want ready replicas.
+func waitDeployment(ctx context.Context, t *testing.T, c *cluster, ns, name string, want int32) {
+	t.Helper()
+	k := c.client()
+	var d *appsv1.Deployment
+	err := wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		var err error
+		d, err = k.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
+		return err == nil && d.Status.ReadyReplicas == want, nil
+	})
+	if err != nil {
+		t.Fatalf("deployment %s/%s: %v; status %+v", ns, name, err, d)
+	}
+}
