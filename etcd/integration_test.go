@@ -24,7 +24,7 @@ import (
 )
 
 // etcdBinary returns etcd as the bundle package builds it (cached after the first build).
-func etcdBinary(t *testing.T) string {
+func etcdBinary(t testing.TB) string {
 	t.Helper()
 	var missing error
 	if _, err := exec.LookPath("go"); err != nil {
@@ -46,7 +46,7 @@ func (l testLog) Write(p []byte) (int, error) {
 }
 
 // testPKI is kforge's PKI for masters m1 and m2 on 127.0.0.1, made by package pki.
-func testPKI(t *testing.T) *pki.Set {
+func testPKI(t testing.TB) *pki.Set {
 	t.Helper()
 	c := &inventory.Cluster{
 		APIVersion: inventory.APIVersion, Kind: inventory.Kind, Name: "etcd-it",
@@ -80,7 +80,7 @@ func (m *member) exited() bool {
 // startMember starts etcd member name with client TLS (client certificates required) and peer
 // TLS on loopback, as kforge's static pod runs it. cluster is the --initial-cluster list
 // without this member; empty starts a new one-member cluster.
-func startMember(t *testing.T, bin string, set *pki.Set, name, peerURL string, cluster []string) *member {
+func startMember(t testing.TB, bin string, set *pki.Set, name, peerURL string, cluster []string) *member {
 	t.Helper()
 	dir := t.TempDir()
 	ca, _ := testenv.WritePair(t, dir, "ca", set.CAs[pki.EtcdCA])
@@ -112,7 +112,7 @@ func clientConfig(set *pki.Set, host, endpoint string, d Dialer) Config {
 }
 
 // connect retries New until the member answers (it is starting).
-func connect(ctx context.Context, t *testing.T, m *member, c Config) *Client {
+func connect(ctx context.Context, t testing.TB, m *member, c Config) *Client {
 	t.Helper()
 	for {
 		cl, err := New(ctx, c)
