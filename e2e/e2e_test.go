@@ -523,7 +523,7 @@ func (c *cluster) writeInventory(masters, workers []lab.Host) {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	fmt.Fprintf(&b, "kubelet: {allowCgroupV1: %t}\n", skel.Kubelet.AllowCgroupV1)
+	fmt.Fprintf(&b, "kubelet: {allowCgroupV1: %t, extraArgs: {eviction-hard: %q}}\n", skel.Kubelet.AllowCgroupV1, skel.Kubelet.ExtraArgs["eviction-hard"])
 	b.WriteString("kubeProxy: {conntrackMaxPerCore: 0}\n") // the lab's hosts share this machine's conntrack table
 	addon := filepath.Join(filepath.Dir(c.inventory), "addon.yaml")
 	if err := os.WriteFile(addon, []byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: e2e-addon, namespace: default}\ndata: {from: inventory}\n"), 0o600); err != nil {

@@ -12,6 +12,9 @@ import (
 	"github.com/kforge/kforge/inventory"
 )
 
+// LabEvictionHard is the kubelet eviction thresholds of lab inventories.
+const LabEvictionHard = "memory.available<100Mi,nodefs.available<1Gi,imagefs.available<1Gi,nodefs.inodesFree<5%"
+
 // inventory renders the lab's inventory skeleton: masters then workers, root over SSH with the
 // lab's key and known_hosts, the load balancer as control-plane endpoint.
 func (l *Lab) inventory() ([]byte, error) {
@@ -44,6 +47,11 @@ func (l *Lab) inventory() ([]byte, error) {
 	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err != nil {
 		c.Kubelet.AllowCgroupV1 = true
 	}
+	// They share this machine's disk too: kubelet's default eviction thresholds
+	// (imagefs.available<15%, nodefs.available<10%) would measure a disk that build caches and
+	// other labs fill, and evict every pod of the lab for it (seen: a 252 GiB disk with 31 GiB
+	// free). Absolute thresholds keep the lab working until the disk is really short.
+	c.Kubelet.ExtraArgs = map[string]string{"eviction-hard": LabEvictionHard}
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "# Inventory skeleton for kforge lab %q, written by `kforge lab up`.\n# Hosts: %s\n", l.Name, l.Dir)
 	enc := yaml.NewEncoder(&b)
