@@ -29,8 +29,10 @@ type Options struct {
 	Facts facts.Options
 	// Connect opens a host; an SSH connection (remote.Dial) when nil. Tests pass in-memory hosts.
 	Connect func(ctx context.Context, n inventory.Node) (remote.Host, error)
-	Logger  *slog.Logger
-	Now     func() time.Time
+	// DialRetry is how long Connect keeps trying a host that does not answer; default 30 s.
+	DialRetry time.Duration
+	Logger    *slog.Logger
+	Now       func() time.Time
 }
 
 // Fleet is the hosts of one run. Its zero value is not usable; call New.
@@ -201,7 +203,11 @@ func (f *Fleet) Reach(ctx context.Context, role inventory.Role, retry time.Durat
 }
 
 func (f *Fleet) open(ctx context.Context, n inventory.Node) (remote.Host, error) {
-	return f.dial(ctx, n, 30*time.Second)
+	retry := f.o.DialRetry
+	if retry <= 0 {
+		retry = 30 * time.Second
+	}
+	return f.dial(ctx, n, retry)
 }
 
 func (f *Fleet) dial(ctx context.Context, n inventory.Node, retry time.Duration) (remote.Host, error) {

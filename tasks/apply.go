@@ -48,6 +48,8 @@ type Options struct {
 	Prune   bool
 	// PurgeState makes reset delete the PKI too (reset --purge-state).
 	PurgeState bool
+	// DialRetry is how long a host that does not answer is retried; default 30 s.
+	DialRetry time.Duration
 	Logger     *slog.Logger
 	Now        func() time.Time
 	Rand       io.Reader
@@ -73,7 +75,7 @@ func (o Options) withDefaults() Options {
 // know of each host.
 func newFleet(c *inventory.Cluster, nodes []inventory.Node, o Options) *fleet.Fleet {
 	return fleet.New(nodes, fleet.Options{
-		Limits: o.Limits, AcceptNewHostKeys: o.AcceptNewHostKeys, Connect: o.Connect, Logger: o.Logger, Now: o.Now,
+		Limits: o.Limits, AcceptNewHostKeys: o.AcceptNewHostKeys, Connect: o.Connect, DialRetry: o.DialRetry, Logger: o.Logger, Now: o.Now,
 		Facts: facts.Options{CRIEndpoint: c.ContainerRuntime.Endpoint, Dirs: templates.CACertDirCandidates},
 	})
 }

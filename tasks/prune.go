@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/kforge/kforge/fleet"
 	"github.com/kforge/kforge/inventory"
@@ -106,7 +107,11 @@ func (a *Apply) prune(ctx context.Context, r progress.Reporter) error {
 				did = append(did, "etcd member removed")
 			}
 		}
-		msg, err := resetRemoved(ctx, a.inv, n, a.o, r)
+		o := a.o
+		if a.restore != nil {
+			o.DialRetry = 5 * time.Second // presumed lost: a short look whether it answers after all
+		}
+		msg, err := resetRemoved(ctx, a.inv, n, o, r)
 		if err != nil {
 			return fmt.Errorf("%s: reset: %w", n.Name, err)
 		}
