@@ -50,9 +50,9 @@ type Options struct {
 	PurgeState bool
 	// DialRetry is how long a host that does not answer is retried; default 30 s.
 	DialRetry time.Duration
-	Logger     *slog.Logger
-	Now        func() time.Time
-	Rand       io.Reader
+	Logger    *slog.Logger
+	Now       func() time.Time
+	Rand      io.Reader
 }
 
 func (o Options) withDefaults() Options {
