@@ -20,13 +20,41 @@ import (
 // cluster: unreachable masters and members that do not answer are part of the answer, not
 // failures of the command.
 type EtcdStatus struct {
-	inv   *inventory.Cluster
-	o     Options
-	fleet *fleet.Fleet // the masters; reach connects those that answer
-	creds *pki.Set     // credentials: the etcd CA and apiserver-etcd-client, from the state dir
+	etcdAccess
 
 	// Report is the answer, filled by status.
 	Report EtcdReport
+}
+
+// etcdAccess is what the etcd commands share: the masters' connections, made to those that
+// answer, and the credentials that reach their members.
+type etcdAccess struct {
+	o           Options
+	fleet       *fleet.Fleet   // the masters; reach connects those that answer
+	creds       *pki.Set       // credentials: the etcd CA and apiserver-etcd-client, from the state dir
+	unreachable []MemberStatus // reach: the masters that did not answer, and why
+}
+
+func newEtcdAccess(c *inventory.Cluster, o Options) etcdAccess {
+	o = o.withDefaults()
+	return etcdAccess{o: o, fleet: newFleet(c, c.Nodes(), o)}
+}
+
+// Close ends every connection the command opened.
+func (e *etcdAccess) Close() { e.fleet.Close() }
+
+func (e *etcdAccess) credentials(context.Context, progress.Reporter) error {
+	set, err := loadEtcdCredentials(e.o)
+	e.creds = set
+	return err
+}
+
+func (e *etcdAccess) reach(ctx context.Context, r progress.Reporter) error {
+	e.unreachable = nil
+	for name, err := range e.fleet.Reach(ctx, inventory.RoleMaster, etcdReachTimeout, r) {
+		e.unreachable = append(e.unreachable, MemberStatus{Master: name, Problem: "host unreachable: " + oneLine(err.Error())})
+	}
+	return nil
 }
 
 // EtcdReport is the state of a cluster's etcd as its masters see it.
@@ -69,8 +97,7 @@ const etcdReachTimeout = 10 * time.Second
 
 // NewEtcdStatus prepares a status of c's etcd.
 func NewEtcdStatus(c *inventory.Cluster, o Options) *EtcdStatus {
-	o = o.withDefaults()
-	return &EtcdStatus{inv: c, o: o, fleet: newFleet(c, c.Nodes(), o)}
+	return &EtcdStatus{etcdAccess: newEtcdAccess(c, o)}
 }
 
 // Steps is etcd status, top to bottom.
@@ -83,30 +110,13 @@ func (x *EtcdStatus) Steps() []Step {
 	return l
 }
 
-// Close ends every connection the command opened.
-func (x *EtcdStatus) Close() { x.fleet.Close() }
-
-func (x *EtcdStatus) credentials(context.Context, progress.Reporter) error {
-	set, err := loadEtcdCredentials(x.o)
-	x.creds = set
-	return err
-}
-
 // loadEtcdCredentials reads what reaching etcd takes from the state dir.
 func loadEtcdCredentials(o Options) (*pki.Set, error) {
 	return pki.Load(o.State.PKI(), pki.EtcdCA, "apiserver-etcd-client")
 }
 
-func (x *EtcdStatus) reach(ctx context.Context, r progress.Reporter) error {
-	x.Report.Members = nil
-	for name, err := range x.fleet.Reach(ctx, inventory.RoleMaster, etcdReachTimeout, r) {
-		x.Report.Members = append(x.Report.Members, MemberStatus{Master: name, Problem: "host unreachable: " + oneLine(err.Error())})
-	}
-	return nil
-}
-
 func (x *EtcdStatus) status(ctx context.Context, r progress.Reporter) error {
-	rep, err := surveyEtcd(ctx, x.fleet, x.creds, x.Report.Members)
+	rep, err := surveyEtcd(ctx, x.fleet, x.creds, x.unreachable)
 	x.Report = rep
 	for _, m := range rep.Members {
 		msg := "healthy"

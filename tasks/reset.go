@@ -164,19 +164,26 @@ func (x *Reset) containerdEnv() string {
 	return "export CONTAINERD_ADDRESS=" + remote.Quote(sock) + "\n"
 }
 
+// removeContainers kills and removes every container of containerd's k8s.io namespace on h
+// (env points ctr at containerd's socket), then restarts containerd when there were any: its
+// CRI plugin still holds the removed pod sandboxes in memory, and a restart makes it forget
+// them, so the next kubelet starts from nothing.
+func removeContainers(ctx context.Context, h remote.Host, env string) (changed, notes []string, err error) {
+	changed, notes, err = runReset(ctx, h, env+containersScript)
+	if err != nil || len(changed) == 0 {
+		return changed, notes, err
+	}
+	if err := h.Run(ctx, remote.Cmd{Command: "systemctl restart containerd"}); err != nil {
+		return nil, nil, err
+	}
+	return append(changed, "containerd restarted"), notes, nil
+}
+
 func (x *Reset) removeContainers(ctx context.Context, r progress.Reporter) error {
 	return x.eachReset(ctx, r, func(ctx context.Context, n inventory.Node, h remote.Host) (string, error) {
-		changed, notes, err := runReset(ctx, h, x.containerdEnv()+containersScript)
+		changed, notes, err := removeContainers(ctx, h, x.containerdEnv())
 		if err != nil {
 			return "", err
-		}
-		if len(changed) > 0 {
-			// containerd's CRI plugin still holds the removed pod sandboxes in memory; a restart
-			// makes it forget them, so the next kubelet starts from nothing.
-			if err := h.Run(ctx, remote.Cmd{Command: "systemctl restart containerd"}); err != nil {
-				return "", err
-			}
-			changed = append(changed, "containerd restarted")
 		}
 		if len(notes) > 0 {
 			return strings.Join(notes, ", ") + ": no containers to remove", nil

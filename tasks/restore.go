@@ -145,19 +145,13 @@ func (a *Apply) restoreEtcd(ctx context.Context, r progress.Reporter) error {
 // stopControlPlane stops kubelet and every container of containerd's k8s.io namespace on a
 // master, as reset does, and says what it did.
 func stopControlPlane(ctx context.Context, c *inventory.Cluster, h remote.Host) (string, error) {
-	x := &Reset{inv: c}
 	changed, _, err := runReset(ctx, h, stopKubeletScript)
 	if err != nil {
 		return "", err
 	}
-	removed, _, err := runReset(ctx, h, x.containerdEnv()+containersScript)
+	removed, _, err := removeContainers(ctx, h, (&Reset{inv: c}).containerdEnv())
 	if err != nil {
 		return "", err
-	}
-	if len(removed) > 0 {
-		if err := h.Run(ctx, remote.Cmd{Command: "systemctl restart containerd"}); err != nil {
-			return "", err
-		}
 	}
 	return summary(append(changed, removed...), "nothing running"), nil
 }

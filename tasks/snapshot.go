@@ -12,10 +12,8 @@ import (
 	"time"
 
 	"github.com/kforge/kforge/etcd"
-	"github.com/kforge/kforge/fleet"
 	"github.com/kforge/kforge/internal/fsx"
 	"github.com/kforge/kforge/inventory"
-	"github.com/kforge/kforge/pki"
 	"github.com/kforge/kforge/progress"
 	"github.com/kforge/kforge/state"
 )
@@ -25,11 +23,9 @@ import (
 // (revision, keys, size, sha256, versions), and the oldest beyond Keep deleted. It never
 // buffers the snapshot: memory stays flat whatever the database's size.
 type EtcdSnapshot struct {
-	inv   *inventory.Cluster
-	o     Options
-	so    SnapshotOptions
-	fleet *fleet.Fleet // the masters; reach connects those that answer
-	creds *pki.Set     // credentials
+	etcdAccess
+	inv *inventory.Cluster
+	so  SnapshotOptions
 
 	member string // member: the healthy master it streams from
 	status etcd.Status
@@ -52,11 +48,10 @@ const DefaultSnapshotKeep = 5
 
 // NewEtcdSnapshot prepares a snapshot of c's etcd.
 func NewEtcdSnapshot(c *inventory.Cluster, o Options, so SnapshotOptions) *EtcdSnapshot {
-	o = o.withDefaults()
 	if so.Keep < 1 {
 		so.Keep = DefaultSnapshotKeep
 	}
-	return &EtcdSnapshot{inv: c, o: o, so: so, fleet: newFleet(c, c.Nodes(), o)}
+	return &EtcdSnapshot{etcdAccess: newEtcdAccess(c, o), inv: c, so: so}
 }
 
 // Steps is etcd snapshot, top to bottom.
@@ -74,28 +69,8 @@ func (x *EtcdSnapshot) Steps() []Step {
 	return l
 }
 
-// Close ends every connection the command opened.
-func (x *EtcdSnapshot) Close() { x.fleet.Close() }
-
-func (x *EtcdSnapshot) credentials(context.Context, progress.Reporter) error {
-	set, err := loadEtcdCredentials(x.o)
-	x.creds = set
-	return err
-}
-
-func (x *EtcdSnapshot) reach(ctx context.Context, r progress.Reporter) error {
-	x.fleet.Reach(ctx, inventory.RoleMaster, etcdReachTimeout, r)
-	return nil
-}
-
 func (x *EtcdSnapshot) pickMember(ctx context.Context, r progress.Reporter) error {
-	var unreachable []MemberStatus
-	for _, n := range x.fleet.Nodes(inventory.RoleMaster) {
-		if x.fleet.Host(n.Name) == nil {
-			unreachable = append(unreachable, MemberStatus{Master: n.Name, Problem: "host unreachable"})
-		}
-	}
-	rep, err := surveyEtcd(ctx, x.fleet, x.creds, unreachable)
+	rep, err := surveyEtcd(ctx, x.fleet, x.creds, x.unreachable)
 	if err != nil {
 		return err
 	}

@@ -89,6 +89,17 @@ func removedHosts(c *inventory.Cluster, d state.Dir) ([]inventory.Node, error) {
 	return removed, err
 }
 
+// removedEvenIfNoMasterLeft are the hosts that left the inventory since the last apply, for
+// the commands to which an inventory without any recorded master is no error: reset (it resets
+// them all) and restore (its new masters replace the lost ones).
+func removedEvenIfNoMasterLeft(c *inventory.Cluster, d state.Dir) ([]inventory.Node, error) {
+	removed, err := tasks.Removed(c, d)
+	if nml := (*tasks.NoMasterLeftError)(nil); err != nil && !errors.As(err, &nml) {
+		return nil, err
+	}
+	return removed, nil
+}
+
 // usageError is a bad flag value or inventory: nothing was changed.
 type usageError struct{ error }
 

@@ -32,8 +32,8 @@ func (c *ResetCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Lo
 	}
 	defer run.close()
 	// Hosts that left the inventory but are still part of the cluster are reset too.
-	removed, err := tasks.Removed(run.inv, run.state)
-	if nml := (*tasks.NoMasterLeftError)(nil); err != nil && !errors.As(err, &nml) {
+	removed, err := removedEvenIfNoMasterLeft(run.inv, run.state)
+	if err != nil {
 		return err
 	}
 	if !c.Yes {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -32,8 +31,8 @@ func (c *RestoreCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.
 	defer run.close()
 	// The lost masters are hosts of the last apply that the inventory no longer lists; an
 	// inventory of all-new masters is the point of a restore, not an error.
-	removed, err := tasks.Removed(run.inv, run.state)
-	if nml := (*tasks.NoMasterLeftError)(nil); err != nil && !errors.As(err, &nml) {
+	removed, err := removedEvenIfNoMasterLeft(run.inv, run.state)
+	if err != nil {
 		return err
 	}
 	o := run.options(g, log)
