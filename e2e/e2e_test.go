@@ -53,6 +53,9 @@ type cluster struct {
 	env       []string // added to kforge's environment (NAME=value)
 	// registries is the inventory's containerRuntime.registries, as YAML flow sequence items.
 	registries []string
+	// endpoint, when set, is the inventory's controlPlaneEndpoint (else the lab's load
+	// balancer, if any).
+	endpoint string
 }
 
 const agentImage = "kforge.test/e2e-agent:v1"
@@ -515,7 +518,9 @@ func (c *cluster) writeInventory(masters, workers []lab.Host) {
 			fmt.Fprintf(&b, "    - %s\n", r)
 		}
 	}
-	if lb := c.lab.LoadBalancer; lb != nil {
+	if c.endpoint != "" {
+		fmt.Fprintf(&b, "controlPlaneEndpoint: %s\n", c.endpoint)
+	} else if lb := c.lab.LoadBalancer; lb != nil {
 		fmt.Fprintf(&b, "controlPlaneEndpoint: %s:6443\n", lb.Address)
 	}
 	fmt.Fprintf(&b, "ssh: {user: root, identityFile: %s, knownHostsFile: %s}\n", c.lab.IdentityFile, c.lab.KnownHostsFile)
