@@ -84,6 +84,13 @@ func TestPlan(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(out), &p) != nil || p.Cluster != "demo" || len(p.Tasks) < 10 {
 		t.Fatalf("json plan: code %d, %q", code, out)
 	}
+	// plan --restore shows restore's steps: the snapshot is verified first, etcd restored before
+	// the members start.
+	code, out, errs = kforge(t, "-i", "../../examples/single-master.yaml", "--state-dir", t.TempDir(), "plan", "--restore", "snap.db")
+	iSnap, iConnect, iRestore, iMembers := strings.Index(out, "1. snapshot"), strings.Index(out, ". connect"), strings.Index(out, ". restore-etcd"), strings.Index(out, ". etcd-members")
+	if code != 0 || !strings.Contains(out, "kforge restore will run:") || iSnap < 0 || iSnap > iConnect || iConnect > iRestore || iRestore > iMembers {
+		t.Errorf("plan --restore: code %d, stderr %q:\n%s", code, errs, out)
+	}
 	code, out, errs = kforge(t, "-i", "does-not-exist.yaml", "plan")
 	if code == 0 || out != "" || !strings.Contains(errs, "does-not-exist.yaml not found") {
 		t.Fatalf("missing inventory: code %d, stdout %q, stderr %q", code, out, errs)

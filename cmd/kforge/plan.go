@@ -13,7 +13,8 @@ import (
 
 // PlanCmd shows the validated cluster and what apply would do, changing nothing.
 type PlanCmd struct {
-	Prune bool `help:"Show what apply --prune would do."`
+	Prune   bool   `help:"Show what apply --prune would do."`
+	Restore string `placeholder:"SNAPSHOT" help:"Show what kforge restore --snapshot SNAPSHOT would do instead of apply."`
 }
 
 type planHost struct {
@@ -30,11 +31,22 @@ func (p PlanCmd) Run(s *streams, g *Globals, dl *debugLog) error {
 		return err
 	}
 	dl.UseDir(state.Logs())
-	removed, err := removedHosts(c, state)
-	if err != nil {
-		return err
+	command := "apply"
+	var removed []inventory.Node
+	var steps []tasks.Task
+	if p.Restore != "" {
+		// A restore's inventory may keep none of the masters: they are the lost ones.
+		command = "restore"
+		if removed, err = removedEvenIfNoMasterLeft(c, state); err != nil {
+			return err
+		}
+		steps = tasks.Tasks(tasks.NewRestore(c, tasks.Options{State: state, Removed: removed}, tasks.RestoreOptions{Snapshot: p.Restore}).Steps())
+	} else {
+		if removed, err = removedHosts(c, state); err != nil {
+			return err
+		}
+		steps = tasks.ApplyTasks(c, tasks.Options{State: state, Removed: removed, Prune: p.Prune})
 	}
-	steps := tasks.ApplyTasks(c, tasks.Options{State: state, Removed: removed, Prune: p.Prune})
 	var hosts []planHost
 	for _, n := range c.Nodes() {
 		hosts = append(hosts, planHost{n.Name, n.Role, n.Address, n.NodeIP(), n.Labels})
@@ -45,6 +57,7 @@ func (p PlanCmd) Run(s *streams, g *Globals, dl *debugLog) error {
 	}
 	if g.Output == "json" {
 		return json.NewEncoder(s.Out).Encode(map[string]any{
+			"command":           command,
 			"cluster":           c.Name,
 			"kubernetesVersion": c.KubernetesVersion,
 			"apiEndpoint":       pki.Endpoint(c),
@@ -68,9 +81,13 @@ func (p PlanCmd) Run(s *streams, g *Globals, dl *debugLog) error {
 		fmt.Fprintf(w, "  %s\t%s\t%s\n", h.Role, h.Name, h.Address)
 	}
 	for _, h := range gone {
-		fmt.Fprintf(w, "  %s\t%s\t%s (no longer in the inventory; still in the cluster)\n", h.Role, h.Name, h.Address)
+		what := "no longer in the inventory; still in the cluster"
+		if p.Restore != "" {
+			what = "no longer in the inventory: lost; its node is deleted"
+		}
+		fmt.Fprintf(w, "  %s\t%s\t%s (%s)\n", h.Role, h.Name, h.Address, what)
 	}
-	fmt.Fprintf(w, "\nkforge apply will run:\n")
+	fmt.Fprintf(w, "\nkforge %s will run:\n", command)
 	for i, t := range steps {
 		where := string(t.Scope)
 		if t.Scope == tasks.OnHosts {
