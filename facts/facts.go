@@ -273,7 +273,7 @@ osr=/etc/os-release; [ -r $osr ] || osr=/usr/lib/os-release
 [ -r $osr ] && while IFS= read -r l || [ -n "$l" ]; do printf 'os %s\n' "$l"; done <$osr
 printf 'cpus=%s\n' "$(nproc 2>/dev/null || grep -c '^processor' /proc/cpuinfo)"
 grep -E '^(MemTotal|SwapTotal):' /proc/meminfo | while read -r k v _; do printf 'meminfo %s %s\n' "$k" "$v"; done
-[ -r /proc/swaps ] && tail -n +2 /proc/swaps | while read -r dev _; do printf 'swap %s\n' "$dev"; done
+[ -r /proc/swaps ] && tail -n +2 /proc/swaps | while read -r dev _ size _; do printf 'swap %s %s\n' "$dev" "$size"; done
 grep '^CapEff:' /proc/self/status | while read -r _ v; do printf 'capeff=%s\n' "$v"; done
 grep -E '^[^ ]+ [^ ]+ cgroup2? ' /proc/self/mounts | while IFS= read -r l; do printf 'mount %s\n' "$l"; done
 for d in /sys/fs/cgroup /sys/fs/cgroup/unified; do [ -r $d/cgroup.controllers ] && printf 'cgroup2 %s %s\n' $d "$(cat $d/cgroup.controllers)"; done

@@ -50,6 +50,7 @@ func Parse(out []byte) (*Facts, error) {
 	var (
 		tcp       []numbered // tcp/tcp6 lines, decoded once arch is known
 		mounts    []string
+		swapsKB   uint64 // the sizes /proc/swaps gives its areas
 		v2        = map[string][]string{}
 		owners    = map[uint64][2]string{} // inode -> pid, comm
 		ctrOut    []string
@@ -130,8 +131,19 @@ func Parse(out []byte) (*Facts, error) {
 			case "SwapTotal:":
 				f.Swap.TotalBytes = kb * 1024
 			}
-		case "swap":
-			f.Swap.Devices = append(f.Swap.Devices, rest)
+		case "swap": // "swap DEVICE SIZE_KB" (/proc/swaps; older kforge: no size)
+			fs := strings.Fields(rest)
+			if len(fs) == 0 {
+				return nil, bad("want \"swap DEVICE SIZE_KB\"")
+			}
+			f.Swap.Devices = append(f.Swap.Devices, fs[0])
+			if len(fs) > 1 {
+				kb, err := strconv.ParseUint(fs[1], 10, 64)
+				if err != nil {
+					return nil, bad("swap size is not a number of kB")
+				}
+				swapsKB += kb
+			}
 		case "mount":
 			mounts = append(mounts, rest)
 		case "cgroup2":
@@ -268,6 +280,9 @@ func Parse(out []byte) (*Facts, error) {
 	})
 	f.Cgroup = parseCgroups(mounts, v2)
 	f.Swap.On = len(f.Swap.Devices) > 0
+	// /proc/meminfo may show a container's view (SwapTotal 0) while /proc/swaps lists the
+	// machine's areas: the larger of the two is the swap kubelet would see.
+	f.Swap.TotalBytes = max(f.Swap.TotalBytes, swapsKB*1024)
 	f.Runtime.Version, f.Runtime.Error = parseCtr(ctrOut, f.Runtime.Answering)
 	sort.Strings(f.Manifests.Entries)
 	if hasMarker {

@@ -295,3 +295,15 @@ func TestParseKernelModules(t *testing.T) {
 		t.Errorf("modules %v", f.Modules)
 	}
 }
+
+// TestParseSwapInAContainer: a host whose /proc/meminfo is a container's view (SwapTotal 0)
+// while /proc/swaps lists the machine's 1 GiB area: the swap is 1 GiB, not 0 (the preflight
+// error said "swap is on (0 MiB on /swapfile)").
+func TestParseSwapInAContainer(t *testing.T) {
+	out := strings.Replace(string(readTestdata(t, "ubuntu-v2-rerun.txt")), "meminfo SwapTotal: 2097148\nswap /swap.img 2097148\n",
+		"meminfo SwapTotal: 0\nswap /swapfile 1048572\n", 1)
+	f := mustParse(t, []byte(out))
+	if !f.Swap.On || f.Swap.TotalBytes != 1048572*1024 || !reflect.DeepEqual(f.Swap.Devices, []string{"/swapfile"}) {
+		t.Errorf("swap %+v; want 1048572 KiB on /swapfile", f.Swap)
+	}
+}

@@ -17,7 +17,8 @@ func (c *Cluster) setDefaults() {
 		}
 	}
 	def(&c.KubernetesVersion, release.Default())
-	if c.KubernetesVersion != "" && !strings.HasPrefix(c.KubernetesVersion, "v") {
+	// "1.36.3" means v1.36.3; anything else stays as written, so that an error quotes it.
+	if c.KubernetesVersion != "" && c.KubernetesVersion[0] >= '0' && c.KubernetesVersion[0] <= '9' {
 		c.KubernetesVersion = "v" + c.KubernetesVersion
 	}
 	def(&c.ImageRepository, DefaultImageRepository)

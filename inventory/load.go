@@ -369,6 +369,9 @@ func levenshtein(a, b string) int {
 	return prev[len(b)]
 }
 
+// bundleManifest is the file every bundle directory holds (bundle.ManifestFile).
+const bundleManifest = "manifest.json"
+
 // resolvePaths makes relative file paths absolute against dir and calls check for each file
 // that must exist when the inventory is loaded.
 func (c *Cluster) resolvePaths(dir string, check func(field, path string)) {
@@ -378,6 +381,10 @@ func (c *Cluster) resolvePaths(dir string, check func(field, path string)) {
 		}
 	}
 	abs(&c.Bundle)
+	if c.Bundle != "" {
+		// The bundle is read on the workstation: a wrong path is this file's error, found now.
+		check("bundle", filepath.Join(c.Bundle, bundleManifest))
+	}
 	for i := range c.Addons {
 		abs(&c.Addons[i].Path)
 		check(fmt.Sprintf("addons[%d].path", i), c.Addons[i].Path)

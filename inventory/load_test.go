@@ -137,15 +137,15 @@ bundle: ./bundle
 	}
 	_, err := Load(f)
 	var es Errors
-	if !errors.As(err, &es) || len(es) != 3 {
-		t.Fatalf("want 3 missing-file errors, got %v", err)
+	if !errors.As(err, &es) || len(es) != 4 {
+		t.Fatalf("want 4 missing-file errors (CA cert and key, addon, bundle), got %v", err)
 	}
 	for _, e := range es {
 		if !strings.Contains(e.Msg, "no such file") || e.Line < 8 {
 			t.Errorf("missing file error %v", e)
 		}
 	}
-	for _, p := range []string{"ca.crt", "ca.key", "addons/x.yaml"} {
+	for _, p := range []string{"ca.crt", "ca.key", "addons/x.yaml", "bundle/manifest.json"} {
 		os.MkdirAll(filepath.Dir(filepath.Join(dir, p)), 0o700)
 		os.WriteFile(filepath.Join(dir, p), []byte("x"), 0o600)
 	}

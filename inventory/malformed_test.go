@@ -50,7 +50,7 @@ func TestMalformedInventories(t *testing.T) {
 		{"duplicate internal address", head + "masters:\n  - {name: m1, address: 192.0.2.1, internalAddress: 10.0.0.1}\n  - {name: m2, address: 192.0.2.2, internalAddress: 10.0.0.1}\ncontrolPlaneEndpoint: lb:6443\n", nil, 6, "masters[1].internalAddress", "internal address 10.0.0.1 is already used by m1"},
 		{"HA without endpoint", head + m1 + "  - name: m2\n    address: 10.0.0.2\n", nil, 4, "masters", "2 masters need a controlPlaneEndpoint"},
 		{"endpoint bad port", head + "controlPlaneEndpoint: lb.example.com:99999\n" + m1, nil, 4, "controlPlaneEndpoint", "not a valid host:port"},
-		{"version unparseable", head + "kubernetesVersion: latest\n" + m1, nil, 4, "kubernetesVersion", `"vlatest" is not a Kubernetes version; write it as v1.36.3`},
+		{"version unparseable", head + "kubernetesVersion: latest\n" + m1, nil, 4, "kubernetesVersion", `"latest" is not a Kubernetes version; write it as v1.36.3`},
 		{"version unsupported", head + "kubernetesVersion: v1.29.0\n" + m1, nil, 4, "kubernetesVersion", "Kubernetes v1.29.0 is not supported by this kforge; use v1.35.x, v1.36.x or v1.37.x (default v1.36.3)"},
 		{"version of another major", head + "kubernetesVersion: v2.36.0\n" + m1, nil, 4, "kubernetesVersion", "Kubernetes v2.36.0 is not supported by this kforge; use v1.35.x, v1.36.x or v1.37.x (default v1.36.3)"},
 		{"pod subnet not a CIDR", head + "networking:\n  podSubnet: 10.244.0.0\n" + m1, nil, 5, "networking.podSubnet", `"10.244.0.0" is not a CIDR`},

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 )
@@ -114,11 +115,11 @@ func (p *Printer) Summary(msg string, total time.Duration, timings []Timing) {
 		_ = p.enc.Encode(map[string]any{"event": "summary", "message": msg, "duration": total, "timings": timings})
 		return
 	}
-	fmt.Fprintf(p.err, "\n%s\ntotal %s:", msg, Round(total))
-	for _, t := range timings {
-		fmt.Fprintf(p.err, " %s %s,", t.Task, Round(t.Duration))
+	parts := make([]string, len(timings))
+	for i, t := range timings {
+		parts[i] = t.Task + " " + Round(t.Duration)
 	}
-	fmt.Fprintln(p.err)
+	fmt.Fprintf(p.err, "\n%s\ntotal %s: %s\n", msg, Round(total), strings.Join(parts, ", "))
 }
 
 // Round shortens a duration for a person: whole seconds from 10 s, tenths from 1 s.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -125,5 +126,16 @@ func TestTaskReportsStartAndEnd(t *testing.T) {
 	}
 	if l := tm.List(); len(l) != 2 || l[0].Task != "pause" || l[0].Duration != events[3].Duration || l[1].Task != "etcd" {
 		t.Errorf("timings %+v", l)
+	}
+}
+
+// TestSummaryText: the closing line lists each step's time, separated by commas, with none
+// after the last (it used to end "…, kubeconfig 0s,").
+func TestSummaryText(t *testing.T) {
+	var errOut bytes.Buffer
+	p := NewPrinter(io.Discard, &errOut, false, nil)
+	p.Summary("cluster demo is ready", 12*time.Second, []Timing{{Task: "connect", Duration: 300 * time.Millisecond}, {Task: "kubeconfig", Duration: 0}})
+	if want := "\ncluster demo is ready\ntotal 12s: connect 300ms, kubeconfig 0s\n"; errOut.String() != want {
+		t.Errorf("summary %q, want %q", errOut.String(), want)
 	}
 }

@@ -3,6 +3,7 @@ package tasks
 import (
 	"errors"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -37,7 +38,7 @@ func TestApplyListFollowsTheInventory(t *testing.T) {
 		t.Errorf("single master, no pod network:\n got %v\nwant %v", single, want)
 	}
 
-	full := ApplyTasks(cluster(t, "workers:\n  - {name: w1, address: 10.0.0.2}\nbundle: /b\naddons: [{path: /a.yaml}]\n"), Options{})
+	full := ApplyTasks(cluster(t, "workers:\n  - {name: w1, address: 10.0.0.2}\nbundle: "+fakeBundleDir(t)+"\naddons: [{path: /a.yaml}]\n"), Options{})
 	names := taskNames(full)
 	for _, n := range []string{"stage", "pod-network", "join-workers", "addons", "wait-ready"} {
 		if !slices.Contains(names, n) {
@@ -139,4 +140,14 @@ func TestResetIncludesRemovedHosts(t *testing.T) {
 			t.Errorf("%s runs on %v, want m1, w1, w9", s.Task.Name, s.Task.Hosts)
 		}
 	}
+}
+
+// fakeBundleDir is a directory that passes the inventory's bundle check (it holds a manifest).
+func fakeBundleDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "manifest.json"), []byte("{}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
