@@ -92,6 +92,7 @@ const (
 	CheckClockSkew      = "ClockSkew"
 	CheckCapSysResource = "CapSysResource"
 	CheckArch           = "Arch"
+	CheckEtcdQuorum     = "EtcdQuorum"
 	// CheckFacts is a host whose facts could not be gathered; it cannot be ignored.
 	CheckFacts = "Facts"
 )
@@ -112,7 +113,7 @@ func CheckNames() []string {
 	for _, p := range Ports {
 		names = append(names, PortCheck(p.Port))
 	}
-	return append(names, CheckManifestsDir, CheckEtcdDataDir, CheckKernelModules, CheckIPForward, CheckBridgeNF, CheckClockSkew, CheckArch)
+	return append(names, CheckManifestsDir, CheckEtcdDataDir, CheckKernelModules, CheckIPForward, CheckBridgeNF, CheckClockSkew, CheckArch, CheckEtcdQuorum)
 }
 
 type hostCheck func(c *inventory.Cluster, n inventory.Node, f *facts.Facts) []Finding
@@ -121,7 +122,7 @@ type hostCheck func(c *inventory.Cluster, n inventory.Node, f *facts.Facts) []Fi
 var hostChecks = []hostCheck{
 	checkPrivilegedUser, checkSystem, checkInitSystem, checkCPUAndMemory, checkSwap, checkCommands,
 	checkCRI, checkKubeletVersion, checkHostname, checkPorts, checkManifestsDir, checkEtcdDataDir,
-	checkSysctls, checkClockSkew, checkCapSysResource,
+	checkSysctls, checkClockSkew, checkCapSysResource, checkEtcdQuorum,
 }
 
 func finding(n inventory.Node, check string, sev Severity, fix, format string, args ...any) Finding {
@@ -492,6 +493,19 @@ func checkSysctls(_ *inventory.Cluster, n inventory.Node, f *facts.Facts) []Find
 		out = append(out, finding(n, CheckBridgeNF, Info, "", "net.bridge.bridge-nf-call-iptables is %s; kforge sets it to 1 in its own sysctl.d file", v))
 	}
 	return out
+}
+
+// checkEtcdQuorum warns, on the first master, about an even number of masters: stacked etcd
+// needs a majority of its members, so 2 members tolerate no failure (as 1 does) and 4 tolerate
+// one (as 3 do), with one more member that can fail.
+func checkEtcdQuorum(c *inventory.Cluster, n inventory.Node, _ *facts.Facts) []Finding {
+	m := len(c.Masters)
+	if m < 2 || m%2 != 0 || n.Name != c.Masters[0].Name {
+		return nil
+	}
+	return []Finding{finding(n, CheckEtcdQuorum, Warning, fmt.Sprintf("use %d or %d masters", m-1, m+1),
+		"%d masters run %d etcd members, whose quorum is %d: they tolerate %d lost master(s), no more than %d masters would, and one more host can fail",
+		m, m, m/2+1, (m-1)/2, m-1)}
 }
 
 func checkClockSkew(_ *inventory.Cluster, n inventory.Node, f *facts.Facts) []Finding {

@@ -115,6 +115,11 @@ func TestChecks(t *testing.T) {
 			f.Runtime.Answering, f.Runtime.Error = false, "Client:\n  Version: 1.6.20\nctr: failed to dial \"/run/containerd/containerd.sock\": connection refused"
 		}, nil, CheckCRI, Error, "does not answer: ctr: failed to dial"},
 		{"containerd 1.x", "w1", func(f *facts.Facts) { f.Runtime.Version = "1.6.20~ds1" }, nil, CheckRuntimeVersion, Warning, "containerd 1.6.20"},
+		{"two masters", "m1", nil, func(c *inventory.Cluster) {
+			c.Masters = append(c.Masters, inventory.Host{Name: "w1", Address: "198.51.100.11"}) // a second master (with w1's facts)
+			c.ControlPlaneEndpoint = "lb:6443"
+		}, CheckEtcdQuorum, Warning, "2 masters run 2 etcd members, whose quorum is 2: they tolerate 0 lost master(s)"},
+		{"one master", "m1", nil, nil, CheckEtcdQuorum, Warning, ""},
 		{"containerd 1.x on 1.37", "w1", func(f *facts.Facts) { f.Runtime.Version = "1.7.24" },
 			func(c *inventory.Cluster) { c.KubernetesVersion = "v1.37.2" }, CheckRuntimeVersion, Error, "containerd 1.7.24: kubelet v1.37 needs containerd 2.0 or later"},
 		{"containerd 2 on 1.37", "w1", func(f *facts.Facts) { f.Runtime.Version = "2.1.4" },
