@@ -6,6 +6,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/kforge/kforge/tasks"
 )
 
 func kforge(t *testing.T, args ...string) (code int, stdout, stderr string) {
@@ -71,8 +73,9 @@ func TestPlan(t *testing.T) {
 	if code != 0 || errs != "" {
 		t.Fatalf("code %d, stderr %q", code, errs)
 	}
+	flat := strings.Join(strings.Fields(out), " ") // descriptions wrap to the terminal's width
 	for _, want := range []string{"Cluster prod-eu1", "k8s-api.prod.example.com:6443", "1. connect", "static-pod control plane", "(cp1, cp2, cp3)", "[worker1, worker2, gpu1]", "join-workers", "kubeconfig"} {
-		if !strings.Contains(out, want) {
+		if !strings.Contains(flat, want) {
 			t.Errorf("plan lacks %q:\n%s", want, out)
 		}
 	}
@@ -94,6 +97,26 @@ func TestPlan(t *testing.T) {
 	code, out, errs = kforge(t, "-i", "does-not-exist.yaml", "plan")
 	if code == 0 || out != "" || !strings.Contains(errs, "does-not-exist.yaml not found") {
 		t.Fatalf("missing inventory: code %d, stdout %q, stderr %q", code, out, errs)
+	}
+}
+
+// TestStepTableFits: plan's steps fit the width they are given (descriptions wrap under their
+// step, hosts stay on one line); they used to run to about 250 columns.
+func TestStepTableFits(t *testing.T) {
+	steps := []tasks.Task{
+		{Name: "connect", Scope: tasks.OnHosts, Hosts: []string{"m1", "w1"}, Description: strings.Repeat("connect to the hosts over SSH and gather facts ", 5)},
+		{Name: "kubeconfig", Scope: tasks.OnWorkstation, Description: "write the admin kubeconfig"},
+	}
+	for _, width := range []int{60, 100} {
+		out := stepTable(steps, width)
+		for _, l := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
+			if len(l) > width {
+				t.Errorf("width %d: line of %d columns: %q", width, len(l), l)
+			}
+		}
+		if !strings.Contains(out, "  1. connect     connect to") || !strings.Contains(out, "[m1, w1]") || !strings.Contains(out, "  2. kubeconfig  write the admin kubeconfig [workstation]\n") {
+			t.Errorf("width %d:\n%s", width, out)
+		}
 	}
 }
 

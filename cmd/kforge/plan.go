@@ -3,12 +3,16 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"os"
 	"strings"
 	"text/tabwriter"
+	"unicode/utf8"
 
 	"github.com/kforge/kforge/inventory"
 	"github.com/kforge/kforge/pki"
 	"github.com/kforge/kforge/tasks"
+	"golang.org/x/term"
 )
 
 // PlanCmd shows the validated cluster and what apply would do, changing nothing.
@@ -87,7 +91,23 @@ func (p PlanCmd) Run(s *streams, g *Globals, dl *debugLog) error {
 		}
 		fmt.Fprintf(w, "  %s\t%s\t%s (%s)\n", h.Role, h.Name, h.Address, what)
 	}
-	fmt.Fprintf(w, "\nkforge %s will run:\n", command)
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(s.Out, "\nkforge %s will run:\n", command)
+	_, err = io.WriteString(s.Out, stepTable(steps, terminalWidth(s.Out)))
+	return err
+}
+
+// stepTable lists the steps, one block each: number, name, and the description wrapped to fit
+// width columns, then where the step works ([hosts], [workstation], [api]), kept on one line.
+func stepTable(steps []tasks.Task, width int) string {
+	nameWidth := 0
+	for _, t := range steps {
+		nameWidth = max(nameWidth, len(t.Name))
+	}
+	indent := 5 + nameWidth + 2 // "%3d. " + name + two spaces
+	var b strings.Builder
 	for i, t := range steps {
 		where := string(t.Scope)
 		if t.Scope == tasks.OnHosts {
@@ -96,7 +116,46 @@ func (p PlanCmd) Run(s *streams, g *Globals, dl *debugLog) error {
 				where = fmt.Sprintf("%s +%d more", strings.Join(t.Hosts[:4], ", "), len(t.Hosts)-4)
 			}
 		}
-		fmt.Fprintf(w, "%3d. %s\t%s\t[%s]\n", i+1, t.Name, t.Description, where)
+		avail := max(width-indent, 30)
+		lines, where := wrap(t.Description, avail), "["+where+"]"
+		if last := lines[len(lines)-1]; utf8.RuneCountInString(last)+1+utf8.RuneCountInString(where) <= avail {
+			lines[len(lines)-1] = last + " " + where
+		} else {
+			lines = append(lines, where)
+		}
+		fmt.Fprintf(&b, "%3d. %-*s  %s\n", i+1, nameWidth, t.Name, lines[0])
+		for _, l := range lines[1:] {
+			fmt.Fprintf(&b, "%s%s\n", strings.Repeat(" ", indent), l)
+		}
 	}
-	return w.Flush()
+	return b.String()
+}
+
+// wrap breaks s into lines of at most width characters at spaces (a longer word gets a line of
+// its own).
+func wrap(s string, width int) []string {
+	var lines []string
+	line := ""
+	for _, word := range strings.Fields(s) {
+		switch {
+		case line == "":
+			line = word
+		case utf8.RuneCountInString(line)+1+utf8.RuneCountInString(word) <= width:
+			line += " " + word
+		default:
+			lines = append(lines, line)
+			line = word
+		}
+	}
+	return append(lines, line)
+}
+
+// terminalWidth is the width of the terminal w writes to, or 100 when it is not one.
+func terminalWidth(w io.Writer) int {
+	if f, ok := w.(*os.File); ok {
+		if cols, _, err := term.GetSize(int(f.Fd())); err == nil && cols > 0 {
+			return cols
+		}
+	}
+	return 100
 }
