@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kforge/kforge/hostpath"
 	"github.com/kforge/kforge/internal/testenv"
 	"github.com/kforge/kforge/release"
 
@@ -426,6 +427,14 @@ func TestApplyLabClusterEndToEnd(t *testing.T) {
 			t.Errorf("node %s: pod CIDR %q (%v; also on %q)", n.Name, n.Spec.PodCIDR, err, seen[n.Spec.PodCIDR])
 		}
 		seen[n.Spec.PodCIDR] = n.Name
+	}
+
+	// Once joined, the workers no longer hold the bootstrap token (kubeadm removes
+	// bootstrap-kubelet.conf after TLS bootstrap too); the next applies do not put it back.
+	for _, w := range []string{w1, w2} {
+		if left := c.exec(ctx, w, "ls "+hostpath.BootstrapKubeletConfig+" 2>/dev/null; true"); left != "" {
+			t.Errorf("%s still holds %s after joining", w, hostpath.BootstrapKubeletConfig)
+		}
 	}
 
 	// The inventory's addon manifest was applied.

@@ -76,7 +76,8 @@ func (o Options) withDefaults() Options {
 func newFleet(c *inventory.Cluster, nodes []inventory.Node, o Options) *fleet.Fleet {
 	return fleet.New(nodes, fleet.Options{
 		Limits: o.Limits, AcceptNewHostKeys: o.AcceptNewHostKeys, Connect: o.Connect, DialRetry: o.DialRetry, Logger: o.Logger, Now: o.Now,
-		Facts: facts.Options{CRIEndpoint: c.ContainerRuntime.Endpoint, Dirs: templates.CACertDirCandidates},
+		// kubelet.conf on a worker says it has joined (its kubelet wrote it at TLS bootstrap).
+		Facts: facts.Options{CRIEndpoint: c.ContainerRuntime.Endpoint, Dirs: templates.CACertDirCandidates, Hash: []string{hostpath.KubeletKubeconfig}},
 	})
 }
 
@@ -158,6 +159,9 @@ func (a *Apply) Steps() []Step {
 	}
 	if c.Networking.Plugin != "none" {
 		l.add("wait-ready", ThroughAPI, nil, a.waitReady, "wait until every node is Ready and kube-system pods run")
+	}
+	if len(workers) > 0 {
+		l.add("forget-token", OnHosts, workers, a.forgetBootstrapToken, "remove %s from workers whose kubelet has its own credentials (kubelet.conf), as kubeadm does after TLS bootstrap", hostpath.BootstrapKubeletConfig)
 	}
 	if len(removed) > 0 && a.restore == nil {
 		if a.o.Prune {

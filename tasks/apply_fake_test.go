@@ -585,6 +585,14 @@ func newSimHost(s *simCluster, n inventory.Node) *simHost {
 	})
 	h.Handle(func(c string) bool { return strings.HasPrefix(c, "for f in ") }, h.hashes)
 	h.Handle(func(c string) bool { return strings.HasPrefix(c, "server=") }, h.repointKubelet)
+	h.Handle(func(c string) bool { return c == forgetTokenScript }, func(_ context.Context, c remote.Cmd) error {
+		if h.has(hostpath.KubeletKubeconfig) && h.has(hostpath.BootstrapKubeletConfig) {
+			h.RemoveFile(hostpath.BootstrapKubeletConfig)
+			_, err := io.WriteString(c.Stdout, "removed\n")
+			return err
+		}
+		return nil
+	})
 	return h
 }
 

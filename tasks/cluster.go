@@ -413,3 +413,22 @@ func repointKubelet(ctx context.Context, h remote.Host, server string) (string, 
 	}
 	return strings.TrimSpace(string(out)), nil
 }
+
+// forgetTokenScript removes the bootstrap kubeconfig (it holds the bootstrap token) once the
+// kubelet has its own kubeconfig, and says so.
+const forgetTokenScript = `[ -s ` + hostpath.KubeletKubeconfig + ` ] && [ -e ` + hostpath.BootstrapKubeletConfig + ` ] && rm -f ` + hostpath.BootstrapKubeletConfig + ` && echo removed; true`
+
+// forgetBootstrapToken removes bootstrap-kubelet.conf from the workers that have joined; a
+// worker whose kubelet has not written kubelet.conf yet keeps it, and the next apply looks again.
+func (a *Apply) forgetBootstrapToken(ctx context.Context, r progress.Reporter) error {
+	return a.fleet.Each(ctx, inventory.RoleWorker, func(ctx context.Context, n inventory.Node, h remote.Host) error {
+		out, err := remote.Output(ctx, h, forgetTokenScript)
+		if err != nil {
+			return err
+		}
+		if strings.TrimSpace(string(out)) == "removed" {
+			r(progress.Event{Kind: progress.HostDone, Host: n.Name, Message: "bootstrap-kubelet.conf removed (the kubelet has its own credentials)"})
+		}
+		return nil
+	})
+}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 
 	"github.com/kforge/kforge/facts"
 	"github.com/kforge/kforge/hostpath"
@@ -40,6 +41,11 @@ func (a *Apply) render(context.Context, progress.Reporter) (err error) {
 		return err
 	}
 	for _, t := range trees {
+		if t.Node.Role == inventory.RoleWorker && a.joined(t.Node.Name) {
+			// A joined worker's kubelet has its own credentials: the bootstrap token's
+			// kubeconfig is not put back (forget-token removed it).
+			t.Files = slices.DeleteFunc(t.Files, func(f templates.File) bool { return f.Path == hostpath.BootstrapKubeletConfig })
+		}
 		a.files.set(t.Node.Name, withHostFiles(a.inv, t))
 	}
 	return nil
@@ -178,4 +184,11 @@ func registries(c *inventory.Cluster) ([]templates.Registry, error) {
 		out = append(out, tr)
 	}
 	return out, nil
+}
+
+// joined says whether a worker's kubelet has joined: connect found its kubelet.conf, which the
+// kubelet writes once its client certificate is signed.
+func (a *Apply) joined(worker string) bool {
+	f := a.fleet.Facts(worker)
+	return f != nil && f.Files[hostpath.KubeletKubeconfig] != ""
 }

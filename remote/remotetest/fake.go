@@ -140,6 +140,13 @@ func (h *Host) SetFile(p string, data []byte, mode fs.FileMode) {
 	h.files[p] = File{Data: append([]byte(nil), data...), Mode: mode}
 }
 
+// RemoveFile deletes the file at p, if any.
+func (h *Host) RemoveFile(p string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.files, p)
+}
+
 // IsDir reports whether dir exists.
 func (h *Host) IsDir(dir string) bool {
 	h.mu.Lock()
