@@ -93,6 +93,7 @@ const (
 	CheckCapSysResource = "CapSysResource"
 	CheckArch           = "Arch"
 	CheckEtcdQuorum     = "EtcdQuorum"
+	CheckUpgradeRoute   = "UpgradeRoute"
 	// CheckFacts is a host whose facts could not be gathered; it cannot be ignored.
 	CheckFacts = "Facts"
 )
@@ -113,7 +114,7 @@ func CheckNames() []string {
 	for _, p := range Ports {
 		names = append(names, PortCheck(p.Port))
 	}
-	return append(names, CheckManifestsDir, CheckEtcdDataDir, CheckKernelModules, CheckIPForward, CheckBridgeNF, CheckClockSkew, CheckArch, CheckEtcdQuorum)
+	return append(names, CheckManifestsDir, CheckEtcdDataDir, CheckKernelModules, CheckIPForward, CheckBridgeNF, CheckClockSkew, CheckArch, CheckEtcdQuorum, CheckUpgradeRoute)
 }
 
 type hostCheck func(c *inventory.Cluster, n inventory.Node, f *facts.Facts) []Finding
@@ -122,7 +123,7 @@ type hostCheck func(c *inventory.Cluster, n inventory.Node, f *facts.Facts) []Fi
 var hostChecks = []hostCheck{
 	checkPrivilegedUser, checkSystem, checkInitSystem, checkCPUAndMemory, checkSwap, checkCommands,
 	checkCRI, checkKubeletVersion, checkHostname, checkPorts, checkManifestsDir, checkEtcdDataDir,
-	checkSysctls, checkClockSkew, checkCapSysResource, checkEtcdQuorum,
+	checkSysctls, checkClockSkew, checkCapSysResource, checkEtcdQuorum, checkUpgradeRoute,
 }
 
 func finding(n inventory.Node, check string, sev Severity, fix, format string, args ...any) Finding {
@@ -506,6 +507,39 @@ func checkEtcdQuorum(c *inventory.Cluster, n inventory.Node, _ *facts.Facts) []F
 	return []Finding{finding(n, CheckEtcdQuorum, Warning, fmt.Sprintf("use %d or %d masters", m-1, m+1),
 		"%d masters run %d etcd members, whose quorum is %d: they tolerate %d lost master(s), no more than %d masters would, and one more host can fail",
 		m, m, m/2+1, (m-1)/2, m-1)}
+}
+
+// checkUpgradeRoute compares a master's running kubelet (kforge's, at the bundle's path) with
+// the inventory's version: a downgrade, or a jump of more than one minor, is refused before
+// anything changes (the version skew policy; kforge does not walk several minors in one run
+// yet); a one-minor upgrade is a warning, since apply restarts the control plane of every
+// master at once rather than one master at a time.
+func checkUpgradeRoute(c *inventory.Cluster, n inventory.Node, f *facts.Facts) []Finding {
+	b := f.Binaries["kubelet"]
+	if n.Role != inventory.RoleMaster || !f.KubeletDropIn || b.Path != hostpath.DefaultKubeletPath || b.Version == "" {
+		return nil // no cluster of kforge's here yet
+	}
+	from := "v" + strings.TrimPrefix(b.Version, "v")
+	to := c.KubernetesVersion
+	fv, ferr := version.ParseSemantic(from)
+	tv, terr := version.ParseSemantic(to)
+	if ferr != nil || terr != nil || fv.EqualTo(tv) {
+		return nil
+	}
+	if tv.LessThan(fv) {
+		return []Finding{finding(n, CheckUpgradeRoute, Error, "set kubernetesVersion back to "+from+" (Kubernetes does not support downgrades; restore an etcd snapshot taken before the upgrade instead)",
+			"the cluster runs %s; the inventory's %s is a downgrade", from, to)}
+	}
+	if err := release.CanUpgrade(from, to); err != nil {
+		next := fmt.Sprintf("v%d.%d", fv.Major(), fv.Minor()+1)
+		return []Finding{finding(n, CheckUpgradeRoute, Error, fmt.Sprintf("upgrade one minor per run: set kubernetesVersion to a %s.x release, apply, then raise it again", next),
+			"%v", err)}
+	}
+	if fv.Minor() != tv.Minor() {
+		return []Finding{finding(n, CheckUpgradeRoute, Warning, "",
+			"upgrade %s -> %s: apply restarts the control plane on every master at once (not one master at a time yet), so the API is briefly unavailable", from, to)}
+	}
+	return nil
 }
 
 func checkClockSkew(_ *inventory.Cluster, n inventory.Node, f *facts.Facts) []Finding {
