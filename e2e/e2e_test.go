@@ -475,6 +475,15 @@ func TestApplyLabClusterEndToEnd(t *testing.T) {
 	// 6. Growing: a fourth host added to the inventory joins on the next apply; the others are
 	// left alone.
 	c.writeInventory(l.Hosts[:1], l.Hosts[1:4])
+	// First with a broken kubelet there (an administrator's override with a flag kubelet does
+	// not know): apply's error names the worker and quotes its kubelet's last error.
+	w3 := l.Hosts[3].Name
+	c.exec(ctx, w3, `echo 'KUBELET_EXTRA_ARGS=--no-such-kubelet-flag' > /etc/default/kubelet`)
+	out, err = c.run("apply", "--timeout", "30s")
+	if err == nil || !strings.Contains(out, w3+": kubelet ") || !strings.Contains(out, "unknown flag: --no-such-kubelet-flag") {
+		t.Errorf("apply with a broken kubelet on %s: %v; want an error naming it with its kubelet's last error\n%s", w3, err, out)
+	}
+	c.exec(ctx, w3, `rm /etc/default/kubelet`)
 	out, err = c.run("apply", "--timeout", "4m")
 	if err != nil {
 		t.Fatalf("apply with a new worker: %v\n%s", err, out)

@@ -102,7 +102,7 @@ func SignKubeletCSRs(ctx context.Context, c kubernetes.Interface, in SignKubelet
 		select {
 		case <-ctx.Done():
 			sort.Strings(pending)
-			return out, fmt.Errorf("no client certificate request from the kubelet on %s (is kubelet running there? journalctl -u kubelet): %w", strings.Join(pending, ", "), ctx.Err())
+			return out, &NodesError{Nodes: pending, Err: fmt.Errorf("no client certificate request from the kubelet on %s (is kubelet running there? journalctl -u kubelet): %w", strings.Join(pending, ", "), ctx.Err())}
 		case <-time.After(in.Interval):
 		}
 	}

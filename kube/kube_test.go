@@ -2,6 +2,8 @@ package kube
 
 import (
 	"context"
+	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -634,9 +636,10 @@ func TestWaitForReadyNamesWhatIsNotReady(t *testing.T) {
 	defer cancel()
 	var seen int
 	err := WaitForReady(ctx, c, WaitReadyInput{Nodes: []string{"m1", "w1", "w2"}, Interval: 10 * time.Millisecond, Progress: func(ReadyStatus) { seen++ }})
-	nre, ok := err.(*NotReadyError)
-	if !ok {
-		t.Fatalf("err = %v, want *NotReadyError", err)
+	var nre *NotReadyError
+	var ne *NodesError
+	if !errors.As(err, &nre) || !errors.As(err, &ne) || !slices.Equal(ne.Nodes, []string{"w1", "w2"}) {
+		t.Fatalf("err = %v, want a *NotReadyError within a *NodesError naming w1 and w2", err)
 	}
 	d := strings.Join(nre.Details(), "\n")
 	for _, want := range []string{

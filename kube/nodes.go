@@ -97,7 +97,7 @@ func MarkNodes(ctx context.Context, c kubernetes.Interface, nodes []NodeMarks, i
 			for _, m := range missing {
 				names = append(names, m.Name)
 			}
-			return out, fmt.Errorf("mark nodes: node(s) %s never registered with the API server (%w); check kubelet on those hosts: journalctl -u kubelet", strings.Join(names, ", "), context.Cause(ctx))
+			return out, &NodesError{Nodes: names, Err: fmt.Errorf("mark nodes: node(s) %s never registered with the API server (%w); check kubelet on those hosts: journalctl -u kubelet", strings.Join(names, ", "), context.Cause(ctx))}
 		case <-time.After(interval):
 		}
 	}

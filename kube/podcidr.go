@@ -115,7 +115,7 @@ func PodCIDRs(ctx context.Context, c kubernetes.Interface, in PodCIDRsInput) (ma
 				return cidrs, out, fmt.Errorf("waiting for the nodes' pod CIDRs: %w", err)
 			}
 			sort.Strings(missing)
-			return cidrs, out, fmt.Errorf("nodes without a pod CIDR after %s: %s (is kubelet running there, and kube-controller-manager with --allocate-node-cidrs?): %w", in.Timeout, strings.Join(missing, ", "), ctx.Err())
+			return cidrs, out, &NodesError{Nodes: missing, Err: fmt.Errorf("nodes without a pod CIDR after %s: %s: %w", in.Timeout, strings.Join(missing, ", "), ctx.Err())}
 		case <-time.After(in.Interval):
 		}
 	}

@@ -2,6 +2,7 @@ package kube
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -112,7 +113,11 @@ func WaitForReady(ctx context.Context, c kubernetes.Interface, in WaitReadyInput
 			if err != nil {
 				return fmt.Errorf("wait for cluster: %w (last check failed)", err)
 			}
-			return &NotReadyError{Waited: time.Since(start), Last: st, Cause: context.Cause(ctx)}
+			nre := &NotReadyError{Waited: time.Since(start), Last: st, Cause: context.Cause(ctx)}
+			if len(st.Nodes) > 0 {
+				return &NodesError{Nodes: notReadyNodes(st.Nodes), Err: nre}
+			}
+			return nre
 		case <-time.After(in.Interval):
 		}
 	}
@@ -282,4 +287,33 @@ func firstLine(s string) string {
 		return s[:i]
 	}
 	return s
+}
+
+// NodesError is a wait that ended with some nodes at fault: the nodes, by name, and the error.
+// The caller, which can reach the hosts, adds what their kubelets say (tasks: KubeletsError).
+type NodesError struct {
+	Nodes []string
+	Err   error
+}
+
+func (e *NodesError) Error() string { return e.Err.Error() }
+func (e *NodesError) Unwrap() error { return e.Err }
+
+// Details passes the wrapped error's details on.
+func (e *NodesError) Details() []string {
+	var d interface{ Details() []string }
+	if errors.As(e.Err, &d) {
+		return d.Details()
+	}
+	return []string{e.Error()}
+}
+
+// notReadyNodes are the names of the nodes of a status line list ("name: why").
+func notReadyNodes(lines []string) []string {
+	var out []string
+	for _, l := range lines {
+		name, _, _ := strings.Cut(l, ":")
+		out = append(out, name)
+	}
+	return out
 }

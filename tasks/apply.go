@@ -147,18 +147,18 @@ func (a *Apply) Steps() []Step {
 	l.add("cluster-config", ThroughAPI, nil, a.clusterConfig, "grant kubeadm:cluster-admins, upload kubeadm-config and kubelet-config")
 	l.add("bootstrap", ThroughAPI, nil, a.bootstrap, "create the bootstrap token, node-bootstrap RBAC, CSR auto-approval and cluster-info")
 	if len(workers) > 0 {
-		l.add("join-workers", OnHosts, workers, a.joinWorkers, "start kubelet on the staged workers: they join by TLS bootstrap")
+		l.add("join-workers", OnHosts, workers, a.kubeletsSay(a.joinWorkers), "start kubelet on the staged workers: they join by TLS bootstrap")
 	}
 	l.add("core-addons", ThroughAPI, nil, a.coreAddons, "install kube-proxy and CoreDNS")
 	if c.Networking.Plugin == "flannel" {
-		l.add("pod-network", OnHosts, all, a.podNetwork, "install flannel (vxlan) over %s and write each node's CNI config for its pod CIDR", c.Networking.PodSubnet)
+		l.add("pod-network", OnHosts, all, a.kubeletsSay(a.podNetwork), "install flannel (vxlan) over %s and write each node's CNI config for its pod CIDR", c.Networking.PodSubnet)
 	}
-	l.add("mark-nodes", ThroughAPI, nil, a.markNodes, "label and taint the masters, apply the inventory's labels and taints")
+	l.add("mark-nodes", ThroughAPI, nil, a.kubeletsSay(a.markNodes), "label and taint the masters, apply the inventory's labels and taints")
 	if len(c.Addons) > 0 {
 		l.add("addons", ThroughAPI, nil, a.addons, "apply %s (server-side)", count(len(c.Addons), "user manifest"))
 	}
 	if c.Networking.Plugin != "none" {
-		l.add("wait-ready", ThroughAPI, nil, a.waitReady, "wait until every node is Ready and kube-system pods run")
+		l.add("wait-ready", ThroughAPI, nil, a.kubeletsSay(a.waitReady), "wait until every node is Ready and kube-system pods run")
 	}
 	if len(workers) > 0 {
 		l.add("forget-token", OnHosts, workers, a.forgetBootstrapToken, "remove %s from workers whose kubelet has its own credentials (kubelet.conf), as kubeadm does after TLS bootstrap", hostpath.BootstrapKubeletConfig)

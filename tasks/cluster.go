@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -431,4 +432,77 @@ func (a *Apply) forgetBootstrapToken(ctx context.Context, r progress.Reporter) e
 		}
 		return nil
 	})
+}
+
+// kubeletLastErrorScript prints whether kubelet runs and the last error line of its journal.
+const kubeletLastErrorScript = `echo "kubelet $(systemctl is-active kubelet 2>/dev/null)"
+journalctl -u kubelet -n 300 --no-pager -o cat 2>/dev/null | grep -E '^E[0-9]{4} |[Ee]rror|[Ff]ailed' | tail -n 1 | cut -c1-400`
+
+// kubeletsSay wraps a step that waits on nodes: when it fails with nodes at fault
+// (*kube.NodesError), the error carries what each of those nodes' kubelets says, read over SSH.
+func (a *Apply) kubeletsSay(step func(context.Context, progress.Reporter) error) func(context.Context, progress.Reporter) error {
+	return func(ctx context.Context, r progress.Reporter) error {
+		err := step(ctx, r)
+		var ne *kube.NodesError
+		if !errors.As(err, &ne) {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
+		defer cancel()
+		var nodes []inventory.Node
+		for _, name := range ne.Nodes {
+			if n, ok := a.fleet.Node(name); ok && a.fleet.Host(name) != nil {
+				nodes = append(nodes, n)
+			}
+		}
+		var mu sync.Mutex
+		said := map[string]string{}
+		_ = fleet.EachOf(ctx, a.fleet, nodes, func(ctx context.Context, n inventory.Node, h remote.Host) error {
+			out, _ := remote.Output(ctx, h, kubeletLastErrorScript)
+			mu.Lock()
+			said[n.Name] = strings.Join(strings.Fields(string(out)), " ")
+			mu.Unlock()
+			return nil
+		})
+		return &KubeletsError{Err: err, Nodes: ne.Nodes, Said: said}
+	}
+}
+
+// KubeletsError is a wait that failed on some nodes, with what each node's kubelet says: whether
+// it runs, and the last error of its journal.
+type KubeletsError struct {
+	Err   error
+	Nodes []string
+	Said  map[string]string // node -> "kubelet active|activating|failed <last error line>"
+}
+
+func (e *KubeletsError) Error() string {
+	msg := e.Err.Error()
+	for _, n := range e.Nodes {
+		if s := e.Said[n]; s != "" {
+			msg += "; " + n + ": " + s
+		}
+	}
+	return msg
+}
+
+func (e *KubeletsError) Unwrap() error { return e.Err }
+
+// Details are the wait's own details, then each node's kubelet.
+func (e *KubeletsError) Details() []string {
+	var d []string
+	var inner interface{ Details() []string }
+	if errors.As(e.Err, &inner) {
+		d = inner.Details()
+	} else {
+		d = []string{e.Err.Error()}
+	}
+	for _, n := range e.Nodes {
+		if s := e.Said[n]; s != "" {
+			d = append(d, fmt.Sprintf("  %s: %s", n, s))
+		} else {
+			d = append(d, fmt.Sprintf("  %s: its kubelet could not be asked (ssh to it: journalctl -u kubelet)", n))
+		}
+	}
+	return d
 }
