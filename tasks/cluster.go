@@ -434,9 +434,10 @@ func (a *Apply) forgetBootstrapToken(ctx context.Context, r progress.Reporter) e
 	})
 }
 
-// kubeletLastErrorScript prints whether kubelet runs and the last error line of its journal.
+// kubeletLastErrorScript prints whether kubelet runs and the last error line the kubelet itself
+// logged (_SYSTEMD_UNIT: not systemd's own lines about the unit, such as "Failed with result").
 const kubeletLastErrorScript = `echo "kubelet $(systemctl is-active kubelet 2>/dev/null)"
-journalctl -u kubelet -n 300 --no-pager -o cat 2>/dev/null | grep -E '^E[0-9]{4} |[Ee]rror|[Ff]ailed' | tail -n 1 | cut -c1-400`
+journalctl _SYSTEMD_UNIT=kubelet.service -n 300 --no-pager -o cat 2>/dev/null | grep -E '^E[0-9]{4} |[Ee]rror|[Ff]ailed' | tail -n 1 | cut -c1-400`
 
 // kubeletsSay wraps a step that waits on nodes: when it fails with nodes at fault
 // (*kube.NodesError), the error carries what each of those nodes' kubelets says, read over SSH.
