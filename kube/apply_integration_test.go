@@ -438,8 +438,8 @@ func checkWaitForReady(t *testing.T, admin kubernetes.Interface) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	err := WaitForReady(ctx, admin, WaitReadyInput{Nodes: []string{"m1", "w1"}, Interval: 200 * time.Millisecond})
-	nre, ok := err.(*NotReadyError)
-	if !ok {
+	var nre *NotReadyError
+	if !errors.As(err, &nre) {
 		t.Fatalf("err = %v, want *NotReadyError (no kubelet, no controllers)", err)
 	}
 	d := strings.Join(nre.Details(), "\n")

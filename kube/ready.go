@@ -90,7 +90,8 @@ func (e *NotReadyError) Details() []string {
 // WaitForReady waits until every node in in.Nodes is Ready and every pod, Deployment and
 // DaemonSet in in.Namespaces is ready, checking every in.Interval and reporting through
 // in.Progress. When ctx ends first it returns a *NotReadyError that names what was not ready
-// and why: node conditions, pod phases, container waiting and termination reasons.
+// and why: node conditions, pod phases, container waiting and termination reasons; when some
+// nodes were not Ready, it comes wrapped in a *NodesError that names them (errors.As finds both).
 func WaitForReady(ctx context.Context, c kubernetes.Interface, in WaitReadyInput) error {
 	if in.Interval <= 0 {
 		in.Interval = time.Second
@@ -114,8 +115,8 @@ func WaitForReady(ctx context.Context, c kubernetes.Interface, in WaitReadyInput
 				return fmt.Errorf("wait for cluster: %w (last check failed)", err)
 			}
 			nre := &NotReadyError{Waited: time.Since(start), Last: st, Cause: context.Cause(ctx)}
-			if len(st.Nodes) > 0 {
-				return &NodesError{Nodes: notReadyNodes(st.Nodes), Err: nre}
+			if nodes := notReadyNodes(st.Nodes); len(nodes) > 0 {
+				return &NodesError{Nodes: nodes, Err: nre}
 			}
 			return nre
 		case <-time.After(in.Interval):
