@@ -161,15 +161,22 @@ func (c *cluster) checkWorkloads(ctx context.Context, wl workload, w1, w2 string
 	}
 }
 
-// applyChangesNothing runs apply again on a converged cluster: it must exit 0, restart nothing
-// and rewrite no file on any of the hosts. It returns the hosts' snapshots.
+// applyChangesNothing runs plan, then apply again on a converged cluster: plan must say no
+// changes, and apply must exit 0, restart nothing and rewrite no file on any of the hosts (nor
+// must plan). It returns the hosts' snapshots.
 func (c *cluster) applyChangesNothing(ctx context.Context, hosts []lab.Host) map[string]string {
 	c.t.Helper()
 	before := map[string]string{}
 	for _, h := range hosts {
 		before[h.Name] = c.snapshot(ctx, h.Name)
 	}
+	// plan agrees beforehand: no changes (exit 0 with --detailed-exitcode).
 	start := time.Now()
+	if plan, code := c.plan(); code != 0 || !strings.Contains(plan, "No changes: apply would change nothing.") {
+		c.t.Errorf("plan on a converged cluster: exit %d\n%s", code, plan)
+	}
+	c.t.Logf("plan took %s", time.Since(start).Round(time.Millisecond))
+	start = time.Now()
 	out, err := c.run("apply")
 	if err != nil {
 		c.t.Fatalf("second kforge apply: %v\n%s", err, out)

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"io"
@@ -181,6 +182,52 @@ func (c *cluster) run(args ...string) (string, error) {
 	return out.String(), err
 }
 
+// plan runs kforge plan --detailed-exitcode and returns its stdout (text, or the JSON document
+// with args "--output", "json" before "plan"... see planJSON) and exit code; stderr is its
+// progress.
+func (c *cluster) plan(args ...string) (string, int) {
+	c.t.Helper()
+	cmd := exec.Command(c.kforge, append([]string{"-i", c.inventory, "--state-dir", c.state, "--log-file", filepath.Join(c.state, "e2e.log"), "plan", "--detailed-exitcode"}, args...)...)
+	cmd.Env = append(os.Environ(), c.env...)
+	var out, errs bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errs
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		c.t.Fatalf("kforge plan: %v", err)
+	}
+	if code != 0 && code != 3 {
+		c.t.Fatalf("kforge plan: exit %d\n%s\n%s", code, out.String(), errs.String())
+	}
+	return out.String(), code
+}
+
+// planDiff is the diff of kforge --output json plan: the hosts it would change, by name.
+func (c *cluster) planDiff() (hosts []string, doc string) {
+	c.t.Helper()
+	cmd := exec.Command(c.kforge, "-i", c.inventory, "--state-dir", c.state, "--output", "json", "plan")
+	cmd.Env = append(os.Environ(), c.env...)
+	out, err := cmd.Output()
+	if err != nil {
+		c.t.Fatalf("kforge --output json plan: %v\n%s", err, out)
+	}
+	var p struct {
+		Diff struct {
+			Hosts []struct{ Host string }
+		}
+		Complete bool
+	}
+	if err := json.Unmarshal(out, &p); err != nil || !p.Complete {
+		c.t.Fatalf("kforge --output json plan: %v (complete %v)\n%s", err, p.Complete, out)
+	}
+	for _, h := range p.Diff.Hosts {
+		hosts = append(hosts, h.Host)
+	}
+	return hosts, string(out)
+}
+
 // exec runs a shell command on a lab host (through nsenter, not kforge's SSH).
 func (c *cluster) exec(ctx context.Context, host, script string) string {
 	c.t.Helper()
@@ -305,6 +352,17 @@ func (c *cluster) renewControllerManagerCert(ctx context.Context, master string)
 		if err := os.Remove(f); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// plan shows why and what: the certificate is missing, the kubeconfig changes (its key
+	// redacted), and kube-controller-manager's static pod restarts; no key material is printed.
+	plan, code := c.plan()
+	for _, want := range []string{"controller-manager.conf: missing", "change /etc/kubernetes/controller-manager.conf", "client-key-data: <secret ", "static pod kube-controller-manager restarts"} {
+		if !strings.Contains(plan, want) || code != 3 {
+			t.Errorf("plan after removing controller-manager.conf's certificate (exit %d) lacks %q:\n%s", code, want, plan)
+		}
+	}
+	if strings.Contains(plan, "PRIVATE KEY") || strings.Contains(plan, "client-key-data: LS0t") {
+		t.Errorf("plan printed key material:\n%s", plan)
 	}
 	start := time.Now()
 	out, err := c.run("apply")
@@ -484,6 +542,10 @@ func TestApplyLabClusterEndToEnd(t *testing.T) {
 		t.Errorf("apply with a broken kubelet on %s: %v; want an error naming it with its kubelet's last error\n%s", w3, err, out)
 	}
 	c.exec(ctx, w3, `rm /etc/default/kubelet`)
+	// plan names the new worker alone: it joins; nothing else changes.
+	if hosts, doc := c.planDiff(); !slices.Equal(hosts, []string{w3}) || !strings.Contains(doc, "joins the cluster") {
+		t.Errorf("plan with a new worker: hosts %v, want [%s] joining:\n%s", hosts, w3, doc)
+	}
 	out, err = c.run("apply", "--timeout", "4m")
 	if err != nil {
 		t.Fatalf("apply with a new worker: %v\n%s", err, out)

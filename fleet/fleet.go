@@ -156,25 +156,46 @@ func EachOf(ctx context.Context, f *Fleet, nodes []inventory.Node, fn func(ctx c
 // host.
 func (f *Fleet) Connect(ctx context.Context, r progress.Reporter) error {
 	return f.Each(ctx, "", func(ctx context.Context, n inventory.Node, _ remote.Host) error {
-		start := f.o.Now()
-		h, err := f.open(ctx, n)
-		if err != nil {
-			return err
+		return f.connect(ctx, n, r)
+	})
+}
+
+// Survey is Connect for commands that show what they can of a cluster (plan): a host that
+// cannot be reached or asked is reported and returned, not fatal, and has no facts.
+func (f *Fleet) Survey(ctx context.Context, r progress.Reporter) map[string]error {
+	var mu sync.Mutex
+	failed := map[string]error{}
+	f.Each(ctx, "", func(ctx context.Context, n inventory.Node, _ remote.Host) error {
+		if err := f.connect(ctx, n, r); err != nil {
+			mu.Lock()
+			failed[n.Name] = err
+			mu.Unlock()
+			r(progress.Event{Kind: progress.Info, Host: n.Name, Message: "unreachable: " + err.Error()})
 		}
-		f.mu.Lock()
-		f.hosts[n.Name] = h
-		f.mu.Unlock()
-		fs, err := facts.Gather(ctx, h, f.o.Facts)
-		if err != nil {
-			return err
-		}
-		f.mu.Lock()
-		f.facts[n.Name] = fs
-		f.mu.Unlock()
-		r(progress.Event{Kind: progress.HostDone, Host: n.Name, Duration: f.o.Now().Sub(start),
-			Message: fmt.Sprintf("%s %s, kernel %s, %d CPUs, %d MiB", fs.OS.ID, fs.OS.VersionID, fs.Kernel, fs.CPUs, fs.MemoryBytes>>20)})
 		return nil
 	})
+	return failed
+}
+
+func (f *Fleet) connect(ctx context.Context, n inventory.Node, r progress.Reporter) error {
+	start := f.o.Now()
+	h, err := f.open(ctx, n)
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	f.hosts[n.Name] = h
+	f.mu.Unlock()
+	fs, err := facts.Gather(ctx, h, f.o.Facts)
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	f.facts[n.Name] = fs
+	f.mu.Unlock()
+	r(progress.Event{Kind: progress.HostDone, Host: n.Name, Duration: f.o.Now().Sub(start),
+		Message: fmt.Sprintf("%s %s, kernel %s, %d CPUs, %d MiB", fs.OS.ID, fs.OS.VersionID, fs.Kernel, fs.CPUs, fs.MemoryBytes>>20)})
+	return nil
 }
 
 // Reach opens every node of role ("" for all) that answers within retry, without gathering

@@ -27,10 +27,10 @@ const (
 
 // Change records what one function did to one object.
 type Change struct {
-	Kind      string // e.g. ConfigMap, ClusterRoleBinding
-	Namespace string // empty for cluster-scoped objects
-	Name      string
-	Action    Action
+	Kind      string `json:"kind"`                // e.g. ConfigMap, ClusterRoleBinding
+	Namespace string `json:"namespace,omitempty"` // empty for cluster-scoped objects
+	Name      string `json:"name"`
+	Action    Action `json:"action"`
 }
 
 func (c Change) String() string {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -159,12 +160,31 @@ func applyObject(ctx context.Context, dyn dynamic.Interface, mapper meta.Resetta
 	switch {
 	case before == "":
 		ch.Action = Created
-	case got.GetResourceVersion() == before:
+	case got.GetResourceVersion() == before && sameStored(got, have):
+		// A dry run (kforge plan) answers with the resourceVersion it had: only the
+		// content tells whether the apply would change the object.
 		ch.Action = Unchanged
 	default:
 		ch.Action = Updated
 	}
 	return ch, nil
+}
+
+// sameStored reports whether two versions of an object hold the same content, apart from what
+// the API server maintains on every write (resourceVersion, generation, managedFields' times).
+func sameStored(a, b *unstructured.Unstructured) bool {
+	strip := func(u *unstructured.Unstructured) map[string]any {
+		c := u.DeepCopy()
+		c.SetResourceVersion("")
+		c.SetGeneration(0)
+		mf := c.GetManagedFields()
+		for i := range mf {
+			mf[i].Time = nil
+		}
+		c.SetManagedFields(mf)
+		return c.Object
+	}
+	return equality.Semantic.DeepEqual(strip(a), strip(b))
 }
 
 // onlyIdentity reports whether u sets nothing but apiVersion, kind, metadata.name and

@@ -73,11 +73,20 @@ func orDefault(v, d string) string {
 // external CA (paths relative to invDir) when one is configured, material in dir (the state
 // dir's pki/, state.Dir.PKI).
 func EnsureCluster(c *inventory.Cluster, invDir, dir string, now time.Time, random io.Reader) (*Set, []Change, error) {
+	return ensureCluster(c, invDir, Options{Dir: dir, Now: now, Rand: random})
+}
+
+// PlanCluster is EnsureCluster as a dry run: the same set and changes, nothing written.
+func PlanCluster(c *inventory.Cluster, invDir, dir string, now time.Time, random io.Reader) (*Set, []Change, error) {
+	return ensureCluster(c, invDir, Options{Dir: dir, Now: now, Rand: random, DryRun: true})
+}
+
+func ensureCluster(c *inventory.Cluster, invDir string, o Options) (*Set, []Change, error) {
 	p, masters, err := FromInventory(c)
 	if err != nil {
 		return nil, nil, err
 	}
-	o := Options{Dir: dir, Params: p, Masters: masters, Now: now, Rand: random}
+	o.Params, o.Masters = p, masters
 	if e := c.PKI.ExternalCA; e != nil {
 		rel := func(f string) string {
 			if filepath.IsAbs(f) {

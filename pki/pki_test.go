@@ -1,7 +1,9 @@
 package pki
 
 import (
+	"crypto/sha256"
 	"crypto/x509"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -458,5 +460,42 @@ func TestAPIServerCertCoversTheHostAddress(t *testing.T) {
 	r, _ := etcd.Resolve(testParams(), Master{Name: "m2", IP: "198.51.100.12", Address: "203.0.113.7"})
 	if slices.Contains(ipStrings(r.IPs), "203.0.113.7") {
 		t.Errorf("etcd server SANs %v", ipStrings(r.IPs))
+	}
+}
+
+// TestDryRunWritesNothing: a dry run (kforge plan) reports what Ensure would do, the same
+// changes with the same reasons, and leaves the directory exactly as it was: empty, then after
+// a real run, unchanged even when a SAN is added.
+func TestDryRunWritesNothing(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "pki")
+	o := Options{Dir: dir, Params: testParams(), Masters: testMasters[:1], Now: t0, Rand: seeded(21), DryRun: true}
+	_, ch, err := Ensure(o)
+	reqs, _ := Requests(o.Params, o.Masters)
+	if err != nil || len(ch) != len(reqs)+1 {
+		t.Fatalf("dry run on nothing: %d changes, %v", len(ch), err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("dry run created %s: %v", dir, err)
+	}
+	o.DryRun = false
+	ensure(t, o)
+	listing := func() string {
+		var b strings.Builder
+		filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+			data, _ := os.ReadFile(p)
+			fmt.Fprintf(&b, "%s %x\n", p, sha256.Sum256(data))
+			return nil
+		})
+		return b.String()
+	}
+	before := listing()
+	o.DryRun = true
+	o.Params.APIServerCertSANs = append(o.Params.APIServerCertSANs, "api3.example.test")
+	_, ch, err = Ensure(o)
+	if err != nil || len(ch) != 1 || ch[0].Key != "apiserver@m1" || ch[0].Action != "renewed" || !strings.Contains(ch[0].Reason, "api3.example.test") {
+		t.Errorf("dry run with a new SAN: %v, %v", ch, err)
+	}
+	if after := listing(); after != before {
+		t.Errorf("dry run changed the directory:\n%s\nwas\n%s", after, before)
 	}
 }

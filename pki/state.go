@@ -45,9 +45,9 @@ func (s *Set) Get(name, node string) *KeyPair {
 
 // Change is one thing Ensure did or wants the user to know, with the reason.
 type Change struct {
-	Key    string // "apiserver@m1", "ca", "sa"
-	Action string // "created", "renewed", "removed", "warning"
-	Reason string
+	Key    string `json:"key"`    // "apiserver@m1", "ca", "sa"
+	Action string `json:"action"` // "created", "renewed", "removed", "warning"
+	Reason string `json:"reason"`
 }
 
 func (c Change) String() string { return fmt.Sprintf("%s %s: %s", c.Action, c.Key, c.Reason) }
@@ -64,6 +64,9 @@ type Options struct {
 	Rand       io.Reader
 	// RenewBefore re-issues leaves expiring within it; 0 means DefaultRenewBefore.
 	RenewBefore time.Duration
+	// DryRun computes the same set and changes without writing, removing or locking anything
+	// in Dir (kforge plan): what would be issued is issued in memory only.
+	DryRun bool
 }
 
 // Ensure loads the material in o.Dir, creates what is missing, re-issues leaves that are
@@ -75,17 +78,19 @@ func Ensure(o Options) (*Set, []Change, error) {
 	if o.RenewBefore == 0 {
 		o.RenewBefore = DefaultRenewBefore
 	}
-	if err := os.MkdirAll(o.Dir, 0o700); err != nil {
-		return nil, nil, err
+	if !o.DryRun {
+		if err := os.MkdirAll(o.Dir, 0o700); err != nil {
+			return nil, nil, err
+		}
+		if err := os.Chmod(o.Dir, 0o700); err != nil {
+			return nil, nil, err
+		}
+		unlock, err := lockDir(o.Dir)
+		if err != nil {
+			return nil, nil, err
+		}
+		defer unlock()
 	}
-	if err := os.Chmod(o.Dir, 0o700); err != nil {
-		return nil, nil, err
-	}
-	unlock, err := lockDir(o.Dir)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer unlock()
 	reqs, err := Requests(o.Params, o.Masters)
 	if err != nil {
 		return nil, nil, err
@@ -150,7 +155,7 @@ func ensureCA(o Options, r Request) (*KeyPair, []Change, error) {
 		stored, err := os.ReadFile(base + ".crt")
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
-			if err := fsx.WriteFile(base+".crt", EncodeCert(ext.Cert), 0o644); err != nil {
+			if err := o.write(base+".crt", EncodeCert(ext.Cert), 0o644); err != nil {
 				return nil, nil, err
 			}
 			return ext, []Change{{Key: r.Key(), Action: "created", Reason: "using pki.externalCA " + SPKIPin(ext.Cert)}}, nil
@@ -185,7 +190,7 @@ func ensureCA(o Options, r Request) (*KeyPair, []Change, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := savePair(base, kp); err != nil {
+	if err := o.savePair(base, kp); err != nil {
 		return nil, nil, err
 	}
 	return kp, []Change{{Key: r.Key(), Action: "created", Reason: "new CA " + SPKIPin(kp.Cert)}}, nil
@@ -285,7 +290,7 @@ func ensureLeaf(o Options, r Request, ca *KeyPair) (*KeyPair, []Change, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := savePair(base, kp); err != nil {
+	if err := o.savePair(base, kp); err != nil {
 		return nil, nil, err
 	}
 	return kp, []Change{{Key: r.Key(), Action: action, Reason: reason}}, nil
@@ -316,10 +321,10 @@ func ensureSA(o Options) (crypto.Signer, []Change, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := fsx.WriteFile(filepath.Join(o.Dir, "sa.pub"), pub, 0o644); err != nil {
+	if err := o.write(filepath.Join(o.Dir, "sa.pub"), pub, 0o644); err != nil {
 		return nil, nil, err
 	}
-	if err := fsx.WriteFile(path, pemKey, 0o600); err != nil {
+	if err := o.write(path, pemKey, 0o600); err != nil {
 		return nil, nil, err
 	}
 	return k, []Change{{Key: "sa", Action: "created", Reason: "missing"}}, nil
@@ -338,12 +343,30 @@ func removeGoneMasters(o Options) ([]Change, error) {
 		if slices.ContainsFunc(o.Masters, func(m Master) bool { return m.Name == e.Name() }) {
 			continue
 		}
-		if err := os.RemoveAll(filepath.Join(o.Dir, "nodes", e.Name())); err != nil {
-			return nil, err
+		if !o.DryRun {
+			if err := os.RemoveAll(filepath.Join(o.Dir, "nodes", e.Name())); err != nil {
+				return nil, err
+			}
 		}
 		ch = append(ch, Change{Key: e.Name(), Action: "removed", Reason: "no longer a master in the inventory"})
 	}
 	return ch, nil
+}
+
+// write writes one file of the material atomically, or nothing in a dry run.
+func (o Options) write(file string, data []byte, mode os.FileMode) error {
+	if o.DryRun {
+		return nil
+	}
+	return fsx.WriteFile(file, data, mode)
+}
+
+// savePair writes a key pair, or nothing in a dry run.
+func (o Options) savePair(base string, kp *KeyPair) error {
+	if o.DryRun {
+		return nil
+	}
+	return savePair(base, kp)
 }
 
 func loadPair(base string) (*KeyPair, error) {

@@ -99,7 +99,7 @@ func TestApplyOnFakeHostsThenNothingToDo(t *testing.T) {
 				hostpath.ManifestsMarkerPath, hostpath.PKIDir+"/ca.key", hostpath.PKIDir+"/sa.key", hostpath.PKIDir+"/etcd/ca.key",
 				hostpath.KubeletKubeconfig, "/etc/kubernetes/admin.conf", "/etc/kubernetes/super-admin.conf")
 		} else {
-			want = append(want, hostpath.BootstrapKubeletConfig)
+			want = append(want, hostpath.KubeletKubeconfig)
 		}
 		for _, p := range want {
 			if !slices.Contains(files, p) {
@@ -112,16 +112,21 @@ func TestApplyOnFakeHostsThenNothingToDo(t *testing.T) {
 					t.Errorf("worker %s has %s", name, p)
 				}
 			}
-			if f, _ := h.File(hostpath.BootstrapKubeletConfig); !bytes.Contains(f.Data, []byte("token: "+token)) {
-				t.Errorf("%s: %s does not carry the state dir's bootstrap token", name, hostpath.BootstrapKubeletConfig)
+			// It was uploaded with the state dir's bootstrap token, and removed once the
+			// kubelet had its own credentials (forget-token), as kubeadm does.
+			if f, _ := h.File(hostpath.BootstrapKubeletConfig); f.Data != nil || !slices.Contains(h.Uploads(), hostpath.BootstrapKubeletConfig) {
+				t.Errorf("%s: %s left after joining, or never uploaded", name, hostpath.BootstrapKubeletConfig)
+			}
+			if !bytes.Contains(h.bootstrapConf, []byte("token: "+token)) {
+				t.Errorf("%s: %s did not carry the state dir's bootstrap token", name, hostpath.BootstrapKubeletConfig)
 			}
 		}
 		// Every file on the host was uploaded (no simulated component writes into what apply
 		// manages), each exactly once, and secrets are readable by root only.
 		uploads, secrets := h.Uploads(), 0
 		for _, p := range files {
-			if strings.HasPrefix(p, hostpath.EtcdDataDir+"/") {
-				continue // written by the simulated etcd
+			if strings.HasPrefix(p, hostpath.EtcdDataDir+"/") || (!master && p == hostpath.KubeletKubeconfig) {
+				continue // written by the simulated etcd, or by a worker's kubelet
 			}
 			if n := occurrences(uploads, p); n != 1 {
 				t.Errorf("%s: %s uploaded %d times", name, p, n)
@@ -139,9 +144,9 @@ func TestApplyOnFakeHostsThenNothingToDo(t *testing.T) {
 				t.Errorf("%s: certificate %s has mode %o", name, p, f.Mode)
 			}
 		}
-		// A master has 11 keys and 5 kubeconfigs with a client key; a worker its bootstrap
-		// kubeconfig.
-		if wantSecrets := map[bool]int{true: 16, false: 1}[master]; secrets < wantSecrets {
+		// A master has 11 keys and 5 kubeconfigs with a client key; a joined worker none from
+		// kforge (its bootstrap kubeconfig is gone; its kubelet's key is its own).
+		if wantSecrets := map[bool]int{true: 16, false: 0}[master]; secrets < wantSecrets {
 			t.Errorf("%s: %d files hold a key or credentials, want at least %d", name, secrets, wantSecrets)
 		}
 		if f, _ := h.File(hostpath.CACert); string(f.Data) != caPEM {
@@ -559,6 +564,8 @@ type simHost struct {
 	enable  map[string]bool // systemd units enabled
 	sysctls map[string]string
 	joined  bool // kubelet has registered its node
+	// bootstrapConf is the last bootstrap-kubelet.conf uploaded (forget-token removes the file).
+	bootstrapConf []byte
 }
 
 func newSimHost(s *simCluster, n inventory.Node) *simHost {
@@ -709,6 +716,9 @@ func (h *simHost) facts() string {
 	if h.has(hostpath.KubeletDropInPath) {
 		b.WriteString("kubeletdropin=1\n")
 	}
+	if f, ok := h.File(hostpath.KubeletKubeconfig); ok { // the one path apply asks facts to hash
+		fmt.Fprintf(&b, "sum %x %s\n", sha256.Sum256(f.Data), hostpath.KubeletKubeconfig)
+	}
 	b.WriteString("kforge-facts end\n")
 	return b.String()
 }
@@ -816,6 +826,13 @@ func (h *simHost) command(args []string, out io.Writer) (int, error) {
 			}
 		}
 		return 0, nil
+	case len(args) == 3 && args[0] == "cat" && args[1] == "--":
+		f, ok := h.File(args[2])
+		if !ok {
+			return 1, nil
+		}
+		_, err := out.Write(f.Data)
+		return 0, err
 	case len(args) == 2 && args[0] == "systemctl" && args[1] == "daemon-reload":
 		return 0, nil
 	case strings.Join(args, " ") == "grep -qw overlay /proc/filesystems",
@@ -898,6 +915,9 @@ func (h *simHost) kubeletStarted() error {
 					h.sim.errorf("%s: kubelet got a certificate that is not for its key and node: %v", h.Name(), err)
 					return
 				}
+				// The kubelet writes its own kubeconfig with the certificate (kubelet.conf):
+				// from then on it no longer needs the bootstrap token.
+				h.SetFile(hostpath.KubeletKubeconfig, append([]byte("# kubelet's own credentials\n"), got.Status.Certificate...), 0o600)
 				if err := h.register(name, ip); err != nil {
 					h.sim.errorf("%v", err)
 				}
@@ -987,6 +1007,10 @@ func (h *simHost) Upload(ctx context.Context, f remote.File) error {
 	}
 	h.mu.Lock()
 	joined := h.joined
+	if f.Path == hostpath.BootstrapKubeletConfig {
+		bf, _ := h.Host.File(f.Path)
+		h.bootstrapConf = bf.Data
+	}
 	h.mu.Unlock()
 	if f.Path != hostpath.CNIConfFile || !joined {
 		return nil

@@ -49,21 +49,29 @@ func newAPIClients(c *inventory.Cluster, set *pki.Set, f *fleet.Fleet, api func(
 		super, err := api("super-admin.conf")
 		return apiClients{Clients: admin, super: super.Typed}, err
 	}
-	return dialAPIClients(c, set, f)
+	return dialAPIClients(c, set, f, false)
 }
 
 // dialAPIClients are the clients for cluster c, with credentials from set and connections
 // through the first master of f.
-func dialAPIClients(c *inventory.Cluster, set *pki.Set, f *fleet.Fleet) (apiClients, error) {
+// With dryRun every write is a server-side dry run (kube.DryRun), for plan.
+func dialAPIClients(c *inventory.Cluster, set *pki.Set, f *fleet.Fleet, dryRun bool) (apiClients, error) {
 	var api apiClients
-	cfg, err := restConfig(c, set, f, "admin.conf")
+	config := func(identity string) (*rest.Config, error) {
+		cfg, err := restConfig(c, set, f, identity)
+		if err == nil && dryRun {
+			cfg = kube.DryRun(cfg)
+		}
+		return cfg, err
+	}
+	cfg, err := config("admin.conf")
 	if err != nil {
 		return api, err
 	}
 	if api.Clients, err = kube.NewClients(cfg); err != nil {
 		return api, err
 	}
-	if cfg, err = restConfig(c, set, f, "super-admin.conf"); err != nil {
+	if cfg, err = config("super-admin.conf"); err != nil {
 		return api, err
 	}
 	api.super, err = kubernetes.NewForConfig(cfg)
@@ -171,30 +179,39 @@ func (e *APIServerError) Details() []string {
 
 // clusterConfig grants the admins their rights and uploads kubeadm-compatible config.
 func (a *Apply) clusterConfig(ctx context.Context, r progress.Reporter) error {
-	var all []kube.Change
-	cs, err := kube.EnsureClusterAdmins(ctx, a.api.super)
-	if err != nil {
-		return err
-	}
-	all = append(all, cs...)
-	cc, err := kube.ClusterConfigurationFor(a.inv)
-	if err != nil {
-		return err
-	}
-	kc, err := kube.KubeletConfigurationFor(a.inv)
-	if err != nil {
-		return err
-	}
-	cs, err = kube.UploadConfig(ctx, a.api.Typed, kube.UploadConfigInput{Cluster: cc, Kubelet: kc})
-	all = append(all, cs...)
-	r(progress.Event{Kind: progress.Info, Message: kube.Summary(all)})
+	cs, err := a.clusterConfigObjects(ctx)
+	r(progress.Event{Kind: progress.Info, Message: kube.Summary(cs)})
 	return err
 }
 
+// The functions named *Objects ensure the API objects of one apply step and return what they
+// did; kforge plan calls the same functions through dry-run clients (kube.DryRun).
+
+func (a *Apply) clusterConfigObjects(ctx context.Context) ([]kube.Change, error) {
+	all, err := kube.EnsureClusterAdmins(ctx, a.api.super)
+	if err != nil {
+		return all, err
+	}
+	cc, err := kube.ClusterConfigurationFor(a.inv)
+	if err != nil {
+		return all, err
+	}
+	kc, err := kube.KubeletConfigurationFor(a.inv)
+	if err != nil {
+		return all, err
+	}
+	cs, err := kube.UploadConfig(ctx, a.api.Typed, kube.UploadConfigInput{Cluster: cc, Kubelet: kc})
+	return append(all, cs...), err
+}
+
 func (a *Apply) bootstrap(ctx context.Context, r progress.Reporter) error {
-	cs, err := kube.Bootstrap(ctx, a.api.Typed, kube.BootstrapInputFor(a.inv, a.set, a.token, a.o.Now()))
+	cs, err := a.bootstrapObjects(ctx)
 	r(progress.Event{Kind: progress.Info, Message: kube.Summary(cs)})
 	return err
+}
+
+func (a *Apply) bootstrapObjects(ctx context.Context) ([]kube.Change, error) {
+	return kube.Bootstrap(ctx, a.api.Typed, kube.BootstrapInputFor(a.inv, a.set, a.token, a.o.Now()))
 }
 
 // joinWorkers waits for the workers' staging, starts their kubelets, and answers their client
@@ -258,30 +275,36 @@ func (a *Apply) coreAddons(ctx context.Context, r progress.Reporter) error {
 	if err := a.bg.wait(ctx, shippedMasters); err != nil {
 		return err
 	}
+	cs, err := a.coreAddonObjects(ctx)
+	if err == nil && kubeProxyRestarts(cs) {
+		if err = kube.RestartDaemonSet(ctx, a.api.Typed, "kube-system", "kube-proxy", a.o.Now()); err == nil {
+			r(progress.Event{Kind: progress.Info, Message: "kube-proxy's configuration changed: its pods restart"})
+		}
+	}
+	r(progress.Event{Kind: progress.Info, Message: kube.Summary(cs)})
+	return err
+}
+
+func (a *Apply) coreAddonObjects(ctx context.Context) ([]kube.Change, error) {
 	im, err := a.images()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	var all []kube.Change
-	cs, err := kube.KubeProxy(ctx, a.api.Typed, kube.KubeProxyInputFor(a.inv, im))
-	all = append(all, cs...)
+	all, err := kube.KubeProxy(ctx, a.api.Typed, kube.KubeProxyInputFor(a.inv, im))
 	if err != nil {
-		return err
+		return all, err
 	}
-	// kube-proxy reads its configuration and kubeconfig (the API server's address) only when
-	// it starts: a changed one is rolled out, as after a restore onto new masters.
-	if slices.ContainsFunc(cs, func(c kube.Change) bool {
+	cs, err := kube.CoreDNS(ctx, a.api.Typed, kube.CoreDNSInputFor(a.inv, im))
+	return append(all, cs...), err
+}
+
+// kubeProxyRestarts says whether kube-proxy's pods are restarted after these changes: it reads
+// its configuration and kubeconfig (the API server's address) only when it starts, so a changed
+// one is rolled out, as after a restore onto new masters.
+func kubeProxyRestarts(cs []kube.Change) bool {
+	return slices.ContainsFunc(cs, func(c kube.Change) bool {
 		return c.Kind == "ConfigMap" && c.Name == "kube-proxy" && c.Action == kube.Updated
-	}) {
-		if err := kube.RestartDaemonSet(ctx, a.api.Typed, "kube-system", "kube-proxy", a.o.Now()); err != nil {
-			return err
-		}
-		r(progress.Event{Kind: progress.Info, Message: "kube-proxy's configuration changed: its pods restart"})
-	}
-	cs, err = kube.CoreDNS(ctx, a.api.Typed, kube.CoreDNSInputFor(a.inv, im))
-	all = append(all, cs...)
-	r(progress.Event{Kind: progress.Info, Message: kube.Summary(all)})
-	return err
+	})
 }
 
 // podNetwork installs flannel and writes each node's CNI config over its pod CIDR as soon as
@@ -289,11 +312,7 @@ func (a *Apply) coreAddons(ctx context.Context, r progress.Reporter) error {
 // without a pod CIDR get one from kforge right away (kube.PodCIDRs says how it stays clear of
 // kube-controller-manager's node IPAM).
 func (a *Apply) podNetwork(ctx context.Context, r progress.Reporter) error {
-	im, err := a.images()
-	if err != nil {
-		return err
-	}
-	cs, err := kube.Flannel(ctx, a.api.Typed, kube.FlannelInputFor(a.inv, im))
+	cs, err := a.podNetworkObjects(ctx)
 	if err != nil {
 		return err
 	}
@@ -314,6 +333,14 @@ func (a *Apply) podNetwork(ctx context.Context, r progress.Reporter) error {
 		err = werr
 	}
 	return err
+}
+
+func (a *Apply) podNetworkObjects(ctx context.Context) ([]kube.Change, error) {
+	im, err := a.images()
+	if err != nil {
+		return nil, err
+	}
+	return kube.Flannel(ctx, a.api.Typed, kube.FlannelInputFor(a.inv, im))
 }
 
 // writeCNIConfig writes node's CNI config for its pod CIDR.
@@ -343,13 +370,17 @@ func (a *Apply) markNodes(ctx context.Context, r progress.Reporter) error {
 }
 
 func (a *Apply) addons(ctx context.Context, r progress.Reporter) error {
-	ms, err := kube.ManifestsFor(a.inv, a.o.InventoryDir)
-	if err != nil {
-		return err
-	}
-	cs, err := kube.ApplyManifests(ctx, a.api.Dynamic, a.api.Mapper, kube.ApplyInput{Manifests: ms})
+	cs, err := a.addonObjects(ctx)
 	r(progress.Event{Kind: progress.Info, Message: kube.Summary(cs)})
 	return err
+}
+
+func (a *Apply) addonObjects(ctx context.Context) ([]kube.Change, error) {
+	ms, err := kube.ManifestsFor(a.inv, a.o.InventoryDir)
+	if err != nil {
+		return nil, err
+	}
+	return kube.ApplyManifests(ctx, a.api.Dynamic, a.api.Mapper, kube.ApplyInput{Manifests: ms})
 }
 
 func (a *Apply) waitReady(ctx context.Context, r progress.Reporter) error {

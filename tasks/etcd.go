@@ -53,7 +53,11 @@ func (a *Apply) planEtcd(ctx context.Context, r progress.Reporter) error {
 	}
 	var running, joining []string
 	for _, m := range a.inv.Masters {
-		if len(a.fleet.Facts(m.Name).EtcdDataDir) > 0 {
+		f := a.fleet.Facts(m.Name)
+		if f == nil {
+			continue // not reached (plan shows it as unknown); apply stops at connect
+		}
+		if len(f.EtcdDataDir) > 0 {
 			running = append(running, m.Name)
 		} else {
 			joining = append(joining, m.Name)

@@ -3,7 +3,6 @@ package tasks
 import (
 	"context"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/kforge/kforge/inventory"
@@ -48,23 +47,13 @@ func ensureClusterPKI(c *inventory.Cluster, o Options) (*pki.Set, []pki.Change, 
 }
 
 // bootstrapToken reuses the state dir's token while more than half its TTL is left, so a
-// re-run rewrites no worker's bootstrap kubeconfig.
+// re-run rewrites no worker's bootstrap kubeconfig; otherwise it writes a new one.
 func bootstrapToken(d state.Dir, o Options) (kube.BootstrapToken, bool, error) {
-	file := d.BootstrapToken()
-	if fi, err := os.Stat(file); err == nil && o.Now().Sub(fi.ModTime()) < bootstrapTokenTTL/2 {
-		b, err := os.ReadFile(file)
-		if err != nil {
-			return kube.BootstrapToken{}, false, err
-		}
-		if t, err := kube.ParseBootstrapToken(string(b), bootstrapTokenTTL); err == nil {
-			return t, false, nil
-		}
-	}
-	t, err := kube.NewBootstrapToken(o.Rand, bootstrapTokenTTL)
-	if err != nil {
+	t, fresh, err := currentBootstrapToken(d, o)
+	if err != nil || fresh {
 		return t, false, err
 	}
-	if err := d.Write(file, []byte(t.Value()+"\n"), 0o600); err != nil {
+	if err := d.Write(d.BootstrapToken(), []byte(t.Value()+"\n"), 0o600); err != nil {
 		return t, false, err
 	}
 	return t, true, nil

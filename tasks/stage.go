@@ -184,15 +184,16 @@ func (a *Apply) configureRuntime(ctx context.Context, n inventory.Node, h remote
 		return "", err
 	}
 	f := a.fleet.Facts(n.Name)
+	wrote := func(pred func(string) bool) bool { return a.files.wrote(n.Name, pred) }
 	cmds := []string{loadModulesScript}
-	if a.files.wrote(n.Name, func(p string) bool { return p == hostpath.SysctlFile }) ||
+	if wrote(func(p string) bool { return p == hostpath.SysctlFile }) ||
 		f.Sysctls["net.ipv4.ip_forward"] != "1" || f.Sysctls["net.bridge.bridge-nf-call-iptables"] != "1" {
 		cmds = append(cmds, "sysctl -q -p "+hostpath.SysctlFile)
 	}
-	if a.files.wrote(n.Name, func(p string) bool { return p == hostpath.ContainerdUnitPath }) {
+	if wrote(func(p string) bool { return p == hostpath.ContainerdUnitPath }) {
 		cmds = append(cmds, "systemctl daemon-reload")
 	}
-	restart := installed || a.files.wrote(n.Name, func(p string) bool { return p == hostpath.ContainerdConfigPath || p == hostpath.ContainerdUnitPath })
+	restart := containerdRestarts(wrote, installed)
 	if restart {
 		cmds = append(cmds, "systemctl restart containerd")
 	}
@@ -208,6 +209,16 @@ func (a *Apply) configureRuntime(ctx context.Context, n inventory.Node, h remote
 	}
 	return "containerd unchanged", nil
 }
+
+// containerdRestarts says whether containerd restarts on a host: when its binaries were
+// installed from the bundle, or its config or unit written (wrote says whether a path matching
+// pred was, or would be, written).
+func containerdRestarts(wrote func(pred func(string) bool) bool, installed bool) bool {
+	return installed || wrote(func(p string) bool { return p == hostpath.ContainerdConfigPath || p == hostpath.ContainerdUnitPath })
+}
+
+// kubeletRestarts says whether kubelet restarts on a host: when one of its inputs was written.
+func kubeletRestarts(wrote func(pred func(string) bool) bool) bool { return wrote(isKubeletInput) }
 
 func isRuntimeFile(p string) bool {
 	switch p {
@@ -232,7 +243,7 @@ func startKubelet(ctx context.Context, files *hostFiles, h remote.Host) (string,
 	}
 	cmds = append(cmds, "{ systemctl is-enabled -q kubelet || systemctl enable -q kubelet; }")
 	what := "kubelet unchanged"
-	if files.wrote(h.Name(), isKubeletInput) {
+	if kubeletRestarts(func(pred func(string) bool) bool { return files.wrote(h.Name(), pred) }) {
 		cmds = append(cmds, "systemctl restart kubelet")
 		what = "kubelet restarted"
 	} else {
@@ -333,17 +344,26 @@ func push(ctx context.Context, files *hostFiles, h remote.Host, scope func(path 
 	if err != nil {
 		return err
 	}
-	for _, f := range want {
-		sum := sha256.Sum256(f.Data)
-		if have[f.Path] == hex.EncodeToString(sum[:]) {
-			continue
-		}
+	for _, f := range toWrite(want, have) {
 		if err := h.Upload(ctx, remote.Bytes(f.Path, f.Data, f.Mode)); err != nil {
 			return err
 		}
 		files.noteWritten(h.Name(), f, have[f.Path] != "")
 	}
 	return nil
+}
+
+// toWrite are the files of want whose content the host does not have: have maps a path to the
+// sha256 of the file there (hashes). apply pushes them; plan shows them.
+func toWrite(want []templates.File, have map[string]string) []templates.File {
+	var out []templates.File
+	for _, f := range want {
+		sum := sha256.Sum256(f.Data)
+		if have[f.Path] != hex.EncodeToString(sum[:]) {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // hashes returns the sha256 of each path that is a regular file on h, in one command.

@@ -69,7 +69,7 @@ func TestInventorySchemaIsJSON(t *testing.T) {
 }
 
 func TestPlan(t *testing.T) {
-	code, out, errs := kforge(t, "-i", "../../examples/ha.yaml", "plan")
+	code, out, errs := kforge(t, "-i", "../../examples/ha.yaml", "plan", "--offline")
 	if code != 0 || errs != "" {
 		t.Fatalf("code %d, stderr %q", code, errs)
 	}
@@ -79,7 +79,7 @@ func TestPlan(t *testing.T) {
 			t.Errorf("plan lacks %q:\n%s", want, out)
 		}
 	}
-	code, out, _ = kforge(t, "-i", "../../examples/single-master.yaml", "--output", "json", "plan")
+	code, out, _ = kforge(t, "-i", "../../examples/single-master.yaml", "--output", "json", "plan", "--offline")
 	var p struct {
 		Cluster string
 		Tasks   []struct{ Name string }
@@ -93,6 +93,12 @@ func TestPlan(t *testing.T) {
 	iSnap, iConnect, iRestore, iMembers := strings.Index(out, "1. snapshot"), strings.Index(out, ". connect"), strings.Index(out, ". restore-etcd"), strings.Index(out, ". etcd-members")
 	if code != 0 || !strings.Contains(out, "kforge restore will run:") || iSnap < 0 || iSnap > iConnect || iConnect > iRestore || iRestore > iMembers {
 		t.Errorf("plan --restore: code %d, stderr %q:\n%s", code, errs, out)
+	}
+	// plan connects by default: hosts that cannot be reached are named as unknown, the rest is
+	// shown (a new cluster here), and --detailed-exitcode says "not proven unchanged" with 3.
+	code, out, errs = kforge(t, "-i", "../../examples/ha.yaml", "--state-dir", t.TempDir(), "plan", "--detailed-exitcode")
+	if code != exitChanges || !strings.Contains(out, "cp1: unknown, it did not answer: ") || !strings.Contains(out, "API objects: a new cluster") || !strings.Contains(out, "created  the cluster's CAs, certificates and keys") {
+		t.Errorf("connected plan with unreachable hosts: code %d, stderr %q:\n%s", code, errs, out)
 	}
 	code, out, errs = kforge(t, "-i", "does-not-exist.yaml", "plan")
 	if code == 0 || out != "" || !strings.Contains(errs, "does-not-exist.yaml not found") {

@@ -1,25 +1,46 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
+	"time"
 	"unicode/utf8"
+
+	"golang.org/x/term"
 
 	"github.com/kforge/kforge/inventory"
 	"github.com/kforge/kforge/pki"
+	"github.com/kforge/kforge/progress"
+	"github.com/kforge/kforge/remote"
 	"github.com/kforge/kforge/tasks"
-	"golang.org/x/term"
 )
 
-// PlanCmd shows the validated cluster and what apply would do, changing nothing.
+// PlanCmd shows what apply would change: it connects to the hosts and the API read-only and
+// diffs (tasks.Plan). --offline shows the validated cluster and apply's steps without
+// connecting.
 type PlanCmd struct {
-	Prune   bool   `help:"Show what apply --prune would do."`
-	Restore string `placeholder:"SNAPSHOT" help:"Show what kforge restore --snapshot SNAPSHOT would do instead of apply."`
+	Prune            bool   `help:"Show what apply --prune would do."`
+	Restore          string `placeholder:"SNAPSHOT" help:"Show the steps kforge restore --snapshot SNAPSHOT would run instead of apply (offline)."`
+	Offline          bool   `help:"Do not connect: show the validated cluster and apply's steps only."`
+	DetailedExitcode bool   `help:"Exit 3 when apply would change something or a part could not be seen, 0 when it would change nothing (1: plan failed, 2: bad input)."`
 }
+
+// exitChanges is plan --detailed-exitcode's answer when apply would change something.
+const exitChanges = 3
+
+// changesPending ends a plan --detailed-exitcode that found changes: exit 3, no error printed.
+type changesPending struct{}
+
+func (changesPending) Error() string { return "apply would change the cluster" }
+func (changesPending) ExitCode() int { return exitChanges }
 
 type planHost struct {
 	Name    string            `json:"name"`
@@ -29,7 +50,7 @@ type planHost struct {
 	Labels  map[string]string `json:"labels,omitempty"`
 }
 
-func (p PlanCmd) Run(s *streams, g *Globals, dl *debugLog) error {
+func (p PlanCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Logger, dl *debugLog) error {
 	c, state, err := loadCluster(g)
 	if err != nil {
 		return err
@@ -38,18 +59,32 @@ func (p PlanCmd) Run(s *streams, g *Globals, dl *debugLog) error {
 	command := "apply"
 	var removed []inventory.Node
 	var steps []tasks.Task
+	o := tasks.Options{State: state, InventoryDir: dirOf(g.Inventory), Limits: remote.Limits{Hosts: g.Concurrency}, Logger: log, Prune: p.Prune}
 	if p.Restore != "" {
 		// A restore's inventory may keep none of the masters: they are the lost ones.
 		command = "restore"
 		if removed, err = removedEvenIfNoMasterLeft(c, state); err != nil {
 			return err
 		}
-		steps = tasks.Tasks(tasks.NewRestore(c, tasks.Options{State: state, Removed: removed}, tasks.RestoreOptions{Snapshot: p.Restore}).Steps())
+		o.Removed = removed
+		steps = tasks.Tasks(tasks.NewRestore(c, o, tasks.RestoreOptions{Snapshot: p.Restore}).Steps())
 	} else {
 		if removed, err = removedHosts(c, state); err != nil {
 			return err
 		}
-		steps = tasks.ApplyTasks(c, tasks.Options{State: state, Removed: removed, Prune: p.Prune})
+		o.Removed = removed
+		steps = tasks.ApplyTasks(c, o)
+	}
+	var diff *tasks.Diff
+	if !p.Offline && p.Restore == "" {
+		plan := tasks.NewPlan(c, o)
+		defer plan.Close()
+		// Progress goes to stderr (as JSON lines with --output json): stdout is the plan.
+		printer := progress.NewPrinter(s.Err, s.Err, g.Output == "json", log)
+		if _, err := tasks.Run(ctx, plan.Steps(), printer.Report, time.Now); err != nil {
+			return err
+		}
+		diff = &plan.Diff
 	}
 	var hosts []planHost
 	for _, n := range c.Nodes() {
@@ -60,7 +95,7 @@ func (p PlanCmd) Run(s *streams, g *Globals, dl *debugLog) error {
 		gone = append(gone, planHost{n.Name, n.Role, n.Address, n.NodeIP(), n.Labels})
 	}
 	if g.Output == "json" {
-		return json.NewEncoder(s.Out).Encode(map[string]any{
+		doc := map[string]any{
 			"command":           command,
 			"cluster":           c.Name,
 			"kubernetesVersion": c.KubernetesVersion,
@@ -69,7 +104,14 @@ func (p PlanCmd) Run(s *streams, g *Globals, dl *debugLog) error {
 			"hosts":             hosts,
 			"removedHosts":      gone,
 			"tasks":             steps,
-		})
+		}
+		if diff != nil {
+			doc["diff"], doc["changes"], doc["complete"] = diff, diff.Changes(), diff.Complete()
+		}
+		if err := json.NewEncoder(s.Out).Encode(doc); err != nil {
+			return err
+		}
+		return p.exit(diff)
 	}
 
 	w := tabwriter.NewWriter(s.Out, 0, 4, 2, ' ', 0)
@@ -94,9 +136,123 @@ func (p PlanCmd) Run(s *streams, g *Globals, dl *debugLog) error {
 	if err := w.Flush(); err != nil {
 		return err
 	}
+	if diff != nil {
+		if _, err := io.WriteString(s.Out, "\n"+diffText(diff)); err != nil {
+			return err
+		}
+		return p.exit(diff)
+	}
 	fmt.Fprintf(s.Out, "\nkforge %s will run:\n", command)
 	_, err = io.WriteString(s.Out, stepTable(steps, terminalWidth(s.Out)))
 	return err
+}
+
+// exit is plan's answer for --detailed-exitcode: changesPending when apply would change
+// something or a part of the cluster could not be seen.
+func (p PlanCmd) exit(d *tasks.Diff) error {
+	if p.DetailedExitcode && d != nil && (d.Changes() > 0 || !d.Complete()) {
+		return changesPending{}
+	}
+	return nil
+}
+
+// diffText is the diff as text: what apply would change, host by host, then the API objects,
+// then one line that counts it.
+func diffText(d *tasks.Diff) string {
+	var b strings.Builder
+	indent := func(text, prefix string) {
+		for _, l := range strings.Split(strings.TrimRight(text, "\n"), "\n") {
+			b.WriteString(prefix + l + "\n")
+		}
+	}
+	if len(d.Preflight) > 0 {
+		b.WriteString("apply would stop at preflight:\n")
+		for _, p := range d.Preflight {
+			indent(p, "    ")
+		}
+		b.WriteString("\n")
+	}
+	if len(d.Certificates) > 0 || d.BootstrapToken != "" {
+		b.WriteString("state dir\n")
+		if d.NewCluster {
+			fmt.Fprintf(&b, "    created  the cluster's CAs, certificates and keys (%d)\n", len(d.Certificates))
+		} else {
+			for _, c := range d.Certificates {
+				fmt.Fprintf(&b, "    %-8s %s: %s\n", c.Action, c.Key, c.Reason)
+			}
+		}
+		if d.BootstrapToken != "" {
+			fmt.Fprintf(&b, "    %-8s bootstrap token\n", d.BootstrapToken)
+		}
+		b.WriteString("\n")
+	}
+	for _, h := range d.Hosts {
+		fmt.Fprintf(&b, "%s (%s)\n", h.Host, h.Role)
+		for _, n := range h.Node {
+			fmt.Fprintf(&b, "    node: %s\n", n)
+		}
+		if u := h.Upload; u != nil {
+			fmt.Fprintf(&b, "    upload from the bundle: %s\n", uploadSummary(u))
+		}
+		for _, f := range h.Files {
+			line := fmt.Sprintf("    %-6s %s", f.Action, f.Path)
+			if f.Note != "" {
+				line += " (" + f.Note + ")"
+			}
+			b.WriteString(line + "\n")
+			if f.Diff != "" {
+				indent(f.Diff, "        ")
+			}
+		}
+		if len(h.Restarts) > 0 {
+			fmt.Fprintf(&b, "    then: %s\n", strings.Join(h.Restarts, ", "))
+		}
+		b.WriteString("\n")
+	}
+	for _, name := range slices.Sorted(maps.Keys(d.Unreachable)) {
+		fmt.Fprintf(&b, "%s: unknown, it did not answer: %s\n\n", name, d.Unreachable[name])
+	}
+	switch {
+	case d.NewCluster:
+		b.WriteString("API objects: a new cluster, every object is created\n\n")
+	case d.APIUnknown != "":
+		fmt.Fprintf(&b, "API objects: unknown, %s\n\n", d.APIUnknown)
+	}
+	if len(d.Objects) > 0 || len(d.Rollouts) > 0 {
+		b.WriteString("API objects (server-side dry run)\n")
+		for _, o := range d.Objects {
+			name := o.Name
+			if o.Namespace != "" {
+				name = o.Namespace + "/" + o.Name
+			}
+			fmt.Fprintf(&b, "    %-8s %s %s\n", o.Action, o.Kind, name)
+		}
+		for _, r := range d.Rollouts {
+			fmt.Fprintf(&b, "    %s\n", r)
+		}
+		b.WriteString("\n")
+	}
+	for _, r := range d.Removed {
+		fmt.Fprintf(&b, "%s (no longer in the inventory): %s\n\n", r.Host, r.Action)
+	}
+	switch n := d.Changes(); {
+	case n == 0 && d.Complete():
+		b.WriteString("No changes: apply would change nothing.\n")
+	case n == 0:
+		b.WriteString("No changes in what could be seen; the parts marked unknown were not.\n")
+	default:
+		fmt.Fprintf(&b, "Plan: %s, %s, %s to change.\n", plural(len(d.Hosts), "host"), plural(len(d.Certificates), "certificate"), plural(len(d.Objects), "API object"))
+	}
+	return b.String()
+}
+
+func uploadSummary(u *tasks.Upload) string {
+	what := append(slices.Clone(u.Files), u.Images...)
+	list := strings.Join(what, ", ")
+	if len(what) > 4 {
+		list = strings.Join(what[:4], ", ") + fmt.Sprintf(" +%d more", len(what)-4)
+	}
+	return fmt.Sprintf("%s, %s, %d MiB (%s)", plural(len(u.Files), "file"), plural(len(u.Images), "image"), u.Bytes>>20, list)
 }
 
 // stepTable lists the steps, one block each: number, name, and the description wrapped to fit
