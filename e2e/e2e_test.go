@@ -182,9 +182,8 @@ func (c *cluster) run(args ...string) (string, error) {
 	return out.String(), err
 }
 
-// plan runs kforge plan --detailed-exitcode and returns its stdout (text, or the JSON document
-// with args "--output", "json" before "plan"... see planJSON) and exit code; stderr is its
-// progress.
+// plan runs kforge plan --detailed-exitcode and returns its stdout (the text plan) and exit code
+// (0: no changes, 4: changes); its stderr is progress.
 func (c *cluster) plan(args ...string) (string, int) {
 	c.t.Helper()
 	cmd := exec.Command(c.kforge, append([]string{"-i", c.inventory, "--state-dir", c.state, "--log-file", filepath.Join(c.state, "e2e.log"), "plan", "--detailed-exitcode"}, args...)...)
@@ -198,7 +197,7 @@ func (c *cluster) plan(args ...string) (string, int) {
 	} else if err != nil {
 		c.t.Fatalf("kforge plan: %v", err)
 	}
-	if code != 0 && code != 3 {
+	if code != 0 && code != 4 {
 		c.t.Fatalf("kforge plan: exit %d\n%s\n%s", code, out.String(), errs.String())
 	}
 	return out.String(), code
@@ -357,7 +356,7 @@ func (c *cluster) renewControllerManagerCert(ctx context.Context, master string)
 	// redacted), and kube-controller-manager's static pod restarts; no key material is printed.
 	plan, code := c.plan()
 	for _, want := range []string{"controller-manager.conf: missing", "change /etc/kubernetes/controller-manager.conf", "client-key-data: <secret ", "static pod kube-controller-manager restarts"} {
-		if !strings.Contains(plan, want) || code != 3 {
+		if !strings.Contains(plan, want) || code != 4 {
 			t.Errorf("plan after removing controller-manager.conf's certificate (exit %d) lacks %q:\n%s", code, want, plan)
 		}
 	}

@@ -19,9 +19,11 @@ import (
 
 // Exit codes; documented in README.md ("Exit codes").
 const (
-	exitOK          = 0
-	exitFailed      = 1 // the operation ran and failed
-	exitInvalid     = 2 // bad command line or invalid inventory: nothing was changed
+	exitOK      = 0
+	exitFailed  = 1 // the operation ran and failed
+	exitInvalid = 2 // bad command line or invalid inventory: nothing was changed
+	// 3 is preflight.ExitCode: preflight checks failed
+	exitChanges     = 4 // plan --detailed-exitcode: apply would change something
 	exitInterrupted = 130
 )
 
@@ -82,6 +84,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	err = kctx.Run()
 	if err == nil {
 		return exitOK
+	}
+	if errors.Is(err, changesPending{}) {
+		return exitChanges // the plan printed is the answer
 	}
 	log.Debug("command failed", "err", err)
 	code := exitCode(err)

@@ -30,13 +30,10 @@ type PlanCmd struct {
 	Prune            bool   `help:"Show what apply --prune would do."`
 	Restore          string `placeholder:"SNAPSHOT" help:"Show the steps kforge restore --snapshot SNAPSHOT would run instead of apply (offline)."`
 	Offline          bool   `help:"Do not connect: show the validated cluster and apply's steps only."`
-	DetailedExitcode bool   `help:"Exit 3 when apply would change something or a part could not be seen, 0 when it would change nothing (1: plan failed, 2: bad input)."`
+	DetailedExitcode bool   `help:"Exit 4 when apply would change something or a part could not be seen, 0 when it would change nothing (1: plan failed, 2: bad input)."`
 }
 
-// exitChanges is plan --detailed-exitcode's answer when apply would change something.
-const exitChanges = 3
-
-// changesPending ends a plan --detailed-exitcode that found changes: exit 3, no error printed.
+// changesPending ends a plan --detailed-exitcode that found changes: exitChanges, no error printed.
 type changesPending struct{}
 
 func (changesPending) Error() string { return "apply would change the cluster" }
