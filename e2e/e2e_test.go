@@ -75,10 +75,14 @@ func buildKforge(t testing.TB, dir string) string {
 
 // buildBundle writes the offline bundle of one Kubernetes version (from the cache after the
 // first build).
-func buildBundle(ctx context.Context, t testing.TB, dir, version string) string {
+func buildBundle(ctx context.Context, t testing.TB, dir, version string, more ...string) string {
 	t.Helper()
 	out := filepath.Join(dir, "bundle")
-	if _, err := bundle.Build(ctx, bundle.Options{BuildOptions: bundle.BuildOptions{Version: version}, Out: out}); err != nil {
+	var versions []string
+	if len(more) > 0 {
+		versions = append([]string{version}, more...)
+	}
+	if _, err := bundle.Build(ctx, bundle.Options{BuildOptions: bundle.BuildOptions{Version: version}, Versions: versions, Out: out}); err != nil {
 		t.Fatalf("bundle build: %v", err)
 	}
 	return out
@@ -132,11 +136,12 @@ func buildAgentImage(t *testing.T, dir string) string {
 
 // newCluster builds kforge and a bundle of Kubernetes version and brings up a lab (taken down
 // when the test ends).
-func newCluster(ctx context.Context, t *testing.T, prefix, version string, o lab.Options) *cluster {
+func newCluster(ctx context.Context, t *testing.T, prefix, version string, o lab.Options, moreVersions ...string) *cluster {
 	t.Helper()
 	dir := t.TempDir()
 	// The bundle build is not bounded by the test's deadline: cold, it is minutes of compiling.
-	c := &cluster{t: t, kforge: buildKforge(t, dir), bundle: buildBundle(context.Background(), t, dir, version),
+	// moreVersions go into the bundle too (for upgrades).
+	c := &cluster{t: t, kforge: buildKforge(t, dir), bundle: buildBundle(context.Background(), t, dir, version, moreVersions...),
 		version: version, state: filepath.Join(dir, "state"), inventory: filepath.Join(dir, "kforge.yaml")}
 	o.Name = fmt.Sprintf("%s%d", prefix, os.Getpid()%100000)
 	l, err := lab.Up(ctx, o)

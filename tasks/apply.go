@@ -48,6 +48,8 @@ type Options struct {
 	Prune   bool
 	// PurgeState makes reset delete the PKI too (reset --purge-state).
 	PurgeState bool
+	// Force upgrades a cluster that is not healthy (apply --force).
+	Force bool
 	// DialRetry is how long a host that does not answer is retried; default 30 s.
 	DialRetry time.Duration
 	Logger    *slog.Logger
@@ -131,6 +133,9 @@ func (a *Apply) Steps() []Step {
 		l.add("restore-etcd", OnHosts, masters, a.restoreEtcd, "on %s: stop kubelet and containers, replace %s with the snapshot, restored on the workstation as one new etcd cluster of the inventory's masters (revision +1e9, compacted)", strings.Join(masters, ", "), hostpath.EtcdDataDir)
 	}
 	l.add("etcd-members", OnHosts, masters, a.planEtcd, "keep running etcd members as they started; masters without data join the running cluster one at a time")
+	if a.restore == nil && c.Bundle != "" {
+		l.add("upgrade", OnHosts, all, a.upgrade, "when nodes run an older Kubernetes than %s: check the cluster's health, save an etcd snapshot, give every node the addons' images, move the control plane one minor at a time, one master at a time, the addons with it, then the workers one at a time (cordon, drain, kubelet, uncordon); nothing otherwise", c.KubernetesVersion)
+	}
 	l.add("render", OnWorkstation, nil, a.render, "render static-pod manifests, kubelet and containerd configuration for every host")
 	stageWhat := "configure containerd (" + c.Kubelet.CgroupDriver + " cgroup driver) and kernel settings, push its files"
 	if c.Bundle != "" {

@@ -366,7 +366,10 @@ func (a *Apply) markNodes(ctx context.Context, r progress.Reporter) error {
 	defer cancel()
 	cs, err := kube.MarkNodes(ctx, a.api.Typed, kube.NodeMarksFor(a.inv), time.Second)
 	r(progress.Event{Kind: progress.Info, Message: kube.Summary(cs)})
-	return err
+	if err != nil {
+		return err
+	}
+	return a.uncordonUpgraded(ctx, r)
 }
 
 func (a *Apply) addons(ctx context.Context, r progress.Reporter) error {

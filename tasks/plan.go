@@ -25,7 +25,6 @@ import (
 	"github.com/kforge/kforge/progress"
 	"github.com/kforge/kforge/remote"
 	"github.com/kforge/kforge/state"
-	"github.com/kforge/kforge/templates"
 )
 
 // Plan is one `kforge plan` that connects: apply's own steps up to render, run without
@@ -53,6 +52,8 @@ type Diff struct {
 	Certificates []pki.Change `json:"certificates,omitempty"`
 	// BootstrapToken is "created" or "renewed" when apply would make a new token.
 	BootstrapToken string `json:"bootstrapToken,omitempty"`
+	// Upgrade is the route of the upgrade apply would walk, when nodes run an older version.
+	Upgrade string `json:"upgrade,omitempty"`
 	// Hosts are the reachable hosts apply would change, in inventory order.
 	Hosts []HostDiff `json:"hosts,omitempty"`
 	// Removed are the hosts no longer in the inventory, with what apply would do to them.
@@ -108,7 +109,7 @@ type RemovedHost struct {
 // an apply would change nothing that plan could see.
 func (d Diff) Changes() int {
 	n := len(d.Hosts) + len(d.Certificates) + len(d.Objects) + len(d.Rollouts)
-	if d.BootstrapToken != "" {
+	if d.BootstrapToken != "" || d.Upgrade != "" {
 		n++
 	}
 	if d.NewCluster {
@@ -144,6 +145,9 @@ func (p *Plan) Steps() []Step {
 	l.add("preflight", OnHosts, all, p.preflight, "run apply's preflight checks; an error is shown as what would stop apply")
 	l.add("pki", OnWorkstation, nil, p.pki, "compute what apply would issue or renew in the state dir (certificates, bootstrap token), in memory only")
 	l.add("etcd-members", OnHosts, masters, a.planEtcd, "read how each running etcd member started, as apply does")
+	if c.Bundle != "" {
+		l.add("upgrade-route", OnHosts, masters, p.upgradeRoute, "read what each node runs: the route of the upgrade apply would walk, if any")
+	}
 	l.add("render", OnWorkstation, nil, a.render, "render every host's files as apply would")
 	l.add("diff-hosts", OnHosts, all, p.diffHosts, "compare each host's files, bundle binaries and images with what apply would push; the services that would restart; the nodes that would join or change")
 	l.add("diff-api", ThroughAPI, nil, p.diffAPI, "run apply's API objects through the API server as a server-side dry run (dryRun=All), through an SSH tunnel to %s", masters[0])
@@ -303,9 +307,11 @@ func (p *Plan) diffHost(ctx context.Context, n inventory.Node, h remote.Host) (H
 	if joined && have[hostpath.BootstrapKubeletConfig] != "" {
 		d.Files = append(d.Files, FileDiff{Path: hostpath.BootstrapKubeletConfig, Action: "remove", Note: "holds the bootstrap token; the kubelet has its own credentials (forget-token)"})
 	}
-	wrote := func(pred func(string) bool) bool {
-		return slices.ContainsFunc(write, func(fl templates.File) bool { return pred(fl.Path) })
+	written := make([]string, 0, len(write))
+	for _, fl := range write {
+		written = append(written, fl.Path)
 	}
+	wrote := func(pred func(string) bool) bool { return slices.ContainsFunc(written, pred) }
 
 	installed := false
 	if m := a.manifest; m != nil {
@@ -319,6 +325,7 @@ func (p *Plan) diffHost(ctx context.Context, n inventory.Node, h remote.Host) (H
 			u := &Upload{Bytes: hp.Bytes()}
 			for _, fl := range hp.Install {
 				u.Files = append(u.Files, fl.Install)
+				written = append(written, fl.Install) // a new kubelet binary restarts kubelet, as in ship
 				installed = installed || bundle.IsRuntime(fl.Name)
 			}
 			for _, im := range hp.Import {
@@ -363,6 +370,23 @@ func (p *Plan) diffHost(ctx context.Context, n inventory.Node, h remote.Host) (H
 		d.Node = append(d.Node, fmt.Sprintf("kubelet %s → %s", v, strings.TrimPrefix(a.inv.KubernetesVersion, "v")))
 	}
 	return d, nil
+}
+
+// upgradeRoute is the route apply's upgrade step would take; an error is what would stop it.
+func (p *Plan) upgradeRoute(ctx context.Context, _ progress.Reporter) error {
+	u, err := p.a.upgradeRoute(ctx)
+	switch {
+	case err != nil:
+		p.Diff.Preflight = append(p.Diff.Preflight, "upgrade: "+err.Error())
+	case u != nil:
+		var workers []string
+		for _, w := range u.workers {
+			workers = append(workers, w.Name)
+		}
+		p.Diff.Upgrade = fmt.Sprintf("%s → %s: an etcd snapshot first; control plane %s, one master at a time, the addons with each hop; then the workers one at a time (%s): cordon, drain, kubelet, uncordon",
+			strings.Join(p.a.running(u), ", "), u.target, routeText(u.hops), strings.Join(workers, ", "))
+	}
+	return nil
 }
 
 // diffAPI runs apply's object functions through dry-run clients.

@@ -145,6 +145,10 @@ const bundleUpToDate = "bundle up to date"
 func (a *Apply) ship(ctx context.Context, h remote.Host, need bundle.Need, r progress.Reporter) (bundle.HostPlan, string, error) {
 	t := a.o.Now()
 	p, err := bundle.Ship(ctx, h, a.inv.Bundle, a.manifest, need, uploadProgress(r, a.o.Now))
+	for _, f := range p.Install {
+		// A new binary is a written file: a new kubelet restarts kubelet (isKubeletInput).
+		a.files.noteWritten(h.Name(), templates.File{Path: f.Install}, true)
+	}
 	if err != nil {
 		return p, "", err
 	}
@@ -230,7 +234,7 @@ func isRuntimeFile(p string) bool {
 
 // isKubeletInput says whether a change of p needs a kubelet restart.
 func isKubeletInput(p string) bool {
-	return strings.HasPrefix(p, hostpath.KubeletDir+"/") || strings.HasPrefix(p, hostpath.KubeletUnitPath) ||
+	return p == hostpath.DefaultKubeletPath || strings.HasPrefix(p, hostpath.KubeletDir+"/") || strings.HasPrefix(p, hostpath.KubeletUnitPath) ||
 		p == hostpath.KubeletKubeconfig || p == hostpath.BootstrapKubeletConfig || p == hostpath.PKIDir+"/ca.crt"
 }
 

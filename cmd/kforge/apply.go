@@ -18,6 +18,7 @@ type ApplyCmd struct {
 	IgnorePreflightErrors []string      `sep:"," placeholder:"CHECK,..." help:"Turn these preflight errors into warnings (names as printed, or 'all')."`
 	Timeout               time.Duration `default:"5m" help:"How long to wait for the API server, the nodes and the pods."`
 	Prune                 bool          `help:"Remove the hosts that left the inventory since the last apply, one at a time: drain, remove a master's etcd member, reset the host, delete the node."`
+	Force                 bool          `help:"Upgrade the cluster even when it is not healthy (nodes not Ready, kube-system workloads not ready)."`
 	movedToInventory
 }
 
@@ -58,7 +59,7 @@ func (c *ApplyCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Lo
 	}
 	o := run.options(g, log)
 	o.AcceptNewHostKeys, o.Ignore, o.Timeout = c.AcceptNewHostKeys, ignore, c.Timeout
-	o.Removed, o.Prune = removed, c.Prune
+	o.Removed, o.Prune, o.Force = removed, c.Prune, c.Force
 	a := tasks.NewApply(run.inv, o)
 	defer a.Close()
 	timings, err := run.run(ctx, a.Steps())

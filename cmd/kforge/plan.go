@@ -169,6 +169,11 @@ func diffText(d *tasks.Diff) string {
 		}
 		b.WriteString("\n")
 	}
+	if d.Upgrade != "" {
+		b.WriteString("upgrade\n")
+		indent(d.Upgrade, "    ")
+		b.WriteString("\n")
+	}
 	if len(d.Certificates) > 0 || d.BootstrapToken != "" {
 		b.WriteString("state dir\n")
 		if d.NewCluster {

@@ -1,8 +1,12 @@
 // Command agent is the end-to-end tests' workload, built into a one-file image by the tests:
 //
-//	agent serve           HTTP on :8080, answering with the pod's hostname; logs one line per request
+//	agent serve           HTTP on :8080, answering with the pod's hostname; logs one line per request;
+//	                      on SIGTERM it goes on serving for 5 s (until its endpoint is gone
+//	                      everywhere), then exits
 //	agent lookup NAME     resolve NAME through the pod's DNS and print the addresses
 //	agent get URL         GET URL and print the body
+//	agent probe URL       GET URL every 100 ms on a new connection (2 s timeout), forever; logs
+//	                      each failure and, every 2 s, "probe ok=N failed=M"
 package main
 
 import (
@@ -12,6 +16,8 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 )
 
@@ -30,10 +36,20 @@ func main() {
 			fmt.Println("request from", r.RemoteAddr)
 			fmt.Fprint(w, host)
 		})
+		term := make(chan os.Signal, 1)
+		signal.Notify(term, syscall.SIGTERM)
+		go func() {
+			<-term
+			fmt.Println("SIGTERM: serving 5 s more")
+			time.Sleep(5 * time.Second)
+			os.Exit(0)
+		}()
 		if err := http.ListenAndServe(":8080", nil); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
+	case "probe":
+		probe(os.Args[2])
 	case "lookup":
 		addrs, err := net.DefaultResolver.LookupHost(ctx, os.Args[2])
 		if err != nil {
@@ -55,5 +71,34 @@ func main() {
 	default:
 		fmt.Fprintln(os.Stderr, "unknown command", os.Args[1])
 		os.Exit(2)
+	}
+}
+
+// probe requests url forever and counts the answers.
+func probe(url string) {
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	ok, failed := 0, 0
+	last := time.Now()
+	for {
+		start := time.Now()
+		resp, err := client.Get(url)
+		if err == nil {
+			_, err = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if err == nil && resp.StatusCode != http.StatusOK {
+				err = fmt.Errorf("status %s", resp.Status)
+			}
+		}
+		if err != nil {
+			failed++
+			fmt.Printf("%s failed: %v\n", start.UTC().Format(time.RFC3339Nano), err)
+		} else {
+			ok++
+		}
+		if time.Since(last) >= 2*time.Second {
+			last = time.Now()
+			fmt.Printf("probe ok=%d failed=%d\n", ok, failed)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

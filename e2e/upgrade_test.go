@@ -1,0 +1,266 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/kforge/kforge/internal/testenv"
+	"github.com/kforge/kforge/lab"
+	"github.com/kforge/kforge/release"
+	"github.com/kforge/kforge/state"
+)
+
+// TestUpgradeAcrossTwoMinors: 1 master + 2 workers at the oldest supported minor; the inventory
+// then says the newest; one apply walks every minor in between. Under load: a Deployment of 2
+// replicas with a PodDisruptionBudget behind a Service, probed from a pod on the master every
+// 100 ms all through the upgrade, and the API probed from the workstation. Afterwards every
+// node reports the new version, etcd runs the new release's etcd, kube-proxy and CoreDNS run
+// the new release's images, the data written before is there, the snapshot taken before the
+// upgrade is in the state dir, and the prober counted 0 failed requests. plan showed the route
+// first; the apply after changes nothing.
+func TestUpgradeAcrossTwoMinors(t *testing.T) {
+	testenv.Require(t, lab.Prerequisites())
+	all := release.All()
+	if len(all) < 3 {
+		t.Skip("fewer than three minors in the catalogue")
+	}
+	from, via, to := all[0].Kubernetes, all[1].Kubernetes, all[len(all)-1].Kubernetes
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	c := newCluster(ctx, t, "upg", from, lab.Options{Hosts: 3, Bare: true}, via, to)
+	h := c.lab.Hosts
+	master, w1, w2 := h[0].Name, h[1].Name, h[2].Name
+	c.writeInventory(h[:1], h[1:])
+	if out, err := c.run("apply", "--timeout", "4m"); err != nil {
+		t.Fatalf("apply at %s: %v\n%s", from, err, out)
+	}
+	k := c.client()
+	agent := buildAgentImage(t, t.TempDir())
+	for _, n := range h {
+		c.importImage(ctx, n.Name, agent)
+	}
+	if _, err := k.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "before-upgrade"}, Data: map[string]string{"at": from}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	startLoad(ctx, t, k, master)
+
+	// plan shows the route before anything changes.
+	c.version = to
+	c.writeInventory(h[:1], h[1:])
+	plan, code := c.plan()
+	if code != 4 || !strings.Contains(plan, "upgrade\n") || !strings.Contains(plan, "→ "+via+" → "+to) {
+		t.Errorf("plan of the upgrade (exit %d) does not show the route through %s:\n%s", code, via, plan)
+	}
+
+	api := probeAPI(ctx, k)
+	start := time.Now()
+	out, err := c.run("apply", "--timeout", "5m")
+	took := time.Since(start)
+	apiFailed, apiDown := api.stop()
+	if err != nil {
+		t.Fatalf("apply %s → %s: %v\n%s", from, to, err, out)
+	}
+	t.Logf("upgrade %s → %s took %s:\n%s", from, to, took.Round(time.Second), out)
+	ok, failed := proberCounts(ctx, t, k)
+	t.Logf("Service prober: %d requests answered, %d failed; API probes: %d failed, about %s without an answer", ok, failed, apiFailed, apiDown.Round(100*time.Millisecond))
+	if failed != 0 || ok < 100 {
+		t.Errorf("the Service prober counted %d failed requests (and %d answered); want 0 failed", failed, ok)
+	}
+
+	// Every node at the new version, Ready and schedulable.
+	nodes, err := k.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes.Items {
+		if n.Status.NodeInfo.KubeletVersion != to || !nodeReady(&n) || n.Spec.Unschedulable {
+			t.Errorf("node %s: kubelet %s, Ready %v, unschedulable %v; want %s, Ready, schedulable", n.Name, n.Status.NodeInfo.KubeletVersion, nodeReady(&n), n.Spec.Unschedulable, to)
+		}
+	}
+	// The addons follow the new release.
+	rel, _ := release.For(to)
+	im := rel.Images("")
+	if ds, err := k.AppsV1().DaemonSets("kube-system").Get(ctx, "kube-proxy", metav1.GetOptions{}); err != nil || ds.Spec.Template.Spec.Containers[0].Image != im.KubeProxy {
+		t.Errorf("kube-proxy: %v, want image %s", err, im.KubeProxy)
+	}
+	if d, err := k.AppsV1().Deployments("kube-system").Get(ctx, "coredns", metav1.GetOptions{}); err != nil || d.Spec.Template.Spec.Containers[0].Image != im.CoreDNS {
+		t.Errorf("coredns: %v, want image %s", err, im.CoreDNS)
+	}
+	if cm, err := k.CoreV1().ConfigMaps("default").Get(ctx, "before-upgrade", metav1.GetOptions{}); err != nil || cm.Data["at"] != from {
+		t.Errorf("data written before the upgrade: %v %v", cm, err)
+	}
+	// The snapshot taken before anything changed, recorded at the old version.
+	snaps, err := state.At(c.state).ListSnapshots()
+	if err != nil || len(snaps) != 1 || snaps[0].Kubernetes != from {
+		t.Errorf("snapshots before the upgrade: %+v %v; want one at %s", snaps, err, from)
+	}
+	for _, w := range []string{w1, w2} {
+		if v := strings.TrimSpace(c.exec(ctx, w, "kubelet --version")); v != "Kubernetes "+to {
+			t.Errorf("%s: kubelet --version says %q", w, v)
+		}
+	}
+	c.checkNodes(ctx, 3)
+	c.checkEtcdStatusAndSnapshot(ctx) // etcd at the new release's version, healthy
+	c.applyChangesNothing(ctx, h)
+}
+
+// startLoad creates the workload that notices downtime: Deployment web (2 replicas, one per
+// worker, ready when it answers) with a PodDisruptionBudget of minAvailable 1 behind Service
+// web, and pod prober on the master requesting the Service every 100 ms.
+func startLoad(ctx context.Context, t *testing.T, k kubernetes.Interface, master string) {
+	t.Helper()
+	labels := map[string]string{"app": "web"}
+	replicas := int32(2)
+	_, err := k.AppsV1().Deployments("default").Create(ctx, &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &replicas,
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					Containers: []corev1.Container{{
+						Name: "agent", Image: agentImage, ImagePullPolicy: corev1.PullNever, Args: []string{"serve"},
+						ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Port: intstr.FromInt32(8080)}}, PeriodSeconds: 1},
+					}},
+					TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: "kubernetes.io/hostname", WhenUnsatisfiable: corev1.ScheduleAnyway, LabelSelector: &metav1.LabelSelector{MatchLabels: labels}}},
+				},
+			},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := intstr.FromInt32(1)
+	if _, err := k.PolicyV1().PodDisruptionBudgets("default").Create(ctx, &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec:       policyv1.PodDisruptionBudgetSpec{MinAvailable: &one, Selector: &metav1.LabelSelector{MatchLabels: labels}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	svc, err := k.CoreV1().Services("default").Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec:       corev1.ServiceSpec{Selector: labels, Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.CoreV1().Pods("default").Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "prober"},
+		Spec: corev1.PodSpec{
+			NodeName:    master,
+			Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+			Containers: []corev1.Container{{Name: "agent", Image: agentImage, ImagePullPolicy: corev1.PullNever,
+				Args: []string{"probe", "http://" + svc.Spec.ClusterIP + "/"}}},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		d, err := k.AppsV1().Deployments("default").Get(ctx, "web", metav1.GetOptions{})
+		if err != nil || d.Status.ReadyReplicas != 2 {
+			return false, nil
+		}
+		ok, failed, err := readProber(ctx, k)
+		return err == nil && ok > 20 && failed == 0, nil
+	})
+	if err != nil {
+		ok, failed, perr := readProber(ctx, k)
+		t.Fatalf("load not running: %v (prober: %d ok, %d failed, %v)", err, ok, failed, perr)
+	}
+}
+
+var proberLine = regexp.MustCompile(`probe ok=(\d+) failed=(\d+)`)
+
+// readProber reads the prober's last counts from its log.
+func readProber(ctx context.Context, k kubernetes.Interface) (ok, failed int, err error) {
+	b, err := k.CoreV1().Pods("default").GetLogs("prober", &corev1.PodLogOptions{}).Do(ctx).Raw()
+	if err != nil {
+		return 0, 0, err
+	}
+	m := proberLine.FindAllSubmatch(b, -1)
+	if len(m) == 0 {
+		return 0, 0, fmt.Errorf("no counts in the prober's log yet")
+	}
+	last := m[len(m)-1]
+	ok, _ = strconv.Atoi(string(last[1]))
+	failed, _ = strconv.Atoi(string(last[2]))
+	return ok, failed, nil
+}
+
+// proberCounts waits for the prober's next count (it prints every 2 s) and returns it, logging
+// the failures it saw.
+func proberCounts(ctx context.Context, t *testing.T, k kubernetes.Interface) (ok, failed int) {
+	t.Helper()
+	time.Sleep(2500 * time.Millisecond)
+	ok, failed, err := readProber(ctx, k)
+	if err != nil {
+		t.Fatalf("prober: %v", err)
+	}
+	if failed > 0 {
+		b, _ := k.CoreV1().Pods("default").GetLogs("prober", &corev1.PodLogOptions{}).Do(ctx).Raw()
+		var lines []string
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.Contains(l, "failed:") {
+				lines = append(lines, l)
+			}
+		}
+		t.Logf("the prober's failures:\n%s", strings.Join(lines, "\n"))
+	}
+	return ok, failed
+}
+
+// apiProbe asks the API server's /readyz every 200 ms (1 s timeout) until stopped.
+type apiProbe struct {
+	failed atomic.Int64
+	down   atomic.Int64 // nanoseconds between a failed probe and the next
+	done   chan struct{}
+	ended  chan struct{}
+}
+
+func probeAPI(ctx context.Context, k kubernetes.Interface) *apiProbe {
+	p := &apiProbe{done: make(chan struct{}), ended: make(chan struct{})}
+	go func() {
+		defer close(p.ended)
+		for {
+			start := time.Now()
+			rctx, cancel := context.WithTimeout(ctx, time.Second)
+			var code int
+			k.Discovery().RESTClient().Get().AbsPath("/readyz").Do(rctx).StatusCode(&code)
+			cancel()
+			select {
+			case <-p.done:
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+			if code != http.StatusOK {
+				p.failed.Add(1)
+				p.down.Add(int64(time.Since(start)))
+			}
+		}
+	}()
+	return p
+}
+
+// stop ends the probe and returns the failed probes and the time they cover.
+func (p *apiProbe) stop() (int64, time.Duration) {
+	close(p.done)
+	<-p.ended
+	return p.failed.Load(), time.Duration(p.down.Load())
+}

@@ -1,0 +1,441 @@
+package tasks
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"path"
+	"regexp"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/version"
+
+	"github.com/kforge/kforge/bundle"
+	"github.com/kforge/kforge/hostpath"
+	"github.com/kforge/kforge/inventory"
+	"github.com/kforge/kforge/kube"
+	"github.com/kforge/kforge/progress"
+	"github.com/kforge/kforge/release"
+	"github.com/kforge/kforge/remote"
+)
+
+// An upgrade is what apply does when the cluster runs an older Kubernetes than the inventory
+// says. The route comes from the hosts themselves (each master's kubelet binary and
+// kube-apiserver manifest, each joined worker's kubelet), so a run that was interrupted is
+// finished by the next from where it stopped, and nothing is done twice:
+//
+//  1. route: the control plane moves one minor at a time (1.35 → 1.36 → 1.37), through the
+//     bundle's release of each minor; a downgrade, or a minor the bundle lacks, is refused
+//     before anything changes, naming the bundle to build;
+//  2. before anything changes: the cluster must be healthy (every node Ready, every kube-system
+//     workload ready; apply --force skips this) and an etcd snapshot is saved to the state dir
+//     and verified;
+//  3. every node receives the images of the cluster's addons (kube-proxy, CoreDNS, flannel,
+//     pause) of every hop, so a DaemonSet rolled out to a node not yet upgraded finds its image
+//     (the bundle is offline: nothing is pulled);
+//  4. per hop, masters one at a time: the hop's binaries and images, its manifests (etcd's
+//     version too), kubelet restarted, the static pods waited on until they run the new
+//     manifests, the node Ready at the new version; then the addons follow the hop's release;
+//  5. workers one at a time, straight to the target (kubelets may be three minors behind the
+//     API server): cordon, drain (PodDisruptionBudgets respected, within apply's --timeout),
+//     new runtime and kubelet, Ready at the new version, uncordon.
+//
+// A drain that does not finish leaves the worker cordoned, annotated
+// (kube.UpgradeCordonAnnotation), with an error that names the pods still there and the
+// evictions refused: the next apply drains it again and uncordons it once upgraded.
+
+// upgradeRoute is the way from what the cluster runs to the inventory's version.
+type upgradeRoute struct {
+	target  string
+	from    string            // the oldest master's version
+	running map[string]string // node → the version it runs now (masters: the lower of kubelet and kube-apiserver)
+	hops    []string          // the control plane's versions, in order, ending at target (empty: masters are there)
+	workers []inventory.Node  // joined workers behind target
+}
+
+// upgrade is apply's upgrade step; see above. It does nothing when no node runs an older
+// version than the inventory's.
+func (a *Apply) upgrade(ctx context.Context, r progress.Reporter) error {
+	u, err := a.upgradeRoute(ctx)
+	if err != nil || u == nil {
+		return err
+	}
+	r(progress.Event{Kind: progress.Info, Message: fmt.Sprintf("upgrade %s → %s: control plane %s, one master at a time; then %s, one at a time", strings.Join(a.running(u), ", "), u.target, routeText(u.hops), count(len(u.workers), "worker"))})
+	if len(a.etcd.join) > 0 {
+		return fmt.Errorf("masters join the cluster (%s) while it is upgraded: finish the upgrade with the masters it has, then add them", strings.Join(keysOf(a.etcd.join), ", "))
+	}
+	if a.api.Clients.Typed == nil {
+		if a.api, err = newAPIClients(a.inv, a.set, a.fleet, a.o.API); err != nil {
+			return err
+		}
+	}
+	if err := a.upgradeHealthy(ctx, r); err != nil {
+		return err
+	}
+	if err := a.snapshotBeforeUpgrade(ctx, r, u.from); err != nil {
+		return err
+	}
+	hops := make([]*Apply, 0, len(u.hops)+1)
+	for _, v := range append(append([]string(nil), u.hops...), u.target) {
+		h, err := a.atVersion(v)
+		if err != nil {
+			return err
+		}
+		if err := h.render(ctx, r); err != nil {
+			return err
+		}
+		hops = append(hops, h)
+	}
+	if err := a.stageAddonImages(ctx, r, hops); err != nil {
+		return err
+	}
+	for _, h := range hops[:len(u.hops)] {
+		for _, n := range a.fleet.Nodes(inventory.RoleMaster) {
+			if v, ok := u.running[n.Name]; !ok || release.Compare(v, h.inv.KubernetesVersion) >= 0 {
+				continue // new (render and stage bring it up), or already there
+			}
+			if err := h.upgradeMaster(ctx, n, r); err != nil {
+				return remote.WithHost(n.Name, err)
+			}
+			u.running[n.Name] = h.inv.KubernetesVersion
+		}
+		if err := h.upgradeAddons(ctx, r); err != nil {
+			return err
+		}
+	}
+	t := hops[len(hops)-1]
+	for _, n := range u.workers {
+		if err := t.upgradeWorker(ctx, n, r); err != nil {
+			return remote.WithHost(n.Name, err)
+		}
+	}
+	return nil // mark-nodes uncordons what an interrupted run left cordoned (uncordonUpgraded)
+}
+
+// upgradeRoute reads what each node runs and returns the way to the inventory's version, or
+// nil when there is nothing to upgrade (a new cluster, or one at the version already).
+func (a *Apply) upgradeRoute(ctx context.Context) (*upgradeRoute, error) {
+	u := &upgradeRoute{target: a.inv.KubernetesVersion, running: map[string]string{}}
+	behind := false
+	var cp string // the oldest master
+	for _, n := range a.fleet.Nodes("") {
+		v, err := a.runningVersion(ctx, n)
+		if err != nil {
+			return nil, remote.WithHost(n.Name, err)
+		}
+		if v == "" {
+			continue // not in the cluster yet
+		}
+		u.running[n.Name] = v
+		switch c := release.Compare(v, u.target); {
+		case c > 0:
+			return nil, fmt.Errorf("%s runs Kubernetes %s, newer than the inventory's %s: Kubernetes does not support downgrades (set kubernetesVersion back to %s, or restore an etcd snapshot taken before the upgrade)", n.Name, v, u.target, v)
+		case c < 0:
+			behind = true
+			if n.Role == inventory.RoleWorker {
+				u.workers = append(u.workers, n)
+			}
+		}
+		if n.Role == inventory.RoleMaster && (cp == "" || release.Compare(v, cp) < 0) {
+			cp = v
+		}
+	}
+	if !behind {
+		return nil, nil
+	}
+	u.from = cmp.Or(cp, u.target)
+	if a.manifest == nil {
+		return nil, fmt.Errorf("the cluster runs %s; an upgrade to %s needs a bundle that holds every release on the way (kforge bundle build --kubernetes %s), set as the inventory's bundle", strings.Join(a.running(u), ", "), u.target, u.target)
+	}
+	for _, w := range u.workers {
+		if err := release.KubeletSkewOK(u.target, u.running[w.Name]); err != nil {
+			return nil, fmt.Errorf("%s: %w; upgrade it to within three minors of %s first", w.Name, err, u.target)
+		}
+	}
+	if cp == "" || release.Compare(cp, u.target) == 0 {
+		return u, nil // the masters are there: workers only
+	}
+	held, err := bundleVersions(a.inv.Bundle)
+	if err != nil {
+		return nil, err
+	}
+	from, to := version.MustParseSemantic(cp), version.MustParseSemantic(u.target)
+	var missing []string
+	for minor := from.Minor() + 1; minor < to.Minor(); minor++ {
+		v := newestOfMinor(held, to.Major(), minor)
+		if v == "" {
+			missing = append(missing, fmt.Sprintf("v%d.%d", to.Major(), minor))
+			continue
+		}
+		u.hops = append(u.hops, v)
+	}
+	if len(missing) > 0 {
+		var want []string
+		for _, m := range missing {
+			if r, err := release.For(m + ".0"); err == nil {
+				want = append(want, r.Kubernetes)
+			} else {
+				want = append(want, m+".x")
+			}
+		}
+		return nil, fmt.Errorf("the control plane runs %s and moves one minor at a time to %s, through %s, which bundle %s does not hold (it holds %s): build one that does, kforge bundle build --kubernetes %s -o %s",
+			cp, u.target, strings.Join(missing, ", "), a.inv.Bundle, strings.Join(held, ", "), strings.Join(release.SortVersions(append(append([]string{cp}, want...), u.target)), ","), remote.Quote(a.inv.Bundle))
+	}
+	u.hops = append(u.hops, u.target)
+	return u, nil
+}
+
+// running lists what the nodes run, "name version", in inventory order.
+func (a *Apply) running(u *upgradeRoute) []string {
+	var out []string
+	for _, n := range a.fleet.Nodes("") {
+		if v, ok := u.running[n.Name]; ok {
+			out = append(out, n.Name+" "+v)
+		}
+	}
+	return out
+}
+
+// apiserverImageRE finds the version in a kube-apiserver manifest's image.
+var apiserverImageRE = regexp.MustCompile(`image: \S*/kube-apiserver:(v\d+\.\d+\.\d+)`)
+
+// runningVersion is the Kubernetes version a node of the cluster runs: its kubelet binary's
+// (kforge's: the drop-in is there), and on a master the lower of that and its kube-apiserver
+// manifest's, since a run may have been interrupted between the two. "" for a host that is not
+// in the cluster yet: a master without etcd data, a worker that has not joined.
+func (a *Apply) runningVersion(ctx context.Context, n inventory.Node) (string, error) {
+	f := a.fleet.Facts(n.Name)
+	if f == nil {
+		return "", nil
+	}
+	b := f.Binaries["kubelet"]
+	if !f.KubeletDropIn || b.Path != hostpath.DefaultKubeletPath || b.Version == "" {
+		return "", nil
+	}
+	v := "v" + strings.TrimPrefix(b.Version, "v")
+	switch {
+	case n.Role == inventory.RoleWorker && !a.joined(n.Name):
+		return "", nil
+	case n.Role == inventory.RoleMaster && len(f.EtcdDataDir) == 0:
+		return "", nil
+	case n.Role == inventory.RoleMaster:
+		m, err := remote.ReadFile(ctx, a.fleet.Host(n.Name), path.Join(hostpath.ManifestsDir, "kube-apiserver.yaml"))
+		if err != nil {
+			return "", fmt.Errorf("read its kube-apiserver manifest: %w", err)
+		}
+		if s := apiserverImageRE.FindSubmatch(m); s != nil && release.Compare(string(s[1]), v) < 0 {
+			v = string(s[1])
+		}
+	}
+	return v, nil
+}
+
+// bundleVersions are the Kubernetes versions bundle dir holds.
+func bundleVersions(dir string) ([]string, error) {
+	m, err := bundle.LoadManifest(dir)
+	if err != nil {
+		return nil, err
+	}
+	return m.Kubernetes(), nil
+}
+
+// newestOfMinor is the newest of versions with that major and minor, or "".
+func newestOfMinor(versions []string, major, minor uint) string {
+	best := ""
+	for _, v := range versions {
+		sv, err := version.ParseSemantic(v)
+		if err != nil || sv.Major() != major || sv.Minor() != minor {
+			continue
+		}
+		if best == "" || release.Compare(v, best) > 0 {
+			best = v
+		}
+	}
+	return best
+}
+
+func routeText(hops []string) string {
+	if len(hops) == 0 {
+		return "already there"
+	}
+	return "→ " + strings.Join(hops, " → ")
+}
+
+// atVersion is a copy of a for one hop of an upgrade: the inventory at version v, the bundle's
+// release of it, files of its own; the fleet, PKI, token, etcd plan and API clients are a's.
+func (a *Apply) atVersion(v string) (*Apply, error) {
+	inv := *a.inv
+	inv.KubernetesVersion = v
+	m, err := bundle.LoadRelease(inv.Bundle, v)
+	if err != nil {
+		return nil, err
+	}
+	return &Apply{inv: &inv, o: a.o, fleet: a.fleet, started: a.started, manifest: m, set: a.set, token: a.token, etcd: a.etcd, files: newHostFiles(), api: a.api}, nil
+}
+
+// upgradeHealthy refuses to upgrade a cluster that is not healthy (apply --force upgrades
+// anyway): every node Ready and every kube-system workload ready, with what is not.
+func (a *Apply) upgradeHealthy(ctx context.Context, r progress.Reporter) error {
+	st, err := kube.CheckReady(ctx, a.api.Typed, a.fleet.Names(""), []string{"kube-system"})
+	if err == nil && st.Ready() {
+		return nil
+	}
+	if err == nil {
+		err = &kube.NotReadyError{Last: st}
+	}
+	if a.o.Force {
+		r(progress.Event{Kind: progress.Info, Message: "the cluster is not healthy; upgrading anyway (--force): " + err.Error()})
+		return nil
+	}
+	return &UnhealthyError{Err: err}
+}
+
+// UnhealthyError is an upgrade refused because the cluster is not healthy.
+type UnhealthyError struct{ Err error }
+
+func (e *UnhealthyError) Error() string {
+	return "the cluster is not healthy, so it is not upgraded (fix what is below, or apply --force to upgrade anyway): " + e.Err.Error()
+}
+func (e *UnhealthyError) Unwrap() error { return e.Err }
+func (e *UnhealthyError) Details() []string {
+	var d interface{ Details() []string }
+	if errors.As(e.Err, &d) {
+		return append([]string{e.Error()}, d.Details()...)
+	}
+	return []string{e.Error()}
+}
+
+// snapshotBeforeUpgrade saves and verifies an etcd snapshot in the state dir, recorded with the
+// version the cluster runs.
+func (a *Apply) snapshotBeforeUpgrade(ctx context.Context, r progress.Reporter, running string) error {
+	inv := *a.inv
+	inv.KubernetesVersion = running
+	x := NewEtcdSnapshot(&inv, a.o, SnapshotOptions{})
+	defer x.Close()
+	for _, s := range x.Steps() {
+		if err := s.Run(ctx, r); err != nil {
+			return fmt.Errorf("etcd snapshot before the upgrade: %w", err)
+		}
+	}
+	r(progress.Event{Kind: progress.Info, Message: fmt.Sprintf("etcd snapshot before the upgrade: %s (revision %d, %s, sha256 %s)", x.Saved.File, x.Saved.Revision, mib(x.Saved.Size), x.Saved.SHA256)})
+	return nil
+}
+
+// addonImage says whether a bundle artifact is an image of the cluster's addons (or pause),
+// which every node may be asked to run before it is upgraded itself.
+func addonImage(name string) bool {
+	switch name {
+	case "kube-proxy", "coredns", "flannel", "pause":
+		return true
+	}
+	return false
+}
+
+// stageAddonImages imports every hop's addon images on every node of the cluster, in parallel.
+func (a *Apply) stageAddonImages(ctx context.Context, r progress.Reporter, hops []*Apply) error {
+	return a.fleet.Each(ctx, "", func(ctx context.Context, n inventory.Node, host remote.Host) error {
+		for _, h := range hops {
+			if _, msg, err := h.ship(ctx, host, bundle.Need{Only: addonImage}, r); err != nil {
+				return err
+			} else if msg != bundleUpToDate {
+				r(progress.Event{Kind: progress.HostDone, Host: n.Name, Message: "addon images of " + h.inv.KubernetesVersion + ": " + msg})
+			}
+		}
+		return nil
+	})
+}
+
+// upgradeMaster moves one master to h's version: stage it as apply does (runtime, binaries and
+// images, files, kubelet restarted), wait for its static pods to run the new manifests and its
+// node to be Ready at the new version.
+func (h *Apply) upgradeMaster(ctx context.Context, n inventory.Node, r progress.Reporter) error {
+	start := h.o.Now()
+	if err := h.stageHost(ctx, n, r); err != nil {
+		return err
+	}
+	if err := h.bg.wait(ctx, shippedMasters); err != nil {
+		return err
+	}
+	if err := h.waitRestartedPods(ctx, r); err != nil {
+		return err
+	}
+	if err := kube.WaitNodeVersion(ctx, h.api.Typed, n.Name, h.inv.KubernetesVersion, h.o.Timeout); err != nil {
+		return err
+	}
+	r(progress.Event{Kind: progress.HostDone, Host: n.Name, Duration: h.o.Now().Sub(start), Message: "control plane at " + h.inv.KubernetesVersion})
+	return nil
+}
+
+// upgradeAddons moves kube-proxy, CoreDNS and flannel to h's release.
+func (h *Apply) upgradeAddons(ctx context.Context, r progress.Reporter) error {
+	cs, err := h.coreAddonObjects(ctx)
+	if err != nil {
+		return err
+	}
+	if h.inv.Networking.Plugin == "flannel" {
+		fc, err := h.podNetworkObjects(ctx)
+		if err != nil {
+			return err
+		}
+		cs = append(cs, fc...)
+	}
+	r(progress.Event{Kind: progress.Info, Message: "addons of " + h.inv.KubernetesVersion + ": " + kube.Summary(cs)})
+	return nil
+}
+
+// upgradeWorker moves one joined worker to h's version: cordon, drain, stage, kubelet
+// restarted, Ready at the new version, uncordon.
+func (h *Apply) upgradeWorker(ctx context.Context, n inventory.Node, r progress.Reporter) error {
+	start := h.o.Now()
+	v := h.inv.KubernetesVersion
+	if err := kube.CordonForUpgrade(ctx, h.api.Typed, n.Name, v); err != nil {
+		return err
+	}
+	evicted, err := kube.Drain(ctx, h.api.Typed, n.Name, h.o.Timeout)
+	if err != nil {
+		return fmt.Errorf("%w; it stays cordoned: the next apply drains it again and upgrades it (kubectl uncordon %s gives up)", err, n.Name)
+	}
+	if err := h.stageHost(ctx, n, r); err != nil {
+		return err
+	}
+	if _, err := startKubelet(ctx, h.files, h.fleet.Host(n.Name)); err != nil {
+		return err
+	}
+	if err := kube.WaitNodeVersion(ctx, h.api.Typed, n.Name, v, h.o.Timeout); err != nil {
+		return err
+	}
+	if _, err := kube.UncordonAfterUpgrade(ctx, h.api.Typed, n.Name); err != nil {
+		return err
+	}
+	r(progress.Event{Kind: progress.HostDone, Host: n.Name, Duration: h.o.Now().Sub(start), Message: fmt.Sprintf("at %s (%s drained, uncordoned)", v, count(len(evicted), "pod"))})
+	return nil
+}
+
+// uncordonUpgraded uncordons the nodes an interrupted upgrade left cordoned that run the
+// inventory's version now.
+func (a *Apply) uncordonUpgraded(ctx context.Context, r progress.Reporter) error {
+	names, err := kube.CordonedForUpgrade(ctx, a.api.Typed)
+	if err != nil {
+		return err
+	}
+	versions, err := kube.NodeVersions(ctx, a.api.Typed)
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		if versions[n] != a.inv.KubernetesVersion {
+			continue
+		}
+		if ok, err := kube.UncordonAfterUpgrade(ctx, a.api.Typed, n); err != nil {
+			return err
+		} else if ok {
+			r(progress.Event{Kind: progress.Info, Host: n, Message: "uncordoned: upgraded to " + versions[n]})
+		}
+	}
+	return nil
+}
+
+func keysOf(m map[string]bool) []string { return slices.Sorted(maps.Keys(m)) }
