@@ -188,19 +188,35 @@ func startLoad(ctx context.Context, t *testing.T, k kubernetes.Interface, master
 
 var proberLine = regexp.MustCompile(`probe ok=(\d+) failed=(\d+)`)
 
-// readProber reads the prober's last counts from its log.
+// readProber reads the prober's last counts from its log, adding those of its previous
+// container when it was restarted (a kubelet upgrade must not restart it, but if it did, its
+// failures still count).
 func readProber(ctx context.Context, k kubernetes.Interface) (ok, failed int, err error) {
-	b, err := k.CoreV1().Pods("default").GetLogs("prober", &corev1.PodLogOptions{}).Do(ctx).Raw()
+	p, err := k.CoreV1().Pods("default").Get(ctx, "prober", metav1.GetOptions{})
 	if err != nil {
 		return 0, 0, err
 	}
-	m := proberLine.FindAllSubmatch(b, -1)
-	if len(m) == 0 {
-		return 0, 0, fmt.Errorf("no counts in the prober's log yet")
+	logs := []*corev1.PodLogOptions{{}}
+	if len(p.Status.ContainerStatuses) > 0 && p.Status.ContainerStatuses[0].RestartCount > 0 {
+		logs = append(logs, &corev1.PodLogOptions{Previous: true})
 	}
-	last := m[len(m)-1]
-	ok, _ = strconv.Atoi(string(last[1]))
-	failed, _ = strconv.Atoi(string(last[2]))
+	for i, o := range logs {
+		b, err := k.CoreV1().Pods("default").GetLogs("prober", o).Do(ctx).Raw()
+		if err != nil {
+			return 0, 0, err
+		}
+		m := proberLine.FindAllSubmatch(b, -1)
+		if len(m) == 0 {
+			if i == 0 {
+				return 0, 0, fmt.Errorf("no counts in the prober's log yet")
+			}
+			continue
+		}
+		last := m[len(m)-1]
+		o, _ := strconv.Atoi(string(last[1]))
+		f, _ := strconv.Atoi(string(last[2]))
+		ok, failed = ok+o, failed+f
+	}
 	return ok, failed, nil
 }
 

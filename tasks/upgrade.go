@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/version"
 
 	"github.com/kforge/kforge/bundle"
+	"github.com/kforge/kforge/fleet"
 	"github.com/kforge/kforge/hostpath"
 	"github.com/kforge/kforge/inventory"
 	"github.com/kforge/kforge/kube"
@@ -72,7 +73,7 @@ func (a *Apply) upgrade(ctx context.Context, r progress.Reporter) error {
 			return err
 		}
 	}
-	if err := a.upgradeHealthy(ctx, r); err != nil {
+	if err := a.upgradeHealthy(ctx, r, u); err != nil {
 		return err
 	}
 	if err := a.snapshotBeforeUpgrade(ctx, r, u.from); err != nil {
@@ -89,7 +90,7 @@ func (a *Apply) upgrade(ctx context.Context, r progress.Reporter) error {
 		}
 		hops = append(hops, h)
 	}
-	if err := a.stageAddonImages(ctx, r, hops); err != nil {
+	if err := a.stageAddonImages(ctx, r, u, hops); err != nil {
 		return err
 	}
 	for _, h := range hops[:len(u.hops)] {
@@ -276,21 +277,36 @@ func (a *Apply) atVersion(v string) (*Apply, error) {
 	return &Apply{inv: &inv, o: a.o, fleet: a.fleet, started: a.started, manifest: m, set: a.set, token: a.token, etcd: a.etcd, files: newHostFiles(), api: a.api}, nil
 }
 
-// upgradeHealthy refuses to upgrade a cluster that is not healthy (apply --force upgrades
-// anyway): every node Ready and every kube-system workload ready, with what is not.
-func (a *Apply) upgradeHealthy(ctx context.Context, r progress.Reporter) error {
-	st, err := kube.CheckReady(ctx, a.api.Typed, a.fleet.Names(""), []string{"kube-system"})
+// upgradeHealthy refuses to start upgrading a cluster that is not healthy (apply --force
+// upgrades anyway): every node Ready and every kube-system workload ready, with what is not.
+// An upgrade that an interrupted run left half done (nodes at different versions) is finished
+// whatever the health it left behind.
+func (a *Apply) upgradeHealthy(ctx context.Context, r progress.Reporter, u *upgradeRoute) error {
+	st, err := kube.CheckReady(ctx, a.api.Typed, slices.Sorted(maps.Keys(u.running)), []string{"kube-system"})
 	if err == nil && st.Ready() {
 		return nil
 	}
 	if err == nil {
 		err = &kube.NotReadyError{Last: st}
 	}
-	if a.o.Force {
+	switch {
+	case u.resuming():
+		r(progress.Event{Kind: progress.Info, Message: "finishing an interrupted upgrade; the cluster is not healthy yet: " + err.Error()})
+		return nil
+	case a.o.Force:
 		r(progress.Event{Kind: progress.Info, Message: "the cluster is not healthy; upgrading anyway (--force): " + err.Error()})
 		return nil
 	}
 	return &UnhealthyError{Err: err}
+}
+
+// resuming says whether an earlier run started this upgrade: its nodes run different versions.
+func (u *upgradeRoute) resuming() bool {
+	seen := map[string]bool{}
+	for _, v := range u.running {
+		seen[v] = true
+	}
+	return len(seen) > 1
 }
 
 // UnhealthyError is an upgrade refused because the cluster is not healthy.
@@ -334,9 +350,11 @@ func addonImage(name string) bool {
 	return false
 }
 
-// stageAddonImages imports every hop's addon images on every node of the cluster, in parallel.
-func (a *Apply) stageAddonImages(ctx context.Context, r progress.Reporter, hops []*Apply) error {
-	return a.fleet.Each(ctx, "", func(ctx context.Context, n inventory.Node, host remote.Host) error {
+// stageAddonImages imports every hop's addon images on every node of the cluster, in parallel
+// (new hosts get their images when they are staged).
+func (a *Apply) stageAddonImages(ctx context.Context, r progress.Reporter, u *upgradeRoute, hops []*Apply) error {
+	nodes := slices.DeleteFunc(a.fleet.Nodes(""), func(n inventory.Node) bool { _, ok := u.running[n.Name]; return !ok })
+	return fleet.EachOf(ctx, a.fleet, nodes, func(ctx context.Context, n inventory.Node, host remote.Host) error {
 		for _, h := range hops {
 			if _, msg, err := h.ship(ctx, host, bundle.Need{Only: addonImage}, r); err != nil {
 				return err
