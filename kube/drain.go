@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 )
@@ -68,7 +69,7 @@ func Drain(ctx context.Context, c kubernetes.Interface, node string, timeout tim
 				}
 			case apierrors.IsNotFound(err):
 			case apierrors.IsTooManyRequests(err):
-				refused = append(refused, name+" (its PodDisruptionBudget allows no disruption now)")
+				refused = append(refused, name+" ("+disruptionBudgetOf(ctx, c, &p)+" allows no disruption now)")
 			default:
 				return keys(evicted), fmt.Errorf("drain node %s: evict %s: %w", node, name, err)
 			}
@@ -87,6 +88,26 @@ func Drain(ctx context.Context, c kubernetes.Interface, node string, timeout tim
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// disruptionBudgetOf names the PodDisruptionBudgets that select pod ("its PodDisruptionBudget"
+// when they cannot be listed).
+func disruptionBudgetOf(ctx context.Context, c kubernetes.Interface, pod *corev1.Pod) string {
+	list, err := c.PolicyV1().PodDisruptionBudgets(pod.Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return "its PodDisruptionBudget"
+	}
+	var names []string
+	for _, b := range list.Items {
+		sel, err := metav1.LabelSelectorAsSelector(b.Spec.Selector)
+		if err == nil && !sel.Empty() && sel.Matches(labels.Set(pod.Labels)) {
+			names = append(names, pod.Namespace+"/"+b.Name)
+		}
+	}
+	if len(names) == 0 {
+		return "its PodDisruptionBudget"
+	}
+	return "PodDisruptionBudget " + strings.Join(names, ", ")
 }
 
 // evictable is a pod drain moves: not a mirror pod (kubelet's static pods) and not a

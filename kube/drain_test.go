@@ -83,10 +83,17 @@ func TestDrain(t *testing.T) {
 		t.Errorf("dead node: evicted %v, %v after %s (must not wait for a kubelet that is gone)", got, err, time.Since(start))
 	}
 
-	c = fake.NewClientset(node(corev1.ConditionTrue), pod("a"))
+	// A refusal names the pod and the PodDisruptionBudget that selects it, and ends in time.
+	a := pod("a")
+	a.Labels = map[string]string{"app": "web"}
+	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"},
+		Spec: policyv1.PodDisruptionBudgetSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}}}
+	c = fake.NewClientset(node(corev1.ConditionTrue), a, pdb)
 	evictions(c, "refuse")
-	if _, err := Drain(context.Background(), c, "w1", 1500*time.Millisecond); err == nil || !strings.Contains(err.Error(), "default/a") || !strings.Contains(err.Error(), "disruption") {
-		t.Errorf("refused eviction: %v", err)
+	start = time.Now()
+	_, err := Drain(context.Background(), c, "w1", 1500*time.Millisecond)
+	if err == nil || !strings.Contains(err.Error(), "default/a (PodDisruptionBudget default/web allows no disruption now)") || time.Since(start) > 3*time.Second {
+		t.Errorf("refused eviction: %v after %s", err, time.Since(start))
 	}
 
 	if got, err := Drain(context.Background(), fake.NewClientset(), "gone", time.Second); err != nil || len(got) != 0 {
