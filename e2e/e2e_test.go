@@ -11,6 +11,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"io"
+	"maps"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -24,7 +25,10 @@ import (
 
 	"github.com/kforge/kforge/hostpath"
 	"github.com/kforge/kforge/internal/testenv"
+	"github.com/kforge/kforge/kube"
+	"github.com/kforge/kforge/progress"
 	"github.com/kforge/kforge/release"
+	"github.com/kforge/kforge/tasks"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
@@ -58,6 +62,11 @@ type cluster struct {
 	// endpoint, when set, is the inventory's controlPlaneEndpoint (else the lab's load
 	// balancer, if any).
 	endpoint string
+	// Edits of the inventory: kubelet.extraArgs added to the lab's, apiServerCertSANs, and
+	// labels by host.
+	kubeletArgs map[string]string
+	sans        []string
+	labels      map[string]map[string]string
 }
 
 const agentImage = "kforge.test/e2e-agent:v1"
@@ -208,8 +217,9 @@ func (c *cluster) plan(args ...string) (string, int) {
 	return out.String(), code
 }
 
-// planDiff is the diff of kforge --output json plan: the hosts it would change, by name.
-func (c *cluster) planDiff() (hosts []string, doc string) {
+// planDiff is the diff of kforge --output json plan: the hosts it would change, by name, the
+// whole diff, and the document.
+func (c *cluster) planDiff() (hosts []string, d tasks.Diff, doc string) {
 	c.t.Helper()
 	cmd := exec.Command(c.kforge, "-i", c.inventory, "--state-dir", c.state, "--output", "json", "plan")
 	cmd.Env = append(os.Environ(), c.env...)
@@ -218,9 +228,7 @@ func (c *cluster) planDiff() (hosts []string, doc string) {
 		c.t.Fatalf("kforge --output json plan: %v\n%s", err, out)
 	}
 	var p struct {
-		Diff struct {
-			Hosts []struct{ Host string }
-		}
+		Diff     tasks.Diff
 		Complete bool
 	}
 	if err := json.Unmarshal(out, &p); err != nil || !p.Complete {
@@ -229,7 +237,7 @@ func (c *cluster) planDiff() (hosts []string, doc string) {
 	for _, h := range p.Diff.Hosts {
 		hosts = append(hosts, h.Host)
 	}
-	return hosts, string(out)
+	return hosts, p.Diff, string(out)
 }
 
 // exec runs a shell command on a lab host (through nsenter, not kforge's SSH).
@@ -445,6 +453,23 @@ func TestApplyLabClusterEndToEnd(t *testing.T) {
 	c.writeInventory(l.Hosts[:1], l.Hosts[1:3])
 	master, w1, w2 := l.Hosts[0].Name, l.Hosts[1].Name, l.Hosts[2].Name
 
+	// 0. plan before anything: every host new, every file created, a new cluster.
+	hosts, d, doc := c.planDiff()
+	if !slices.Equal(hosts, []string{master, w1, w2}) || !d.NewCluster {
+		t.Errorf("plan before the first apply: hosts %v, new cluster %v:\n%s", hosts, d.NewCluster, doc)
+	}
+	for _, h := range d.Hosts {
+		news := map[bool]string{true: "starts a new etcd cluster and control plane", false: "joins the cluster (TLS bootstrap)"}[h.Host == master]
+		if len(h.Files) < 5 || h.Upload == nil || !slices.Contains(h.Node, news) {
+			t.Errorf("plan before the first apply, %s: %d files, upload %v, node %v", h.Host, len(h.Files), h.Upload, h.Node)
+		}
+		for _, f := range h.Files {
+			if f.Action != "create" {
+				t.Errorf("plan before the first apply, %s: %s %s", h.Host, f.Action, f.Path)
+			}
+		}
+	}
+
 	// 1. apply: a cluster from nothing.
 	start := time.Now()
 	out, err := c.run("apply", "--timeout", "4m")
@@ -530,6 +555,8 @@ func TestApplyLabClusterEndToEnd(t *testing.T) {
 	// kube-controller-manager's manifest (templates.InputsAnnotation), kubelet restarts that pod
 	// alone, and apply waits until the new one is Ready; the restarted controller-manager works.
 	c.renewControllerManagerCert(ctx, master)
+	// 5c. plan shows exactly what an edit changes, and apply then does exactly that.
+	c.checkPlanMatchesApply(ctx, master, w1, w2)
 	for _, h := range l.Hosts[:3] {
 		before[h.Name] = c.snapshot(ctx, h.Name)
 	}
@@ -547,7 +574,7 @@ func TestApplyLabClusterEndToEnd(t *testing.T) {
 	}
 	c.exec(ctx, w3, `rm /etc/default/kubelet`)
 	// plan names the new worker alone: it joins; nothing else changes.
-	if hosts, doc := c.planDiff(); !slices.Equal(hosts, []string{w3}) || !strings.Contains(doc, "joins the cluster") {
+	if hosts, _, doc := c.planDiff(); !slices.Equal(hosts, []string{w3}) || !strings.Contains(doc, "joins the cluster") {
 		t.Errorf("plan with a new worker: hosts %v, want [%s] joining:\n%s", hosts, w3, doc)
 	}
 	out, err = c.run("apply", "--timeout", "4m")
@@ -590,6 +617,85 @@ true`)
 	}
 }
 
+// checkPlanMatchesApply edits the inventory (a label on w1, a kubelet flag, an API server SAN)
+// and checks plan's diff: the label patch of w1's node, the kubelet flags file and a kubelet
+// restart on every host, the apiserver certificate renewed for the SAN with kube-apiserver's
+// static pod restarting on the master; then apply, whose rewrites and restarts per host must
+// be plan's.
+func (c *cluster) checkPlanMatchesApply(ctx context.Context, master, w1, w2 string) {
+	t := c.t
+	t.Helper()
+	c.labels = map[string]map[string]string{w1: {"e2e.kforge.dev/plan": "yes"}}
+	c.kubeletArgs = map[string]string{"v": "3"}
+	c.sans = []string{"plan.e2e.kforge.test"}
+	c.writeInventory(c.lab.Hosts[:1], c.lab.Hosts[1:3])
+	start := time.Now()
+	hosts, d, doc := c.planDiff()
+	t.Logf("plan of the edit took %s", time.Since(start).Round(time.Millisecond))
+	if !slices.Equal(hosts, []string{master, w1, w2}) {
+		t.Errorf("plan of the edit changes hosts %v, want all three:\n%s", hosts, doc)
+	}
+	if len(d.Certificates) != 1 || d.Certificates[0].Key != "apiserver@"+master || !strings.Contains(d.Certificates[0].Reason, "plan.e2e.kforge.test") {
+		t.Errorf("plan of the edit: certificates %+v, want apiserver@%s renewed for the SAN", d.Certificates, master)
+	}
+	if !slices.ContainsFunc(d.Objects, func(o kube.Change) bool { return o.Kind == "Node" && o.Name == w1 && o.Action == kube.Updated }) ||
+		slices.ContainsFunc(d.Objects, func(o kube.Change) bool { return o.Kind == "Node" && o.Name != w1 }) {
+		t.Errorf("plan of the edit: objects %+v, want node %s's label patch alone among nodes", d.Objects, w1)
+	}
+	planned := map[string]tasks.HostDiff{}
+	for _, h := range d.Hosts {
+		planned[h.Host] = h
+		var paths []string
+		for _, f := range h.Files {
+			paths = append(paths, f.Path)
+		}
+		want := []string{hostpath.KubeletFlagsEnvPath}
+		if h.Host == master {
+			want = append(want, hostpath.PKIDir+"/apiserver.crt", hostpath.PKIDir+"/apiserver.key", hostpath.ManifestsDir+"/kube-apiserver.yaml")
+		}
+		slices.Sort(paths)
+		slices.Sort(want)
+		if !slices.Equal(paths, want) || !slices.Contains(h.Restarts, "kubelet restarts") || (h.Host == master) != slices.Contains(h.Restarts, "static pod kube-apiserver restarts") {
+			t.Errorf("plan of the edit, %s: files %v (want %v), restarts %v", h.Host, paths, want, h.Restarts)
+		}
+	}
+
+	out, err := c.runJSON("apply")
+	if err != nil {
+		t.Fatalf("apply of the edit: %v\n%s", err, out)
+	}
+	did := map[string]string{}
+	for _, line := range strings.Split(out, "\n") {
+		var e progress.Event
+		if json.Unmarshal([]byte(line), &e) != nil || e.Kind != progress.HostDone {
+			continue
+		}
+		if e.Task == "stage" || e.Task == "join-workers" {
+			did[e.Host] += e.Message + "; "
+		}
+	}
+	for name, h := range planned {
+		if want := fmt.Sprintf("%d files written", len(h.Files)); !strings.Contains(did[name], want) || !strings.Contains(did[name], "kubelet restarted") {
+			t.Errorf("apply of the edit on %s did %q; plan said %d files and a kubelet restart", name, did[name], len(h.Files))
+		}
+	}
+	k := c.client()
+	if n, err := k.CoreV1().Nodes().Get(ctx, w1, metav1.GetOptions{}); err != nil || n.Labels["e2e.kforge.dev/plan"] != "yes" {
+		t.Errorf("node %s after the edit: %v %v", w1, n.Labels, err)
+	}
+	if plan, code := c.plan(); code != 0 {
+		t.Errorf("plan after applying the edit: exit %d\n%s", code, plan)
+	}
+}
+
+// runJSON runs kforge --output json with args and returns its stdout (the events).
+func (c *cluster) runJSON(args ...string) (string, error) {
+	cmd := exec.Command(c.kforge, append([]string{"-i", c.inventory, "--state-dir", c.state, "--log-file", filepath.Join(c.state, "e2e.log"), "--output", "json"}, args...)...)
+	cmd.Env = append(os.Environ(), c.env...)
+	out, err := cmd.Output()
+	return string(out), err
+}
+
 // writeInventory writes an inventory with these lab hosts as masters and workers, the bundle,
 // an addon manifest, and the lab's load balancer (if any) as the control-plane endpoint.
 func (c *cluster) writeInventory(masters, workers []lab.Host) {
@@ -612,7 +718,14 @@ func (c *cluster) writeInventory(masters, workers []lab.Host) {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	fmt.Fprintf(&b, "kubelet: {allowCgroupV1: %t, extraArgs: {eviction-hard: %q}}\n", skel.Kubelet.AllowCgroupV1, skel.Kubelet.ExtraArgs["eviction-hard"])
+	args := fmt.Sprintf("eviction-hard: %q", skel.Kubelet.ExtraArgs["eviction-hard"])
+	for _, k := range slices.Sorted(maps.Keys(c.kubeletArgs)) {
+		args += fmt.Sprintf(", %s: %q", k, c.kubeletArgs[k])
+	}
+	fmt.Fprintf(&b, "kubelet: {allowCgroupV1: %t, extraArgs: {%s}}\n", skel.Kubelet.AllowCgroupV1, args)
+	if len(c.sans) > 0 {
+		fmt.Fprintf(&b, "apiServerCertSANs: [%s]\n", strings.Join(c.sans, ", "))
+	}
 	b.WriteString("kubeProxy: {conntrackMaxPerCore: 0}\n") // the lab's hosts share this machine's conntrack table
 	addon := filepath.Join(filepath.Dir(c.inventory), "addon.yaml")
 	if err := os.WriteFile(addon, []byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: e2e-addon, namespace: default}\ndata: {from: inventory}\n"), 0o600); err != nil {
@@ -628,7 +741,11 @@ func (c *cluster) writeInventory(masters, workers []lab.Host) {
 		}
 		b.WriteString(group.key + ":\n")
 		for _, h := range group.hosts {
-			fmt.Fprintf(&b, "  - {name: %s, address: %s}\n", h.Name, h.Address)
+			labels := ""
+			for _, k := range slices.Sorted(maps.Keys(c.labels[h.Name])) {
+				labels += fmt.Sprintf(", labels: {%s: %q}", k, c.labels[h.Name][k])
+			}
+			fmt.Fprintf(&b, "  - {name: %s, address: %s%s}\n", h.Name, h.Address, labels)
 		}
 	}
 	if err := os.WriteFile(c.inventory, []byte(b.String()), 0o600); err != nil {
