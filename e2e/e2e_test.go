@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"encoding/pem"
 	"fmt"
 	"io"
@@ -225,7 +226,7 @@ func (c *cluster) planDiff() (hosts []string, d tasks.Diff, doc string) {
 	cmd.Env = append(os.Environ(), c.env...)
 	out, err := cmd.Output()
 	if err != nil {
-		c.t.Fatalf("kforge --output json plan: %v\n%s", err, out)
+		c.t.Fatalf("kforge --output json plan: %v\n%s%s", err, out, stderrOf(err))
 	}
 	var p struct {
 		Diff     tasks.Diff
@@ -662,7 +663,7 @@ func (c *cluster) checkPlanMatchesApply(ctx context.Context, master, w1, w2 stri
 
 	out, err := c.runJSON("apply")
 	if err != nil {
-		t.Fatalf("apply of the edit: %v\n%s", err, out)
+		t.Fatalf("apply of the edit: %v\n%s%s", err, out, stderrOf(err))
 	}
 	did := map[string]string{}
 	for _, line := range strings.Split(out, "\n") {
@@ -686,6 +687,15 @@ func (c *cluster) checkPlanMatchesApply(ctx context.Context, master, w1, w2 stri
 	if plan, code := c.plan(); code != 0 {
 		t.Errorf("plan after applying the edit: exit %d\n%s", code, plan)
 	}
+}
+
+// stderrOf is what a command run with Output printed on stderr.
+func stderrOf(err error) string {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return string(ee.Stderr)
+	}
+	return ""
 }
 
 // runJSON runs kforge --output json with args and returns its stdout (the events).
@@ -724,7 +734,7 @@ func (c *cluster) writeInventory(masters, workers []lab.Host) {
 	}
 	fmt.Fprintf(&b, "kubelet: {allowCgroupV1: %t, extraArgs: {%s}}\n", skel.Kubelet.AllowCgroupV1, args)
 	if len(c.sans) > 0 {
-		fmt.Fprintf(&b, "apiServerCertSANs: [%s]\n", strings.Join(c.sans, ", "))
+		fmt.Fprintf(&b, "pki: {apiServerCertSANs: [%s]}\n", strings.Join(c.sans, ", "))
 	}
 	b.WriteString("kubeProxy: {conntrackMaxPerCore: 0}\n") // the lab's hosts share this machine's conntrack table
 	addon := filepath.Join(filepath.Dir(c.inventory), "addon.yaml")

@@ -18,7 +18,8 @@ import (
 
 // TestHAControlPlaneGrowsSurvivesAMasterAndShrinks: a cluster behind the lab's load balancer
 // starts with one master; two more masters added to the inventory join its stacked etcd on the
-// next apply; with the third master's host stopped, the API still answers and accepts writes
+// next apply; the three masters are upgraded by one minor, one at a time, while the API is
+// probed through the load balancer (etcd 3.6 → 3.7 on the way); with the third master's host stopped, the API still answers and accepts writes
 // through the load balancer. Then the cluster shrinks by editing the inventory: the dead third
 // master, then the live second one, are removed with apply --prune (etcd member first, 3 -> 2
 // -> 1 members, never losing quorum), and the API keeps accepting writes.
@@ -26,7 +27,9 @@ func TestHAControlPlaneGrowsSurvivesAMasterAndShrinks(t *testing.T) {
 	testenv.Require(t, lab.Prerequisites())
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	c := newCluster(ctx, t, "ha", release.Default(), lab.Options{Hosts: 4, Masters: 3, LoadBalancer: true})
+	all := release.All()
+	from, to := all[len(all)-2].Kubernetes, all[len(all)-1].Kubernetes
+	c := newCluster(ctx, t, "ha", from, lab.Options{Hosts: 4, Masters: 3, LoadBalancer: true}, to)
 	h := c.lab.Hosts // masters h[0..2], worker h[3]
 
 	c.writeInventory(h[:1], h[3:])
@@ -73,6 +76,32 @@ func TestHAControlPlaneGrowsSurvivesAMasterAndShrinks(t *testing.T) {
 		if !nodeReady(&n) {
 			t.Errorf("node %s is not Ready", n.Name)
 		}
+	}
+
+	// One minor up, one master at a time; the API answers through the load balancer.
+	api := probeAPI(ctx, k)
+	c.version = to
+	c.writeInventory(h[:3], h[3:])
+	start := time.Now()
+	out, err = c.run("apply", "--timeout", "5m")
+	failed, down := api.stop()
+	if err != nil {
+		t.Fatalf("upgrade %s → %s with three masters: %v\n%s", from, to, err, out)
+	}
+	t.Logf("upgrade %s → %s of 3 masters + 1 worker took %s; API probes through the load balancer: %d failed, about %s without an answer", from, to, time.Since(start).Round(time.Second), failed, down.Round(100*time.Millisecond))
+	if failed > 5 {
+		t.Errorf("%d API probes through the load balancer failed during the upgrade (about %s); want the API answering throughout", failed, down)
+	}
+	if nodes, err = k.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes.Items {
+		if n.Status.NodeInfo.KubeletVersion != to || !nodeReady(&n) {
+			t.Errorf("node %s after the upgrade: %s, Ready %v", n.Name, n.Status.NodeInfo.KubeletVersion, nodeReady(&n))
+		}
+	}
+	if members := etcdMembers(); strings.Count(members, ", started, ") != 3 {
+		t.Errorf("etcd members after the upgrade:\n%s", members)
 	}
 
 	// A master goes away: the other two keep etcd's quorum and serve the API.

@@ -120,6 +120,10 @@ defaults
 	mode tcp
 	log global
 	option tcplog
+	# A master whose kube-apiserver restarts (an upgrade, a renewed certificate) refuses
+	# connections until the health check marks it down: retry those on another master.
+	option redispatch
+	retries 2
 	timeout connect 5s
 	timeout client 1h
 	timeout server 1h

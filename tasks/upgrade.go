@@ -366,18 +366,37 @@ func (a *Apply) stageAddonImages(ctx context.Context, r progress.Reporter, u *up
 	})
 }
 
-// upgradeMaster moves one master to h's version: stage it as apply does (runtime, binaries and
-// images, files, kubelet restarted), wait for its static pods to run the new manifests and its
-// node to be Ready at the new version.
+// upgradeMaster moves one master to h's version, in kubeadm's order: the runtime first (restarted
+// only when the release changes it), then the hop's binaries and images, then its files; the
+// kubelet that runs replaces the static pods (etcd, kube-apiserver, kube-controller-manager,
+// kube-scheduler) and kforge waits until they run the new manifests, Ready; only then is kubelet
+// restarted on its new binary and configuration, which leaves the running pods alone. (Restarting
+// kubelet while it replaces kube-apiserver left the old one holding :6443 and the new one in
+// CrashLoopBackOff for minutes.)
 func (h *Apply) upgradeMaster(ctx context.Context, n inventory.Node, r progress.Reporter) error {
 	start := h.o.Now()
-	if err := h.stageHost(ctx, n, r); err != nil {
+	host := h.fleet.Host(n.Name)
+	installed := false
+	if h.inv.ContainerRuntime.Install == inventory.RuntimeFromBundle {
+		p, _, err := h.ship(ctx, host, bundle.Need{Runtime: true, Only: bundle.IsRuntime}, r)
+		if err != nil {
+			return err
+		}
+		installed = len(p.Install) > 0
+	}
+	if _, err := h.configureRuntime(ctx, n, host, installed); err != nil {
 		return err
 	}
-	if err := h.bg.wait(ctx, shippedMasters); err != nil {
+	if _, _, err := h.ship(ctx, host, bundle.Need{ControlPlane: true}, r); err != nil {
+		return err
+	}
+	if err := push(ctx, h.files, host, nil); err != nil {
 		return err
 	}
 	if err := h.waitRestartedPods(ctx, r); err != nil {
+		return err
+	}
+	if _, err := startKubelet(ctx, h.files, host); err != nil {
 		return err
 	}
 	if err := kube.WaitNodeVersion(ctx, h.api.Typed, n.Name, h.inv.KubernetesVersion, h.o.Timeout); err != nil {

@@ -310,10 +310,15 @@ func masterFiles(c *inventory.Cluster, set *pki.Set, i int, o Options) ([]File, 
 const InputsAnnotation = "kforge.io/inputs-hash"
 
 // stampInputs sets pod's InputsAnnotation from the files of fs under /etc/kubernetes that its
-// hostPath volumes cover.
+// hostPath volumes cover and its command line names: kube-controller-manager mounts all of
+// /etc/kubernetes/pki, as kubeadm's does, but a new apiserver certificate is no reason to
+// restart it.
 func stampInputs(pod *corev1.Pod, fs []File) {
 	var in []File
 	for _, f := range fs {
+		if !named(pod, f.Path) {
+			continue
+		}
 		for _, v := range pod.Spec.Volumes {
 			hp := v.HostPath
 			if hp != nil && (hp.Path == hostpath.KubernetesDir || strings.HasPrefix(hp.Path, hostpath.KubernetesDir+"/")) &&
@@ -336,6 +341,18 @@ func stampInputs(pod *corev1.Pod, fs []File) {
 		pod.Annotations = map[string]string{}
 	}
 	pod.Annotations[InputsAnnotation] = hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// named says whether a container of pod names file p on its command line (a flag's value).
+func named(pod *corev1.Pod, p string) bool {
+	for _, c := range pod.Spec.Containers {
+		for _, a := range append(slices.Clone(c.Command), c.Args...) {
+			if a == p || strings.HasSuffix(a, "="+p) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func workerFiles(c *inventory.Cluster, set *pki.Set, o Options) ([]File, error) {

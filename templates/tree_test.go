@@ -43,8 +43,8 @@ func inputHashes(t *testing.T, set *pki.Set) map[string]string {
 }
 
 // TestInputsHashFollowsWhatEachPodMounts: a static pod's manifest changes exactly when a file
-// it mounts changes, so kubelet restarts the components whose credentials were re-issued and
-// no others.
+// it mounts and names on its command line changes, so kubelet restarts the components whose
+// credentials were re-issued and no others.
 func TestInputsHashFollowsWhatEachPodMounts(t *testing.T) {
 	ensure := func() *pki.Set {
 		set, _, err := pki.EnsureCluster(haCluster(), "", t.TempDir(), time.Now(), rand.Reader)
@@ -65,8 +65,11 @@ func TestInputsHashFollowsWhatEachPodMounts(t *testing.T) {
 		{"controller-manager.conf", []string{"kube-controller-manager.yaml"}},
 		{"scheduler.conf", []string{"kube-scheduler.yaml"}},
 		{"admin.conf", nil}, // no static pod mounts it
-		{"apiserver@m1", []string{"kube-apiserver.yaml", "kube-controller-manager.yaml"}}, // both mount pki/
-		{"etcd-server@m1", []string{"etcd.yaml", "kube-apiserver.yaml", "kube-controller-manager.yaml"}},
+		// kube-controller-manager mounts all of pki/ but reads only what its flags name.
+		{"apiserver@m1", []string{"kube-apiserver.yaml"}},
+		{"etcd-server@m1", []string{"etcd.yaml"}},
+		{"apiserver-etcd-client", []string{"kube-apiserver.yaml"}},
+		{"front-proxy-client", []string{"kube-apiserver.yaml"}},
 	} {
 		reissued := *set
 		reissued.Certs = maps.Clone(set.Certs)
