@@ -64,8 +64,28 @@ func TestUpgradeAcrossTwoMinors(t *testing.T) {
 	}
 	ok0, failed0 := startLoad(ctx, t, k, master)
 
-	// plan shows the route before anything changes.
+	// A bundle without the middle release cannot serve the route: refused, naming the minor
+	// and the bundle to build, before any host changes.
 	c.version = to
+	files := map[string]string{}
+	for _, n := range h {
+		files[n.Name] = c.snapshot(ctx, n.Name)
+	}
+	full := c.bundle
+	c.bundle = buildBundle(context.Background(), t, t.TempDir(), from, to)
+	c.writeInventory(h[:1], h[1:])
+	out, err := c.run("apply", "--timeout", "1m")
+	if err == nil || !strings.Contains(out, "through "+strings.Join(strings.Split(via, ".")[:2], ".")) || !strings.Contains(out, "kforge bundle build --kubernetes "+from+","+via+","+to) {
+		t.Errorf("apply with a bundle that lacks %s: %v; want a refusal naming it and the build command\n%s", via, err, out)
+	}
+	for _, n := range h {
+		if after := c.snapshot(ctx, n.Name); after != files[n.Name] {
+			t.Errorf("%s changed although the upgrade was refused:\n%s", n.Name, diffLines(files[n.Name], after))
+		}
+	}
+	c.bundle = full
+
+	// plan shows the route before anything changes.
 	c.writeInventory(h[:1], h[1:])
 	plan, code := c.plan()
 	if code != 4 || !strings.Contains(plan, "upgrade\n") || !strings.Contains(plan, "→ "+via+" → "+to) {
@@ -81,7 +101,7 @@ func TestUpgradeAcrossTwoMinors(t *testing.T) {
 		t.Fatalf("the first upgrade run ended before its master reached %s:\n%s", via, out)
 	}
 	t.Logf("first run killed after %s, its master at %s:\n%s", time.Since(start).Round(time.Second), via, out)
-	out, err := c.run("apply", "--timeout", "5m")
+	out, err = c.run("apply", "--timeout", "5m")
 	took := time.Since(start)
 	apiFailed, apiDown := api.stop()
 	if err != nil {
@@ -128,6 +148,14 @@ func TestUpgradeAcrossTwoMinors(t *testing.T) {
 		}
 	}
 	c.checkNodes(ctx, 3)
+	// Back down is refused (preflight), with the way back: a snapshot of before.
+	c.version = from
+	c.writeInventory(h[:1], h[1:])
+	if out, err := c.run("apply", "--timeout", "1m"); err == nil || !strings.Contains(out, "is a downgrade") || !strings.Contains(out, "restore an etcd snapshot") {
+		t.Errorf("apply of a downgrade to %s: %v\n%s", from, err, out)
+	}
+	c.version = to
+	c.writeInventory(h[:1], h[1:])
 	c.checkEtcdStatusAndSnapshot(ctx) // etcd at the new release's version, healthy
 	c.applyChangesNothing(ctx, h)
 }

@@ -176,11 +176,13 @@ func (a *Apply) upgradeRoute(ctx context.Context) (*upgradeRoute, error) {
 	if len(missing) > 0 {
 		var want []string
 		for _, m := range missing {
-			if r, err := release.For(m + ".0"); err == nil {
-				want = append(want, r.Kubernetes)
-			} else {
-				want = append(want, m+".x")
+			v := m + ".x"
+			for _, r := range release.All() {
+				if r.Minor == m {
+					v = r.Kubernetes // the catalogue's release of that minor
+				}
 			}
+			want = append(want, v)
 		}
 		return nil, fmt.Errorf("the control plane runs %s and moves one minor at a time to %s, through %s, which bundle %s does not hold (it holds %s): build one that does, kforge bundle build --kubernetes %s -o %s",
 			cp, u.target, strings.Join(missing, ", "), a.inv.Bundle, strings.Join(held, ", "), strings.Join(release.SortVersions(append(append([]string{cp}, want...), u.target)), ","), remote.Quote(a.inv.Bundle))
