@@ -184,6 +184,9 @@ func (c *cluster) client() kubernetes.Interface {
 // kubectl runs the bundle's kubectl with the admin kubeconfig.
 func (c *cluster) kubectl(ctx context.Context, args ...string) (string, error) {
 	kubectl := filepath.Join(c.bundle, "bin", "kubectl")
+	if _, err := os.Stat(kubectl); err != nil { // a bundle of several releases: bin/<version>/
+		kubectl = filepath.Join(c.bundle, "bin", c.version, "kubectl")
+	}
 	out, err := exec.CommandContext(ctx, kubectl, append([]string{"--kubeconfig", filepath.Join(c.state, "admin.conf")}, args...)...).CombinedOutput()
 	return string(out), err
 }
