@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/util/version"
 
@@ -404,9 +405,19 @@ func (h *Apply) upgradeMaster(ctx context.Context, n inventory.Node, r progress.
 	if err := kube.WaitNodeVersion(ctx, h.api.Typed, n.Name, h.inv.KubernetesVersion, h.o.Timeout); err != nil {
 		return err
 	}
+	// The new kubelet may replace the static pods once more (it hashes a static pod as it
+	// defaults it, and defaults change between minors): on to the next master or the workers
+	// only when they have stayed Ready a while.
+	if err := kube.WaitStaticPodsSteady(ctx, h.api.Typed, n.Name, controlPlaneSteady, h.o.Timeout); err != nil {
+		return err
+	}
 	r(progress.Event{Kind: progress.HostDone, Host: n.Name, Duration: h.o.Now().Sub(start), Message: "control plane at " + h.inv.KubernetesVersion})
 	return nil
 }
+
+// controlPlaneSteady is how long a master's static pods must stay Ready, unchanged, after its
+// kubelet restarted on a new version.
+const controlPlaneSteady = 15 * time.Second
 
 // upgradeAddons moves kube-proxy, CoreDNS and flannel to h's release.
 func (h *Apply) upgradeAddons(ctx context.Context, r progress.Reporter) error {

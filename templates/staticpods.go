@@ -178,19 +178,24 @@ func (c ControlPlane) caMounts() []mount {
 func (c ControlPlane) APIServer() *corev1.Pod {
 	port := strconv.Itoa(c.BindPort)
 	args := map[string]string{
-		"advertise-address":                  c.AdvertiseAddress,
-		"allow-privileged":                   "true",
-		"authorization-mode":                 "Node,RBAC",
-		"client-ca-file":                     pkiPath("ca.crt"),
-		"enable-admission-plugins":           "NodeRestriction",
-		"enable-bootstrap-token-auth":        "true",
-		"etcd-cafile":                        pkiPath("etcd/ca.crt"),
-		"etcd-certfile":                      pkiPath("apiserver-etcd-client.crt"),
-		"etcd-keyfile":                       pkiPath("apiserver-etcd-client.key"),
-		"etcd-servers":                       "https://" + net.JoinHostPort(localhostFor(c.AdvertiseAddress), "2379"),
-		"kubelet-client-certificate":         pkiPath("apiserver-kubelet-client.crt"),
-		"kubelet-client-key":                 pkiPath("apiserver-kubelet-client.key"),
-		"kubelet-preferred-address-types":    "InternalIP,ExternalIP,Hostname",
+		"advertise-address":               c.AdvertiseAddress,
+		"allow-privileged":                "true",
+		"authorization-mode":              "Node,RBAC",
+		"client-ca-file":                  pkiPath("ca.crt"),
+		"enable-admission-plugins":        "NodeRestriction",
+		"enable-bootstrap-token-auth":     "true",
+		"etcd-cafile":                     pkiPath("etcd/ca.crt"),
+		"etcd-certfile":                   pkiPath("apiserver-etcd-client.crt"),
+		"etcd-keyfile":                    pkiPath("apiserver-etcd-client.key"),
+		"etcd-servers":                    "https://" + net.JoinHostPort(localhostFor(c.AdvertiseAddress), "2379"),
+		"kubelet-client-certificate":      pkiPath("apiserver-kubelet-client.crt"),
+		"kubelet-client-key":              pkiPath("apiserver-kubelet-client.key"),
+		"kubelet-preferred-address-types": "InternalIP,ExternalIP,Hostname",
+		// SO_REUSEPORT: when kubelet replaces this pod (an upgrade, a renewed certificate),
+		// the new kube-apiserver binds :6443 while the old one still drains, instead of
+		// crash-looping on "address already in use" until it is gone (see
+		// docs/kubeadm-differences.md).
+		"permit-port-sharing":                "true",
 		"proxy-client-cert-file":             pkiPath("front-proxy-client.crt"),
 		"proxy-client-key-file":              pkiPath("front-proxy-client.key"),
 		"requestheader-allowed-names":        "front-proxy-client",
