@@ -88,7 +88,13 @@ func TestHAControlPlaneGrowsSurvivesAMasterAndShrinks(t *testing.T) {
 	if err != nil {
 		t.Fatalf("upgrade %s → %s with three masters: %v\n%s", from, to, err, out)
 	}
-	t.Logf("upgrade %s → %s of 3 masters + 1 worker took %s; API probes through the load balancer: %d failed, about %s without an answer", from, to, time.Since(start).Round(time.Second), failed, down.Round(100*time.Millisecond))
+	var hops []string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "control plane at ") || strings.Contains(l, " drained, uncordoned") || strings.Contains(l, "upgrade ") {
+			hops = append(hops, strings.TrimSpace(l))
+		}
+	}
+	t.Logf("upgrade %s → %s of 3 masters + 1 worker took %s; API probes through the load balancer: %d failed, about %s without an answer:\n%s", from, to, time.Since(start).Round(time.Second), failed, down.Round(100*time.Millisecond), strings.Join(hops, "\n"))
 	if failed > 5 {
 		t.Errorf("%d API probes through the load balancer failed during the upgrade (about %s); want the API answering throughout", failed, down)
 	}

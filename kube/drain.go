@@ -40,6 +40,11 @@ func Drain(ctx context.Context, c kubernetes.Interface, node string, timeout tim
 	dead := nodeNotReady(n) != ""
 	evicted := map[string]bool{}
 	for {
+		// A kubelet that stops answering during the drain (its host just went down) is dead
+		// from the moment the node controller marks it: look again each round.
+		if n, err := c.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{}); err == nil {
+			dead = nodeNotReady(n) != ""
+		}
 		list, err := c.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String()})
 		if err != nil {
 			if ctx.Err() != nil {

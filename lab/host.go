@@ -133,12 +133,15 @@ frontend kube-apiserver
 	default_backend masters
 
 backend masters
-	option tcp-check
+	# As kubeadm's HA guide: a master counts while its kube-apiserver says it is ready
+	# (/readyz, anonymous), so one that restarts, or whose etcd member does, is left out.
+	option httpchk GET /readyz
+	http-check expect status 200
 	balance roundrobin
 `)
 	for _, m := range l.st.Hosts {
 		if m.Role == RoleMaster {
-			fmt.Fprintf(&b, "\tserver %s %s:6443 check inter 2s fall 2 rise 1\n", m.Name, m.Address)
+			fmt.Fprintf(&b, "\tserver %s %s:6443 check check-ssl verify none inter 1s fall 1 rise 1\n", m.Name, m.Address)
 		}
 	}
 	etc := filepath.Join(h.Dir, "upper", "etc")
