@@ -110,7 +110,7 @@ func TestUpgradeAcrossTwoMinors(t *testing.T) {
 	t.Logf("upgrade %s → %s took %s:\n%s", from, to, took.Round(time.Second), out)
 	ok, failed := proberCounts(ctx, t, k)
 	ok, failed = ok-ok0, failed-failed0 // during the upgrade (and the plan before it)
-	t.Logf("Service prober: %d requests answered, %d failed; API probes: %d failed, about %s without an answer", ok, failed, apiFailed, apiDown.Round(100*time.Millisecond))
+	t.Logf("Service prober: %d requests answered, %d failed; API probes: %d failed, about %s without an answer, the longest outage %s", ok, failed, apiFailed, apiDown.Round(100*time.Millisecond), api.longestOutage().Round(100*time.Millisecond))
 	if failed != 0 || ok < 100 {
 		t.Errorf("the Service prober counted %d failed requests (and %d answered); want 0 failed", failed, ok)
 	}
@@ -320,21 +320,23 @@ func proberCounts(ctx context.Context, t *testing.T, k kubernetes.Interface) (ok
 	return ok, failed
 }
 
-// apiProbe asks the API server's /readyz every 200 ms (1 s timeout) until stopped.
+// apiProbe asks the API server's /readyz every 200 ms (2 s timeout) until stopped.
 type apiProbe struct {
-	failed atomic.Int64
-	down   atomic.Int64 // nanoseconds between a failed probe and the next
-	done   chan struct{}
-	ended  chan struct{}
+	failed  atomic.Int64
+	down    atomic.Int64 // nanoseconds between a failed probe and the next
+	longest atomic.Int64 // nanoseconds of the longest run of failed probes
+	done    chan struct{}
+	ended   chan struct{}
 }
 
 func probeAPI(ctx context.Context, k kubernetes.Interface) *apiProbe {
 	p := &apiProbe{done: make(chan struct{}), ended: make(chan struct{})}
 	go func() {
 		defer close(p.ended)
+		var outage time.Time // when the current run of failed probes began
 		for {
 			start := time.Now()
-			rctx, cancel := context.WithTimeout(ctx, time.Second)
+			rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			var code int
 			k.Discovery().RESTClient().Get().AbsPath("/readyz").Do(rctx).StatusCode(&code)
 			cancel()
@@ -346,6 +348,14 @@ func probeAPI(ctx context.Context, k kubernetes.Interface) *apiProbe {
 			if code != http.StatusOK {
 				p.failed.Add(1)
 				p.down.Add(int64(time.Since(start)))
+				if outage.IsZero() {
+					outage = start
+				}
+				if d := int64(time.Since(outage)); d > p.longest.Load() {
+					p.longest.Store(d)
+				}
+			} else {
+				outage = time.Time{}
 			}
 		}
 	}()
@@ -358,3 +368,6 @@ func (p *apiProbe) stop() (int64, time.Duration) {
 	<-p.ended
 	return p.failed.Load(), time.Duration(p.down.Load())
 }
+
+// longestOutage is the longest run of failed probes, from the first to the last.
+func (p *apiProbe) longestOutage() time.Duration { return time.Duration(p.longest.Load()) }
