@@ -80,8 +80,12 @@ func (a *Apply) upgrade(ctx context.Context, r progress.Reporter) error {
 	if err := a.snapshotBeforeUpgrade(ctx, r, u.from); err != nil {
 		return err
 	}
-	hops := make([]*Apply, 0, len(u.hops)+1)
-	for _, v := range append(append([]string(nil), u.hops...), u.target) {
+	versions := u.hops // the control plane's hops, ending at the target
+	if len(versions) == 0 {
+		versions = []string{u.target} // the masters are there: the workers' version
+	}
+	hops := make([]*Apply, 0, len(versions))
+	for _, v := range versions {
 		h, err := a.atVersion(v)
 		if err != nil {
 			return err
