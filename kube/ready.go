@@ -239,10 +239,7 @@ func podNotReady(p *corev1.Pod) string {
 		}
 		return why
 	}
-	ready := slices.ContainsFunc(p.Status.Conditions, func(c corev1.PodCondition) bool {
-		return c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue
-	})
-	if ready {
+	if podReady(p) {
 		return ""
 	}
 	if cs := containersNotReady(p); cs != "" {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -83,29 +84,17 @@ func WaitNodeVersion(ctx context.Context, c kubernetes.Interface, node, version 
 	}
 }
 
-// NodeVersions are the kubelet versions the nodes report, by node name.
-func NodeVersions(ctx context.Context, c kubernetes.Interface) (map[string]string, error) {
+// CordonedForUpgrade are the nodes kforge cordoned for an upgrade and has not uncordoned, each
+// with the kubelet version it reports.
+func CordonedForUpgrade(ctx context.Context, c kubernetes.Interface) (map[string]string, error) {
 	nl, err := c.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, err
 	}
 	out := map[string]string{}
 	for _, n := range nl.Items {
-		out[n.Name] = n.Status.NodeInfo.KubeletVersion
-	}
-	return out, nil
-}
-
-// CordonedForUpgrade are the nodes kforge cordoned for an upgrade and has not uncordoned.
-func CordonedForUpgrade(ctx context.Context, c kubernetes.Interface) ([]string, error) {
-	nl, err := c.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, n := range nl.Items {
 		if _, ok := n.Annotations[UpgradeCordonAnnotation]; ok {
-			out = append(out, n.Name)
+			out[n.Name] = n.Status.NodeInfo.KubeletVersion
 		}
 	}
 	return out, nil
@@ -165,11 +154,9 @@ func staticPodsSignature(ctx context.Context, c kubernetes.Interface, node strin
 	return strings.Join(sig, ","), ""
 }
 
+// podReady says whether p's Ready condition is true.
 func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
+	return slices.ContainsFunc(p.Status.Conditions, func(c corev1.PodCondition) bool {
+		return c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue
+	})
 }

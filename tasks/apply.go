@@ -198,13 +198,19 @@ func (a *Apply) readBundle(context.Context, progress.Reporter) error {
 	return nil
 }
 
-// preflight checks every host centrally and fails before anything changes.
-func (a *Apply) preflight(_ context.Context, r progress.Reporter) error {
+// preflightOptions are the preflight checks' options: the errors to ignore, the bundle's
+// machine architecture.
+func (a *Apply) preflightOptions() preflight.Options {
 	o := preflight.Options{Ignore: a.o.Ignore}
 	if a.manifest != nil {
 		_, o.BundleArch, _ = strings.Cut(a.manifest.Platform, "/")
 	}
-	findings := preflight.Check(a.inv, a.fleet.AllFacts(), o)
+	return o
+}
+
+// preflight checks every host centrally and fails before anything changes.
+func (a *Apply) preflight(_ context.Context, r progress.Reporter) error {
+	findings := preflight.Check(a.inv, a.fleet.AllFacts(), a.preflightOptions())
 	for _, f := range findings {
 		if f.Severity >= preflight.Warning {
 			r(progress.Event{Kind: progress.Info, Host: f.Host, Message: f.String()})

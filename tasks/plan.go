@@ -174,11 +174,7 @@ func (p *Plan) reached() []inventory.Node {
 
 // preflight runs apply's checks on the hosts that answered and keeps the errors.
 func (p *Plan) preflight(_ context.Context, r progress.Reporter) error {
-	o := preflight.Options{Ignore: p.a.o.Ignore}
-	if p.a.manifest != nil {
-		_, o.BundleArch, _ = strings.Cut(p.a.manifest.Platform, "/")
-	}
-	for _, f := range preflight.Check(p.a.inv, p.a.fleet.AllFacts(), o) {
+	for _, f := range preflight.Check(p.a.inv, p.a.fleet.AllFacts(), p.a.preflightOptions()) {
 		switch {
 		case f.Check == preflight.CheckFacts && p.Diff.Unreachable[f.Host] != "":
 			// shown as unreachable

@@ -471,22 +471,18 @@ func (h *Apply) upgradeWorker(ctx context.Context, n inventory.Node, r progress.
 // uncordonUpgraded uncordons the nodes an interrupted upgrade left cordoned that run the
 // inventory's version now.
 func (a *Apply) uncordonUpgraded(ctx context.Context, r progress.Reporter) error {
-	names, err := kube.CordonedForUpgrade(ctx, a.api.Typed)
+	cordoned, err := kube.CordonedForUpgrade(ctx, a.api.Typed)
 	if err != nil {
 		return err
 	}
-	versions, err := kube.NodeVersions(ctx, a.api.Typed)
-	if err != nil {
-		return err
-	}
-	for _, n := range names {
-		if versions[n] != a.inv.KubernetesVersion {
+	for _, n := range slices.Sorted(maps.Keys(cordoned)) {
+		if cordoned[n] != a.inv.KubernetesVersion {
 			continue
 		}
 		if ok, err := kube.UncordonAfterUpgrade(ctx, a.api.Typed, n); err != nil {
 			return err
 		} else if ok {
-			r(progress.Event{Kind: progress.Info, Host: n, Message: "uncordoned: upgraded to " + versions[n]})
+			r(progress.Event{Kind: progress.Info, Host: n, Message: "uncordoned: upgraded to " + cordoned[n]})
 		}
 	}
 	return nil

@@ -65,7 +65,12 @@ func startClusterRun(command string, s *streams, g *Globals, log *slog.Logger, d
 
 // options are the tasks' options every cluster command shares.
 func (r *clusterRun) options(g *Globals, log *slog.Logger) tasks.Options {
-	return tasks.Options{State: r.state, InventoryDir: dirOf(g.Inventory), Limits: remote.Limits{Hosts: g.Concurrency}, Logger: log}
+	return taskOptions(r.state, g, log)
+}
+
+// taskOptions are the tasks' options from the global flags, for a cluster's state dir.
+func taskOptions(d state.Dir, g *Globals, log *slog.Logger) tasks.Options {
+	return tasks.Options{State: d, InventoryDir: dirOf(g.Inventory), Limits: remote.Limits{Hosts: g.Concurrency}, Logger: log}
 }
 
 // run runs steps, reporting each event and recording the run in the state dir.

@@ -19,7 +19,6 @@ import (
 	"github.com/kforge/kforge/inventory"
 	"github.com/kforge/kforge/pki"
 	"github.com/kforge/kforge/progress"
-	"github.com/kforge/kforge/remote"
 	"github.com/kforge/kforge/tasks"
 )
 
@@ -56,7 +55,8 @@ func (p PlanCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Logg
 	command := "apply"
 	var removed []inventory.Node
 	var steps []tasks.Task
-	o := tasks.Options{State: state, InventoryDir: dirOf(g.Inventory), Limits: remote.Limits{Hosts: g.Concurrency}, Logger: log, Prune: p.Prune}
+	o := taskOptions(state, g, log)
+	o.Prune = p.Prune
 	if p.Restore != "" {
 		// A restore's inventory may keep none of the masters: they are the lost ones.
 		command = "restore"
