@@ -68,6 +68,8 @@ type cluster struct {
 	kubeletArgs map[string]string
 	sans        []string
 	labels      map[string]map[string]string
+	// certValidity is the inventory's pki.certValidity ("" for the default).
+	certValidity string
 }
 
 const agentImage = "kforge.test/e2e-agent:v1"
@@ -736,8 +738,15 @@ func (c *cluster) writeInventory(masters, workers []lab.Host) {
 		args += fmt.Sprintf(", %s: %q", k, c.kubeletArgs[k])
 	}
 	fmt.Fprintf(&b, "kubelet: {allowCgroupV1: %t, extraArgs: {%s}}\n", skel.Kubelet.AllowCgroupV1, args)
+	var pkiFields []string
+	if c.certValidity != "" {
+		pkiFields = append(pkiFields, "certValidity: "+c.certValidity)
+	}
 	if len(c.sans) > 0 {
-		fmt.Fprintf(&b, "pki: {apiServerCertSANs: [%s]}\n", strings.Join(c.sans, ", "))
+		pkiFields = append(pkiFields, fmt.Sprintf("apiServerCertSANs: [%s]", strings.Join(c.sans, ", ")))
+	}
+	if len(pkiFields) > 0 {
+		fmt.Fprintf(&b, "pki: {%s}\n", strings.Join(pkiFields, ", "))
 	}
 	b.WriteString("kubeProxy: {conntrackMaxPerCore: 0}\n") // the lab's hosts share this machine's conntrack table
 	addon := filepath.Join(filepath.Dir(c.inventory), "addon.yaml")

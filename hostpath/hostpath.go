@@ -20,6 +20,10 @@ const (
 	KubeletInstanceConfig = KubeletDir + "/instance-config.yaml"
 	KubeletFlagsEnvPath   = KubeletDir + "/kubeadm-flags.env"
 	KubeletUnitPath       = "/etc/systemd/system/kubelet.service"
+	// KubeletPKIDir is the kubelet's certificate store: KubeletClientCert (a symlink to the newest
+	// kubelet-client-<time>.pem, certificate and key) and its serving certificate.
+	KubeletPKIDir     = KubeletDir + "/pki"
+	KubeletClientCert = KubeletPKIDir + "/kubelet-client-current.pem"
 	// KubeletDropInPath is kforge's kubelet drop-in: its presence says the kubelet on the host
 	// was set up by kforge.
 	KubeletDropInPath  = "/etc/systemd/system/kubelet.service.d/10-kforge.conf"

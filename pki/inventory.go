@@ -81,6 +81,12 @@ func PlanCluster(c *inventory.Cluster, invDir, dir string, now time.Time, random
 	return ensureCluster(c, invDir, Options{Dir: dir, Now: now, Rand: random, DryRun: true})
 }
 
+// RenewCluster is PlanCluster that also re-issues the leaves renew selects by Request.Key,
+// whatever their state: nothing is written until Set.SaveIssued (kforge certs renew).
+func RenewCluster(c *inventory.Cluster, invDir, dir string, now time.Time, random io.Reader, renew func(key string) bool) (*Set, []Change, error) {
+	return ensureCluster(c, invDir, Options{Dir: dir, Now: now, Rand: random, Renew: renew, DryRun: true})
+}
+
 func ensureCluster(c *inventory.Cluster, invDir string, o Options) (*Set, []Change, error) {
 	p, masters, err := FromInventory(c)
 	if err != nil {

@@ -20,6 +20,16 @@ import (
 // DefaultRenewBefore is how close to expiry a leaf certificate is re-issued.
 const DefaultRenewBefore = 30 * 24 * time.Hour
 
+// RenewBefore is how close to expiry apply re-issues a leaf of the given validity: 30 days, or
+// a third of the validity when that is shorter, so that certificates of a few minutes (tests)
+// or days are not re-issued on every run.
+func RenewBefore(validity time.Duration) time.Duration {
+	if validity > 0 && validity/3 < DefaultRenewBefore {
+		return validity / 3
+	}
+	return DefaultRenewBefore
+}
+
 // Set is a cluster's PKI material, complete for its params and masters.
 type Set struct {
 	Params  Params
@@ -62,8 +72,11 @@ type Options struct {
 	ExternalCA *KeyPair
 	Now        time.Time
 	Rand       io.Reader
-	// RenewBefore re-issues leaves expiring within it; 0 means DefaultRenewBefore.
+	// RenewBefore re-issues leaves expiring within it; 0 means RenewBefore(CertValidity).
 	RenewBefore time.Duration
+	// Renew says which leaves (by Request.Key) are re-issued whatever their state
+	// (kforge certs renew); nil renews none that are still good.
+	Renew func(key string) bool
 	// DryRun computes the same set and changes without writing, removing or locking anything
 	// in Dir (kforge plan): what would be issued is issued in memory only.
 	DryRun bool
@@ -76,7 +89,7 @@ type Options struct {
 // with the inventory is an error that says what to do.
 func Ensure(o Options) (*Set, []Change, error) {
 	if o.RenewBefore == 0 {
-		o.RenewBefore = DefaultRenewBefore
+		o.RenewBefore = RenewBefore(o.Params.CertValidity)
 	}
 	if !o.DryRun {
 		if err := os.MkdirAll(o.Dir, 0o700); err != nil {
@@ -210,7 +223,7 @@ func Staleness(kp *KeyPair, r Request, ca *KeyPair, alg KeyAlgorithm, now time.T
 	if !samePublicKey(c, kp.Key) {
 		return "private key does not match the certificate"
 	}
-	if err := c.CheckSignatureFrom(ca.Cert); err != nil || !bytes.Equal(c.RawIssuer, ca.Cert.RawSubject) {
+	if !SignedBy(c, ca.Cert) {
 		return "signed by a different CA"
 	}
 	if left := c.NotAfter.Sub(now); left < renewBefore {
@@ -219,6 +232,18 @@ func Staleness(kp *KeyPair, r Request, ca *KeyPair, alg KeyAlgorithm, now time.T
 		}
 		return fmt.Sprintf("expires %s, within %s", c.NotAfter.Format(time.RFC3339), renewBefore)
 	}
+	return Mismatch(c, r, alg)
+}
+
+// SignedBy says whether ca signed c.
+func SignedBy(c, ca *x509.Certificate) bool {
+	return ca != nil && bytes.Equal(c.RawIssuer, ca.RawSubject) && c.CheckSignatureFrom(ca) == nil
+}
+
+// Mismatch says how certificate c no longer fits request r: its subject, SANs, key usages or
+// key algorithm (unless alg is ""); "" when it fits. Neither expiry nor the signing CA is
+// looked at.
+func Mismatch(c *x509.Certificate, r Request, alg KeyAlgorithm) string {
 	if c.Subject.CommonName != r.Subject.CommonName || !slices.Equal(c.Subject.Organization, r.Subject.Organization) {
 		return fmt.Sprintf("subject was CN=%s O=%v, want CN=%s O=%v", c.Subject.CommonName, c.Subject.Organization, r.Subject.CommonName, r.Subject.Organization)
 	}
@@ -228,7 +253,7 @@ func Staleness(kp *KeyPair, r Request, ca *KeyPair, alg KeyAlgorithm, now time.T
 	if !slices.Equal(c.ExtKeyUsage, r.Spec.ExtKeyUsage) || c.KeyUsage != r.Spec.KeyUsage() {
 		return "key usages changed"
 	}
-	if got := AlgorithmOf(c.PublicKey); got != alg {
+	if got := AlgorithmOf(c.PublicKey); alg != "" && got != alg {
 		return fmt.Sprintf("key algorithm was %s, want %s", got, alg)
 	}
 	return ""
@@ -279,6 +304,9 @@ func ensureLeaf(o Options, r Request, ca *KeyPair) (*KeyPair, []Change, error) {
 	switch {
 	case err == nil:
 		reason = Staleness(cur, r, ca, o.Params.KeyAlgorithm, o.Now, o.RenewBefore)
+		if reason == "" && o.Renew != nil && o.Renew(r.Key()) {
+			reason = "renewal asked; it expires " + cur.Cert.NotAfter.UTC().Format(time.RFC3339)
+		}
 		if reason == "" {
 			return cur, nil, nil
 		}
@@ -464,4 +492,30 @@ func Load(dir string, names ...string) (*Set, error) {
 		}
 	}
 	return set, nil
+}
+
+// SaveIssued writes into dir the leaves that changes say were created or renewed, each pair
+// atomically, under dir's lock: for a set issued as a dry run (Options.DryRun) and checked
+// before it is kept (kforge certs renew).
+func (s *Set) SaveIssued(dir string, changes []Change) error {
+	unlock, err := lockDir(dir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	for _, ch := range changes {
+		if ch.Action != "created" && ch.Action != "renewed" {
+			continue
+		}
+		name, node, _ := strings.Cut(ch.Key, "@")
+		spec, ok := Lookup(name)
+		kp := s.Certs[ch.Key]
+		if !ok || spec.IsCA() || kp == nil {
+			return fmt.Errorf("pki: cannot save %s: not a leaf of the set", ch.Key)
+		}
+		if err := savePair(StatePath(dir, Request{Spec: spec, Node: node}), kp); err != nil {
+			return err
+		}
+	}
+	return nil
 }

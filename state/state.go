@@ -8,6 +8,7 @@
 //	<dir>/admin.conf       the user's admin kubeconfig
 //	<dir>/bootstrap-token  the workers' bootstrap token
 //	<dir>/hosts.yaml       the hosts of the last apply (HostsRecord)
+//	<dir>/issued.yaml      the user kubeconfigs kforge issued (Issued)
 //	<dir>/logs/            one debug log per run
 //	<dir>/runs/            one record per run: its steps, what each host reported, the outcome
 package state

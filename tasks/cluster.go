@@ -82,6 +82,11 @@ func dialAPIClients(c *inventory.Cluster, set *pki.Set, f *fleet.Fleet, dryRun b
 // super-admin.conf) whose connections go through the first master's SSH connection to its own
 // API server.
 func restConfig(c *inventory.Cluster, set *pki.Set, f *fleet.Fleet, identity string) (*rest.Config, error) {
+	return restConfigVia(c, set, f, identity, c.Masters[0])
+}
+
+// restConfigVia is restConfig through master m's SSH connection to its own API server.
+func restConfigVia(c *inventory.Cluster, set *pki.Set, f *fleet.Fleet, identity string, m inventory.Host) (*rest.Config, error) {
 	kubeconfig, err := pki.Kubeconfig(c.Name, pki.APIServerURL(pki.Endpoint(c)), set.CAs[pki.CA].Cert, set.Get(identity, ""))
 	if err != nil {
 		return nil, err
@@ -90,7 +95,6 @@ func restConfig(c *inventory.Cluster, set *pki.Set, f *fleet.Fleet, identity str
 	if err != nil {
 		return nil, err
 	}
-	m := c.Masters[0]
 	if d, err := f.Dialer(m.Name); err == nil {
 		target := net.JoinHostPort(m.NodeIP(), fmt.Sprint(pki.APIServerPort))
 		cfg.Dial = func(ctx context.Context, network, _ string) (net.Conn, error) {
@@ -245,7 +249,7 @@ func (a *Apply) joinWorkers(ctx context.Context, r progress.Reporter) error {
 	defer cancel()
 	cs, err := kube.SignKubeletCSRs(ctx, a.api.Typed, kube.SignKubeletCSRsInput{
 		Nodes: a.fleet.Names(inventory.RoleWorker), Requestor: "system:bootstrap:" + a.token.ID,
-		CA: a.set.CAs[pki.CA], Now: a.o.Now, Random: a.o.Rand,
+		CA: a.set.CAs[pki.CA], Validity: a.set.Params.CertValidity, Now: a.o.Now, Random: a.o.Rand,
 	})
 	if len(cs) > 0 {
 		r(progress.Event{Kind: progress.Info, Message: fmt.Sprintf("approved and signed %s", count(len(cs), "kubelet client certificate"))})
@@ -397,7 +401,7 @@ func (a *Apply) waitReady(ctx context.Context, r progress.Reporter) error {
 	return kube.WaitForReady(ctx, a.api.Typed, kube.WaitReadyInput{Nodes: a.fleet.Names(""), Namespaces: ns, Progress: func(s kube.ReadyStatus) {
 		if !nodesReady && s.ReadyNodes == s.TotalNodes {
 			nodesReady = true
-			r(progress.Event{Kind: progress.Info, Message: fmt.Sprintf("%s Ready %s after apply started", count(s.TotalNodes, "node"), a.o.Now().Sub(a.started).Round(100*time.Millisecond))})
+			r(progress.Event{Kind: progress.Info, Message: fmt.Sprintf("%s Ready %s after the run started", count(s.TotalNodes, "node"), a.o.Now().Sub(a.started).Round(100*time.Millisecond))})
 		}
 		if time.Since(last) > 5*time.Second {
 			last = time.Now()

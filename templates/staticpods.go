@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/kforge/kforge/hostpath"
 	"github.com/kforge/kforge/release"
@@ -70,6 +71,10 @@ type ControlPlane struct {
 	// before the API server's RBAC is in place, costs a retry period (2 s) on the way to a
 	// working cluster. With several masters they elect, as kubeadm sets them.
 	SingleMaster bool
+	// SigningDuration is kube-controller-manager's --cluster-signing-duration: the lifetime of
+	// the certificates it signs (kubelets' client certificates), the inventory's certValidity.
+	// 0 when it is kube-controller-manager's default (a year): kubeadm leaves it unset.
+	SigningDuration time.Duration
 }
 
 // EtcdPeerURL is https://ip:2380.
@@ -244,6 +249,9 @@ func (c ControlPlane) ControllerManager() *corev1.Pod {
 		"root-ca-file":                     pkiPath("ca.crt"),
 		"service-account-private-key-file": pkiPath("sa.key"),
 		"use-service-account-credentials":  "true",
+	}
+	if c.SigningDuration > 0 {
+		args["cluster-signing-duration"] = c.SigningDuration.String()
 	}
 	if c.ExternalCA {
 		args["cluster-signing-cert-file"] = ""

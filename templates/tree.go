@@ -1,6 +1,8 @@
 package templates
 
 import (
+	"time"
+
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -129,6 +131,9 @@ func ControlPlaneFor(c *inventory.Cluster, i int, o Options) (ControlPlane, erro
 		CACertDirs:       caCertDirs,
 		EtcdClusterState: "new",
 		SingleMaster:     len(c.Masters)+o.RetiringMasters == 1,
+	}
+	if v := time.Duration(c.PKI.CertValidity); v != 0 && v != pki.DefaultSigningDuration {
+		cp.SigningDuration = v
 	}
 	switch {
 	case boot != nil:

@@ -1,28 +1,53 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
+	"time"
 
 	"github.com/kforge/kforge/internal/fsx"
+	"github.com/kforge/kforge/inventory"
+	"github.com/kforge/kforge/state"
+	"github.com/kforge/kforge/tasks"
 
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
-// KubeconfigCmd prints the cluster's admin kubeconfig, or merges it into the user's.
+// KubeconfigCmd prints the cluster's admin kubeconfig, or merges it into the user's; with
+// --user it signs a kubeconfig for a person or a CI job instead.
 type KubeconfigCmd struct {
-	Merge bool `help:"Merge into ~/.kube/config (or the first file of $KUBECONFIG) and make it the current context, instead of printing it."`
+	Merge bool     `help:"Merge into ~/.kube/config (or the first file of $KUBECONFIG) and make it the current context, instead of printing it."`
+	User  string   `placeholder:"NAME" help:"Sign a kubeconfig for this user (a person or a CI job) with the cluster CA, instead of the admin's; kforge records who, which groups and until when (kforge certs check lists them)."`
+	Group []string `placeholder:"GROUP" help:"With --user: a group the user is in (repeat for more); bind RBAC roles to it."`
+	TTL   string   `name:"ttl" placeholder:"DURATION" help:"With --user: how long the kubeconfig is valid, such as 8h or 30d (default: the inventory's pki.certValidity)."`
 }
 
-func (c *KubeconfigCmd) Run(s *streams, g *Globals, dl *debugLog) error {
+func (c *KubeconfigCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Logger, dl *debugLog) error {
+	if c.User == "" && (len(c.Group) > 0 || c.TTL != "") {
+		return usageError{errors.New("--group and --ttl go with --user NAME")}
+	}
+	var ttl time.Duration
+	if c.TTL != "" {
+		d, err := inventory.ParseDuration(c.TTL)
+		if err != nil {
+			return usageError{fmt.Errorf("--ttl: %v", err)}
+		}
+		ttl = time.Duration(d)
+	}
 	inv, state, err := loadCluster(g)
 	if err != nil {
 		return err
 	}
 	dl.UseDir(state.Logs())
+	if c.User != "" {
+		return c.issue(ctx, s, g, log, inv, state, ttl)
+	}
 	path := state.AdminKubeconfig()
 	data, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -34,6 +59,12 @@ func (c *KubeconfigCmd) Run(s *streams, g *Globals, dl *debugLog) error {
 		_, err = s.Out.Write(data)
 		return err
 	}
+	return mergeInto(s, data, "cluster "+inv.Name)
+}
+
+// mergeInto merges kubeconfig data into ~/.kube/config (or the first file of $KUBECONFIG) and
+// makes its context the current one.
+func mergeInto(s *streams, data []byte, what string) error {
 	target := clientcmd.RecommendedHomeFile
 	if env := filepath.SplitList(os.Getenv(clientcmd.RecommendedConfigPathEnvVar)); len(env) > 0 && env[0] != "" {
 		target = env[0]
@@ -48,8 +79,34 @@ func (c *KubeconfigCmd) Run(s *streams, g *Globals, dl *debugLog) error {
 	if err := fsx.WriteFile(target, merged, 0o600); err != nil {
 		return err
 	}
-	fmt.Fprintf(s.Err, "merged cluster %s into %s and made it the current context\n", inv.Name, target)
+	fmt.Fprintf(s.Err, "merged %s into %s and made it the current context\n", what, target)
 	return nil
+}
+
+// issue signs a user's kubeconfig and writes it where the admin's would go.
+func (c *KubeconfigCmd) issue(ctx context.Context, s *streams, g *Globals, log *slog.Logger, inv *inventory.Cluster, d state.Dir, ttl time.Duration) error {
+	if ttl == 0 {
+		ttl = time.Duration(inv.PKI.CertValidity)
+	}
+	unlock, err := d.Lock()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	u, err := tasks.IssueUserKubeconfig(ctx, inv, taskOptions(d, g, log), c.User, c.Group, ttl)
+	if err != nil {
+		return usageError{err}
+	}
+	groups := "no groups"
+	if len(u.Record.Groups) > 0 {
+		groups = "groups " + strings.Join(u.Record.Groups, ", ")
+	}
+	fmt.Fprintf(s.Err, "signed a kubeconfig for user %s (%s), valid until %s, serial %s; recorded in %s\n", c.User, groups, u.Record.NotAfter.Format(time.RFC3339), u.Record.Serial, d.IssuedRecord())
+	if !c.Merge {
+		_, err = s.Out.Write(u.Kubeconfig)
+		return err
+	}
+	return mergeInto(s, u.Kubeconfig, "user "+c.User+" of cluster "+inv.Name)
 }
 
 // mergeKubeconfig adds the clusters, users and contexts of add to the kubeconfig at target

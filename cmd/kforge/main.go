@@ -17,6 +17,7 @@ type CLI struct {
 	Plan       PlanCmd       `cmd:"" help:"Show the validated cluster and the ordered steps apply will take; changes nothing."`
 	Apply      ApplyCmd      `cmd:"" help:"Create the cluster in the inventory, or bring an existing one up to date with it."`
 	Kubeconfig KubeconfigCmd `cmd:"" help:"Print the cluster's admin kubeconfig, or merge it into ~/.kube/config."`
+	Certs      CertsCmd      `cmd:"" help:"Check, renew and rotate the cluster's certificates."`
 	Etcd       EtcdCmd       `cmd:"" help:"Snapshots and status of the cluster's etcd."`
 	Restore    RestoreCmd    `cmd:"" help:"Rebuild the control plane from an etcd snapshot on the inventory's masters (new hosts allowed); workers come back without re-joining."`
 	Reset      ResetCmd      `cmd:"" help:"Undo on every host what apply did (kubelet, containers, files, pod network, iptables rules); asks first unless --yes."`

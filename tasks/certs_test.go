@@ -1,0 +1,118 @@
+package tasks
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kforge/kforge/pki"
+	"github.com/kforge/kforge/remote"
+	"github.com/kforge/kforge/remote/remotetest"
+	"github.com/kforge/kforge/templates"
+)
+
+// TestReadHostCertsSendsNoKey runs the command certs check and renew send to hosts in a real
+// shell, on a kubeconfig with an embedded key and a kubelet store file (certificate and key):
+// both certificates come back, a missing file is absent, and no key leaves the "host".
+func TestReadHostCertsSendsNoKey(t *testing.T) {
+	dir := t.TempDir()
+	set, _, err := pki.Ensure(pki.Options{Dir: filepath.Join(dir, "pki"), Params: testPKIParams(), Masters: []pki.Master{{Name: "m1", IP: "10.0.0.1"}}, Now: time.Now(), Rand: rand.Reader})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := set.Get("admin.conf", "")
+	conf, err := pki.Kubeconfig("c", "https://10.0.0.1:6443", set.CAs[pki.CA].Cert, admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubelet := set.Get("kubelet.conf", "m1")
+	key, _ := pki.EncodeKey(kubelet.Key)
+	files := []hostCertFile{
+		{Name: "admin.conf", Path: filepath.Join(dir, "admin.conf"), kubeconfig: true},
+		{Name: kubeletClient, Path: filepath.Join(dir, "kubelet-client-current.pem")},
+		{Name: kubeletServing, Path: filepath.Join(dir, "missing.crt"), optional: true},
+	}
+	os.WriteFile(files[0].Path, conf, 0o600)
+	os.WriteFile(files[1].Path, append(pki.EncodeCert(kubelet.Cert), key...), 0o600)
+
+	h := remotetest.New("m1")
+	var sent bytes.Buffer
+	h.Handle(func(string) bool { return true }, func(ctx context.Context, c remote.Cmd) error {
+		cmd := exec.CommandContext(ctx, "sh", "-c", c.Command)
+		cmd.Stdout, cmd.Stderr = &sent, c.Stderr
+		err := cmd.Run()
+		c.Stdout.Write(sent.Bytes())
+		return err
+	})
+	certs, err := readHostCerts(context.Background(), h, files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := certs[files[0].Path]; c == nil || !c.Equal(admin.Cert) {
+		t.Errorf("admin.conf's client certificate: %v", c)
+	}
+	if c := certs[files[1].Path]; c == nil || !c.Equal(kubelet.Cert) {
+		t.Errorf("kubelet store certificate: %v", c)
+	}
+	if _, ok := certs[files[2].Path]; ok || len(certs) != 2 {
+		t.Errorf("got %d certificates, want 2 (the missing file absent)", len(certs))
+	}
+	if s := sent.String(); strings.Contains(s, "PRIVATE KEY") || strings.Contains(s, "client-key-data") {
+		t.Errorf("the host sent key material:\n%s", s)
+	}
+}
+
+func testPKIParams() pki.Params {
+	return pki.Params{ClusterName: "c", DNSDomain: "cluster.local", ServiceSubnet: "10.96.0.0/12", KeyAlgorithm: pki.ECDSAP256,
+		CertValidity: time.Hour, CAValidity: 24 * time.Hour}
+}
+
+// TestRenewSelector: names are kubeadm's, on every master; CAs and unknown names are refused
+// with the list; names and --all go alone.
+func TestRenewSelector(t *testing.T) {
+	sel, err := RenewSelector([]string{"apiserver", "admin.conf"}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]bool{"apiserver@m1": true, "apiserver@m3": true, "admin.conf": true, "etcd-server@m1": false, "apiserver-kubelet-client": false} {
+		if sel(key) != want {
+			t.Errorf("selects %s: %v, want %v", key, !want, want)
+		}
+	}
+	all, err := RenewSelector(nil, true)
+	if err != nil || !all("etcd-peer@m2") {
+		t.Errorf("--all: %v", err)
+	}
+	for _, bad := range [][]string{{"ca"}, {"apiserver.crt"}} {
+		if _, err := RenewSelector(bad, false); err == nil || !strings.Contains(err.Error(), "choose from") {
+			t.Errorf("%v: %v", bad, err)
+		}
+	}
+	if _, err := RenewSelector(nil, false); err == nil {
+		t.Error("neither names nor --all: no error")
+	}
+	if _, err := RenewSelector([]string{"apiserver"}, true); err == nil {
+		t.Error("names and --all: no error")
+	}
+}
+
+// TestInputsLineIsAllRenewIgnores: two manifests that differ only in the credentials' hash are
+// the same to renew; any other difference is not.
+func TestInputsLineIsAllRenewIgnores(t *testing.T) {
+	a := "metadata:\n  annotations:\n    " + templates.InputsAnnotation + ": aaa\n    other: x\nspec: {}\n"
+	b := strings.Replace(a, "aaa", "bbb", 1)
+	c := strings.Replace(b, "other: x", "other: y", 1)
+	strip := func(s string) string { return string(inputsLine.ReplaceAll([]byte(s), nil)) }
+	if strip(a) != strip(b) {
+		t.Errorf("hash-only difference seen:\n%s\n%s", strip(a), strip(b))
+	}
+	if strip(a) == strip(c) {
+		t.Error("a difference besides the hash was ignored")
+	}
+}

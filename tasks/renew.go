@@ -1,0 +1,374 @@
+package tasks
+
+import (
+	"bytes"
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"path"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/kforge/kforge/hostpath"
+	"github.com/kforge/kforge/inventory"
+	"github.com/kforge/kforge/kube"
+	"github.com/kforge/kforge/pki"
+	"github.com/kforge/kforge/progress"
+	"github.com/kforge/kforge/remote"
+	"github.com/kforge/kforge/templates"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// CertsRenew is one `kforge certs renew`: the leaf certificates re-issued centrally, pushed to
+// the masters, and exactly the static pods that use them restarted, one master at a time,
+// each healthy before the next. It reaches the hosts over SSH only, so it works when the
+// certificates have already expired and the API server refuses everyone; it talks to the API
+// only to see the restarted pods Ready. Kubelets whose client certificate expired (they can no
+// longer rotate it) get a new one signed by the cluster CA.
+//
+// When a certificate it replaces has already expired, the control plane is down anyway (and
+// stacked etcd members with expired peer certificates cannot form a quorum until most are
+// renewed), so every master is renewed at once instead.
+type CertsRenew struct {
+	*Apply
+	renew func(key string) bool
+
+	hostCerts map[string]map[string]*x509.Certificate // inspect: each host's certificates by path
+	expired   []string                                // inspect: certificates this run replaces that have expired, "host: name"
+	kubelets  map[string]string                       // inspect: nodes whose kubelet client certificate expired, and when
+	serving   map[string]bool                         // inspect: nodes whose kubelet serving certificate expired
+	changes   []pki.Change                            // pki: what is re-issued
+	// Renewed are the certificates re-issued: the state dir's, then the kubelets'.
+	Renewed []string
+}
+
+// NewCertsRenew prepares a renewal of the leaves of c that renew selects by key
+// ("apiserver@m1", "admin.conf"; see RenewSelector).
+func NewCertsRenew(c *inventory.Cluster, o Options, renew func(key string) bool) *CertsRenew {
+	return &CertsRenew{Apply: NewApply(c, o), renew: renew, kubelets: map[string]string{}, serving: map[string]bool{}}
+}
+
+// RenewSelector turns `certs renew` arguments into a selector of request keys: every leaf with
+// all, else the named rows (kubeadm's names: apiserver, etcd-server, admin.conf, …), on every
+// master. An unknown name is an error listing the known ones.
+func RenewSelector(names []string, all bool) (func(key string) bool, error) {
+	if all == (len(names) > 0) {
+		return nil, errors.New("name the certificates to renew, or give --all")
+	}
+	var leaves []string
+	for _, s := range pki.Table() {
+		if !s.IsCA() {
+			leaves = append(leaves, s.Name)
+		}
+	}
+	for _, n := range names {
+		if !slices.Contains(leaves, n) {
+			return nil, fmt.Errorf("%q is not a certificate kforge renews; choose from %s (CAs are replaced with rotate-ca)", n, strings.Join(leaves, ", "))
+		}
+	}
+	return func(key string) bool {
+		name, _, _ := strings.Cut(key, "@")
+		return all || slices.Contains(names, name)
+	}, nil
+}
+
+// Steps is certs renew, top to bottom.
+func (x *CertsRenew) Steps() []Step {
+	c, f := x.inv, x.fleet
+	all, masters := f.Names(""), f.Names(inventory.RoleMaster)
+	var l list
+	l.add("connect", OnHosts, all, f.Connect, "connect to %s over SSH (host keys verified) and gather facts in one round trip each", count(len(all), "host"))
+	if c.Bundle != "" {
+		l.add("bundle", OnWorkstation, nil, x.readBundle, "read the bundle's manifest of Kubernetes %s (the images the static pods run)", c.KubernetesVersion)
+	}
+	l.add("inspect", OnHosts, all, x.inspect, "read every host's certificates (private keys stay on the hosts); refuse when a host trusts another CA than the state dir's")
+	l.add("pki", OnWorkstation, nil, x.issue, "re-issue the certificates asked for, in memory, from the state dir's CAs")
+	l.add("etcd-members", OnHosts, masters, x.planEtcd, "read how each etcd member started (its manifest), so that only credentials change")
+	l.add("render", OnWorkstation, nil, x.render, "render the masters' certificates, kubeconfigs and static-pod manifests")
+	l.add("same-manifests", OnHosts, masters, x.sameManifests, "refuse when a master's static pods would change in more than their credentials (kforge apply changes those)")
+	l.add("save", OnWorkstation, nil, x.save, "keep the new certificates in %s", x.o.State.PKI())
+	l.add("kubelets", OnHosts, all, x.renewKubelets, "give the kubelets whose client certificate expired a new one signed by the cluster CA, and restart them; a kubelet whose own serving certificate expired makes a new one")
+	l.add("masters", OnHosts, masters, x.pushMasters, "one master at a time (all at once when certificates have expired: the control plane is down): push its certificates and kubeconfigs; kubelet restarts exactly the static pods that use a renewed file; wait until they run and are Ready")
+	l.add("kubeconfig", OnWorkstation, nil, x.writeKubeconfig, "write the admin kubeconfig to the state dir")
+	l.add("wait-ready", ThroughAPI, nil, x.waitReady, "wait until every node is Ready")
+	return l
+}
+
+// inspect reads every host's certificates: a host whose CA is not the state dir's is refused
+// before anything changes; expired certificates decide how masters are renewed.
+func (x *CertsRenew) inspect(ctx context.Context, r progress.Reporter) error {
+	p, masters, err := pki.FromInventory(x.inv)
+	if err != nil {
+		return err
+	}
+	reqs, err := pki.Requests(p, masters)
+	if err != nil {
+		return err
+	}
+	state, errs := pki.StateCerts(x.o.State.PKI(), reqs)
+	cas := pki.StateCAs(state)
+	for _, name := range []string{pki.CA, pki.EtcdCA, pki.FrontProxyCA} {
+		if cas[name] == nil {
+			return fmt.Errorf("no %s certificate in %s (%v): kforge certs renew renews a cluster kforge apply created; is --state-dir the cluster's?", name, x.o.State.PKI(), errs[name])
+		}
+	}
+	for _, m := range x.inv.Masters {
+		if f := x.fleet.Facts(m.Name); f == nil || len(f.EtcdDataDir) == 0 {
+			return fmt.Errorf("%s: not part of the cluster yet (no etcd data): run kforge apply first; nothing was renewed", m.Name)
+		}
+	}
+	now := x.o.Now()
+	var mu sync.Mutex
+	x.hostCerts = map[string]map[string]*x509.Certificate{}
+	first := x.inv.Masters[0].Name
+	err = x.fleet.Each(ctx, "", func(ctx context.Context, n inventory.Node, h remote.Host) error {
+		files := hostCertFiles(reqs, n, n.Name == first)
+		certs, err := readHostCerts(ctx, h, files)
+		if err != nil {
+			return err
+		}
+		var expired []string
+		for _, f := range files {
+			c := certs[f.Path]
+			switch {
+			case c == nil:
+				continue
+			case f.req != nil && f.req.Spec.IsCA():
+				if !c.Equal(cas[f.req.Spec.Name]) {
+					return &CAMismatchError{Host: n.Name, File: f.Path, Host_: pki.SPKIPin(c), State: pki.SPKIPin(cas[f.req.Spec.Name]), StateDir: x.o.State.PKI()}
+				}
+			case !now.Before(c.NotAfter):
+				switch {
+				case f.Name == kubeletClient:
+					mu.Lock()
+					x.kubelets[n.Name] = c.NotAfter.UTC().Format(time.RFC3339)
+					mu.Unlock()
+				case f.Name == kubeletServing:
+					mu.Lock()
+					x.serving[n.Name] = true
+					mu.Unlock()
+				case x.renew(f.req.Key()):
+					expired = append(expired, n.Name+": "+f.Name)
+				}
+			}
+		}
+		mu.Lock()
+		x.hostCerts[n.Name] = certs
+		x.expired = append(x.expired, expired...)
+		mu.Unlock()
+		msg := count(len(certs), "certificate") + " read"
+		if len(expired) > 0 {
+			msg += "; expired: " + strings.Join(expired, ", ")
+		}
+		r(progress.Event{Kind: progress.HostDone, Host: n.Name, Message: msg})
+		return nil
+	})
+	slices.Sort(x.expired)
+	return err
+}
+
+// CAMismatchError is a host that trusts another CA than the state dir's: renewing from the
+// state dir would hand it certificates it rejects.
+type CAMismatchError struct {
+	Host, File   string
+	Host_, State string // SPKI pins
+	StateDir     string
+}
+
+func (e *CAMismatchError) Error() string {
+	return fmt.Sprintf("%s: %s is a different CA (%s) than the state dir's (%s in %s): is --state-dir this cluster's, or was the host given another cluster's PKI? Nothing was renewed", e.Host, e.File, e.Host_, e.State, e.StateDir)
+}
+
+// issue re-issues the asked-for leaves in memory (and any leaf apply would re-issue too).
+func (x *CertsRenew) issue(_ context.Context, r progress.Reporter) error {
+	set, changes, err := pki.RenewCluster(x.inv, x.o.InventoryDir, x.o.State.PKI(), x.o.Now(), x.o.Rand, x.renew)
+	if err != nil {
+		return fmt.Errorf("PKI in %s: %w", x.o.State.PKI(), err)
+	}
+	for _, ch := range changes {
+		if ch.Action == "created" && (ch.Key == pki.CA || ch.Key == pki.EtcdCA || ch.Key == pki.FrontProxyCA || ch.Key == "sa") {
+			return fmt.Errorf("PKI in %s has no %s: kforge certs renew renews a cluster kforge apply created; is --state-dir the cluster's?", x.o.State.PKI(), ch.Key)
+		}
+		if ch.Action == "created" || ch.Action == "renewed" {
+			x.Renewed = append(x.Renewed, ch.Key)
+		}
+		r(progress.Event{Kind: progress.Info, Message: ch.String()})
+	}
+	x.set, x.changes = set, changes
+	tok, _, err := currentBootstrapToken(x.o.State, x.o)
+	x.token = tok
+	return err
+}
+
+// inputsLine is the line of a static-pod manifest that carries templates.InputsAnnotation.
+var inputsLine = regexp.MustCompile(`(?m)^\s*` + regexp.QuoteMeta(templates.InputsAnnotation) + `:.*\n`)
+
+// sameManifests refuses to go on when a master's static-pod manifests would change in more than
+// the hash of their credentials: a new version or setting in the inventory is apply's work,
+// with its upgrade order and checks, not a certificate renewal's.
+func (x *CertsRenew) sameManifests(ctx context.Context, r progress.Reporter) error {
+	return x.fleet.Each(ctx, inventory.RoleMaster, func(ctx context.Context, n inventory.Node, h remote.Host) error {
+		for _, f := range x.files.get(n.Name, isManifest) {
+			have, err := remote.ReadFile(ctx, h, f.Path)
+			if err != nil {
+				return fmt.Errorf("read %s: %w", f.Path, err)
+			}
+			if !bytes.Equal(inputsLine.ReplaceAll(have, nil), inputsLine.ReplaceAll(f.Data, nil)) {
+				return fmt.Errorf("%s differs from what the inventory renders in more than its certificates (another version or setting): run kforge apply, which renews expiring certificates too, or put the inventory back as the cluster runs; nothing was renewed", f.Path)
+			}
+		}
+		return nil
+	})
+}
+
+func isManifest(p string) bool {
+	return path.Dir(p) == hostpath.ManifestsDir && strings.HasSuffix(p, ".yaml")
+}
+
+// isCredential says whether a master's file p is one renew pushes: the PKI, the kubeconfigs and
+// the static-pod manifests (whose inputs hash makes kubelet restart the pods that use a
+// renewed file).
+func isCredential(p string) bool {
+	return strings.HasPrefix(p, hostpath.PKIDir+"/") || isManifest(p) ||
+		path.Dir(p) == hostpath.KubernetesDir && strings.HasSuffix(p, ".conf") && p != hostpath.BootstrapKubeletConfig
+}
+
+func (x *CertsRenew) save(_ context.Context, r progress.Reporter) error {
+	return x.set.SaveIssued(x.o.State.PKI(), x.changes)
+}
+
+// renewKubelets gives each kubelet whose client certificate expired a new one, as its
+// certificate store holds them (certificate and key in kubelet-client-<time>.pem, pointed at
+// by kubelet-client-current.pem), and restarts it; a kubelet whose self-signed serving
+// certificate expired has it removed, and makes a new one as it restarts. Kubelets are
+// restarted before any static pod is replaced, which leaves the running pods alone.
+func (x *CertsRenew) renewKubelets(ctx context.Context, r progress.Reporter) error {
+	ca := x.set.CAs[pki.CA]
+	return x.fleet.Each(ctx, "", func(ctx context.Context, n inventory.Node, h remote.Host) error {
+		expired, serving := x.kubelets[n.Name], x.serving[n.Name]
+		if expired == "" && !serving {
+			return nil
+		}
+		var cmds, what []string
+		if expired != "" {
+			now := x.o.Now()
+			kp, err := pki.Issue(pki.Request{Spec: pki.Spec{Name: kubeletClient, SignedBy: pki.CA, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}, Subject: pki.KubeletSubject(n.Name)},
+				ca, x.set.Params.KeyAlgorithm, now, x.set.Params.CertValidity, x.o.Rand)
+			if err != nil {
+				return err
+			}
+			key, err := pki.EncodeKey(kp.Key)
+			if err != nil {
+				return err
+			}
+			file := path.Join(hostpath.KubeletPKIDir, "kubelet-client-"+now.UTC().Format("2006-01-02-15-04-05")+".pem")
+			if err := h.Upload(ctx, remote.Bytes(file, append(pki.EncodeCert(kp.Cert), key...), 0o600)); err != nil {
+				return err
+			}
+			cmds = append(cmds, fmt.Sprintf("ln -sfn %s %s.kforge && mv -Tf %s.kforge %s", remote.Quote(file), hostpath.KubeletClientCert, hostpath.KubeletClientCert, hostpath.KubeletClientCert))
+			what = append(what, "client certificate (expired "+expired+") renewed until "+kp.Cert.NotAfter.UTC().Format(time.RFC3339))
+			x.Renewed = append(x.Renewed, kubeletClient+"@"+n.Name)
+		}
+		if serving {
+			cmds = append(cmds, "rm -f "+hostpath.KubeletPKIDir+"/kubelet.crt "+hostpath.KubeletPKIDir+"/kubelet.key")
+			what = append(what, "expired serving certificate removed (kubelet makes a new one)")
+			x.Renewed = append(x.Renewed, kubeletServing+"@"+n.Name)
+		}
+		cmds = append(cmds, "systemctl restart kubelet")
+		if err := h.Run(ctx, remote.Cmd{Command: strings.Join(cmds, " && ")}); err != nil {
+			return err
+		}
+		r(progress.Event{Kind: progress.HostDone, Host: n.Name, Message: "kubelet " + strings.Join(what, "; ") + "; kubelet restarted"})
+		return nil
+	})
+}
+
+// pushMasters pushes each master's credentials and waits until the static pods kubelet
+// restarts for them run and are Ready: one master at a time, the API watched through another
+// master; all at once when certificates have expired.
+func (x *CertsRenew) pushMasters(ctx context.Context, r progress.Reporter) error {
+	masters := x.fleet.Nodes(inventory.RoleMaster)
+	if len(x.expired) > 0 {
+		r(progress.Event{Kind: progress.Info, Message: "expired: " + strings.Join(x.expired, ", ") + "; the control plane is down: every master at once"})
+		if err := x.fleet.Each(ctx, inventory.RoleMaster, func(ctx context.Context, n inventory.Node, h remote.Host) error {
+			return push(ctx, x.files, h, isCredential)
+		}); err != nil {
+			return err
+		}
+		return x.waitMasters(ctx, r, masters, masters[0])
+	}
+	for i, n := range masters {
+		if err := push(ctx, x.files, x.fleet.Host(n.Name), isCredential); err != nil {
+			return err
+		}
+		// Watch through another master than the one restarting, when there is one.
+		via := masters[(i+1)%len(masters)]
+		if err := x.waitMasters(ctx, r, []inventory.Node{n}, via); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// waitMasters waits, through master via's API server, until the static pods kubelet replaced
+// on masters run their new manifests and are Ready, and reports each master.
+func (x *CertsRenew) waitMasters(ctx context.Context, r progress.Reporter, masters []inventory.Node, via inventory.Node) error {
+	var pods []kube.StaticPod
+	for _, n := range masters {
+		for _, f := range x.files.replacedManifests(n.Name) {
+			var pod corev1.Pod
+			if err := yaml.Unmarshal(f.Data, &pod); err != nil {
+				return fmt.Errorf("%s: %s: %w", n.Name, f.Path, err)
+			}
+			pods = append(pods, kube.StaticPod{Node: n.Name, Pod: &pod})
+		}
+	}
+	if len(pods) > 0 {
+		cfg, err := restConfigVia(x.inv, x.set, x.fleet, "super-admin.conf", via.Host)
+		if err != nil {
+			return err
+		}
+		c, err := kube.NewClients(cfg)
+		if err != nil {
+			return err
+		}
+		start := x.o.Now()
+		if err := kube.WaitForStaticPods(ctx, c.Typed, pods, x.o.Timeout); err != nil {
+			return err
+		}
+		r(progress.Event{Kind: progress.Info, Message: fmt.Sprintf("restarted pods Ready after %s", x.o.Now().Sub(start).Round(100*time.Millisecond))})
+	}
+	for _, n := range masters {
+		var names []string
+		for _, p := range pods {
+			if p.Node == n.Name {
+				names = append(names, p.Pod.Name)
+			}
+		}
+		msg := "credentials unchanged, nothing restarted"
+		if w := x.files.countWritten(n.Name); w > 0 {
+			msg = count(w, "file") + " pushed"
+			if len(names) > 0 {
+				msg += "; restarted " + strings.Join(names, ", ")
+			}
+		}
+		r(progress.Event{Kind: progress.HostDone, Host: n.Name, Message: msg})
+	}
+	return nil
+}
+
+// waitReady waits until every node is Ready.
+func (x *CertsRenew) waitReady(ctx context.Context, r progress.Reporter) error {
+	api, err := newAPIClients(x.inv, x.set, x.fleet, x.o.API)
+	if err != nil {
+		return err
+	}
+	x.api = api
+	return x.kubeletsSay(x.Apply.waitReady)(ctx, r)
+}
