@@ -42,7 +42,7 @@ func TestExpiredCertificatesRenewed(t *testing.T) {
 	c := newCluster(ctx, t, "crt", release.Default(), lab.Options{Hosts: 2})
 	h := c.lab.Hosts
 	master, worker := h[0].Name, h[1].Name
-	c.certValidity = "5m"
+	c.certValidity = "3m"
 	c.writeInventory(h[:1], h[1:])
 	if out, err := c.run("apply"); err != nil {
 		t.Fatalf("apply: %v\n%s", err, out)
@@ -58,12 +58,12 @@ func TestExpiredCertificatesRenewed(t *testing.T) {
 	podBefore := runPause(ctx, t, k, "survivor", worker)
 	c.checkUserKubeconfig(ctx, k)
 
-	// Every certificate expires within 30 days: exit 5; none within a minute yet: exit 0.
+	// Every certificate expires within 30 days: exit 5; none within 10 seconds yet: exit 0.
 	if out, code := c.certsCheck("--warn", "30d"); code != 5 || !strings.Contains(out, "apiserver") {
 		t.Errorf("certs check --warn 30d: exit %d, want 5\n%s", code, out)
 	}
-	if out, code := c.certsCheck("--warn", "1m"); code != 0 {
-		t.Errorf("certs check --warn 1m on certificates of 5 minutes: exit %d, want 0\n%s", code, out)
+	if out, code := c.certsCheck("--warn", "10s"); code != 0 {
+		t.Errorf("certs check --warn 10s on certificates of 3 minutes: exit %d, want 0\n%s", code, out)
 	}
 	if out, err := c.run("certs", "check", "--warn", "soon"); exitCode(err) != 2 || !strings.Contains(out, "--warn") {
 		t.Errorf("certs check --warn soon: exit %d, want 2 with an error naming --warn\n%s", exitCode(err), out)
@@ -284,7 +284,7 @@ func (c *cluster) compareWithKubeadm(ctx context.Context, master string) {
 	kubeadm := c.exec(ctx, master, "/tmp/kubeadm certs check-expiration 2>&1; rm -f /tmp/kubeadm")
 	t.Logf("kubeadm certs check-expiration on %s:\n%s", master, kubeadm)
 
-	out, err := c.runJSON("certs", "check", "--warn", "1m")
+	out, err := c.runJSON("certs", "check", "--warn", "10s")
 	if err != nil {
 		t.Fatalf("kforge --output json certs check: %v\n%s", err, out)
 	}

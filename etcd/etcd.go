@@ -63,6 +63,8 @@ type Config struct {
 	Endpoint string
 	// CA is the etcd CA; it verifies the member's server certificate.
 	CA *x509.Certificate
+	// MoreCAs are also trusted: the other etcd CA while it is rotated.
+	MoreCAs []*x509.Certificate
 	// Cert and Key are the client certificate etcd accepts (kforge uses
 	// apiserver-etcd-client, signed by the etcd CA).
 	Cert *x509.Certificate
@@ -99,6 +101,9 @@ func (c Config) tlsConfig() (*tls.Config, error) {
 	}
 	roots := x509.NewCertPool()
 	roots.AddCert(c.CA)
+	for _, ca := range c.MoreCAs {
+		roots.AddCert(ca)
+	}
 	return &tls.Config{
 		Certificates: []tls.Certificate{{Certificate: [][]byte{c.Cert.Raw}, PrivateKey: c.Key, Leaf: c.Cert}},
 		RootCAs:      roots,

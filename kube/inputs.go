@@ -106,7 +106,7 @@ func BootstrapInputFor(c *inventory.Cluster, set *pki.Set, token BootstrapToken,
 		Token:  token,
 		Now:    now,
 		Server: pki.APIServerURL(pki.Endpoint(c)),
-		CACert: pki.EncodeCert(set.CAs[pki.CA].Cert),
+		CACert: set.TrustPEM(pki.CA),
 	}
 }
 

@@ -159,7 +159,7 @@ func startControlPlane(t testing.TB, c *inventory.Cluster, pkiState string) *con
 
 func (cp *controlPlane) restConfig(t testing.TB, name string) *rest.Config {
 	t.Helper()
-	kc, err := pki.Kubeconfig(cp.cluster.Name, cp.server, cp.set.CAs[pki.CA].Cert, cp.set.Get(name, ""))
+	kc, err := pki.Kubeconfig(cp.cluster.Name, cp.server, cp.set.TrustPEM(pki.CA), cp.set.Get(name, ""))
 	if err != nil {
 		t.Fatal(err)
 	}

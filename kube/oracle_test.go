@@ -99,7 +99,7 @@ nodeRegistration:
 	// (mark-control-plane takes no --kubeconfig: it would dial the advertise address, so node
 	// marks are compared with kubeadm's constants in the unit tests instead.)
 	configFile := writeFile(t, filepath.Join(dir, "kubeadm.yaml"), []byte(config))
-	conf, err := pki.Kubeconfig(c.Name, a.server, a.set.CAs[pki.CA].Cert, a.set.Get("admin.conf", ""))
+	conf, err := pki.Kubeconfig(c.Name, a.server, a.set.TrustPEM(pki.CA), a.set.Get("admin.conf", ""))
 	if err != nil {
 		t.Fatal(err)
 	}

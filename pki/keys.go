@@ -169,6 +169,26 @@ func ParseCert(data []byte) (*x509.Certificate, error) {
 	}
 }
 
+// ParseCerts reads every PEM certificate in data (a CA bundle), skipping other blocks.
+func ParseCerts(data []byte) ([]*x509.Certificate, error) {
+	var out []*x509.Certificate
+	for {
+		var block *pem.Block
+		block, data = pem.Decode(data)
+		if block == nil {
+			return out, nil
+		}
+		if block.Type != "CERTIFICATE" {
+			continue
+		}
+		c, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+}
+
 // SPKIPin is the "sha256:<hex>" hash of a certificate's public key, the form of kubeadm's
 // --discovery-token-ca-cert-hash.
 func SPKIPin(c *x509.Certificate) string {

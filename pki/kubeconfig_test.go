@@ -17,7 +17,7 @@ func TestKubeconfigsNameClusterUserAndContextLikeKubeadm(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, err := Kubeconfig("lab", "https://198.51.100.10:6443", ca.Cert, client)
+	data, err := Kubeconfig("lab", "https://198.51.100.10:6443", EncodeCert(ca.Cert), client)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +38,7 @@ func TestKubeconfigsNameClusterUserAndContextLikeKubeadm(t *testing.T) {
 		t.Errorf("cluster CA: %v", err)
 	}
 
-	boot, err := BootstrapKubeconfig("lab", "https://198.51.100.10:6443", ca.Cert, "abcdef.0123456789abcdef")
+	boot, err := BootstrapKubeconfig("lab", "https://198.51.100.10:6443", EncodeCert(ca.Cert), "abcdef.0123456789abcdef")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +46,7 @@ func TestKubeconfigsNameClusterUserAndContextLikeKubeadm(t *testing.T) {
 	if err != nil || bc.AuthInfos[BootstrapTokenUser].Token != "abcdef.0123456789abcdef" || bc.CurrentContext != BootstrapTokenUser+"@lab" {
 		t.Errorf("bootstrap kubeconfig: %v %+v", err, bc)
 	}
-	if _, err := BootstrapKubeconfig("lab", "https://x:6443", ca.Cert, ""); err == nil || strings.Contains(err.Error(), "abcdef") {
+	if _, err := BootstrapKubeconfig("lab", "https://x:6443", EncodeCert(ca.Cert), ""); err == nil || strings.Contains(err.Error(), "abcdef") {
 		t.Errorf("empty token: %v", err)
 	}
 }

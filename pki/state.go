@@ -39,6 +39,9 @@ type Set struct {
 	CAs map[string]*KeyPair
 	// Certs by Request.Key(): "apiserver@m1", "front-proxy-client", "admin.conf", ...
 	Certs map[string]*KeyPair
+	// Trust are the certificates each CA's clients trust (its ca.crt), the signing CA first:
+	// the CA alone, or the old and the new CA while it is rotated (Rotation).
+	Trust map[string][]*x509.Certificate
 	// ServiceAccount is the sa.key pair.
 	ServiceAccount crypto.Signer
 	// ExternalCA is true when the cluster CA is the user's (pki.externalCA).
@@ -51,6 +54,19 @@ func (s *Set) Get(name, node string) *KeyPair {
 		return kp
 	}
 	return s.Certs[Key(name, node)]
+}
+
+// TrustPEM is the PEM bundle of the certificates CA name's clients trust, the signer first.
+func (s *Set) TrustPEM(name string) []byte {
+	certs := s.Trust[name]
+	if len(certs) == 0 && s.CAs[name] != nil {
+		certs = []*x509.Certificate{s.CAs[name].Cert}
+	}
+	var out []byte
+	for _, c := range certs {
+		out = append(out, EncodeCert(c)...)
+	}
+	return out
 }
 
 // Change is one thing Ensure did or wants the user to know, with the reason.
@@ -110,6 +126,11 @@ func Ensure(o Options) (*Set, []Change, error) {
 	}
 	set := &Set{Params: o.Params, Masters: o.Masters, CAs: map[string]*KeyPair{}, Certs: map[string]*KeyPair{}, ExternalCA: o.ExternalCA != nil}
 	var changes []Change
+	rot, err := ReadRotation(o.Dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	set.Trust = map[string][]*x509.Certificate{}
 	for _, r := range reqs {
 		if !r.Spec.IsCA() {
 			continue
@@ -118,8 +139,14 @@ func Ensure(o Options) (*Set, []Change, error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		set.CAs[r.Spec.Name] = kp
+		// During a CA rotation the phase decides which CA signs and which are trusted.
+		if set.CAs[r.Spec.Name], set.Trust[r.Spec.Name], err = rotated(o.Dir, rot, r.Spec.Name, kp); err != nil {
+			return nil, nil, err
+		}
 		changes = append(changes, ch...)
+	}
+	if rot != nil {
+		changes = append(changes, Change{Key: caFlag(rot.CAs), Action: "warning", Reason: fmt.Sprintf("CA rotation in phase %s since %s: kforge certs rotate-ca finishes it", rot.Phase, rot.Started.Format(time.RFC3339))})
 	}
 	for _, r := range reqs {
 		if r.Spec.IsCA() {

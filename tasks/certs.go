@@ -120,7 +120,7 @@ func (x *CertsCheck) readHosts(ctx context.Context, r progress.Reporter) error {
 		}
 		var out []pki.Inspection
 		for _, f := range files {
-			c := certs[f.Path]
+			c := certs.first(f.Path)
 			switch {
 			case c == nil && f.optional:
 				continue
@@ -136,7 +136,11 @@ func (x *CertsCheck) readHosts(ctx context.Context, r progress.Reporter) error {
 				s := pki.KubeletSubject(n.Name)
 				want = pki.Expect{Subject: &s, Signer: pki.CA}
 			}
-			out = append(out, pki.Inspect(n.Name, f.Name, f.Path, c, x.cas, want))
+			in := pki.Inspect(n.Name, f.Name, f.Path, c, x.cas, want)
+			if b := len(certs[f.Path]); b > 1 && f.req != nil && f.req.Spec.IsCA() {
+				in.Drift = append(in.Drift, fmt.Sprintf("trusts %d CAs (a rotation in progress: kforge certs rotate-ca finishes it)", b))
+			}
+			out = append(out, in)
 		}
 		x.mu.Lock()
 		found[n.Name] = out
@@ -192,10 +196,23 @@ func hostCertFiles(reqs []pki.Request, n inventory.Node, first bool) []hostCertF
 		hostCertFile{Name: kubeletServing, Path: hostpath.KubeletPKIDir + "/kubelet-server-current.pem", optional: true})
 }
 
+// hostCerts are the certificates read from a host's files (readHostCerts), by path: one, or
+// several in a CA bundle.
+type hostCerts map[string][]*x509.Certificate
+
+// first is the first certificate of file p (a leaf, or the signing CA of a bundle); nil when the
+// file is missing or holds none.
+func (hc hostCerts) first(p string) *x509.Certificate {
+	if cs := hc[p]; len(cs) > 0 {
+		return cs[0]
+	}
+	return nil
+}
+
 // readHostCerts reads files' certificates from h in one command: only the certificate blocks
 // (a kubeconfig's client-certificate-data, decoded) leave the host, never a key. A file that
 // is missing or holds no certificate is absent from the result.
-func readHostCerts(ctx context.Context, h remote.Host, files []hostCertFile) (map[string]*x509.Certificate, error) {
+func readHostCerts(ctx context.Context, h remote.Host, files []hostCertFile) (hostCerts, error) {
 	var b strings.Builder
 	for _, f := range files {
 		q := remote.Quote(f.Path)
@@ -211,11 +228,11 @@ func readHostCerts(ctx context.Context, h remote.Host, files []hostCertFile) (ma
 	if err != nil {
 		return nil, err
 	}
-	certs := map[string]*x509.Certificate{}
+	certs := hostCerts{}
 	for _, part := range strings.Split(string(out), "==> ")[1:] {
 		p, pemData, _ := strings.Cut(part, "\n")
-		if c, err := pki.ParseCert([]byte(pemData)); err == nil {
-			certs[p] = c
+		if cs, err := pki.ParseCerts([]byte(pemData)); err == nil && len(cs) > 0 {
+			certs[p] = cs
 		}
 	}
 	return certs, nil

@@ -27,7 +27,7 @@ func TestReadHostCertsSendsNoKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	admin := set.Get("admin.conf", "")
-	conf, err := pki.Kubeconfig("c", "https://10.0.0.1:6443", set.CAs[pki.CA].Cert, admin)
+	conf, err := pki.Kubeconfig("c", "https://10.0.0.1:6443", set.TrustPEM(pki.CA), admin)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,10 +54,10 @@ func TestReadHostCertsSendsNoKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := certs[files[0].Path]; c == nil || !c.Equal(admin.Cert) {
+	if c := certs.first(files[0].Path); c == nil || !c.Equal(admin.Cert) {
 		t.Errorf("admin.conf's client certificate: %v", c)
 	}
-	if c := certs[files[1].Path]; c == nil || !c.Equal(kubelet.Cert) {
+	if c := certs.first(files[1].Path); c == nil || !c.Equal(kubelet.Cert) {
 		t.Errorf("kubelet store certificate: %v", c)
 	}
 	if _, ok := certs[files[2].Path]; ok || len(certs) != 2 {

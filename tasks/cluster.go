@@ -87,7 +87,7 @@ func restConfig(c *inventory.Cluster, set *pki.Set, f *fleet.Fleet, identity str
 
 // restConfigVia is restConfig through master m's SSH connection to its own API server.
 func restConfigVia(c *inventory.Cluster, set *pki.Set, f *fleet.Fleet, identity string, m inventory.Host) (*rest.Config, error) {
-	kubeconfig, err := pki.Kubeconfig(c.Name, pki.APIServerURL(pki.Endpoint(c)), set.CAs[pki.CA].Cert, set.Get(identity, ""))
+	kubeconfig, err := pki.Kubeconfig(c.Name, pki.APIServerURL(pki.Endpoint(c)), set.TrustPEM(pki.CA), set.Get(identity, ""))
 	if err != nil {
 		return nil, err
 	}

@@ -33,7 +33,7 @@ func newEtcdClient(ctx context.Context, f *fleet.Fleet, set *pki.Set, master str
 	if kp == nil {
 		return nil, fmt.Errorf("no apiserver-etcd-client certificate in the PKI set")
 	}
-	return etcd.New(ctx, etcd.Config{Host: master, Dialer: d, CA: set.CAs[pki.EtcdCA].Cert, Cert: kp.Cert, Key: kp.Key})
+	return etcd.New(ctx, etcd.Config{Host: master, Dialer: d, CA: set.CAs[pki.EtcdCA].Cert, MoreCAs: set.Trust[pki.EtcdCA], Cert: kp.Cert, Key: kp.Key})
 }
 
 // etcdPlan is how each master's etcd member starts this run (planEtcd).

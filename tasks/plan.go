@@ -64,6 +64,9 @@ type Diff struct {
 	Objects []kube.Change `json:"objects,omitempty"`
 	// Rollouts are workloads apply would restart after an object change (kube-proxy).
 	Rollouts []string `json:"rollouts,omitempty"`
+	// Rotation is the CA rotation in progress, if any: kforge certs rotate-ca finishes it (apply
+	// renders what its phase says meanwhile).
+	Rotation string `json:"rotation,omitempty"`
 	// APIUnknown says why the API part is not known, when it is not.
 	APIUnknown string `json:"apiUnknown,omitempty"`
 }
@@ -109,7 +112,7 @@ type RemovedHost struct {
 // an apply would change nothing that plan could see.
 func (d Diff) Changes() int {
 	n := len(d.Hosts) + len(d.Certificates) + len(d.Objects) + len(d.Rollouts)
-	if d.BootstrapToken != "" || d.Upgrade != "" {
+	if d.BootstrapToken != "" || d.Upgrade != "" || d.Rotation != "" {
 		n++
 	}
 	if d.NewCluster {
@@ -206,6 +209,13 @@ func (p *Plan) pki(context.Context, progress.Reporter) error {
 		if ch.Key == pki.CA && ch.Action == "created" {
 			p.Diff.NewCluster = true
 		}
+	}
+	rot, err := pki.ReadRotation(a.o.State.PKI())
+	if err != nil {
+		return err
+	}
+	if rot != nil {
+		p.Diff.Rotation = fmt.Sprintf("%s, phase %s of %v since %s: kforge certs rotate-ca finishes it", strings.Join(rot.CAs, ", "), rot.Phase, pki.Phases, rot.Started.Format(time.RFC3339))
 	}
 	tok, fresh, err := currentBootstrapToken(a.o.State, a.o)
 	if err != nil {

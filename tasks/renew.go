@@ -39,11 +39,11 @@ type CertsRenew struct {
 	*Apply
 	renew func(key string) bool
 
-	hostCerts map[string]map[string]*x509.Certificate // inspect: each host's certificates by path
-	expired   []string                                // inspect: certificates this run replaces that have expired, "host: name"
-	kubelets  map[string]string                       // inspect: nodes whose kubelet client certificate expired, and when
-	serving   map[string]bool                         // inspect: nodes whose kubelet serving certificate expired
-	changes   []pki.Change                            // pki: what is re-issued
+	hostCerts map[string]hostCerts // inspect: each host's certificates by path
+	expired   []string             // inspect: certificates this run replaces that have expired, "host: name"
+	kubelets  map[string]string    // inspect: nodes whose kubelet client certificate expired, and when
+	serving   map[string]bool      // inspect: nodes whose kubelet serving certificate expired
+	changes   []pki.Change         // pki: what is re-issued
 	// Renewed are the certificates re-issued: the state dir's, then the kubelets'.
 	Renewed []string
 }
@@ -123,9 +123,13 @@ func (x *CertsRenew) inspect(ctx context.Context, r progress.Reporter) error {
 			return fmt.Errorf("%s: not part of the cluster yet (no etcd data): run kforge apply first; nothing was renewed", m.Name)
 		}
 	}
+	nextCAs, err := pki.NextCAs(x.o.State.PKI())
+	if err != nil {
+		return err
+	}
 	now := x.o.Now()
 	var mu sync.Mutex
-	x.hostCerts = map[string]map[string]*x509.Certificate{}
+	x.hostCerts = map[string]hostCerts{}
 	first := x.inv.Masters[0].Name
 	err = x.fleet.Each(ctx, "", func(ctx context.Context, n inventory.Node, h remote.Host) error {
 		files := hostCertFiles(reqs, n, n.Name == first)
@@ -135,12 +139,14 @@ func (x *CertsRenew) inspect(ctx context.Context, r progress.Reporter) error {
 		}
 		var expired []string
 		for _, f := range files {
-			c := certs[f.Path]
+			c := certs.first(f.Path)
 			switch {
 			case c == nil:
 				continue
 			case f.req != nil && f.req.Spec.IsCA():
-				if !c.Equal(cas[f.req.Spec.Name]) {
+				// The first certificate of a host's CA file: the state dir's, or the new CA of
+				// a rotation in progress (which puts the signer first).
+				if next := nextCAs[f.req.Spec.Name]; !c.Equal(cas[f.req.Spec.Name]) && (next == nil || !c.Equal(next)) {
 					return &CAMismatchError{Host: n.Name, File: f.Path, Host_: pki.SPKIPin(c), State: pki.SPKIPin(cas[f.req.Spec.Name]), StateDir: x.o.State.PKI()}
 				}
 			case !now.Before(c.NotAfter):
@@ -243,13 +249,11 @@ func (x *CertsRenew) save(_ context.Context, r progress.Reporter) error {
 	return x.set.SaveIssued(x.o.State.PKI(), x.changes)
 }
 
-// renewKubelets gives each kubelet whose client certificate expired a new one, as its
-// certificate store holds them (certificate and key in kubelet-client-<time>.pem, pointed at
-// by kubelet-client-current.pem), and restarts it; a kubelet whose self-signed serving
-// certificate expired has it removed, and makes a new one as it restarts. Kubelets are
-// restarted before any static pod is replaced, which leaves the running pods alone.
+// renewKubelets gives each kubelet whose client certificate expired a new one
+// (newKubeletClientCert) and restarts it; a kubelet whose self-signed serving certificate
+// expired has it removed, and makes a new one as it restarts. Kubelets are restarted before any
+// static pod is replaced, which leaves the running pods alone.
 func (x *CertsRenew) renewKubelets(ctx context.Context, r progress.Reporter) error {
-	ca := x.set.CAs[pki.CA]
 	return x.fleet.Each(ctx, "", func(ctx context.Context, n inventory.Node, h remote.Host) error {
 		expired, serving := x.kubelets[n.Name], x.serving[n.Name]
 		if expired == "" && !serving {
@@ -257,22 +261,11 @@ func (x *CertsRenew) renewKubelets(ctx context.Context, r progress.Reporter) err
 		}
 		var cmds, what []string
 		if expired != "" {
-			now := x.o.Now()
-			kp, err := pki.Issue(pki.Request{Spec: pki.Spec{Name: kubeletClient, SignedBy: pki.CA, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}, Subject: pki.KubeletSubject(n.Name)},
-				ca, x.set.Params.KeyAlgorithm, now, x.set.Params.CertValidity, x.o.Rand)
+			c, err := newKubeletClientCert(ctx, h, x.set, x.o)
 			if err != nil {
 				return err
 			}
-			key, err := pki.EncodeKey(kp.Key)
-			if err != nil {
-				return err
-			}
-			file := path.Join(hostpath.KubeletPKIDir, "kubelet-client-"+now.UTC().Format("2006-01-02-15-04-05")+".pem")
-			if err := h.Upload(ctx, remote.Bytes(file, append(pki.EncodeCert(kp.Cert), key...), 0o600)); err != nil {
-				return err
-			}
-			cmds = append(cmds, fmt.Sprintf("ln -sfn %s %s.kforge && mv -Tf %s.kforge %s", remote.Quote(file), hostpath.KubeletClientCert, hostpath.KubeletClientCert, hostpath.KubeletClientCert))
-			what = append(what, "client certificate (expired "+expired+") renewed until "+kp.Cert.NotAfter.UTC().Format(time.RFC3339))
+			what = append(what, "client certificate (expired "+expired+") renewed until "+c.NotAfter.UTC().Format(time.RFC3339))
 			x.Renewed = append(x.Renewed, kubeletClient+"@"+n.Name)
 		}
 		if serving {
@@ -287,6 +280,33 @@ func (x *CertsRenew) renewKubelets(ctx context.Context, r progress.Reporter) err
 		r(progress.Event{Kind: progress.HostDone, Host: n.Name, Message: "kubelet " + strings.Join(what, "; ") + "; kubelet restarted"})
 		return nil
 	})
+}
+
+// newKubeletClientCert writes a client certificate for h's kubelet, signed by set's cluster CA
+// for the inventory's certValidity, into the kubelet's certificate store the way the kubelet
+// keeps them (certificate and key in kubelet-client-<time>.pem, kubelet-client-current.pem
+// pointing at it): for kubelets that can no longer rotate their own, or must move to a new CA.
+// The kubelet reads it when it restarts.
+func newKubeletClientCert(ctx context.Context, h remote.Host, set *pki.Set, o Options) (*x509.Certificate, error) {
+	now := o.Now()
+	req := pki.Request{Spec: pki.Spec{Name: kubeletClient, SignedBy: pki.CA, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}, Subject: pki.KubeletSubject(h.Name())}
+	kp, err := pki.Issue(req, set.CAs[pki.CA], set.Params.KeyAlgorithm, now, set.Params.CertValidity, o.Rand)
+	if err != nil {
+		return nil, err
+	}
+	key, err := pki.EncodeKey(kp.Key)
+	if err != nil {
+		return nil, err
+	}
+	file := path.Join(hostpath.KubeletPKIDir, "kubelet-client-"+now.UTC().Format("2006-01-02-15-04-05")+".pem")
+	if err := h.Upload(ctx, remote.Bytes(file, append(pki.EncodeCert(kp.Cert), key...), 0o600)); err != nil {
+		return nil, err
+	}
+	link := hostpath.KubeletClientCert
+	if err := h.Run(ctx, remote.Cmd{Command: fmt.Sprintf("ln -sfn %s %s.kforge && mv -Tf %s.kforge %s", remote.Quote(file), link, link, link)}); err != nil {
+		return nil, err
+	}
+	return kp.Cert, nil
 }
 
 // pushMasters pushes each master's credentials and waits until the static pods kubelet

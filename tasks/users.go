@@ -55,7 +55,7 @@ func IssueUserKubeconfig(_ context.Context, c *inventory.Cluster, o Options, use
 	if err != nil {
 		return nil, err
 	}
-	data, err := pki.Kubeconfig(c.Name, pki.APIServerURL(pki.Endpoint(c)), ca.Cert, kp)
+	data, err := pki.Kubeconfig(c.Name, pki.APIServerURL(pki.Endpoint(c)), set.TrustPEM(pki.CA), kp)
 	if err != nil {
 		return nil, err
 	}

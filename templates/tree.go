@@ -186,7 +186,7 @@ func KubeletFor(c *inventory.Cluster, n inventory.Node, o Options) Kubelet {
 
 // AdminKubeconfig is the cluster-admin kubeconfig for the user (admin.conf).
 func AdminKubeconfig(c *inventory.Cluster, set *pki.Set) ([]byte, error) {
-	return pki.Kubeconfig(c.Name, pki.APIServerURL(pki.Endpoint(c)), set.CAs[pki.CA].Cert, set.Get("admin.conf", ""))
+	return pki.Kubeconfig(c.Name, pki.APIServerURL(pki.Endpoint(c)), set.TrustPEM(pki.CA), set.Get("admin.conf", ""))
 }
 
 // Tree renders every host's files from the inventory and the PKI set.
@@ -247,6 +247,9 @@ func masterFiles(c *inventory.Cluster, set *pki.Set, i int, o Options) ([]File, 
 		if err != nil {
 			return nil, err
 		}
+		if s.IsCA() {
+			pf[0].Data = set.TrustPEM(s.Name) // the CA, or old and new while it is rotated
+		}
 		fs = append(fs, pf...)
 	}
 	saKey, err := pki.EncodeKey(set.ServiceAccount)
@@ -259,7 +262,7 @@ func masterFiles(c *inventory.Cluster, set *pki.Set, i int, o Options) ([]File, 
 	}
 	fs = append(fs, File{Path: path.Join(hostpath.PKIDir, "sa.key"), Mode: 0o600, Data: saKey}, File{Path: path.Join(hostpath.PKIDir, "sa.pub"), Mode: 0o644, Data: saPub})
 
-	ca := set.CAs[pki.CA].Cert
+	ca := set.TrustPEM(pki.CA)
 	endpoint := pki.APIServerURL(pki.Endpoint(c))
 	local := pki.APIServerURL(pki.LocalEndpoint(pki.Master{Name: m.Name, IP: m.NodeIP()}))
 	confs := []struct {
@@ -361,13 +364,13 @@ func named(pod *corev1.Pod, p string) bool {
 }
 
 func workerFiles(c *inventory.Cluster, set *pki.Set, o Options) ([]File, error) {
-	ca := set.CAs[pki.CA].Cert
+	ca := set.TrustPEM(pki.CA)
 	conf, err := pki.BootstrapKubeconfig(c.Name, pki.APIServerURL(pki.Endpoint(c)), ca, o.BootstrapToken)
 	if err != nil {
 		return nil, err
 	}
 	return []File{
-		{Path: path.Join(hostpath.PKIDir, "ca.crt"), Mode: 0o644, Data: pki.EncodeCert(ca)},
+		{Path: path.Join(hostpath.PKIDir, "ca.crt"), Mode: 0o644, Data: ca},
 		{Path: hostpath.BootstrapKubeletConfig, Mode: 0o600, Data: conf},
 	}, nil
 }

@@ -20,8 +20,9 @@ const exitExpiring = 5
 
 // CertsCmd groups the commands on the cluster's certificates.
 type CertsCmd struct {
-	Check CertsCheckCmd `cmd:"" help:"List every certificate the cluster depends on (state dir, masters' PKI and kubeconfigs, kubelets' client and serving certificates, issued user kubeconfigs): issuer, expiry, drift. Exits 5 when one expires within --warn."`
-	Renew CertsRenewCmd `cmd:"" help:"Re-issue leaf certificates centrally, push them and restart exactly the static pods that use them, one master at a time; works over SSH alone when they have already expired."`
+	Check    CertsCheckCmd    `cmd:"" help:"List every certificate the cluster depends on (state dir, masters' PKI and kubeconfigs, kubelets' client and serving certificates, issued user kubeconfigs): issuer, expiry, drift. Exits 5 when one expires within --warn."`
+	Renew    CertsRenewCmd    `cmd:"" help:"Re-issue leaf certificates centrally, push them and restart exactly the static pods that use them, one master at a time; works over SSH alone when they have already expired."`
+	RotateCA CertsRotateCACmd `cmd:"" name:"rotate-ca" help:"Replace CAs without downtime: trust old and new everywhere, re-issue every certificate from the new one, then drop the old one; an interrupted run is finished by running it again."`
 }
 
 // CertsCheckCmd is kforge certs check.
@@ -138,5 +139,43 @@ func (c *CertsRenewCmd) Run(ctx context.Context, s *streams, g *Globals, log *sl
 		return err
 	}
 	run.printer.Summary(fmt.Sprintf("renewed %d certificates of cluster %s: %s", len(x.Renewed), run.inv.Name, strings.Join(x.Renewed, ", ")), time.Since(run.start), timings)
+	return nil
+}
+
+// CertsRotateCACmd is kforge certs rotate-ca.
+type CertsRotateCACmd struct {
+	CA                string        `name:"ca" default:"all" help:"Which CAs to replace: cluster, etcd, front-proxy or all (comma-separated for several)."`
+	Timeout           time.Duration `default:"5m" help:"How long each wait on the cluster may take."`
+	AcceptNewHostKeys bool          `help:"Trust hosts whose SSH key is not yet in known_hosts, and record their keys (trust on first use)."`
+}
+
+func (c *CertsRotateCACmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Logger, dl *debugLog) error {
+	cas, err := tasks.CAsFlag(c.CA)
+	if err != nil {
+		return usageError{err}
+	}
+	run, err := startClusterRun("certs-rotate-ca", s, g, log, dl)
+	if err != nil {
+		return err
+	}
+	defer run.close()
+	o := run.options(g, log)
+	o.AcceptNewHostKeys, o.Timeout = c.AcceptNewHostKeys, c.Timeout
+	x := tasks.NewRotateCA(run.inv, o, cas)
+	defer x.Close()
+	timings, err := run.run(ctx, x.Steps())
+	if err != nil {
+		return err
+	}
+	var retired []string
+	for _, name := range cas {
+		retired = append(retired, name+" "+x.Retired[name])
+	}
+	msg := fmt.Sprintf("rotated %s of cluster %s; retired %s; %d addon pods replaced; service-account tokens stay valid (signed with sa.key, which a CA rotation keeps)",
+		strings.Join(cas, ", "), run.inv.Name, strings.Join(retired, ", "), len(x.Restarted))
+	if len(x.StaleUsers) > 0 {
+		msg += "\nuser kubeconfigs signed by the old CA, to replace with kforge kubeconfig --user NAME: " + strings.Join(x.StaleUsers, ", ")
+	}
+	run.printer.Summary(msg, time.Since(run.start), timings)
 	return nil
 }

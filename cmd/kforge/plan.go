@@ -169,6 +169,11 @@ func diffText(d *tasks.Diff) string {
 		}
 		b.WriteString("\n")
 	}
+	if d.Rotation != "" {
+		b.WriteString("CA rotation in progress\n")
+		indent(d.Rotation, "    ")
+		b.WriteString("\n")
+	}
 	if d.Upgrade != "" {
 		b.WriteString("upgrade\n")
 		indent(d.Upgrade, "    ")
