@@ -121,4 +121,3 @@ func ConfigMapHolds(ctx context.Context, c kubernetes.Interface, ns, name, key s
 		}
 	}
 }
-
