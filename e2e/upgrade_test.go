@@ -335,6 +335,11 @@ type apiProbe struct {
 }
 
 func probeAPI(ctx context.Context, k kubernetes.Interface) *apiProbe {
+	return probeAPIWith(ctx, func() kubernetes.Interface { return k })
+}
+
+// probeAPIWith is probeAPI with the client client returns for each probe.
+func probeAPIWith(ctx context.Context, client func() kubernetes.Interface) *apiProbe {
 	p := &apiProbe{done: make(chan struct{}), ended: make(chan struct{})}
 	go func() {
 		defer close(p.ended)
@@ -343,7 +348,9 @@ func probeAPI(ctx context.Context, k kubernetes.Interface) *apiProbe {
 			start := time.Now()
 			rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			var code int
-			k.Discovery().RESTClient().Get().AbsPath("/readyz").Do(rctx).StatusCode(&code)
+			if k := client(); k != nil {
+				k.Discovery().RESTClient().Get().AbsPath("/readyz").Do(rctx).StatusCode(&code)
+			}
 			cancel()
 			select {
 			case <-p.done:

@@ -173,6 +173,11 @@ func (x *RotateCA) phase(ph pki.Phase) func(context.Context, progress.Reporter) 
 				return err
 			}
 		}
+		// The user's admin kubeconfig follows each phase: it trusts what the API servers present
+		// and carries a certificate they accept.
+		if err := x.writeKubeconfig(ctx, r); err != nil {
+			return err
+		}
 		if ph == pki.PhaseDrop {
 			return nil // finish ends the rotation
 		}

@@ -1,0 +1,118 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/kforge/kforge/lab"
+	"github.com/kforge/kforge/pki"
+)
+
+// certificatesUnderLoad, on the HA cluster (3 masters behind the lab's load balancer, 2
+// workers): every certificate is renewed, then the cluster and etcd CAs are rotated (the first
+// run killed in its reissue phase, the next finishing it), while a prober counts failed
+// requests to a Service and the API is probed through the load balancer. Afterwards no
+// certificate anywhere chains to an old CA, kubectl works with the new admin kubeconfig, and
+// the user kubeconfig issued before is reported.
+func (c *cluster) certificatesUnderLoad(ctx context.Context, hosts []lab.Host) {
+	t := c.t
+	t.Helper()
+	k := c.client()
+	agent := buildAgentImage(t, t.TempDir())
+	for _, n := range hosts {
+		c.importImage(ctx, n.Name, agent)
+	}
+	_, failed0 := startLoad(ctx, t, k, hosts[0].Name)
+	if out, err := exec.Command(c.kforge, "-i", c.inventory, "--state-dir", c.state, "kubeconfig", "--user", "alice", "--group", "view-only").Output(); err != nil || !strings.Contains(string(out), "client-certificate-data") {
+		t.Fatalf("kforge kubeconfig --user alice: %v\n%s", err, stderrOf(err))
+	}
+
+	// Renew every certificate, one master at a time.
+	api := probeAPIWith(ctx, c.adminClient)
+	start := time.Now()
+	out, err := c.run("certs", "renew", "--all")
+	took := time.Since(start)
+	failed, down := api.stop()
+	if err != nil {
+		t.Fatalf("certs renew --all: %v\n%s", err, out)
+	}
+	t.Logf("certs renew --all on 3 masters took %s; API probes through the load balancer: %d failed (about %s), the longest outage %s:\n%s",
+		took.Round(100*time.Millisecond), failed, down.Round(100*time.Millisecond), api.longestOutage().Round(100*time.Millisecond), out)
+	if strings.Contains(out, "every master at once") || strings.Count(out, "restarted etcd, kube-apiserver, kube-controller-manager, kube-scheduler") != 3 {
+		t.Errorf("certs renew --all on a healthy cluster: want one master at a time, each restarting its four static pods:\n%s", out)
+	}
+
+	// Rotate the cluster and etcd CAs; the first run is killed once the new CA signs.
+	api = probeAPIWith(ctx, c.adminClient)
+	start = time.Now()
+	killed, out := c.runUntil(ctx, "certificates issued by the new CA", "certs", "rotate-ca", "--ca", "cluster,etcd")
+	if !killed {
+		t.Fatalf("the first rotate-ca run ended before its reissue phase:\n%s", out)
+	}
+	t.Logf("first rotate-ca run killed in its reissue phase after %s", time.Since(start).Round(time.Second))
+	if plan, _ := c.plan(); !strings.Contains(plan, "CA rotation in progress") || !strings.Contains(plan, "phase reissue") {
+		t.Errorf("plan during the interrupted rotation does not show it:\n%s", plan)
+	}
+	out, err = c.run("certs", "rotate-ca", "--ca", "cluster,etcd")
+	took = time.Since(start)
+	failed, down = api.stop()
+	if err != nil {
+		t.Fatalf("certs rotate-ca (second run): %v\n%s", err, out)
+	}
+	k = c.client()
+	_, failedN := proberCounts(ctx, t, k)
+	t.Logf("certs rotate-ca --ca cluster,etcd took %s (both runs); Service prober: %d failed requests; API probes through the load balancer: %d failed (about %s), the longest outage %s:\n%s",
+		took.Round(time.Second), failedN-failed0, failed, down.Round(100*time.Millisecond), api.longestOutage().Round(100*time.Millisecond), out)
+	if failedN-failed0 > 2 {
+		t.Errorf("the Service failed %d requests during the CA rotation; want none", failedN-failed0)
+	}
+	if !strings.Contains(out, "done by an earlier run") || !strings.Contains(out, "alice") {
+		t.Errorf("the second rotate-ca run did not resume, or did not report alice's kubeconfig:\n%s", out)
+	}
+
+	// Nothing chains to an old CA; alice's kubeconfig is reported; kubectl works.
+	js, err := c.runJSON("certs", "check", "--warn", "1d")
+	if err != nil {
+		t.Fatalf("certs check after the rotation: %v\n%s", err, js)
+	}
+	var rep struct{ Certificates []pki.Inspection }
+	if err := json.Unmarshal([]byte(lastLine(js)), &rep); err != nil {
+		t.Fatal(err)
+	}
+	aliceReported := false
+	for _, in := range rep.Certificates {
+		switch {
+		case in.Name == "user:alice":
+			aliceReported = len(in.Drift) > 0
+		case in.Error != "" || len(in.Drift) > 0 || strings.HasPrefix(in.Issuer, "unknown"):
+			t.Errorf("after the rotation, %s %s (%s): issuer %s, drift %v, %s", in.Where, in.Name, in.File, in.Issuer, in.Drift, in.Error)
+		}
+	}
+	if !aliceReported {
+		t.Error("certs check does not report alice's kubeconfig, signed by the old CA")
+	}
+	if out, err := c.kubectl(ctx, "get", "nodes"); err != nil || strings.Count(out, " Ready ") != len(hosts) {
+		t.Errorf("kubectl with the new admin kubeconfig: %v\n%s", err, out)
+	}
+}
+
+// adminClient is a client with the state dir's admin kubeconfig as it is now (kforge rewrites
+// it as certificates change), or nil when it cannot be read.
+func (c *cluster) adminClient() kubernetes.Interface {
+	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(c.state, "admin.conf"))
+	if err != nil {
+		return nil
+	}
+	k, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil
+	}
+	return k
+}
