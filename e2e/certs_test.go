@@ -93,17 +93,34 @@ func TestExpiredCertificatesRenewed(t *testing.T) {
 		t.Errorf("certs check on expired certificates: exit %d, want 5 and EXPIRED rows\n%s", code, out)
 	}
 
+	// Another cluster's state dir (its own CA): refused, naming the host and the CA; nothing
+	// changes on the hosts.
+	before := map[string]string{master: c.snapshot(ctx, master), worker: c.snapshot(ctx, worker)}
+	other := filepath.Join(t.TempDir(), "other-state")
+	if out, err := exec.Command(c.kforge, "-i", c.inventory, "--state-dir", other, "render", "-o", filepath.Join(t.TempDir(), "rendered")).CombinedOutput(); err != nil {
+		t.Fatalf("kforge render into another state dir: %v\n%s", err, out)
+	}
+	refused, err := exec.Command(c.kforge, "-i", c.inventory, "--state-dir", other, "certs", "renew", "--all").CombinedOutput()
+	if exitCode(err) != 1 || !strings.Contains(string(refused), "is a different CA") || !strings.Contains(string(refused), "Nothing was renewed") {
+		t.Errorf("certs renew with another cluster's state dir: exit %d, want 1 and an error naming the CA mismatch\n%s", exitCode(err), refused)
+	}
+	for h, snap := range before {
+		if after := c.snapshot(ctx, h); after != snap {
+			t.Errorf("%s changed although renew was refused:\n%s", h, diffLines(snap, after))
+		}
+	}
+
 	start := time.Now()
-	out, err := c.run("certs", "renew", "--all")
+	out2, err := c.run("certs", "renew", "--all")
 	took := time.Since(start)
 	if err != nil {
-		t.Fatalf("certs renew --all on an expired cluster: %v\n%s", err, out)
+		t.Fatalf("certs renew --all on an expired cluster: %v\n%s", err, out2)
 	}
-	t.Logf("certs renew --all on the expired cluster took %s:\n%s", took.Round(100*time.Millisecond), out)
-	if !strings.Contains(out, "every master at once") || !regexp.MustCompile(`(?m)^\s+`+worker+`\s+kubelet client certificate \(expired `).MatchString(out) {
+	t.Logf("certs renew --all on the expired cluster took %s:\n%s", took.Round(100*time.Millisecond), out2)
+	if !strings.Contains(out2, "every master at once") || !regexp.MustCompile(`(?m)^\s+`+worker+`\s+kubelet client certificate \(expired `).MatchString(out2) {
 		t.Errorf("certs renew on the expired cluster: want every master at once and %s's expired kubelet client certificate renewed", worker)
 	}
-	if strings.Contains(out, "PRIVATE KEY") {
+	if strings.Contains(out2, "PRIVATE KEY") {
 		t.Error("certs renew printed key material")
 	}
 
