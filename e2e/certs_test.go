@@ -139,6 +139,10 @@ func TestExpiredCertificatesRenewed(t *testing.T) {
 	}
 
 	c.compareWithKubeadm(ctx, master)
+	// Renew left the hosts as apply would have them.
+	if plan, code := c.plan(); code != 0 {
+		t.Errorf("plan after certs renew: exit %d, want no changes\n%s", code, plan)
+	}
 }
 
 // certsCheck runs kforge certs check and returns its table and exit code.
