@@ -116,3 +116,45 @@ func TestInputsLineIsAllRenewIgnores(t *testing.T) {
 		t.Error("a difference besides the hash was ignored")
 	}
 }
+
+// TestCAsFlag: --ca names map to CA names in table order; all is every CA; others are refused.
+func TestCAsFlag(t *testing.T) {
+	for in, want := range map[string]string{
+		"cluster":      "ca",
+		"etcd,cluster": "ca,etcd-ca",
+		"all":          "ca,front-proxy-ca,etcd-ca",
+		"front-proxy":  "front-proxy-ca",
+		"etcd, etcd":   "etcd-ca",
+	} {
+		got, err := CAsFlag(in)
+		if err != nil || strings.Join(got, ",") != want {
+			t.Errorf("CAsFlag(%q) = %v, %v; want %s", in, got, err, want)
+		}
+	}
+	if _, err := CAsFlag("kubelet"); err == nil || !strings.Contains(err.Error(), "cluster, etcd, front-proxy or all") {
+		t.Errorf("CAsFlag(kubelet): %v", err)
+	}
+}
+
+// TestSetKubeconfigCA rewrites the CA data of a kubeconfig that names its certificate files (a
+// worker's kubelet.conf), once: the second call changes nothing.
+func TestSetKubeconfigCA(t *testing.T) {
+	h := remotetest.New("w1")
+	conf := "apiVersion: v1\nkind: Config\nclusters:\n- cluster:\n    certificate-authority-data: b2xk\n    server: https://10.0.0.1:6443\n  name: default-cluster\n" +
+		"contexts:\n- context:\n    cluster: default-cluster\n    namespace: default\n    user: default-auth\n  name: default-context\ncurrent-context: default-context\n" +
+		"users:\n- name: default-auth\n  user:\n    client-certificate: /var/lib/kubelet/pki/kubelet-client-current.pem\n    client-key: /var/lib/kubelet/pki/kubelet-client-current.pem\n"
+	h.SetFile("/etc/kubernetes/kubelet.conf", []byte(conf), 0o600)
+	bundle := []byte("-----BEGIN CERTIFICATE-----\nbmV3\n-----END CERTIFICATE-----\n")
+	changed, err := setKubeconfigCA(context.Background(), h, "/etc/kubernetes/kubelet.conf", bundle)
+	if err != nil || !changed {
+		t.Fatalf("first call: changed %v, %v", changed, err)
+	}
+	f, _ := h.File("/etc/kubernetes/kubelet.conf")
+	s := string(f.Data)
+	if !strings.Contains(s, "server: https://10.0.0.1:6443") || !strings.Contains(s, "client-certificate: /var/lib/kubelet/pki/kubelet-client-current.pem") || strings.Contains(s, "b2xk") {
+		t.Errorf("rewritten kubelet.conf:\n%s", s)
+	}
+	if changed, err := setKubeconfigCA(context.Background(), h, "/etc/kubernetes/kubelet.conf", bundle); err != nil || changed {
+		t.Errorf("second call: changed %v, %v", changed, err)
+	}
+}
