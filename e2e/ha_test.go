@@ -83,10 +83,13 @@ func TestHAControlPlaneGrowsSurvivesAMasterAndShrinks(t *testing.T) {
 	c.version = to
 	c.writeInventory(h[:3], h[3:])
 	start := time.Now()
-	out, err = c.run("apply", "--timeout", "5m")
+	out, err = c.run("apply", "--timeout", "5m", "--worker-batch", "2")
 	failed, down := api.stop()
 	if err != nil {
 		t.Fatalf("upgrade %s → %s with three masters: %v\n%s", from, to, err, out)
+	}
+	if !strings.Contains(out, "2 workers, 2 at a time") {
+		t.Errorf("apply --worker-batch 2 did not upgrade the two workers together:\n%s", out)
 	}
 	var hops []string
 	for _, l := range strings.Split(out, "\n") {

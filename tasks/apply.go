@@ -50,6 +50,8 @@ type Options struct {
 	PurgeState bool
 	// Force upgrades a cluster that is not healthy (apply --force).
 	Force bool
+	// WorkerBatch is how many workers an upgrade moves at once; 0 or 1: one at a time.
+	WorkerBatch int
 	// DialRetry is how long a host that does not answer is retried; default 30 s.
 	DialRetry time.Duration
 	Logger    *slog.Logger

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	"k8s.io/apimachinery/pkg/util/version"
 
 	"github.com/kforge/kforge/bundle"
@@ -65,7 +66,7 @@ func (a *Apply) upgrade(ctx context.Context, r progress.Reporter) error {
 	if err != nil || u == nil {
 		return err
 	}
-	r(progress.Event{Kind: progress.Info, Message: fmt.Sprintf("upgrade %s → %s: control plane %s, one master at a time; then %s, one at a time", strings.Join(a.running(u), ", "), u.target, routeText(u.hops), count(len(u.workers), "worker"))})
+	r(progress.Event{Kind: progress.Info, Message: fmt.Sprintf("upgrade %s → %s: control plane %s, one master at a time; then %s, %s", strings.Join(a.running(u), ", "), u.target, routeText(u.hops), count(len(u.workers), "worker"), atATime(a.workerBatch()))})
 	if len(a.etcd.join) > 0 {
 		return fmt.Errorf("masters join the cluster (%s) while it is upgraded: finish the upgrade with the masters it has, then add them", strings.Join(keysOf(a.etcd.join), ", "))
 	}
@@ -113,9 +114,13 @@ func (a *Apply) upgrade(ctx context.Context, r progress.Reporter) error {
 		}
 	}
 	t := hops[len(hops)-1]
-	for _, n := range u.workers {
-		if err := t.upgradeWorker(ctx, n, r); err != nil {
-			return remote.WithHost(n.Name, err)
+	for batch := range slices.Chunk(u.workers, a.workerBatch()) {
+		g, gctx := errgroup.WithContext(ctx)
+		for _, n := range batch {
+			g.Go(func() error { return remote.WithHost(n.Name, t.upgradeWorker(gctx, n, r)) })
+		}
+		if err := g.Wait(); err != nil {
+			return err
 		}
 	}
 	return nil // mark-nodes uncordons what an interrupted run left cordoned (uncordonUpgraded)
@@ -440,6 +445,9 @@ func (h *Apply) upgradeAddons(ctx context.Context, r progress.Reporter) error {
 	return nil
 }
 
+// workerBatch is how many workers an upgrade moves at once.
+func (a *Apply) workerBatch() int { return max(a.o.WorkerBatch, 1) }
+
 // upgradeWorker moves one joined worker to h's version: cordon, drain, stage, kubelet
 // restarted, Ready at the new version, uncordon.
 func (h *Apply) upgradeWorker(ctx context.Context, n inventory.Node, r progress.Reporter) error {
@@ -489,3 +497,10 @@ func (a *Apply) uncordonUpgraded(ctx context.Context, r progress.Reporter) error
 }
 
 func keysOf(m map[string]bool) []string { return slices.Sorted(maps.Keys(m)) }
+
+func atATime(n int) string {
+	if n == 1 {
+		return "one at a time"
+	}
+	return fmt.Sprintf("%d at a time", n)
+}

@@ -19,6 +19,7 @@ type ApplyCmd struct {
 	Timeout               time.Duration `default:"5m" help:"How long to wait for the API server, the nodes and the pods."`
 	Prune                 bool          `help:"Remove the hosts that left the inventory since the last apply, one at a time: drain, remove a master's etcd member, reset the host, delete the node."`
 	Force                 bool          `help:"Upgrade the cluster even when it is not healthy (nodes not Ready, kube-system workloads not ready)."`
+	WorkerBatch           int           `default:"1" placeholder:"N" help:"Upgrade this many workers at once (cordon, drain, kubelet, uncordon); mind your PodDisruptionBudgets and spare capacity."`
 	movedToInventory
 }
 
@@ -44,6 +45,9 @@ func (c *ApplyCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Lo
 	if err := c.movedToInventory.check(); err != nil {
 		return err
 	}
+	if c.WorkerBatch < 1 {
+		return usageError{fmt.Errorf("--worker-batch %d: upgrade at least 1 worker at a time", c.WorkerBatch)}
+	}
 	ignore, err := preflight.ParseIgnore(c.IgnorePreflightErrors)
 	if err != nil {
 		return usageError{err}
@@ -59,7 +63,7 @@ func (c *ApplyCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Lo
 	}
 	o := run.options(g, log)
 	o.AcceptNewHostKeys, o.Ignore, o.Timeout = c.AcceptNewHostKeys, ignore, c.Timeout
-	o.Removed, o.Prune, o.Force = removed, c.Prune, c.Force
+	o.Removed, o.Prune, o.Force, o.WorkerBatch = removed, c.Prune, c.Force, c.WorkerBatch
 	a := tasks.NewApply(run.inv, o)
 	defer a.Close()
 	timings, err := run.run(ctx, a.Steps())
