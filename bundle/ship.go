@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,6 +22,9 @@ type HostState struct {
 	Arch string
 	// Files maps an install path to the hex sha256 of the file there; absent: no file.
 	Files map[string]string
+	// Hashed are the files whose sha256 was computed, not taken from InstalledRecord: Ship
+	// records those that are the bundle's, so that the next run does not read them again.
+	Hashed map[string]bool
 	// Images maps an image name in containerd's k8s.io namespace to the digest of its target.
 	Images map[string]string
 }
@@ -121,24 +125,66 @@ const imagesMarker = "#kforge-images"
 // noRuntime replaces the image list on a host without ctr: no runtime, so no images yet.
 const noRuntime = "#kforge-no-runtime"
 
+// InstalledRecord is where a host keeps the sha256 of each bundle file kforge installed, with
+// the file's size, modification time and inode when it was installed: "sha256 size mtime inode
+// path" per line. A file that still has that size, time and inode is not read again (as make
+// and rsync trust a file's time and size); any other is hashed.
+const InstalledRecord = "/var/lib/kforge/bundle-files"
+
+// statFormat is what InstalledRecord keeps of a file: size, modification time (ns), inode.
+const statFormat = "%s %.9Y %i"
+
 // StateCommand is the one command ReadHostState runs: the host's machine architecture, the
-// sha256 of each of the bundle's install paths that exists, then containerd's image list in the
-// k8s.io namespace (none on a host without ctr: its runtime is not installed yet).
-func StateCommand(m *Manifest) string {
+// sha256 of each of the bundle's install paths that exists (from InstalledRecord when the file
+// is as kforge installed it, else hashed), then containerd's image list in the k8s.io namespace
+// (none on a host without ctr: its runtime is not installed yet).
+func StateCommand(m *Manifest) string { return stateCommand(m, InstalledRecord) }
+
+func stateCommand(m *Manifest, record string) string {
 	var paths []string
 	for _, f := range m.Files {
 		paths = append(paths, remote.Quote(f.Install))
 	}
 	hashes := ""
 	if len(paths) > 0 {
-		hashes = `for f in ` + strings.Join(paths, " ") + `; do if [ -f "$f" ]; then sha256sum -- "$f"; fi; done; `
+		hashes = `for f in ` + strings.Join(paths, " ") + `; do [ -f "$f" ] || continue; ` +
+			`s=$(stat -c '` + statFormat + `' -- "$f"); ` +
+			`r=$(awk -v k="$s $f" '$2" "$3" "$4" "$5==k {x=$1} END {print x}' ` + remote.Quote(record) + ` 2>/dev/null); ` +
+			`if [ -n "$r" ]; then echo "=$r  $f"; else sha256sum -- "$f"; fi; done; `
 	}
 	return `echo "arch=$(uname -m)"; ` + hashes + `echo ` + remote.Quote(imagesMarker) + "; command -v ctr >/dev/null || { echo " + remote.Quote(noRuntime) + "; exit 0; }; ctr -n k8s.io images ls"
 }
 
+// recordInstalled records files in h's InstalledRecord; nothing to record, no command.
+func recordInstalled(ctx context.Context, h remote.Host, files []File) error {
+	if len(files) == 0 {
+		return nil
+	}
+	if err := h.Run(ctx, remote.Cmd{Command: recordCommand(files, InstalledRecord)}); err != nil {
+		return fmt.Errorf("record the installed files in %s: %w", InstalledRecord, err)
+	}
+	return nil
+}
+
+// recordCommand records in record the files just installed (each landed atomically with its
+// sha256 checked), replacing their earlier lines. Two runs racing on the record can lose a
+// line: that file is hashed again next time, nothing worse.
+func recordCommand(files []File, record string) string {
+	var drop []string
+	var b strings.Builder
+	for _, f := range files {
+		drop = append(drop, f.Install)
+		q := remote.Quote(f.Install)
+		fmt.Fprintf(&b, `printf '%%s %%s %%s\n' %s "$(stat -c '%s' -- %s)" %s; `, f.SHA256, statFormat, q, q)
+	}
+	r := remote.Quote(record)
+	return `mkdir -p -- "$(dirname -- ` + r + `)" && { [ -f ` + r + ` ] && awk -v drop=` + remote.Quote(strings.Join(drop, " ")) +
+		` 'BEGIN {n = split(drop, a, " "); for (i = 1; i <= n; i++) d[a[i]] = 1} !($5 in d)' ` + r + `; ` + b.String() + `} > ` + r + `.tmp && mv -f -- ` + r + `.tmp ` + r
+}
+
 // ParseState parses StateCommand's output.
 func ParseState(out []byte) (HostState, error) {
-	s := HostState{Files: map[string]string{}, Images: map[string]string{}}
+	s := HostState{Files: map[string]string{}, Hashed: map[string]bool{}, Images: map[string]string{}}
 	text := string(out)
 	files, images, ok := strings.Cut(text, imagesMarker+"\n")
 	if !ok {
@@ -152,6 +198,11 @@ func ParseState(out []byte) (HostState, error) {
 		sum, p, ok := strings.Cut(l, "  ")
 		if !ok {
 			continue
+		}
+		if recorded, ok := strings.CutPrefix(sum, "="); ok {
+			sum = recorded
+		} else {
+			s.Hashed[p] = true
 		}
 		s.Files[p] = sum
 	}
@@ -233,8 +284,15 @@ func Ship(ctx context.Context, h remote.Host, dir string, m *Manifest, need Need
 		return HostPlan{}, fmt.Errorf("the bundle is for %s but the host's machine is %q (uname -m): build or fetch a bundle for it", m.Platform, have.Arch)
 	}
 	plan := PlanHost(m, have, need)
+	// Files the host has as the bundle's, read this time: recorded with what is installed.
+	record := slices.Clone(plan.Install)
+	for _, f := range wanted.Files {
+		if have.Hashed[f.Install] && have.Files[f.Install] == f.SHA256 {
+			record = append(record, f)
+		}
+	}
 	if plan.Empty() {
-		return plan, nil
+		return plan, recordInstalled(ctx, h, record)
 	}
 	for _, f := range plan.Install {
 		mode, err := strconv.ParseUint(f.Mode, 8, 32)
@@ -244,6 +302,9 @@ func Ship(ctx context.Context, h remote.Host, dir string, m *Manifest, need Need
 		if err := upload(ctx, h, dir, f.Path, f.Install, f.SHA256, f.Size, fs.FileMode(mode), progress); err != nil {
 			return plan, err
 		}
+	}
+	if err := recordInstalled(ctx, h, record); err != nil {
+		return plan, err
 	}
 	for _, im := range plan.Import {
 		staged := StagingDir + "/" + im.Component + ".tar"

@@ -100,6 +100,8 @@ type fakeNode struct {
 	images  map[string]string
 	imports []string
 	arch    string
+	// recorded are the commands that recorded installed files (InstalledRecord).
+	recorded []string
 }
 
 func newFakeNode(t *testing.T, name string, m *Manifest) *fakeNode {
@@ -120,6 +122,12 @@ func newFakeNode(t *testing.T, name string, m *Manifest) *fakeNode {
 		for name, d := range n.images {
 			fmt.Fprintf(c.Stdout, "%s application/vnd.oci.image.manifest.v1+json %s 1.0 MiB linux/amd64 -\n", name, d)
 		}
+		return nil
+	})
+	n.Handle(func(c string) bool { return strings.HasPrefix(c, `mkdir -p -- "$(dirname -- `+InstalledRecord) }, func(_ context.Context, c remote.Cmd) error {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		n.recorded = append(n.recorded, c.Command)
 		return nil
 	})
 	n.Handle(func(c string) bool { return strings.HasPrefix(c, "ctr -n k8s.io images import ") }, func(_ context.Context, c remote.Cmd) error {
@@ -285,5 +293,59 @@ func TestShipRefusesAHostOfAnotherArchitecture(t *testing.T) {
 	}
 	if len(n.Uploads()) != 0 {
 		t.Errorf("uploaded %v to a host that cannot run the bundle", n.Uploads())
+	}
+}
+
+// TestInstalledRecordSkipsHashing runs recordCommand and StateCommand through sh: a file as
+// kforge installed it (same size, time, inode) is reported with its recorded sha256 without
+// being read; a file changed since is hashed; recording again replaces the line.
+func TestInstalledRecordSkipsHashing(t *testing.T) {
+	if _, err := exec.LookPath("sha256sum"); err != nil {
+		t.Skip("sha256sum not installed")
+	}
+	tmp := t.TempDir()
+	record := filepath.Join(tmp, "state", "bundle-files")
+	a, b := filepath.Join(tmp, "kubelet"), filepath.Join(tmp, "kubectl")
+	os.WriteFile(a, []byte("kubelet"), 0o755)
+	os.WriteFile(b, []byte("kubectl"), 0o755)
+	sh := func(script string) string {
+		t.Helper()
+		bin := filepath.Join(tmp, "bin")
+		os.MkdirAll(bin, 0o755)
+		os.WriteFile(filepath.Join(bin, "ctr"), []byte("#!/bin/sh\necho 'REF TYPE DIGEST SIZE PLATFORMS LABELS'\n"), 0o755)
+		cmd := exec.Command("sh", "-c", script)
+		cmd.Env = []string{"PATH=" + bin + ":/usr/bin:/bin"}
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		return string(out)
+	}
+	// Recorded sums that are not the content's: seeing them proves the files were not read.
+	fakeA, fakeB := strings.Repeat("a", 64), strings.Repeat("b", 64)
+	files := []File{{Install: a, SHA256: fakeA}, {Install: b, SHA256: fakeB}}
+	sh(recordCommand(files, record))
+	sh(recordCommand(files[:1], record)) // again: replaced, not added
+	if data, _ := os.ReadFile(record); strings.Count(string(data), "\n") != 2 {
+		t.Fatalf("record after recording kubelet twice:\n%s", data)
+	}
+	m := &Manifest{Files: files}
+	s, err := ParseState([]byte(sh(stateCommand(m, record))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Files[a] != fakeA || s.Files[b] != fakeB || len(s.Hashed) != 0 {
+		t.Errorf("files as installed: %v (hashed %v); want the recorded sums", s.Files, s.Hashed)
+	}
+	// kubectl replaced (another inode and time): hashed.
+	os.Remove(b)
+	os.WriteFile(b, []byte("kubectl 2"), 0o755)
+	s, err = ParseState([]byte(sh(stateCommand(m, record))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256([]byte("kubectl 2"))
+	if s.Files[b] != hex.EncodeToString(sum[:]) || s.Files[a] != fakeA || !s.Hashed[b] || s.Hashed[a] {
+		t.Errorf("after replacing kubectl: %v (hashed %v)", s.Files, s.Hashed)
 	}
 }
