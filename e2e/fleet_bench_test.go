@@ -1,0 +1,104 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kforge/kforge/internal/testenv"
+	"github.com/kforge/kforge/lab"
+	"github.com/kforge/kforge/release"
+)
+
+// BenchmarkFleetPlanAndNoOpApply is the fleet benchmark of issues 17 and 18: on a lab of 21
+// hosts (1 master, 20 workers) that kforge apply made into a cluster, how long `kforge plan`
+// (target ≤ 3 s) and an apply with nothing to do (target ≤ 5 s) take, each run three times,
+// against the check a user would script: OpenSSH to each host in turn, sha256sum of the
+// installed binaries and configuration files.
+func BenchmarkFleetPlanAndNoOpApply(b *testing.B) {
+	testenv.Require(b, lab.Prerequisites())
+	if _, err := exec.LookPath("ssh"); err != nil {
+		b.Fatalf("ssh not on PATH (apt-get install openssh-client): %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
+	defer cancel()
+	dir := b.TempDir()
+	kforge := buildKforge(b, dir)
+	bundleDir := buildBundle(ctx, b, dir, release.Default())
+	name := fmt.Sprintf("flt%d", os.Getpid()%100000)
+	if old, err := lab.Open(name); err == nil {
+		_ = old.Down(ctx)
+	}
+	l, err := lab.Up(ctx, lab.Options{Name: name, Hosts: 21})
+	if err != nil {
+		b.Fatalf("lab up: %v", err)
+	}
+	b.Cleanup(func() {
+		if err := l.Down(context.Background()); err != nil {
+			b.Errorf("lab down: %v", err)
+		}
+	})
+	inv, err := os.ReadFile(l.InventoryFile)
+	if err != nil {
+		b.Fatal(err)
+	}
+	c := &cluster{lab: l, kforge: kforge, bundle: bundleDir, state: filepath.Join(dir, "state"), inventory: filepath.Join(dir, "kforge.yaml")}
+	if err := os.WriteFile(c.inventory, append(inv, []byte("bundle: "+bundleDir+"\n")...), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	start := time.Now()
+	if out, err := c.run("apply", "--timeout", "10m"); err != nil {
+		b.Fatalf("apply of 21 hosts: %v\n%s", err, tailLines(out, 40))
+	}
+	first := time.Since(start)
+
+	b.ResetTimer()
+	timed := func(what string, args ...string) []time.Duration {
+		var ds []time.Duration
+		for range 3 {
+			start := time.Now()
+			cmd := exec.CommandContext(ctx, kforge, append([]string{"-i", c.inventory, "--state-dir", c.state}, args...)...)
+			out, err := cmd.CombinedOutput()
+			ds = append(ds, time.Since(start))
+			if err != nil {
+				b.Fatalf("%s: %v\n%s", what, err, tailLines(string(out), 30))
+			}
+		}
+		slices.Sort(ds)
+		return ds
+	}
+	plans := timed("plan", "plan", "--detailed-exitcode")
+	applies := timed("apply with nothing to do", "apply")
+
+	ssh := newOpenSSH(l)
+	check := "sha256sum /usr/bin/kubelet /opt/cni/bin/* /etc/kubernetes/*.conf /etc/kubernetes/pki/ca.crt /var/lib/kubelet/config.yaml /etc/containerd/config.toml 2>/dev/null | wc -l"
+	start = time.Now()
+	for _, h := range l.Hosts {
+		if _, err := ssh.run(ctx, h.Address, check); err != nil {
+			b.Fatal(err)
+		}
+	}
+	script := time.Since(start)
+	b.StopTimer()
+
+	b.Logf("21 hosts (1 master, 20 workers): first apply %s; plan %s (median of %s; target <= 3s); apply with nothing to do %s (median of %s; target <= 5s); the scripted check over OpenSSH, host after host %s; plan/script %.2f, no-op apply/script %.2f",
+		secs(first), secs(plans[1]), durations(plans), secs(applies[1]), durations(applies), secs(script), plans[1].Seconds()/script.Seconds(), applies[1].Seconds()/script.Seconds())
+	b.ReportMetric(first.Seconds(), "first-apply-s")
+	b.ReportMetric(plans[1].Seconds(), "plan-s")
+	b.ReportMetric(applies[1].Seconds(), "noop-apply-s")
+	b.ReportMetric(script.Seconds(), "script-check-s")
+}
+
+func durations(ds []time.Duration) string {
+	var s []string
+	for _, d := range ds {
+		s = append(s, secs(d))
+	}
+	return strings.Join(s, ", ")
+}
