@@ -73,7 +73,7 @@ func BenchmarkFleetPlanAndNoOpApply(b *testing.B) {
 		slices.Sort(ds)
 		return ds
 	}
-	plans := timed("plan", "plan", "--detailed-exitcode")
+	plans := timed("plan", "plan")
 	applies := timed("apply with nothing to do", "apply")
 
 	ssh := newOpenSSH(l)
