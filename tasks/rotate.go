@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/x509"
 	"fmt"
+	"path"
 	"slices"
 	"strings"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/kforge/kforge/pki"
 	"github.com/kforge/kforge/progress"
 	"github.com/kforge/kforge/remote"
+	"github.com/kforge/kforge/templates"
 )
 
 // RotateCA is one `kforge certs rotate-ca`: CAs replaced without downtime, in the phases of
@@ -145,6 +147,11 @@ func (x *RotateCA) phase(ph pki.Phase) func(context.Context, progress.Reporter) 
 			}
 			if err := x.waitMasters(ctx, r, []inventory.Node{n}, masters[(i+1)%len(masters)]); err != nil {
 				return err
+			}
+			if ph == pki.PhaseDrop { // kube-controller-manager signs with ca.crt again
+				if err := h.Run(ctx, remote.Cmd{Command: "rm -f " + path.Join(hostpath.PKIDir, templates.SigningCertFile)}); err != nil {
+					return err
+				}
 			}
 			if err := x.rollKubelet(ctx, r, n, h, ph); err != nil {
 				return err

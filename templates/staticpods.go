@@ -56,6 +56,10 @@ type ControlPlane struct {
 	// ExternalCA: the cluster CA key is not on the host, so the controller manager does not
 	// sign certificates (kubeadm's UsingExternalCA).
 	ExternalCA bool
+	// SigningCert, when set, is the file under the PKI directory kube-controller-manager signs
+	// with instead of ca.crt: while the cluster CA is rotated ca.crt holds two CAs, and its CSR
+	// signer accepts exactly one certificate.
+	SigningCert string
 	// CACertDirs are the host's extra CA directories to mount (kubeadm mounts those that exist).
 	CACertDirs []string
 	// FlexVolumeDir, when set, is mounted read-write into kube-controller-manager as
@@ -252,6 +256,9 @@ func (c ControlPlane) ControllerManager() *corev1.Pod {
 	}
 	if c.SigningDuration > 0 {
 		args["cluster-signing-duration"] = c.SigningDuration.String()
+	}
+	if c.SigningCert != "" {
+		args["cluster-signing-cert-file"] = pkiPath(c.SigningCert)
 	}
 	if c.ExternalCA {
 		args["cluster-signing-cert-file"] = ""

@@ -299,6 +299,10 @@ func masterFiles(c *inventory.Cluster, set *pki.Set, i int, o Options) ([]File, 
 	if err != nil {
 		return nil, err
 	}
+	if len(set.Trust[pki.CA]) > 1 { // a rotation of the cluster CA: see ControlPlane.SigningCert
+		cp.SigningCert = SigningCertFile
+		fs = append(fs, File{Path: path.Join(hostpath.PKIDir, SigningCertFile), Mode: 0o644, Data: pki.EncodeCert(set.CAs[pki.CA].Cert)})
+	}
 	for name, pod := range cp.StaticPods() {
 		stampInputs(pod, fs)
 		data, err := MarshalPod(pod)
@@ -309,6 +313,10 @@ func masterFiles(c *inventory.Cluster, set *pki.Set, i int, o Options) ([]File, 
 	}
 	return fs, nil
 }
+
+// SigningCertFile is the cluster CA kube-controller-manager signs with while ca.crt holds two
+// (a rotation of the cluster CA): the signing one alone.
+const SigningCertFile = "ca-signing.crt"
 
 // InputsAnnotation is the static-pod annotation that carries a hash of the files kforge
 // writes that the pod mounts (its certificates, keys and kubeconfig). When one of them
