@@ -26,6 +26,17 @@ func (s StaticPod) MirrorName() string { return s.Pod.Name + "-" + s.Node }
 // same image, command and annotations) and is Ready: kubelet has replaced the old pod and the
 // new one works. On timeout the error names each pod still waiting and what was last seen.
 func WaitForStaticPods(ctx context.Context, c kubernetes.Interface, pods []StaticPod, timeout time.Duration) error {
+	return waitStaticPods(ctx, c, pods, timeout, true)
+}
+
+// WaitForStaticPodsStarted is WaitForStaticPods without the wait for Ready: each pod's mirror
+// runs the new manifest and every container has started. Readiness is then the caller's to
+// check, sooner than the kubelet's probes (whose startup probe first looks after 10 s) say it.
+func WaitForStaticPodsStarted(ctx context.Context, c kubernetes.Interface, pods []StaticPod, timeout time.Duration) error {
+	return waitStaticPods(ctx, c, pods, timeout, false)
+}
+
+func waitStaticPods(ctx context.Context, c kubernetes.Interface, pods []StaticPod, timeout time.Duration, ready bool) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	last := map[string]string{}
@@ -38,7 +49,7 @@ func WaitForStaticPods(ctx context.Context, c kubernetes.Interface, pods []Stati
 				waiting = append(waiting, s.MirrorName())
 				continue
 			}
-			if why := runsManifest(mirror, s.Pod); why != "" {
+			if why := runsManifest(mirror, s.Pod, ready); why != "" {
 				last[s.MirrorName()] = why
 				waiting = append(waiting, s.MirrorName())
 			}
@@ -59,8 +70,9 @@ func WaitForStaticPods(ctx context.Context, c kubernetes.Interface, pods []Stati
 	}
 }
 
-// runsManifest says why mirror is not yet the Ready pod of manifest want ("" when it is).
-func runsManifest(mirror, want *corev1.Pod) string {
+// runsManifest says why mirror is not yet the Ready pod of manifest want, or with ready false
+// the pod of want whose containers all run ("" when it is).
+func runsManifest(mirror, want *corev1.Pod, ready bool) string {
 	for k, v := range want.Annotations {
 		if mirror.Annotations[k] != v {
 			return fmt.Sprintf("annotation %s is %q, not yet %q", k, mirror.Annotations[k], v)
@@ -74,6 +86,18 @@ func runsManifest(mirror, want *corev1.Pod) string {
 		if m.Image != w.Image || !slices.Equal(m.Command, w.Command) {
 			return "still the old pod (image or command differ)"
 		}
+	}
+	if !ready {
+		running := 0
+		for _, cs := range mirror.Status.ContainerStatuses {
+			if cs.State.Running != nil {
+				running++
+			}
+		}
+		if running < len(want.Spec.Containers) {
+			return fmt.Sprintf("%d of %d containers running", running, len(want.Spec.Containers))
+		}
+		return ""
 	}
 	for _, cond := range mirror.Status.Conditions {
 		if cond.Type == corev1.PodReady {

@@ -158,3 +158,23 @@ func TestSetKubeconfigCA(t *testing.T) {
 		t.Errorf("second call: changed %v, %v", changed, err)
 	}
 }
+
+// TestProbeURL: the URLs probeNow asks are those of the static pods' readiness probes, on the
+// host's address when a probe names none.
+func TestProbeURL(t *testing.T) {
+	cp := templates.ControlPlane{ClusterName: "c", NodeName: "m1", AdvertiseAddress: "10.0.0.1", BindPort: 6443, ServiceSubnet: "10.96.0.0/12", EtcdClusterState: "new"}
+	for pod, want := range map[string]string{
+		"kube-apiserver":          "https://10.0.0.1:6443/readyz",
+		"etcd":                    "http://127.0.0.1:2381/readyz",
+		"kube-controller-manager": "https://127.0.0.1:10257/healthz",
+		"kube-scheduler":          "https://127.0.0.1:10259/readyz",
+	} {
+		p := cp.StaticPods()[pod+".yaml"]
+		if p == nil {
+			t.Fatalf("no %s pod", pod)
+		}
+		if got := probeURL(p.Spec.Containers[0], "10.0.0.9"); got != want {
+			t.Errorf("%s: %s, want %s", pod, got, want)
+		}
+	}
+}

@@ -359,10 +359,13 @@ func (x *CertsRenew) waitMasters(ctx context.Context, r progress.Reporter, maste
 			return err
 		}
 		start := x.o.Now()
-		if err := kube.WaitForStaticPods(ctx, c.Typed, pods, x.o.Timeout); err != nil {
+		if err := kube.WaitForStaticPodsStarted(ctx, c.Typed, pods, x.o.Timeout); err != nil {
 			return err
 		}
-		r(progress.Event{Kind: progress.Info, Message: fmt.Sprintf("restarted pods Ready after %s", x.o.Now().Sub(start).Round(100*time.Millisecond))})
+		if err := x.waitProbes(ctx, pods); err != nil {
+			return err
+		}
+		r(progress.Event{Kind: progress.Info, Message: fmt.Sprintf("restarted pods ready after %s", x.o.Now().Sub(start).Round(100*time.Millisecond))})
 	}
 	for _, n := range masters {
 		var names []string
@@ -379,6 +382,32 @@ func (x *CertsRenew) waitMasters(ctx context.Context, r progress.Reporter, maste
 			}
 		}
 		r(progress.Event{Kind: progress.HostDone, Host: n.Name, Message: msg})
+	}
+	return nil
+}
+
+// waitProbes waits until every pod answers its readiness probes (probeNow), asked every 250 ms
+// through its master's SSH connection.
+func (x *CertsRenew) waitProbes(ctx context.Context, pods []kube.StaticPod) error {
+	ctx, cancel := context.WithTimeout(ctx, x.o.Timeout)
+	defer cancel()
+	for _, p := range pods {
+		n, _ := x.fleet.Node(p.Node)
+		d, err := x.fleet.Dialer(p.Node)
+		if err != nil {
+			return err
+		}
+		for {
+			why := probeNow(ctx, d, n.NodeIP(), p.Pod)
+			if why == "" {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("%s: %s not ready after %s: %s", p.Node, p.Pod.Name, x.o.Timeout, why)
+			case <-time.After(250 * time.Millisecond):
+			}
+		}
 	}
 	return nil
 }
