@@ -205,6 +205,7 @@ func (c ControlPlane) APIServer() *corev1.Pod {
 		// crash-looping on "address already in use" until it is gone (see
 		// docs/kubeadm-differences.md).
 		"permit-port-sharing":                "true",
+		"shutdown-send-retry-after":          "true",
 		"proxy-client-cert-file":             pkiPath("front-proxy-client.crt"),
 		"proxy-client-key-file":              pkiPath("front-proxy-client.key"),
 		"requestheader-allowed-names":        "front-proxy-client",
