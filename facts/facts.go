@@ -75,6 +75,8 @@ type Facts struct {
 	EtcdDataDir []string
 	// KubeletDropIn says kforge's kubelet drop-in exists (hostpath.KubeletDropInPath).
 	KubeletDropIn bool
+	// ServiceRoute says whether a route covers the Service subnet (Options.ServiceAddress).
+	ServiceRoute Route
 
 	// Files maps each requested path that is a regular file to its hex sha256; absent paths
 	// (missing, or not a regular file) are not in the map.
@@ -88,6 +90,15 @@ type Facts struct {
 	// just after its output arrived (set by Gather): the host read Clock in between.
 	Sent, Received time.Time
 }
+
+// Route is whether the kernel has a route for an address.
+type Route string
+
+const (
+	RouteUnknown Route = ""        // not asked
+	RouteCovered Route = "covered" // `ip route get` finds a route
+	RouteMissing Route = "missing" // it does not (network unreachable), or ip is not installed
+)
 
 // OS is from /etc/os-release.
 type OS struct {
@@ -238,6 +249,9 @@ type Options struct {
 	// Dirs lists directories whose existence to report in Facts.Dirs, e.g.
 	// templates.CACertDirCandidates (kubeadm mounts those that exist into the control plane).
 	Dirs []string
+	// ServiceAddress is an address of the cluster's Service subnet (its first) whose route to
+	// report in Facts.ServiceRoute; none when empty.
+	ServiceAddress string
 	// Timeout bounds the remote command; default 60s.
 	Timeout time.Duration
 	// Now is the workstation's clock; time.Now when nil.
@@ -322,6 +336,9 @@ fi
 [ -f ` + hostpath.KubeletDropInPath + ` ] && echo kubeletdropin=1
 set --
 `)
+	if o.ServiceAddress != "" {
+		b.WriteString("if ip route get " + remote.Quote(o.ServiceAddress) + " >/dev/null 2>&1; then echo svcroute=" + string(RouteCovered) + "; else echo svcroute=" + string(RouteMissing) + "; fi\n")
+	}
 	if len(o.Dirs) > 0 {
 		b.WriteString("for d in " + quoteAll(o.Dirs) + `; do [ -d "$d" ] && printf 'dir %s\n' "$d"; done
 `)

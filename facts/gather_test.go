@@ -171,3 +171,40 @@ func TestScriptOnThisMachine(t *testing.T) {
 		}
 	}
 }
+
+// TestServiceRouteOnThisMachine: the script reports a route for an address that has one
+// (loopback), and none in a network namespace of its own, which has no routes at all.
+func TestServiceRouteOnThisMachine(t *testing.T) {
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("ip (iproute2) is not installed")
+	}
+	out, err := exec.Command("sh", "-c", Script(Options{ServiceAddress: "127.0.0.1"}), "kforge-facts").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := mustParse(t, out); f.ServiceRoute != RouteCovered {
+		t.Errorf("route to 127.0.0.1: %q, want %q", f.ServiceRoute, RouteCovered)
+	}
+	if f := mustParse(t, mustRun(t, "sh", "-c", Script(Options{}), "kforge-facts")); f.ServiceRoute != RouteUnknown {
+		t.Errorf("route not asked: %q, want %q", f.ServiceRoute, RouteUnknown)
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("a network namespace of its own needs root")
+	}
+	if _, err := exec.LookPath("unshare"); err != nil {
+		t.Skip("unshare (util-linux) is not installed")
+	}
+	out = mustRun(t, "unshare", "--net", "sh", "-c", Script(Options{ServiceAddress: "10.96.0.1"}), "kforge-facts")
+	if f := mustParse(t, out); f.ServiceRoute != RouteMissing {
+		t.Errorf("route to 10.96.0.1 in an empty network namespace: %q, want %q", f.ServiceRoute, RouteMissing)
+	}
+}
+
+func mustRun(t *testing.T, name string, args ...string) []byte {
+	t.Helper()
+	out, err := exec.Command(name, args...).Output()
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return out
+}

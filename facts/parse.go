@@ -93,6 +93,8 @@ func Parse(out []byte) (*Facts, error) {
 				f.CapEff, err = strconv.ParseUint(v, 16, 64)
 			case "kubeletdropin":
 				f.KubeletDropIn = v == "1"
+			case "svcroute":
+				f.ServiceRoute = Route(v)
 			}
 			if err != nil {
 				return nil, bad(err.Error())

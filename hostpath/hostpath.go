@@ -46,6 +46,11 @@ const (
 	DefaultCNIBinDir = "/opt/cni/bin"
 	// CNIConfFile is the pod network config kforge writes on each node.
 	CNIConfFile = "/etc/cni/net.d/10-kforge.conflist"
+	// ServiceRouteUnit routes the Service subnet on hosts where no route covers it; the marker
+	// (tmpfs: gone at reboot, with the route) names the interface of the route it added.
+	ServiceRouteUnit     = "kforge-service-route.service"
+	ServiceRouteUnitPath = "/etc/systemd/system/" + ServiceRouteUnit
+	ServiceRouteMarker   = "/run/kforge-service-route"
 	// SysctlFile is kforge's own sysctl.d file; only it is applied (`sysctl --system` fails on
 	// hosts where some global keys are read-only, such as containers).
 	SysctlFile = "/etc/sysctl.d/99-kforge.conf"

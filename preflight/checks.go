@@ -94,6 +94,7 @@ const (
 	CheckArch           = "Arch"
 	CheckEtcdQuorum     = "EtcdQuorum"
 	CheckUpgradeRoute   = "UpgradeRoute"
+	CheckServiceRoute   = "ServiceRoute"
 	// CheckFacts is a host whose facts could not be gathered; it cannot be ignored.
 	CheckFacts = "Facts"
 )
@@ -114,7 +115,7 @@ func CheckNames() []string {
 	for _, p := range Ports {
 		names = append(names, PortCheck(p.Port))
 	}
-	return append(names, CheckManifestsDir, CheckEtcdDataDir, CheckKernelModules, CheckIPForward, CheckBridgeNF, CheckClockSkew, CheckArch, CheckEtcdQuorum, CheckUpgradeRoute)
+	return append(names, CheckManifestsDir, CheckEtcdDataDir, CheckKernelModules, CheckIPForward, CheckBridgeNF, CheckClockSkew, CheckArch, CheckEtcdQuorum, CheckUpgradeRoute, CheckServiceRoute)
 }
 
 type hostCheck func(c *inventory.Cluster, n inventory.Node, f *facts.Facts) []Finding
@@ -123,7 +124,7 @@ type hostCheck func(c *inventory.Cluster, n inventory.Node, f *facts.Facts) []Fi
 var hostChecks = []hostCheck{
 	checkPrivilegedUser, checkSystem, checkInitSystem, checkCPUAndMemory, checkSwap, checkCommands,
 	checkCRI, checkKubeletVersion, checkHostname, checkPorts, checkManifestsDir, checkEtcdDataDir,
-	checkSysctls, checkClockSkew, checkCapSysResource, checkEtcdQuorum, checkUpgradeRoute,
+	checkSysctls, checkServiceRoute, checkClockSkew, checkCapSysResource, checkEtcdQuorum, checkUpgradeRoute,
 }
 
 func finding(n inventory.Node, check string, sev Severity, fix, format string, args ...any) Finding {
@@ -494,6 +495,26 @@ func checkSysctls(_ *inventory.Cluster, n inventory.Node, f *facts.Facts) []Find
 		out = append(out, finding(n, CheckBridgeNF, Info, "", "net.bridge.bridge-nf-call-iptables is %s; kforge sets it to 1 in its own sysctl.d file", v))
 	}
 	return out
+}
+
+// checkServiceRoute reports a host where no route covers the Service subnet (no default route):
+// kube-proxy rewrites a connection to a Service only after the kernel routed it, so processes on
+// the host network — the API server calling an admission webhook — could not reach Services.
+// apply adds the route (templates.ServiceRoute), which needs ip.
+func checkServiceRoute(c *inventory.Cluster, n inventory.Node, f *facts.Facts) []Finding {
+	if f.ServiceRoute != facts.RouteMissing {
+		return nil
+	}
+	subnet := c.Networking.ServiceSubnet
+	if subnet == "" {
+		subnet = inventory.DefaultServiceSubnet
+	}
+	seen := fmt.Sprintf("no route covers the service subnet %s (the host has no default route): processes on the host network, such as the API server calling a webhook, cannot reach Services", subnet)
+	if f.Binaries["ip"].Path == "" {
+		return []Finding{finding(n, CheckServiceRoute, Error, "install it: "+installHint(f, "ip")+"; kforge then adds the route, or add a route for the service subnet (or a default route) yourself",
+			"%s, and kforge cannot add the route: ip is not installed", seen)}
+	}
+	return []Finding{finding(n, CheckServiceRoute, Info, "", "%s; kforge routes it through the interface of %s (%s, at every boot)", seen, n.NodeIP(), hostpath.ServiceRouteUnit)}
 }
 
 // checkEtcdQuorum warns, on the first master, about an even number of masters: stacked etcd

@@ -81,8 +81,23 @@ func newFleet(c *inventory.Cluster, nodes []inventory.Node, o Options) *fleet.Fl
 	return fleet.New(nodes, fleet.Options{
 		Limits: o.Limits, AcceptNewHostKeys: o.AcceptNewHostKeys, Connect: o.Connect, DialRetry: o.DialRetry, Logger: o.Logger, Now: o.Now,
 		// kubelet.conf on a worker says it has joined (its kubelet wrote it at TLS bootstrap).
-		Facts: facts.Options{CRIEndpoint: c.ContainerRuntime.Endpoint, Dirs: templates.CACertDirCandidates, Hash: []string{hostpath.KubeletKubeconfig}},
+		// The kubernetes Service's address: whether a route covers the Service subnet.
+		Facts: facts.Options{CRIEndpoint: c.ContainerRuntime.Endpoint, Dirs: templates.CACertDirCandidates, Hash: []string{hostpath.KubeletKubeconfig}, ServiceAddress: serviceAddress(c)},
 	})
+}
+
+// serviceAddress is the kubernetes Service's address; "" when the subnet is invalid (load
+// refuses such an inventory).
+func serviceAddress(c *inventory.Cluster) string {
+	subnet := c.Networking.ServiceSubnet
+	if subnet == "" {
+		subnet = inventory.DefaultServiceSubnet
+	}
+	ip, err := pki.FirstServiceIP(subnet)
+	if err != nil {
+		return ""
+	}
+	return ip.String()
 }
 
 // Apply is one `kforge apply`. Its steps are in Steps, in order; the fields below the first

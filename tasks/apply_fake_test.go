@@ -260,7 +260,7 @@ func TestApplyOnFakeHostsThenNothingToDo(t *testing.T) {
 			t.Errorf("%s: second run sent files the host already had: %v", name, got[skipped[name]:])
 		}
 		for _, cmd := range h.executed()[ran[name]:] {
-			readOnly := strings.HasPrefix(cmd, "systemctl is-") || strings.HasPrefix(cmd, "grep -q") || strings.HasPrefix(cmd, "[ -e ")
+			readOnly := strings.HasPrefix(cmd, "systemctl is-") || strings.HasPrefix(cmd, "grep -q") || strings.HasPrefix(cmd, "[ -e ") || strings.HasPrefix(cmd, "[ ! -f ")
 			if !readOnly {
 				t.Errorf("%s: second run ran %q", name, cmd)
 			}
@@ -803,7 +803,8 @@ func (p *shParser) item(exec bool) (int, error) {
 	return p.run(p.toks[start:p.i])
 }
 
-// command runs one simple command: echo, sysctl -p, systemctl on containerd and kubelet, the
+// command runs one simple command: echo, sysctl -p, systemctl on containerd, kubelet and the
+// service-route unit, the
 // kernel module checks (a kernel with overlay and br_netfilter).
 func (h *simHost) command(args []string, out io.Writer) (int, error) {
 	h.mu.Lock()
@@ -838,11 +839,13 @@ func (h *simHost) command(args []string, out io.Writer) (int, error) {
 	case strings.Join(args, " ") == "grep -qw overlay /proc/filesystems",
 		strings.Join(args, " ") == "[ -e /proc/sys/net/bridge/bridge-nf-call-iptables ]":
 		return 0, nil // the simulated kernel has both (built in)
+	case strings.Join(args, " ") == "[ ! -f "+hostpath.ServiceRouteMarker+" ]":
+		return 0, nil // the simulated hosts have a default route: the unit adds none
 	case args[0] != "systemctl" || len(args) < 3:
 		return 127, fmt.Errorf("no such command in the simulation: %q", args)
 	}
 	verb, unit := args[1], args[len(args)-1]
-	if unit != "kubelet" && unit != "containerd" {
+	if unit != "kubelet" && unit != "containerd" && unit != hostpath.ServiceRouteUnit {
 		return 5, fmt.Errorf("unit %s not found", unit)
 	}
 	h.mu.Lock()

@@ -348,6 +348,9 @@ func (p *Plan) diffHost(ctx context.Context, n inventory.Node, h remote.Host) (H
 		}
 		d.Restarts = append(d.Restarts, "containerd "+verb)
 	}
+	if wrote(func(p string) bool { return p == hostpath.ServiceRouteUnitPath }) {
+		d.Restarts = append(d.Restarts, hostpath.ServiceRouteUnit+" (re)starts")
+	}
 	switch {
 	case n.Role == inventory.RoleWorker && !joined:
 		d.Restarts = append(d.Restarts, "kubelet starts")

@@ -63,7 +63,7 @@ func (x *Reset) hostSteps() list {
 	l.add("stop-kubelet", OnHosts, all, x.stopKubelet, "stop and disable kubelet, so nothing starts the containers again")
 	l.add("containers", OnHosts, all, x.removeContainers, "kill and remove every container in containerd's k8s.io namespace (images stay)")
 	l.add("unmount", OnHosts, all, x.unmountKubelet, "unmount what kubelet mounted under %s and the pods' network namespaces", hostpath.KubeletDir)
-	l.add("files", OnHosts, all, x.removeFiles, "remove %s, %s, %s (on %s), the kubelet unit and drop-in, %s", hostpath.KubernetesDir, hostpath.KubeletDir, hostpath.EtcdDataDir, strings.Join(masters, ", "), hostpath.SysctlFile)
+	l.add("files", OnHosts, all, x.removeFiles, "remove %s, %s, %s (on %s), the kubelet unit and drop-in, the service-route unit (with its route), %s", hostpath.KubernetesDir, hostpath.KubeletDir, hostpath.EtcdDataDir, strings.Join(masters, ", "), hostpath.SysctlFile)
 	l.add("network", OnHosts, all, x.cleanNetwork, "delete cni0 and flannel.1, the CNI config and state, /run/flannel, and the KUBE-/FLANNEL- iptables chains with the jumps to them")
 	return l
 }
@@ -215,6 +215,12 @@ func (x *Reset) unmountKubelet(ctx context.Context, r progress.Reporter) error {
 	})
 }
 
+// stopServiceRouteScript stops and disables the service-route unit, which removes the route it
+// added, before its file goes.
+const stopServiceRouteScript = `[ -f ` + hostpath.ServiceRouteUnitPath + ` ] || exit 0
+systemctl disable -q --now ` + hostpath.ServiceRouteUnit + ` || exit 1
+echo "changed ` + hostpath.ServiceRouteUnit + ` stopped (its route removed) and disabled"`
+
 // resetFiles are the paths reset removes on a node: everything kforge wrote there except the
 // bundle's binaries and containerd's config. Directories that are mount points or symlinks
 // (a separate disk for /var/lib/etcd, say) are emptied instead.
@@ -223,7 +229,7 @@ func resetFiles(role inventory.Role) []string {
 	if role == inventory.RoleMaster {
 		ps = append(ps, hostpath.EtcdDataDir)
 	}
-	return append(ps, hostpath.KubeletUnitPath, hostpath.KubeletDropInPath, hostpath.SysctlFile)
+	return append(ps, hostpath.KubeletUnitPath, hostpath.KubeletDropInPath, hostpath.ServiceRouteUnitPath, hostpath.SysctlFile)
 }
 
 // removeScript removes each of paths, then emptyDir if it is empty, and prints what it
@@ -257,10 +263,15 @@ d=` + remote.Quote(emptyDir) + `; [ -d "$d" ] && rmdir "$d" 2>/dev/null && echo 
 
 func (x *Reset) removeFiles(ctx context.Context, r progress.Reporter) error {
 	return x.eachReset(ctx, r, func(ctx context.Context, n inventory.Node, h remote.Host) (string, error) {
+		stopped, _, err := runReset(ctx, h, stopServiceRouteScript)
+		if err != nil {
+			return "", err
+		}
 		changed, _, err := runReset(ctx, h, removeScript(resetFiles(n.Role), path.Dir(hostpath.KubeletDropInPath)))
 		if err != nil {
 			return "", err
 		}
+		changed = append(stopped, changed...)
 		if slices.ContainsFunc(changed, func(c string) bool { return strings.Contains(c, "/etc/systemd/system/") }) {
 			if err := h.Run(ctx, remote.Cmd{Command: "systemctl daemon-reload"}); err != nil {
 				return "", err

@@ -145,6 +145,12 @@ func newFakeNode(t *testing.T, n inventory.Node, dirty bool) *fakeNode {
 		}
 		return nil
 	})
+	on(stopServiceRouteScript, func(w io.Writer, _ string) error {
+		if slices.Contains(h.files, hostpath.ServiceRouteUnitPath) {
+			fmt.Fprintf(w, "changed %s stopped (its route removed) and disabled\n", hostpath.ServiceRouteUnit)
+		}
+		return nil
+	})
 	on(removeScript(resetFiles(n.Role), path.Dir(hostpath.KubeletDropInPath)), func(w io.Writer, _ string) error {
 		if h.mounts > 0 {
 			return h.Exit("rm", 1, "mounts remain under /var/lib/kubelet")

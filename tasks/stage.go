@@ -194,7 +194,8 @@ func (a *Apply) configureRuntime(ctx context.Context, n inventory.Node, h remote
 		f.Sysctls["net.ipv4.ip_forward"] != "1" || f.Sysctls["net.bridge.bridge-nf-call-iptables"] != "1" {
 		cmds = append(cmds, "sysctl -q -p "+hostpath.SysctlFile)
 	}
-	if wrote(func(p string) bool { return p == hostpath.ContainerdUnitPath }) {
+	routeUnit := wrote(func(p string) bool { return p == hostpath.ServiceRouteUnitPath })
+	if routeUnit || wrote(func(p string) bool { return p == hostpath.ContainerdUnitPath }) {
 		cmds = append(cmds, "systemctl daemon-reload")
 	}
 	restart := containerdRestarts(wrote, installed)
@@ -202,16 +203,36 @@ func (a *Apply) configureRuntime(ctx context.Context, n inventory.Node, h remote
 		cmds = append(cmds, "systemctl restart containerd")
 	}
 	cmds = append(cmds, "{ systemctl is-enabled -q containerd || systemctl enable -q containerd; }", "{ systemctl is-active -q containerd || systemctl start containerd; }")
-	if err := h.Run(ctx, remote.Cmd{Command: strings.Join(cmds, " && ")}); err != nil {
+	cmds = append(cmds, serviceRouteScript(routeUnit))
+	out, err := remote.Output(ctx, h, strings.Join(cmds, " && "))
+	if err != nil {
 		return "", err
 	}
+	var what string
 	switch {
 	case installed:
-		return "containerd (re)started on the bundle's binaries", nil
+		what = "containerd (re)started on the bundle's binaries"
 	case restart:
-		return "containerd restarted", nil
+		what = "containerd restarted"
+	default:
+		what = "containerd unchanged"
 	}
-	return "containerd unchanged", nil
+	if dev := strings.TrimSpace(string(out)); dev != "" {
+		what += fmt.Sprintf("; service subnet routed through %s by %s (no other route covers it)", dev, hostpath.ServiceRouteUnit)
+	}
+	return what, nil
+}
+
+// serviceRouteScript enables and starts the service-route unit (restarts it when its file was
+// written), and prints the interface of the route it added, if it added one.
+func serviceRouteScript(written bool) string {
+	u := hostpath.ServiceRouteUnit
+	start := "{ systemctl is-active -q " + u + " || systemctl start " + u + "; }"
+	if written {
+		start = "systemctl restart " + u
+	}
+	return "{ systemctl is-enabled -q " + u + " || systemctl enable -q " + u + "; } && " + start +
+		" && { [ ! -f " + hostpath.ServiceRouteMarker + " ] || cat " + hostpath.ServiceRouteMarker + "; }"
 }
 
 // containerdRestarts says whether containerd restarts on a host: when its binaries were
@@ -226,7 +247,7 @@ func kubeletRestarts(wrote func(pred func(string) bool) bool) bool { return wrot
 
 func isRuntimeFile(p string) bool {
 	switch p {
-	case hostpath.SysctlFile, hostpath.ContainerdConfigPath, hostpath.ContainerdUnitPath, hostpath.ModulesLoadFile:
+	case hostpath.SysctlFile, hostpath.ContainerdConfigPath, hostpath.ContainerdUnitPath, hostpath.ModulesLoadFile, hostpath.ServiceRouteUnitPath:
 		return true
 	}
 	return false

@@ -15,6 +15,7 @@ import (
 	"text/template"
 
 	"github.com/kforge/kforge/hostpath"
+	"github.com/kforge/kforge/pki"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/ptr"
@@ -89,6 +90,23 @@ type ContainerdUnit struct{ Containerd string }
 
 // Render returns containerd.service.
 func (u ContainerdUnit) Render() ([]byte, error) { return render("containerd.service.tmpl", u) }
+
+// ServiceRoute is the unit that routes the Service subnet where no other route covers it
+// (hostpath.ServiceRouteUnitPath): see its template for why.
+type ServiceRoute struct {
+	Subnet string // the cluster's serviceSubnet
+	NodeIP string // the node's address; the route goes through the interface that holds it
+}
+
+// Render returns kforge-service-route.service.
+func (r ServiceRoute) Render() ([]byte, error) {
+	probe, err := pki.FirstServiceIP(r.Subnet)
+	if err != nil {
+		return nil, err
+	}
+	return render("kforge-service-route.service.tmpl", struct{ Subnet, NodeIP, Probe, Marker string }{
+		netip.MustParsePrefix(r.Subnet).Masked().String(), r.NodeIP, probe.String(), hostpath.ServiceRouteMarker})
+}
 
 // ModulesLoad is kforge's modules-load.d file: the kernel modules containerd's overlayfs
 // snapshotter and bridged pod traffic need, loaded at every boot.

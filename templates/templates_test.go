@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"flag"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -169,4 +170,77 @@ func TestRegistryFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	golden(t, "hosts.toml-docker", plain[0].Data)
+}
+
+func TestServiceRouteUnit(t *testing.T) {
+	unit, err := ServiceRoute{Subnet: "10.96.0.0/12", NodeIP: "198.51.100.11"}.Render()
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "kforge-service-route.service", unit)
+	// systemd expands $ and % in ExecStart: every $ of the shell must be $$, and no % is left.
+	for _, l := range strings.Split(string(unit), "\n") {
+		if !strings.HasPrefix(l, "Exec") {
+			continue
+		}
+		if strings.Contains(strings.ReplaceAll(l, "$$", ""), "$") || strings.Contains(l, "%") {
+			t.Errorf("unescaped $ or %% for systemd in %q", l)
+		}
+	}
+	if _, err := (ServiceRoute{Subnet: "10.96.0.0", NodeIP: "198.51.100.11"}).Render(); err == nil {
+		t.Error("a subnet without a prefix length was rendered")
+	}
+}
+
+// TestServiceRouteUnitCommands runs the unit's ExecStart and ExecStop, as systemd would after
+// unescaping them, in a network and mount namespace of their own (a veth interface holds the
+// node's address; /run is a fresh tmpfs): start adds the route and its marker, a second start
+// changes nothing, stop removes both.
+func TestServiceRouteUnitCommands(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("network namespaces need root")
+	}
+	for _, c := range []string{"unshare", "ip"} {
+		if _, err := exec.LookPath(c); err != nil {
+			t.Skip(c + " is not installed")
+		}
+	}
+	unit, err := ServiceRoute{Subnet: "10.96.0.0/12", NodeIP: "198.51.100.11"}.Render()
+	if err != nil {
+		t.Fatal(err)
+	}
+	unitExec := map[string]string{}
+	for _, l := range strings.Split(string(unit), "\n") {
+		if k, v, ok := strings.Cut(l, "=/bin/sh -c "); ok && strings.HasPrefix(k, "Exec") {
+			unitExec[k] = strings.ReplaceAll(strings.Trim(v, "'"), "$$", "$")
+		}
+	}
+	if len(unitExec) != 2 {
+		t.Fatalf("want ExecStart and ExecStop, got %q", unitExec)
+	}
+	script := `set -e
+mount -t tmpfs tmpfs /run
+ip link add kf0 type veth peer name kf1 && ip link set kf1 up && ip addr add 198.51.100.11/24 dev kf0 && ip link set kf0 up
+start() { sh -c "$1"; }
+ip route get 10.96.0.1 >/dev/null 2>&1 && { echo "routed before start"; exit 1; }
+start "$START"; echo "after start: $(ip route show 10.96.0.0/12) marker=$(cat ` + hostpath.ServiceRouteMarker + `)"
+start "$START"; echo "after second start: $(ip route show 10.96.0.0/12)"
+sh -c "$STOP"; echo "after stop: $(ip route show 10.96.0.0/12) marker=$(cat ` + hostpath.ServiceRouteMarker + ` 2>/dev/null || echo none)"
+`
+	cmd := exec.Command("unshare", "--net", "--mount", "sh", "-c", script)
+	cmd.Env = append(os.Environ(), "START="+unitExec["ExecStart"], "STOP="+unitExec["ExecStop"])
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	want := "after start: 10.96.0.0/12 dev kf0 scope link src 198.51.100.11 marker=kf0\n" +
+		"after second start: 10.96.0.0/12 dev kf0 scope link src 198.51.100.11\n" +
+		"after stop:  marker=none\n"
+	var got []string // ip pads its output with spaces, differently in each version
+	for _, l := range strings.Split(string(out), "\n") {
+		got = append(got, strings.Join(strings.Fields(l), " "))
+	}
+	if strings.Join(got, "\n") != strings.ReplaceAll(want, "after stop:  marker", "after stop: marker") {
+		t.Errorf("got\n%s\nwant\n%s", out, want)
+	}
 }

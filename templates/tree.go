@@ -431,7 +431,12 @@ func nodeFiles(c *inventory.Cluster, n inventory.Node, o Options) ([]File, error
 	if err != nil {
 		return nil, err
 	}
+	route, err := ServiceRoute{Subnet: k.ServiceSubnet, NodeIP: k.NodeIP}.Render()
+	if err != nil {
+		return nil, err
+	}
 	return append(own, []File{
+		{Path: hostpath.ServiceRouteUnitPath, Mode: 0o644, Data: route},
 		{Path: hostpath.KubeletConfigPath, Mode: 0o644, Data: cfg},
 		{Path: hostpath.KubeletInstanceConfig, Mode: 0o644, Data: k.InstanceConfig()},
 		{Path: hostpath.KubeletFlagsEnvPath, Mode: 0o644, Data: k.FlagsEnv()},
