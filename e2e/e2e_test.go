@@ -541,6 +541,9 @@ func TestApplyLabClusterEndToEnd(t *testing.T) {
 		c.importImage(ctx, h, agent)
 	}
 	c.checkWorkloads(ctx, workload{image: agentImage, pull: corev1.PullNever}, w1, w2)
+	// 3b. An admission webhook behind a Service: the API server reaches it through the service
+	// subnet's route (the lab's hosts have none of their own: no default route).
+	c.checkServiceWebhook(ctx, workload{image: agentImage, pull: corev1.PullNever}, master, w1)
 
 	// 4. kubeadm reads kforge's certificates on the master.
 	exp := c.exec(ctx, master, "kubeadm certs check-expiration")
@@ -614,7 +617,8 @@ func TestApplyLabClusterEndToEnd(t *testing.T) {
 	for _, h := range l.Hosts {
 		left := c.exec(ctx, h.Name, `pgrep -x kubelet >/dev/null && echo "kubelet running"
 ctr -n k8s.io containers ls -q | sed 's/^/container /'
-for p in /etc/kubernetes /var/lib/kubelet /var/lib/etcd /etc/cni/net.d/10-kforge.conflist; do [ -e $p ] && echo "left $p"; done
+for p in /etc/kubernetes /var/lib/kubelet /var/lib/etcd /etc/cni/net.d/10-kforge.conflist /etc/systemd/system/kforge-service-route.service /run/kforge-service-route; do [ -e $p ] && echo "left $p"; done
+ip route show ` + inventory.DefaultServiceSubnet + ` | sed 's/^/route left: /'
 iptables-save 2>/dev/null | grep -E -- '-A (KUBE|FLANNEL)-' | head -3
 true`)
 		if left != "" {

@@ -531,10 +531,9 @@ func checkEtcdQuorum(c *inventory.Cluster, n inventory.Node, _ *facts.Facts) []F
 }
 
 // checkUpgradeRoute compares a master's running kubelet (kforge's, at the bundle's path) with
-// the inventory's version: a downgrade, or a jump of more than one minor, is refused before
-// anything changes (the version skew policy; kforge does not walk several minors in one run
-// yet); a one-minor upgrade is a warning, since apply restarts the control plane of every
-// master at once rather than one master at a time.
+// the inventory's version: a downgrade, or a change of major version, is refused before
+// anything changes. Upgrades of one minor or several are apply's upgrade step's (it walks each
+// minor, one master at a time, and refuses a route the bundle cannot serve).
 func checkUpgradeRoute(c *inventory.Cluster, n inventory.Node, f *facts.Facts) []Finding {
 	b := f.Binaries["kubelet"]
 	if n.Role != inventory.RoleMaster || !f.KubeletDropIn || b.Path != hostpath.DefaultKubeletPath || b.Version == "" {

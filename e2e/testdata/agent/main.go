@@ -7,10 +7,13 @@
 //	agent get URL         GET URL and print the body
 //	agent probe URL       GET URL every 100 ms on a new connection (2 s timeout), forever; logs
 //	                      each failure and, every 2 s, "probe ok=N failed=M"
+//	agent webhook CRT KEY a validating admission webhook on HTTPS :8443: it denies objects
+//	                      labelled kforge.test/webhook=deny, allows the others, and logs each
 package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -50,6 +53,13 @@ func main() {
 		}
 	case "probe":
 		probe(os.Args[2])
+	case "webhook":
+		fmt.Println("agent webhook on :8443")
+		http.HandleFunc("/validate", validate)
+		if err := http.ListenAndServeTLS(":8443", os.Args[2], os.Args[3], nil); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
 	case "lookup":
 		addrs, err := net.DefaultResolver.LookupHost(ctx, os.Args[2])
 		if err != nil {
@@ -101,4 +111,51 @@ func probe(url string) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// review is the part of an admission.k8s.io/v1 AdmissionReview the webhook reads and writes.
+type review struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Request    *struct {
+		UID    string `json:"uid"`
+		Object struct {
+			Kind     string `json:"kind"`
+			Metadata struct {
+				Name   string            `json:"name"`
+				Labels map[string]string `json:"labels"`
+			} `json:"metadata"`
+		} `json:"object"`
+	} `json:"request,omitempty"`
+	Response *reviewResponse `json:"response,omitempty"`
+}
+
+type reviewResponse struct {
+	UID     string `json:"uid"`
+	Allowed bool   `json:"allowed"`
+	Status  *struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	} `json:"status,omitempty"`
+}
+
+// validate answers an AdmissionReview: objects labelled kforge.test/webhook=deny are denied.
+func validate(w http.ResponseWriter, r *http.Request) {
+	var rv review
+	if err := json.NewDecoder(r.Body).Decode(&rv); err != nil || rv.Request == nil {
+		http.Error(w, fmt.Sprintf("not an AdmissionReview: %v", err), http.StatusBadRequest)
+		return
+	}
+	o := rv.Request.Object
+	resp := &reviewResponse{UID: rv.Request.UID, Allowed: o.Metadata.Labels["kforge.test/webhook"] != "deny"}
+	if !resp.Allowed {
+		resp.Status = &struct {
+			Code    int    `json:"code"`
+			Message string `json:"message"`
+		}{http.StatusForbidden, "denied by the e2e webhook (kforge.test/webhook=deny)"}
+	}
+	fmt.Printf("%s %s allowed=%t\n", o.Kind, o.Metadata.Name, resp.Allowed)
+	rv.Request, rv.Response = nil, resp
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(rv)
 }
