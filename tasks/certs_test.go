@@ -178,3 +178,33 @@ func TestProbeURL(t *testing.T) {
 		}
 	}
 }
+
+// TestRestartAPIServerScript runs the script in a real shell against a stand-in ctr: it kills
+// the kube-apiserver container of any image repository, and nothing else.
+func TestRestartAPIServerScript(t *testing.T) {
+	dir := t.TempDir()
+	log := filepath.Join(dir, "killed")
+	ctr := `#!/bin/sh
+case "$*" in
+"-n k8s.io containers ls") printf '%s\n' 'CONTAINER    IMAGE                                              RUNTIME' \
+  'a1           registry.k8s.io/kube-apiserver:v1.36.3             io.containerd.runc.v2' \
+  'b2           registry.k8s.io/kube-controller-manager:v1.36.3    io.containerd.runc.v2' \
+  'c3           mirror.example/k8s/kube-apiserver:v1.36.3          io.containerd.runc.v2' \
+  'd4           registry.k8s.io/etcd:3.6.5-0                       io.containerd.runc.v2' ;;
+"-n k8s.io tasks kill -s SIGKILL "*) echo "$7" >>` + log + ` ;;
+*) exit 1 ;;
+esac
+`
+	if err := os.WriteFile(filepath.Join(dir, "ctr"), []byte(ctr), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("sh", "-c", restartAPIServerScript)
+	cmd.Env = append(os.Environ(), "PATH="+dir+":"+os.Getenv("PATH"))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	killed, _ := os.ReadFile(log)
+	if string(killed) != "a1\nc3\n" {
+		t.Errorf("killed %q, want the two kube-apiserver containers a1 and c3", killed)
+	}
+}

@@ -143,11 +143,26 @@ func (a *Apply) waitRestartedPods(ctx context.Context, r progress.Reporter) erro
 			pods, names = append(pods, s), append(names, s.MirrorName())
 		}
 	}
-	if len(pods) == 0 {
+	if len(pods) > 0 {
+		r(progress.Event{Kind: progress.Info, Message: "waiting for kubelet to restart " + strings.Join(names, ", ") + " with their new manifests"})
+		if err := kube.WaitForStaticPods(ctx, a.api.Typed, pods, a.o.Timeout); err != nil {
+			return err
+		}
+	}
+	// Serving certificates are reloaded, not restarted for (templates.Reloaded): wait until
+	// the new ones are served, so that a later step does not meet the old one.
+	masters := a.fleet.Nodes(inventory.RoleMaster)
+	var by []string
+	for _, n := range masters {
+		if s := servedNew(a.files, n.Name); len(s) > 0 {
+			by = append(by, n.Name+" ("+strings.Join(s, ", ")+")")
+		}
+	}
+	if len(by) == 0 {
 		return nil
 	}
-	r(progress.Event{Kind: progress.Info, Message: "waiting for kubelet to restart " + strings.Join(names, ", ") + " with their new manifests"})
-	return kube.WaitForStaticPods(ctx, a.api.Typed, pods, a.o.Timeout)
+	r(progress.Event{Kind: progress.Info, Message: "waiting until the new serving certificates are served, without a restart, on " + strings.Join(by, ", ")})
+	return waitServed(ctx, a.fleet, a.files, masters, a.o.Timeout)
 }
 
 // explainAPIServer adds what a master's kubelet says to a failed wait.

@@ -1,17 +1,24 @@
 package tasks
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net"
 	"net/http"
+	"path"
 	"strconv"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/kforge/kforge/fleet"
+	"github.com/kforge/kforge/hostpath"
+	"github.com/kforge/kforge/inventory"
+	"github.com/kforge/kforge/pki"
 	"github.com/kforge/kforge/remote"
 )
 
@@ -77,4 +84,95 @@ func probeURL(c corev1.Container, nodeIP string) string {
 		scheme = "http"
 	}
 	return scheme + "://" + net.JoinHostPort(host, strconv.Itoa(port)) + g.Path
+}
+
+// served are the certificates a master's components serve from files they read again while
+// they run (templates.Reloaded), with the port each is served on (the node's address).
+var served = []struct {
+	file, by string
+	port     int
+}{
+	{path.Join(hostpath.PKIDir, "apiserver.crt"), "kube-apiserver", pki.APIServerPort},
+	{path.Join(hostpath.PKIDir, "etcd/server.crt"), "etcd", 2379},
+	{path.Join(hostpath.PKIDir, "etcd/peer.crt"), "etcd (peers)", 2380},
+}
+
+// servedNew names the components of master that serve a certificate this run wrote.
+func servedNew(files *hostFiles, master string) []string {
+	var out []string
+	for _, s := range served {
+		if files.wrote(master, func(p string) bool { return p == s.file }) {
+			out = append(out, s.by)
+		}
+	}
+	return out
+}
+
+// waitServed waits until every master of masters serves the certificates this run wrote there
+// that its components reload on their own (nothing restarts them), asking every 250 ms through
+// its SSH connection. kube-apiserver sees a new serving certificate on the file's event (or
+// within a minute), etcd at the next TLS handshake.
+func waitServed(ctx context.Context, f *fleet.Fleet, files *hostFiles, masters []inventory.Node, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for _, n := range masters {
+		d, err := f.Dialer(n.Name)
+		if err != nil {
+			return err
+		}
+		for _, s := range served {
+			if !files.wrote(n.Name, func(p string) bool { return p == s.file }) {
+				continue
+			}
+			want := files.get(n.Name, func(p string) bool { return p == s.file })
+			certs, err := pki.ParseCerts(want[0].Data)
+			if err != nil || len(certs) == 0 {
+				return fmt.Errorf("%s: %s: %v", n.Name, s.file, err)
+			}
+			addr := net.JoinHostPort(n.NodeIP(), strconv.Itoa(s.port))
+			for {
+				why := serves(ctx, d, addr, certs[0].Raw)
+				if why == "" {
+					break
+				}
+				select {
+				case <-ctx.Done():
+					return fmt.Errorf("%s: %s does not serve the new %s after %s: %s", n.Name, addr, s.file, timeout, why)
+				case <-time.After(250 * time.Millisecond):
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// serves says why addr does not serve the certificate want (DER), or "" when it does. It only
+// reads the certificate the server sends: the handshake may then fail for want of a client
+// certificate (etcd asks for one).
+func serves(ctx context.Context, d remote.Dialer, addr string, want []byte) string {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return err.Error()
+	}
+	defer conn.Close()
+	var got []byte
+	c := tls.Client(conn, &tls.Config{InsecureSkipVerify: true, // the certificate itself is compared
+		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
+			if len(raw) > 0 {
+				got = raw[0]
+			}
+			return nil
+		}})
+	err = c.HandshakeContext(ctx)
+	switch {
+	case got == nil && err != nil:
+		return err.Error()
+	case got == nil:
+		return "no certificate served"
+	case !bytes.Equal(got, want):
+		return "it serves the previous certificate"
+	}
+	return ""
 }

@@ -94,7 +94,7 @@ func (x *CertsRenew) Steps() []Step {
 	l.add("same-manifests", OnHosts, masters, x.sameManifests, "refuse when a master's static pods would change in more than their credentials (kforge apply changes those)")
 	l.add("save", OnWorkstation, nil, x.save, "keep the new certificates in %s", x.o.State.PKI())
 	l.add("kubelets", OnHosts, all, x.renewKubelets, "give the kubelets whose client certificate expired a new one signed by the cluster CA, and restart them; a kubelet whose own serving certificate expired makes a new one")
-	l.add("masters", OnHosts, masters, x.pushMasters, "one master at a time (all at once when certificates have expired: the control plane is down): push its certificates and kubeconfigs; kubelet restarts exactly the static pods that use a renewed file; wait until they run and are Ready")
+	l.add("masters", OnHosts, masters, x.pushMasters, "one master at a time (all at once when certificates have expired: the control plane is down): push its certificates and kubeconfigs; kubelet restarts the static pods that read a renewed file only when they start (kube-controller-manager, kube-scheduler), while etcd and kube-apiserver load their new certificates themselves; wait until the restarted pods are Ready and the new certificates are served")
 	l.add("kubeconfig", OnWorkstation, nil, x.writeKubeconfig, "write the admin kubeconfig to the state dir")
 	l.add("wait-ready", ThroughAPI, nil, x.waitReady, "wait until every node is Ready")
 	return l
@@ -309,6 +309,19 @@ func newKubeletClientCert(ctx context.Context, h remote.Host, set *pki.Set, o Op
 	return kp.Cert, nil
 }
 
+// apiserverKubeletClient is kube-apiserver's client certificate for kubelets. The API server
+// reloads it only every 5 minutes (templates.Reloaded); when it had expired, kubectl logs and
+// exec would fail until then, so renew restarts the API server at once
+// (restartAPIServerScript): the control plane is down anyway.
+var apiserverKubeletClient = path.Join(hostpath.PKIDir, "apiserver-kubelet-client.crt")
+
+// restartAPIServerScript kills the kube-apiserver container (its image is …/kube-apiserver:TAG);
+// kubelet starts it again with the same manifest, and it reads every file anew.
+const restartAPIServerScript = `for id in $(ctr -n k8s.io containers ls 2>/dev/null | awk '$2 ~ /\/kube-apiserver:/ {print $1}'); do
+  ctr -n k8s.io tasks kill -s SIGKILL "$id" >/dev/null 2>&1
+done
+true`
+
 // pushMasters pushes each master's credentials and waits until the static pods kubelet
 // restarts for them run and are Ready: one master at a time, the API watched through another
 // master; all at once when certificates have expired.
@@ -317,7 +330,13 @@ func (x *CertsRenew) pushMasters(ctx context.Context, r progress.Reporter) error
 	if len(x.expired) > 0 {
 		r(progress.Event{Kind: progress.Info, Message: "expired: " + strings.Join(x.expired, ", ") + "; the control plane is down: every master at once"})
 		if err := x.fleet.Each(ctx, inventory.RoleMaster, func(ctx context.Context, n inventory.Node, h remote.Host) error {
-			return push(ctx, x.files, h, isCredential)
+			if err := push(ctx, x.files, h, isCredential); err != nil {
+				return err
+			}
+			if !x.files.wrote(n.Name, func(p string) bool { return p == apiserverKubeletClient }) {
+				return nil
+			}
+			return h.Run(ctx, remote.Cmd{Command: restartAPIServerScript})
 		}); err != nil {
 			return err
 		}
@@ -367,6 +386,10 @@ func (x *CertsRenew) waitMasters(ctx context.Context, r progress.Reporter, maste
 		}
 		r(progress.Event{Kind: progress.Info, Message: fmt.Sprintf("restarted pods ready after %s", x.o.Now().Sub(start).Round(100*time.Millisecond))})
 	}
+	start := x.o.Now()
+	if err := waitServed(ctx, x.fleet, x.files, masters, x.o.Timeout); err != nil {
+		return err
+	}
 	for _, n := range masters {
 		var names []string
 		for _, p := range pods {
@@ -379,6 +402,9 @@ func (x *CertsRenew) waitMasters(ctx context.Context, r progress.Reporter, maste
 			msg = count(w, "file") + " pushed"
 			if len(names) > 0 {
 				msg += "; restarted " + strings.Join(names, ", ")
+			}
+			if rl := servedNew(x.files, n.Name); len(rl) > 0 {
+				msg += fmt.Sprintf("; new certificates served without a restart by %s (after %s)", strings.Join(rl, ", "), x.o.Now().Sub(start).Round(100*time.Millisecond))
 			}
 		}
 		r(progress.Event{Kind: progress.HostDone, Host: n.Name, Message: msg})

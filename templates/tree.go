@@ -319,20 +319,51 @@ func masterFiles(c *inventory.Cluster, set *pki.Set, i int, o Options) ([]File, 
 const SigningCertFile = "ca-signing.crt"
 
 // InputsAnnotation is the static-pod annotation that carries a hash of the files kforge
-// writes that the pod mounts (its certificates, keys and kubeconfig). When one of them
-// changes — a certificate re-issued before it expires, a new SAN — the manifest changes too
-// and kubelet restarts the pod: kube-controller-manager, kube-scheduler and kube-apiserver's
-// clients read their credentials only when they start.
+// writes that the pod mounts (its certificates, keys and kubeconfig) and reads only when it
+// starts. When one of them changes — a kubeconfig re-issued before it expires, a new CA — the
+// manifest changes too and kubelet restarts the pod: kube-controller-manager and
+// kube-scheduler read their kubeconfigs only when they start, etcd and kube-apiserver their CAs.
+// Files the component reads again while it runs (Reloaded) are left out: a renewed serving
+// certificate restarts nothing.
 const InputsAnnotation = "kforge.io/inputs-hash"
 
+// Reloaded are, by static-pod container, the certificates and keys the component reads again
+// while it runs, so a new one needs no restart:
+//   - etcd reads its serving and peer certificates at every TLS handshake, as server and as
+//     client (go.etcd.io/etcd/client/pkg/v3/transport: TLSInfo's GetCertificate and
+//     GetClientCertificate);
+//   - kube-apiserver watches its serving certificate and its front-proxy (aggregator) client
+//     certificate (k8s.io/apiserver dynamiccertificates, on file events and every minute); its
+//     etcd client reads its certificate at every handshake (the same TLSInfo); its kubelet
+//     client reloads its certificate every 5 minutes (client-go's certificate rotation, which
+//     then closes its connections to kubelets).
+//
+// CA files are never in it: etcd builds its trust pool and the API server its etcd trust pool
+// once, when they start.
+var Reloaded = map[string][]string{
+	"etcd": {pkiPath("etcd/server.crt"), pkiPath("etcd/server.key"), pkiPath("etcd/peer.crt"), pkiPath("etcd/peer.key")},
+	"kube-apiserver": {pkiPath("apiserver.crt"), pkiPath("apiserver.key"), pkiPath("front-proxy-client.crt"), pkiPath("front-proxy-client.key"),
+		pkiPath("apiserver-etcd-client.crt"), pkiPath("apiserver-etcd-client.key"), pkiPath("apiserver-kubelet-client.crt"), pkiPath("apiserver-kubelet-client.key")},
+}
+
+// reloaded says whether every container of pod reads file p again while it runs.
+func reloaded(pod *corev1.Pod, p string) bool {
+	for _, c := range pod.Spec.Containers {
+		if !slices.Contains(Reloaded[c.Name], p) {
+			return false
+		}
+	}
+	return len(pod.Spec.Containers) > 0
+}
+
 // stampInputs sets pod's InputsAnnotation from the files of fs under /etc/kubernetes that its
-// hostPath volumes cover and its command line names: kube-controller-manager mounts all of
-// /etc/kubernetes/pki, as kubeadm's does, but a new apiserver certificate is no reason to
-// restart it.
+// hostPath volumes cover and its command line names, except those it reloads itself:
+// kube-controller-manager mounts all of /etc/kubernetes/pki, as kubeadm's does, but a new
+// apiserver certificate is no reason to restart it.
 func stampInputs(pod *corev1.Pod, fs []File) {
 	var in []File
 	for _, f := range fs {
-		if !named(pod, f.Path) {
+		if !named(pod, f.Path) || reloaded(pod, f.Path) {
 			continue
 		}
 		for _, v := range pod.Spec.Volumes {

@@ -43,8 +43,8 @@ func inputHashes(t *testing.T, set *pki.Set) map[string]string {
 }
 
 // TestInputsHashFollowsWhatEachPodMounts: a static pod's manifest changes exactly when a file
-// it mounts and names on its command line changes, so kubelet restarts the components whose
-// credentials were re-issued and no others.
+// it mounts, names on its command line and reads only when it starts changes, so kubelet
+// restarts the components whose credentials were re-issued and need a restart, and no others.
 func TestInputsHashFollowsWhatEachPodMounts(t *testing.T) {
 	ensure := func() *pki.Set {
 		set, _, err := pki.EnsureCluster(haCluster(), "", t.TempDir(), time.Now(), rand.Reader)
@@ -65,15 +65,25 @@ func TestInputsHashFollowsWhatEachPodMounts(t *testing.T) {
 		{"controller-manager.conf", []string{"kube-controller-manager.yaml"}},
 		{"scheduler.conf", []string{"kube-scheduler.yaml"}},
 		{"admin.conf", nil}, // no static pod mounts it
+		// Certificates their component reloads while it runs (Reloaded) restart nothing;
 		// kube-controller-manager mounts all of pki/ but reads only what its flags name.
-		{"apiserver@m1", []string{"kube-apiserver.yaml"}},
-		{"etcd-server@m1", []string{"etcd.yaml"}},
-		{"apiserver-etcd-client", []string{"kube-apiserver.yaml"}},
-		{"front-proxy-client", []string{"kube-apiserver.yaml"}},
+		{"apiserver@m1", nil},
+		{"etcd-server@m1", nil},
+		{"etcd-peer@m1", nil},
+		{"apiserver-etcd-client", nil},
+		{"apiserver-kubelet-client", nil},
+		{"front-proxy-client", nil},
+		// CAs are read once: a new one restarts whoever trusts it.
+		{"etcd-ca", []string{"etcd.yaml", "kube-apiserver.yaml"}},
+		{"front-proxy-ca", []string{"kube-apiserver.yaml", "kube-controller-manager.yaml"}},
 	} {
 		reissued := *set
-		reissued.Certs = maps.Clone(set.Certs)
-		reissued.Certs[tc.cert] = other.Certs[tc.cert]
+		reissued.Certs, reissued.CAs, reissued.Trust = maps.Clone(set.Certs), maps.Clone(set.CAs), nil
+		if _, ca := set.CAs[tc.cert]; ca {
+			reissued.CAs[tc.cert] = other.CAs[tc.cert]
+		} else {
+			reissued.Certs[tc.cert] = other.Certs[tc.cert]
+		}
 		got := inputHashes(t, &reissued)
 		for name, h := range got {
 			want := base[name] != h
