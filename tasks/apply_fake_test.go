@@ -7,6 +7,7 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/hex"
@@ -14,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path"
@@ -601,6 +603,37 @@ func newSimHost(s *simCluster, n inventory.Node) *simHost {
 		return nil
 	})
 	return h
+}
+
+// DialContext reaches the host's own ports, as its SSH connection does: while the API server's
+// static pods run (apiServerUp), kube-apiserver on 6443 and etcd on 2379 and 2380 serve the
+// certificate and key their files hold at the moment of the handshake, as the real ones reload
+// them (templates.Reloaded). Every other port refuses.
+func (h *simHost) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	_, port, _ := net.SplitHostPort(addr)
+	files := map[string]string{"6443": "apiserver", "2379": "etcd/server", "2380": "etcd/peer"}
+	name, ok := files[port]
+	if !ok || !h.apiServerUp() {
+		return nil, fmt.Errorf("%s: dial %s %s: connection refused", h.Name(), network, addr)
+	}
+	crt, okc := h.File(hostpath.PKIDir + "/" + name + ".crt")
+	key, okk := h.File(hostpath.PKIDir + "/" + name + ".key")
+	if !okc || !okk {
+		return nil, fmt.Errorf("%s: dial %s %s: connection refused", h.Name(), network, addr)
+	}
+	cert, err := tls.X509KeyPair(crt.Data, key.Data)
+	if err != nil {
+		return nil, err
+	}
+	client, server := net.Pipe()
+	go func() {
+		defer server.Close()
+		c := tls.Server(server, &tls.Config{Certificates: []tls.Certificate{cert}})
+		if c.HandshakeContext(ctx) == nil {
+			_, _ = io.Copy(io.Discard, c)
+		}
+	}()
+	return client, nil
 }
 
 // repointKubelet does what repointKubeletScript does, on the host's files.

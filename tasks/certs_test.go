@@ -3,7 +3,14 @@ package tasks
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"math/big"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -206,5 +213,51 @@ esac
 	killed, _ := os.ReadFile(log)
 	if string(killed) != "a1\nc3\n" {
 		t.Errorf("killed %q, want the two kube-apiserver containers a1 and c3", killed)
+	}
+}
+
+// TestServesComparesTheServedCertificate: serves reads the certificate a TLS server sends and
+// tells the one it serves from another, which is how renew and apply know that a component
+// reloaded its new certificate.
+func TestServesComparesTheServedCertificate(t *testing.T) {
+	selfSigned := func(cn string) tls.Certificate {
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: cn}, NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(time.Hour)}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+	}
+	old, renewed := selfSigned("old"), selfSigned("new")
+	// Like etcd, the server asks for a client certificate, which serves does not have.
+	l, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{old}, ClientAuth: tls.RequireAnyClientCert})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.(*tls.Conn).Handshake()
+			c.Close()
+		}
+	}()
+	ctx := context.Background()
+	if why := serves(ctx, &net.Dialer{}, l.Addr().String(), old.Certificate[0]); why != "" {
+		t.Errorf("serves the certificate it serves: %q", why)
+	}
+	if why := serves(ctx, &net.Dialer{}, l.Addr().String(), renewed.Certificate[0]); why != "it serves the previous certificate" {
+		t.Errorf("serves another certificate: %q", why)
+	}
+	l.Close()
+	if why := serves(ctx, &net.Dialer{}, l.Addr().String(), old.Certificate[0]); !strings.Contains(why, "refused") {
+		t.Errorf("serves on a closed port: %q", why)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/kforge/kforge/hostpath"
 	"github.com/kforge/kforge/inventory"
 	"github.com/kforge/kforge/kube"
+	"github.com/kforge/kforge/pki"
 	"github.com/kforge/kforge/progress"
 	"github.com/kforge/kforge/remote"
 	"github.com/kforge/kforge/state"
@@ -39,7 +40,9 @@ func TestPlanAgreesWithApply(t *testing.T) {
 	runApply(t, NewApply(c, o))
 	sim.settle()
 
-	plan := func(c *inventory.Cluster) Diff {
+	// writes are the resources plan may write to here: the fake API has no server-side dry run,
+	// so plan's dry-run update of an object reaches it.
+	plan := func(c *inventory.Cluster, writes ...string) Diff {
 		t.Helper()
 		p := NewPlan(c, o)
 		defer p.Close()
@@ -62,7 +65,7 @@ func TestPlanAgreesWithApply(t *testing.T) {
 			}
 		}
 		for _, a := range sim.api.Actions()[actions:] {
-			if v := a.GetVerb(); v != "get" && v != "list" {
+			if v := a.GetVerb(); v != "get" && v != "list" && !slices.Contains(writes, a.GetResource().Resource) {
 				t.Errorf("plan wrote to the API: %s %s", v, a.GetResource().Resource)
 			}
 		}
@@ -104,8 +107,29 @@ func TestPlanAgreesWithApply(t *testing.T) {
 	}
 	sim.settle()
 
+	// A new SAN: the master's serving certificate alone; kube-apiserver reloads it, so no
+	// static pod restarts, and apply waits until the master serves it.
+	sans := cluster(t, "workers:\n  - {name: w1, address: 10.0.0.2}\nkubelet: {extraArgs: {v: \"4\"}}\npki: {apiServerCertSANs: [api.example.com]}\n")
+	d = plan(sans, "configmaps") // kubeadm-config's certSANs
+	if len(d.Hosts) != 1 || d.Hosts[0].Host != "m1" || len(d.Hosts[0].Files) != 2 || len(d.Hosts[0].Restarts) != 0 || len(d.Certificates) != 1 {
+		t.Errorf("plan of a new SAN: %+v", d)
+	}
+	served := false
+	for _, e := range runApply(t, NewApply(sans, o)) {
+		served = served || strings.Contains(e.Message, "serving certificates are served, without a restart, on m1 (kube-apiserver)")
+	}
+	crt, _ := sim.hosts["m1"].File(hostpath.PKIDir + "/apiserver.crt")
+	certs, err := pki.ParseCerts(crt.Data)
+	if !served || err != nil || !slices.Contains(certs[0].DNSNames, "api.example.com") {
+		t.Errorf("apply of a new SAN: waited for it to be served %v; %v", served, err)
+	}
+	if why := serves(context.Background(), sim.hosts["m1"], "10.0.0.1:6443", certs[0].Raw); why != "" {
+		t.Errorf("m1 does not serve the new certificate: %s", why)
+	}
+	sim.settle()
+
 	down["w1"] = true
-	d = plan(edited)
+	d = plan(sans)
 	if d.Unreachable["w1"] == "" || d.Complete() || d.Changes() != 0 {
 		t.Errorf("plan with w1 down: %+v", d)
 	}
