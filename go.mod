@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/alecthomas/kong v1.17.0
 	github.com/google/go-containerregistry v0.22.1
+	github.com/inetaf/tcpproxy v0.0.0-20260515195445-c159a6051109
 	github.com/invopop/jsonschema v0.14.0
 	github.com/kevinburke/ssh_config v1.6.0
 	github.com/pkg/sftp v1.13.12

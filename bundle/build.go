@@ -103,6 +103,7 @@ func Build(ctx context.Context, o Options) (*Manifest, error) {
 			pauseModule(v.Pause),
 			containerdModule(v.Containerd),
 			runcModule(v.Runc),
+			apiproxyModule(),
 		}, then)
 		if err != nil {
 			if len(rels) > 1 {
@@ -195,6 +196,7 @@ func releaseFiles(p releasePart) []bundleFile {
 		add(File{Name: c, Path: "runtime/" + c, Install: hostpath.RuntimeBinDir + "/" + c, Mode: "0755"}, filepath.Join(p.dirs["containerd"], c), p.r.Containerd)
 	}
 	add(File{Name: "runc", Path: "runtime/runc", Install: hostpath.RuncPath, Mode: "0755"}, filepath.Join(p.dirs["runc"], "runc"), p.r.Runc)
+	add(File{Name: APIProxyFile, Path: "bin/" + APIProxyFile, Install: hostpath.APIProxyPath, Mode: "0755"}, filepath.Join(p.dirs["apiproxy"], APIProxyFile), TCPProxyVersion)
 	return out
 }
 

@@ -134,6 +134,30 @@ func runcModule(v string) goModule {
 //go:embed internal/pause/main.go
 var pauseMain []byte
 
+//go:embed internal/apiproxy/main.go
+var apiproxyMain []byte
+
+//go:embed internal/apiproxy/proxy.go
+var apiproxyProxy []byte
+
+// TCPProxyVersion is the github.com/inetaf/tcpproxy the node-local API proxy is built with.
+const TCPProxyVersion = "v0.0.0-20260515195445-c159a6051109"
+
+// APIProxyFile is the bundle file of the node-local API proxy.
+const APIProxyFile = "kforge-apiproxy"
+
+// apiproxyModule builds kforge-apiproxy, the node-local API proxy of clusters without a
+// controlPlaneEndpoint: internal/apiproxy's runner around github.com/inetaf/tcpproxy.
+func apiproxyModule() goModule {
+	return goModule{
+		Name:      "apiproxy",
+		Version:   TCPProxyVersion,
+		Require:   map[string]string{"github.com/inetaf/tcpproxy": TCPProxyVersion},
+		Local:     map[string][]byte{"main.go": apiproxyMain, "proxy.go": apiproxyProxy},
+		LocalName: APIProxyFile,
+	}
+}
+
 func pauseModule(tag string) goModule {
 	return goModule{
 		Name:      "pause",

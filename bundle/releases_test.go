@@ -69,6 +69,7 @@ func fakeRelease(t *testing.T, cache, version string) {
 	fakeBuilt(t, cache, containerdModule(r.Containerd), map[string]string{
 		"containerd": "containerd " + r.Containerd, "containerd-shim-runc-v2": "shim " + r.Containerd, "ctr": "ctr " + r.Containerd})
 	fakeBuilt(t, cache, runcModule(r.Runc), map[string]string{"runc": "runc " + r.Runc})
+	fakeBuilt(t, cache, apiproxyModule(), map[string]string{APIProxyFile: "apiproxy"})
 }
 
 // TestBuildSeveralReleases: a bundle of two releases stores what they share once (the CNI
@@ -104,6 +105,7 @@ func TestBuildSeveralReleases(t *testing.T) {
 		"cni/bridge ", "cni/host-local ", "cni/loopback ", "cni/portmap ",
 		"runtime/v2.3.7/containerd v1.36.3", "runtime/v2.3.7/containerd-shim-runc-v2 v1.36.3", "runtime/v2.3.7/ctr v1.36.3",
 		"runtime/runc ",
+		"bin/kforge-apiproxy ",
 		"bin/v1.37.2/kubeadm v1.37.2", "bin/v1.37.2/kubelet v1.37.2", "bin/v1.37.2/kubectl v1.37.2",
 		"runtime/v2.4.2/containerd v1.37.2", "runtime/v2.4.2/containerd-shim-runc-v2 v1.37.2", "runtime/v2.4.2/ctr v1.37.2",
 	}
@@ -143,8 +145,8 @@ func TestBuildSeveralReleases(t *testing.T) {
 		}
 		r, _ := release.For(v)
 		names := r.Images("").ByComponent()
-		if len(one.Files) != 11 || len(one.Images) != len(ImageComponents) {
-			t.Errorf("%s: %d files, %d images; want 11 and %d", v, len(one.Files), len(one.Images), len(ImageComponents))
+		if len(one.Files) != 12 || len(one.Images) != len(ImageComponents) {
+			t.Errorf("%s: %d files, %d images; want 12 and %d", v, len(one.Files), len(one.Images), len(ImageComponents))
 		}
 		if f, ok := one.File("containerd"); !ok || !strings.Contains(f.Path, r.Containerd) || f.Install != "/usr/local/bin/containerd" {
 			t.Errorf("%s: containerd %+v, want %s's", v, f, r.Containerd)

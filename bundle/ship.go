@@ -42,6 +42,9 @@ type Need struct {
 	// hosts whose runtime kforge installs (containerRuntime.install: bundle); a host running
 	// its own containerd must not get another ctr on its PATH.
 	Runtime bool
+	// APIProxy also ships the node-local API proxy (kforge-apiproxy): only for the nodes of a
+	// cluster without a controlPlaneEndpoint.
+	APIProxy bool
 }
 
 // IsRuntime says whether the bundle file named name is part of the container runtime.
@@ -58,7 +61,7 @@ var tools = map[string]bool{"kubeadm": true, "kubectl": true}
 
 // wantsFile says whether a host with this need gets bundle file f.
 func (n Need) wantsFile(f File) bool {
-	if IsRuntime(f.Name) && !n.Runtime {
+	if IsRuntime(f.Name) && !n.Runtime || f.Name == APIProxyFile && !n.APIProxy {
 		return false
 	}
 	return n.wants(f.Name, tools[f.Name])

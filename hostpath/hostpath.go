@@ -35,8 +35,11 @@ const (
 	ContainerdConfigPath = "/etc/containerd/config.toml"
 	// The container runtime kforge installs from the bundle (containerRuntime.install: bundle),
 	// where containerd's own release puts it: /usr/local, never over a distribution's files.
-	RuntimeBinDir      = "/usr/local/bin"
-	RuncPath           = "/usr/local/sbin/runc"
+	RuntimeBinDir = "/usr/local/bin"
+	RuncPath      = "/usr/local/sbin/runc"
+	// APIProxyPath is the node-local API proxy's binary (clusters without a
+	// controlPlaneEndpoint).
+	APIProxyPath       = "/usr/local/bin/kforge-apiproxy"
 	ContainerdUnitPath = "/etc/systemd/system/containerd.service"
 	// RegistryConfigDir holds one directory per registry host with its hosts.toml.
 	RegistryConfigDir = "/etc/containerd/certs.d"
