@@ -39,7 +39,13 @@ const (
 	RuncPath      = "/usr/local/sbin/runc"
 	// APIProxyPath is the node-local API proxy's binary (clusters without a
 	// controlPlaneEndpoint).
-	APIProxyPath       = "/usr/local/bin/kforge-apiproxy"
+	APIProxyPath = "/usr/local/bin/kforge-apiproxy"
+	// The node-local API proxy's unit, its configuration (which it follows without a restart)
+	// and the state it writes: the backends in use and whether each is up.
+	APIProxyUnit       = "kforge-apiproxy.service"
+	APIProxyUnitPath   = "/etc/systemd/system/" + APIProxyUnit
+	APIProxyConfig     = "/etc/kforge/apiproxy.json"
+	APIProxyState      = "/run/kforge-apiproxy/backends.json"
 	ContainerdUnitPath = "/etc/systemd/system/containerd.service"
 	// RegistryConfigDir holds one directory per registry host with its hosts.toml.
 	RegistryConfigDir = "/etc/containerd/certs.d"

@@ -29,6 +29,10 @@ func (c *Cluster) setDefaults() {
 		}
 	}
 
+	if c.APIProxy.Port == 0 {
+		c.APIProxy.Port = DefaultAPIProxyPort
+	}
+
 	n := &c.Networking
 	def(&n.PodSubnet, DefaultPodSubnet)
 	def(&n.ServiceSubnet, DefaultServiceSubnet)

@@ -48,7 +48,7 @@ func TestMalformedInventories(t *testing.T) {
 		{"master listed twice", head + m1 + "  - name: m1\n    address: 10.0.0.1\n", nil, 7, "masters[1]", `host "m1" is listed twice in masters`},
 		{"master also a worker", head + m1 + "workers:\n  - name: m1\n    address: 10.0.0.1\n", nil, 8, "workers[0]", `listed both as a master`},
 		{"duplicate internal address", head + "masters:\n  - {name: m1, address: 192.0.2.1, internalAddress: 10.0.0.1}\n  - {name: m2, address: 192.0.2.2, internalAddress: 10.0.0.1}\ncontrolPlaneEndpoint: lb:6443\n", nil, 6, "masters[1].internalAddress", "internal address 10.0.0.1 is already used by m1"},
-		{"HA without endpoint", head + m1 + "  - name: m2\n    address: 10.0.0.2\n", nil, 4, "masters", "2 masters need a controlPlaneEndpoint"},
+		{"API proxy on the API server's port", head + "apiProxy:\n  port: 6443\n" + m1 + "  - name: m2\n    address: 10.0.0.2\n", nil, 5, "apiProxy.port", "port 6443 cannot be used"},
 		{"endpoint bad port", head + "controlPlaneEndpoint: lb.example.com:99999\n" + m1, nil, 4, "controlPlaneEndpoint", "not a valid host:port"},
 		{"version unparseable", head + "kubernetesVersion: latest\n" + m1, nil, 4, "kubernetesVersion", `"latest" is not a Kubernetes version; write it as v1.36.3`},
 		{"version unsupported", head + "kubernetesVersion: v1.29.0\n" + m1, nil, 4, "kubernetesVersion", "Kubernetes v1.29.0 is not supported by this kforge; use v1.35.x, v1.36.x or v1.37.x (default v1.36.3)"},

@@ -31,6 +31,7 @@ const (
 	DefaultCRIEndpoint      = "unix:///run/containerd/containerd.sock"
 	DefaultCertValidity     = Duration(365 * 24 * hour)      // kubeadm: one year
 	DefaultCAValidity       = Duration(10 * 365 * 24 * hour) // kubeadm: ten years
+	DefaultAPIProxyPort     = 6444                           // k3s's and RKE2's port for the same proxy
 )
 
 // Cluster is one inventory file.
@@ -43,8 +44,10 @@ type Cluster struct {
 	Name string `yaml:"name" jsonschema:"required"`
 	// Kubernetes version to install, vMAJOR.MINOR.PATCH, of a supported minor (v1.35, v1.36 or v1.37). Default v1.36.3. With a bundle, the bundle must hold it.
 	KubernetesVersion string `yaml:"kubernetesVersion,omitempty"`
-	// Stable address of the API server as host:port, e.g. a load balancer in front of the masters. Required with more than one master; default: the first master's address and port 6443.
+	// Stable address of the API server as host:port, e.g. a load balancer in front of the masters. Default with one master: its address and port 6443. With several masters and none, every node runs a local API proxy (apiProxy) across all of them.
 	ControlPlaneEndpoint string `yaml:"controlPlaneEndpoint,omitempty"`
+	// The node-local API proxy every node runs when several masters have no controlPlaneEndpoint.
+	APIProxy APIProxy `yaml:"apiProxy,omitempty"`
 	// Registry the control-plane, kube-proxy, CoreDNS and pause images are pulled from when no bundle is used. Default registry.k8s.io.
 	ImageRepository string `yaml:"imageRepository,omitempty"`
 	// Cluster networking.
@@ -300,3 +303,14 @@ func (c *Cluster) Path(path string) string {
 	}
 	return filepath.Join(filepath.Dir(c.src.file), path)
 }
+
+// APIProxy is the node-local API proxy: on every node, 127.0.0.1:Port forwards to the API
+// servers of every master that answers.
+type APIProxy struct {
+	// Port on 127.0.0.1 of every node. Default 6444.
+	Port int `yaml:"port,omitempty" jsonschema:"minimum=1,maximum=65535"`
+}
+
+// LocalAPIProxy says whether the nodes reach the API servers through their node-local proxy:
+// several masters and no controlPlaneEndpoint.
+func (c *Cluster) LocalAPIProxy() bool { return c.ControlPlaneEndpoint == "" && len(c.Masters) > 1 }

@@ -329,9 +329,6 @@ func (v *validator) hosts() {
 			}
 		}
 	}
-	if len(v.c.Masters) > 1 && v.c.ControlPlaneEndpoint == "" {
-		v.add("masters", "set controlPlaneEndpoint to a load balancer (or DNS name) in front of all masters, as host:port", "%d masters need a controlPlaneEndpoint that reaches all of them", len(v.c.Masters))
-	}
 }
 
 func (v *validator) labels(p string, h *Host) {
@@ -361,6 +358,9 @@ func (v *validator) labels(p string, h *Host) {
 }
 
 func (v *validator) endpoint() {
+	if p := v.c.APIProxy.Port; p < 1 || p > 65535 || p == 6443 {
+		v.add("apiProxy.port", "use a free port between 1 and 65535 other than the API server's 6443; the default is 6444", "port %d cannot be used", p)
+	}
 	ep := v.c.ControlPlaneEndpoint
 	if ep == "" {
 		return

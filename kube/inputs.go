@@ -129,7 +129,7 @@ func KubeProxyInputFor(c *inventory.Cluster, im release.Images) KubeProxyInput {
 	}
 	return KubeProxyInput{
 		Image:               im.KubeProxy,
-		Server:              pki.APIServerURL(pki.Endpoint(c)),
+		Server:              pki.APIServerURL(pki.NodeEndpoint(c)),
 		PodSubnet:           orDefault(c.Networking.PodSubnet, inventory.DefaultPodSubnet),
 		Mode:                "iptables",
 		ConntrackMaxPerCore: conntrackMaxPerCore,
@@ -141,7 +141,7 @@ func FlannelInputFor(c *inventory.Cluster, im release.Images) FlannelInput {
 	return FlannelInput{
 		Image:     im.Flannel,
 		PodSubnet: orDefault(c.Networking.PodSubnet, inventory.DefaultPodSubnet),
-		Endpoint:  pki.Endpoint(c),
+		Endpoint:  pki.NodeEndpoint(c),
 	}
 }
 

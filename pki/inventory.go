@@ -35,7 +35,7 @@ func FromInventory(c *inventory.Cluster) (Params, []Master, error) {
 		ClusterName:          c.Name,
 		DNSDomain:            orDefault(c.Networking.DNSDomain, inventory.DefaultDNSDomain),
 		ServiceSubnet:        orDefault(c.Networking.ServiceSubnet, inventory.DefaultServiceSubnet),
-		ControlPlaneEndpoint: Endpoint(c),
+		ControlPlaneEndpoint: NodeEndpoint(c),
 		APIServerCertSANs:    c.PKI.APIServerCertSANs,
 		KeyAlgorithm:         alg,
 		CertValidity:         time.Duration(c.PKI.CertValidity),
@@ -50,8 +50,19 @@ func FromInventory(c *inventory.Cluster) (Params, []Master, error) {
 	return p, masters, nil
 }
 
-// Endpoint is the cluster's API endpoint as host:port: controlPlaneEndpoint, or the first
-// master's node IP and port 6443.
+// NodeEndpoint is the API endpoint the nodes use, as host:port: their local API proxy on
+// 127.0.0.1 when there are several masters and no controlPlaneEndpoint
+// (inventory.Cluster.LocalAPIProxy), otherwise Endpoint. The API server certificates are
+// valid for it.
+func NodeEndpoint(c *inventory.Cluster) string {
+	if c.LocalAPIProxy() {
+		return net.JoinHostPort("127.0.0.1", strconv.Itoa(c.APIProxy.Port))
+	}
+	return Endpoint(c)
+}
+
+// Endpoint is the cluster's API endpoint for clients outside the nodes (the workstation), as
+// host:port: controlPlaneEndpoint, or the first master's node IP and port 6443.
 func Endpoint(c *inventory.Cluster) string {
 	if c.ControlPlaneEndpoint != "" {
 		return c.ControlPlaneEndpoint

@@ -242,7 +242,7 @@ func (a *Apply) joinWorkers(ctx context.Context, r progress.Reporter) error {
 	if err := a.bg.wait(ctx, stagedWorkers); err != nil {
 		return err
 	}
-	server := pki.APIServerURL(pki.Endpoint(a.inv))
+	server := pki.APIServerURL(pki.NodeEndpoint(a.inv))
 	err := a.fleet.Each(ctx, inventory.RoleWorker, func(ctx context.Context, n inventory.Node, h remote.Host) error {
 		moved, err := repointKubelet(ctx, h, server)
 		if err != nil {

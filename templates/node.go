@@ -7,14 +7,18 @@ package templates
 import (
 	"bytes"
 	"embed"
+	"encoding/json"
 	"fmt"
+	"net"
 	"net/netip"
 	"path"
 	"sort"
+	"strconv"
 	"strings"
 	"text/template"
 
 	"github.com/kforge/kforge/hostpath"
+	"github.com/kforge/kforge/inventory"
 	"github.com/kforge/kforge/pki"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
@@ -218,4 +222,41 @@ func (k Kubelet) FlagsEnv() []byte {
 		parts = append(parts, "--"+n+"="+args[n])
 	}
 	return fmt.Appendf(nil, "KUBELET_KUBEADM_ARGS=%q\n", strings.Join(parts, " "))
+}
+
+// APIProxy is the node-local API proxy's unit and configuration (kforge-apiproxy, in the
+// bundle): nodes of a cluster with several masters and no controlPlaneEndpoint reach the API
+// servers through it.
+type APIProxy struct {
+	Port     int      // on 127.0.0.1
+	Backends []string // every master's API server, host:port
+}
+
+// Unit returns kforge-apiproxy.service.
+func (p APIProxy) Unit() ([]byte, error) {
+	return render("kforge-apiproxy.service.tmpl", struct {
+		Port                  int
+		Binary, Config, State string
+	}{p.Port, hostpath.APIProxyPath, hostpath.APIProxyConfig, hostpath.APIProxyState})
+}
+
+// Config returns the proxy's configuration file (JSON; the format of
+// bundle/internal/apiproxy's Config).
+func (p APIProxy) Config() ([]byte, error) {
+	b, err := json.MarshalIndent(struct {
+		Listen   string   `json:"listen"`
+		Backends []string `json:"backends"`
+		CA       string   `json:"ca"`
+	}{net.JoinHostPort("127.0.0.1", strconv.Itoa(p.Port)), p.Backends, hostpath.CACert}, "", "  ")
+	return append(b, '\n'), err
+}
+
+// APIProxyFor is the node-local API proxy of cluster c: every master's API server, in the
+// inventory's order.
+func APIProxyFor(c *inventory.Cluster) APIProxy {
+	p := APIProxy{Port: c.APIProxy.Port}
+	for _, m := range c.Masters {
+		p.Backends = append(p.Backends, net.JoinHostPort(m.NodeIP(), strconv.Itoa(pki.APIServerPort)))
+	}
+	return p
 }

@@ -178,6 +178,11 @@ func TestServiceRouteUnit(t *testing.T) {
 		t.Fatal(err)
 	}
 	golden(t, "kforge-service-route.service", unit)
+	proxy, err := APIProxy{Port: 6444, Backends: []string{"198.51.100.11:6443"}}.Unit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "kforge-apiproxy.service", proxy)
 	// systemd expands $ and % in ExecStart: every $ of the shell must be $$, and no % is left.
 	for _, l := range strings.Split(string(unit), "\n") {
 		if !strings.HasPrefix(l, "Exec") {

@@ -263,8 +263,14 @@ func masterFiles(c *inventory.Cluster, set *pki.Set, i int, o Options) ([]File, 
 	fs = append(fs, File{Path: path.Join(hostpath.PKIDir, "sa.key"), Mode: 0o600, Data: saKey}, File{Path: path.Join(hostpath.PKIDir, "sa.pub"), Mode: 0o644, Data: saPub})
 
 	ca := set.TrustPEM(pki.CA)
-	endpoint := pki.APIServerURL(pki.Endpoint(c))
+	endpoint := pki.APIServerURL(pki.NodeEndpoint(c))
 	local := pki.APIServerURL(pki.LocalEndpoint(pki.Master{Name: m.Name, IP: m.NodeIP()}))
+	kubelet := local
+	if c.LocalAPIProxy() {
+		// Through the node-local proxy, the kubelet keeps its node Ready while its own API
+		// server restarts (an upgrade, a new CA).
+		kubelet = endpoint
+	}
 	confs := []struct {
 		file, server string
 	}{
@@ -274,7 +280,7 @@ func masterFiles(c *inventory.Cluster, set *pki.Set, i int, o Options) ([]File, 
 		// kubeadm v1.36 points a master's kubelet at its own API server (init phase kubeconfig
 		// kubelet; join does the same after TLS bootstrap), so it works before the load
 		// balancer does.
-		{"kubelet.conf", local},
+		{"kubelet.conf", kubelet},
 	}
 	if i == 0 { // kubeadm creates super-admin.conf on the first master only (init, not join)
 		confs = append(confs, struct{ file, server string }{"super-admin.conf", endpoint})
@@ -404,7 +410,7 @@ func named(pod *corev1.Pod, p string) bool {
 
 func workerFiles(c *inventory.Cluster, set *pki.Set, o Options) ([]File, error) {
 	ca := set.TrustPEM(pki.CA)
-	conf, err := pki.BootstrapKubeconfig(c.Name, pki.APIServerURL(pki.Endpoint(c)), ca, o.BootstrapToken)
+	conf, err := pki.BootstrapKubeconfig(c.Name, pki.APIServerURL(pki.NodeEndpoint(c)), ca, o.BootstrapToken)
 	if err != nil {
 		return nil, err
 	}
@@ -465,6 +471,18 @@ func nodeFiles(c *inventory.Cluster, n inventory.Node, o Options) ([]File, error
 	route, err := ServiceRoute{Subnet: k.ServiceSubnet, NodeIP: k.NodeIP}.Render()
 	if err != nil {
 		return nil, err
+	}
+	if c.LocalAPIProxy() {
+		p := APIProxyFor(c)
+		unit, err := p.Unit()
+		if err != nil {
+			return nil, err
+		}
+		config, err := p.Config()
+		if err != nil {
+			return nil, err
+		}
+		own = append(own, File{Path: hostpath.APIProxyUnitPath, Mode: 0o644, Data: unit}, File{Path: hostpath.APIProxyConfig, Mode: 0o644, Data: config})
 	}
 	return append(own, []File{
 		{Path: hostpath.ServiceRouteUnitPath, Mode: 0o644, Data: route},

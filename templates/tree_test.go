@@ -194,3 +194,66 @@ func TestRuntimeFromTheBundle(t *testing.T) {
 		}
 	}
 }
+
+// TestLocalAPIProxy: three masters without a controlPlaneEndpoint: every node gets the proxy's
+// unit and a configuration listing every master's API server; every kubelet (masters too),
+// kube-controller-manager and kube-scheduler aside, reaches the API through 127.0.0.1:6444,
+// which every API server certificate is valid for. With an endpoint, no node gets the proxy.
+func TestLocalAPIProxy(t *testing.T) {
+	c := haCluster()
+	c.ControlPlaneEndpoint = ""
+	c.APIProxy.Port = inventory.DefaultAPIProxyPort
+	set, _, err := pki.EnsureCluster(c, "", t.TempDir(), time.Now(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trees, err := Tree(c, set, Options{BootstrapToken: "abcdef.0123456789abcdef"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range trees {
+		files := map[string][]byte{}
+		for _, f := range h.Files {
+			files[f.Path] = f.Data
+		}
+		if !strings.Contains(string(files[hostpath.APIProxyUnitPath]), "ExecStart="+hostpath.APIProxyPath+" --config "+hostpath.APIProxyConfig) {
+			t.Errorf("%s: proxy unit:\n%s", h.Node.Name, files[hostpath.APIProxyUnitPath])
+		}
+		golden(t, "kforge-apiproxy.json", files[hostpath.APIProxyConfig])
+		kubelet := hostpath.KubeletKubeconfig
+		if h.Node.Role == inventory.RoleWorker {
+			kubelet = hostpath.BootstrapKubeletConfig
+		}
+		if !strings.Contains(string(files[kubelet]), "server: https://127.0.0.1:6444\n") {
+			t.Errorf("%s: %s does not use the proxy:\n%s", h.Node.Name, kubelet, files[kubelet])
+		}
+		if h.Node.Role != inventory.RoleMaster {
+			continue
+		}
+		for _, conf := range []string{"controller-manager.conf", "scheduler.conf"} {
+			if want := "server: https://" + h.Node.NodeIP() + ":6443\n"; !strings.Contains(string(files[hostpath.KubernetesDir+"/"+conf]), want) {
+				t.Errorf("%s: %s is not its own API server's", h.Node.Name, conf)
+			}
+		}
+		certs, err := pki.ParseCerts(files[hostpath.PKIDir+"/apiserver.crt"])
+		if err != nil || certs[0].VerifyHostname("127.0.0.1") != nil || certs[0].VerifyHostname(h.Node.NodeIP()) != nil {
+			t.Errorf("%s: apiserver.crt not valid for 127.0.0.1 and its address: %v %v", h.Node.Name, certs[0].IPAddresses, err)
+		}
+	}
+
+	c.ControlPlaneEndpoint = "198.51.100.10:6443"
+	set, _, err = pki.EnsureCluster(c, "", t.TempDir(), time.Now(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if trees, err = Tree(c, set, Options{BootstrapToken: "abcdef.0123456789abcdef"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range trees {
+		for _, f := range h.Files {
+			if f.Path == hostpath.APIProxyUnitPath || f.Path == hostpath.APIProxyConfig || strings.Contains(string(f.Data), "127.0.0.1:6444") {
+				t.Errorf("%s: %s with a controlPlaneEndpoint", h.Node.Name, f.Path)
+			}
+		}
+	}
+}

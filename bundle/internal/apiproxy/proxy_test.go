@@ -305,3 +305,12 @@ func TestReadConfigRefusesWhatItCannotUse(t *testing.T) {
 		}
 	}
 }
+
+// TestReadsWhatKforgeWrites: the configuration kforge renders (templates.APIProxy, its golden
+// file) is one this runner reads.
+func TestReadsWhatKforgeWrites(t *testing.T) {
+	c, err := ReadConfig(filepath.Join("..", "..", "..", "templates", "testdata", "kforge-apiproxy.json.golden"))
+	if err != nil || c.Listen != "127.0.0.1:6444" || len(c.Backends) != 3 || c.CA != "/etc/kubernetes/pki/ca.crt" {
+		t.Errorf("kforge's configuration: %+v, %v", c, err)
+	}
+}
