@@ -95,6 +95,7 @@ const (
 	CheckEtcdQuorum     = "EtcdQuorum"
 	CheckUpgradeRoute   = "UpgradeRoute"
 	CheckServiceRoute   = "ServiceRoute"
+	CheckAPIProxyPort   = "APIProxyPort"
 	// CheckFacts is a host whose facts could not be gathered; it cannot be ignored.
 	CheckFacts = "Facts"
 )
@@ -115,7 +116,7 @@ func CheckNames() []string {
 	for _, p := range Ports {
 		names = append(names, PortCheck(p.Port))
 	}
-	return append(names, CheckManifestsDir, CheckEtcdDataDir, CheckKernelModules, CheckIPForward, CheckBridgeNF, CheckClockSkew, CheckArch, CheckEtcdQuorum, CheckUpgradeRoute, CheckServiceRoute)
+	return append(names, CheckManifestsDir, CheckEtcdDataDir, CheckKernelModules, CheckIPForward, CheckBridgeNF, CheckClockSkew, CheckArch, CheckEtcdQuorum, CheckUpgradeRoute, CheckServiceRoute, CheckAPIProxyPort)
 }
 
 type hostCheck func(c *inventory.Cluster, n inventory.Node, f *facts.Facts) []Finding
@@ -123,7 +124,7 @@ type hostCheck func(c *inventory.Cluster, n inventory.Node, f *facts.Facts) []Fi
 // hostChecks run on every host, in this order (kubeadm's, roughly).
 var hostChecks = []hostCheck{
 	checkPrivilegedUser, checkSystem, checkInitSystem, checkCPUAndMemory, checkSwap, checkCommands,
-	checkCRI, checkKubeletVersion, checkHostname, checkPorts, checkManifestsDir, checkEtcdDataDir,
+	checkCRI, checkKubeletVersion, checkHostname, checkPorts, checkAPIProxyPort, checkManifestsDir, checkEtcdDataDir,
 	checkSysctls, checkServiceRoute, checkClockSkew, checkCapSysResource, checkEtcdQuorum, checkUpgradeRoute,
 }
 
@@ -417,6 +418,33 @@ func checkPorts(c *inventory.Cluster, n inventory.Node, f *facts.Facts) []Findin
 			"port %d is in use: %s", p.Port, strings.Join(held, ", ")))
 	}
 	return out
+}
+
+// apiProxyCommand is the node-local API proxy's /proc/PID/comm (bundle.APIProxyFile, 15
+// characters: not cut).
+const apiProxyCommand = "kforge-apiproxy"
+
+// checkAPIProxyPort refuses a node where something other than kforge's own API proxy listens on
+// the proxy's port, when the cluster uses it (several masters, no controlPlaneEndpoint).
+func checkAPIProxyPort(c *inventory.Cluster, n inventory.Node, f *facts.Facts) []Finding {
+	if !c.LocalAPIProxy() {
+		return nil
+	}
+	var held []string
+	own := true
+	for _, l := range f.ListenersOn(c.APIProxy.Port) {
+		held = append(held, l.String())
+		own = own && l.Command == apiProxyCommand
+	}
+	switch {
+	case len(held) == 0:
+		return nil
+	case own:
+		return []Finding{finding(n, CheckAPIProxyPort, Info, "", "port %d is held by kforge's own API proxy from an earlier run (%s)", c.APIProxy.Port, strings.Join(held, ", "))}
+	}
+	return []Finding{finding(n, CheckAPIProxyPort, Error,
+		fmt.Sprintf("stop what listens on port %d, or choose another port for the node-local API proxy (apiProxy.port in the inventory)", c.APIProxy.Port),
+		"port %d, the node-local API proxy's (several masters, no controlPlaneEndpoint), is in use: %s", c.APIProxy.Port, strings.Join(held, ", "))}
 }
 
 // ownsComponent says whether kforge set up port p's component on this host for this cluster:

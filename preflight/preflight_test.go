@@ -165,6 +165,18 @@ func TestChecks(t *testing.T) {
 		{"node name invalid", "w1", nil, func(c *inventory.Cluster) { c.Workers[0].Name = "W1" }, CheckHostname, Error, `node name "W1" is not a valid Kubernetes node name`},
 		{"port taken", "m1", func(f *facts.Facts) { f.Listeners = []facts.Listener{listener(6443, 812, "nginx")} }, nil, PortCheck(6443), Error, "port 6443 is in use: 0.0.0.0:6443 by PID 812 (nginx)"},
 		{"port owner unknown", "m1", func(f *facts.Facts) { f.Listeners = []facts.Listener{listener(2380, 0, "")} }, nil, PortCheck(2380), Error, "port 2380 is in use: 0.0.0.0:2380"},
+		{"API proxy port taken", "w1", func(f *facts.Facts) { f.Listeners = []facts.Listener{listener(6444, 77, "haproxy")} }, func(c *inventory.Cluster) {
+			c.Masters = append(c.Masters, inventory.Host{Name: "w1", Address: "198.51.100.11"}) // a second master (with w1's facts)
+			c.APIProxy.Port = 6444
+		}, CheckAPIProxyPort, Error, "port 6444, the node-local API proxy's (several masters, no controlPlaneEndpoint), is in use: 0.0.0.0:6444 by PID 77 (haproxy)"},
+		{"API proxy port ours", "w1", func(f *facts.Facts) { f.Listeners = []facts.Listener{listener(6444, 77, "kforge-apiproxy")} }, func(c *inventory.Cluster) {
+			c.Masters = append(c.Masters, inventory.Host{Name: "w1", Address: "198.51.100.11"}) // a second master (with w1's facts)
+			c.APIProxy.Port = 6444
+		}, CheckAPIProxyPort, Info, "kforge's own API proxy"},
+		{"API proxy port with an endpoint", "w1", func(f *facts.Facts) { f.Listeners = []facts.Listener{listener(6444, 77, "haproxy")} }, func(c *inventory.Cluster) {
+			c.Masters = append(c.Masters, inventory.Host{Name: "w1", Address: "198.51.100.11"})
+			c.ControlPlaneEndpoint, c.APIProxy.Port = "lb:6443", 6444
+		}, CheckAPIProxyPort, Error, ""},
 		{"master port on worker", "w1", func(f *facts.Facts) { f.Listeners = []facts.Listener{listener(6443, 812, "nginx")} }, nil, PortCheck(6443), Error, ""},
 		{"kubelet port on worker", "w1", func(f *facts.Facts) { f.Listeners = []facts.Listener{listener(10250, 99, "kubelet")} }, nil, PortCheck(10250), Error, "port 10250 is in use"},
 		{"kforge's kubelet", "w1", func(f *facts.Facts) {

@@ -80,9 +80,10 @@ func (o Options) withDefaults() Options {
 func newFleet(c *inventory.Cluster, nodes []inventory.Node, o Options) *fleet.Fleet {
 	return fleet.New(nodes, fleet.Options{
 		Limits: o.Limits, AcceptNewHostKeys: o.AcceptNewHostKeys, Connect: o.Connect, DialRetry: o.DialRetry, Logger: o.Logger, Now: o.Now,
-		// kubelet.conf on a worker says it has joined (its kubelet wrote it at TLS bootstrap).
+		// kubelet.conf on a worker says it has joined (its kubelet wrote it at TLS bootstrap);
+		// the API proxy's unit, that an earlier run installed it.
 		// The kubernetes Service's address: whether a route covers the Service subnet.
-		Facts: facts.Options{CRIEndpoint: c.ContainerRuntime.Endpoint, Dirs: templates.CACertDirCandidates, Hash: []string{hostpath.KubeletKubeconfig}, ServiceAddress: serviceAddress(c)},
+		Facts: facts.Options{CRIEndpoint: c.ContainerRuntime.Endpoint, Dirs: templates.CACertDirCandidates, Hash: []string{hostpath.KubeletKubeconfig, hostpath.APIProxyUnitPath}, ServiceAddress: serviceAddress(c)},
 	})
 }
 
@@ -184,6 +185,9 @@ func (a *Apply) Steps() []Step {
 	}
 	if len(workers) > 0 {
 		l.add("forget-token", OnHosts, workers, a.forgetBootstrapToken, "remove %s from workers whose kubelet has its own credentials (kubelet.conf), as kubeadm does after TLS bootstrap", hostpath.BootstrapKubeletConfig)
+	}
+	if !c.LocalAPIProxy() {
+		l.add("retire-apiproxy", OnHosts, all, a.retireAPIProxy, "stop and remove the node-local API proxy where an earlier run installed it (the nodes now use %s)", pki.NodeEndpoint(c))
 	}
 	if len(removed) > 0 && a.restore == nil {
 		if a.o.Prune {

@@ -33,9 +33,13 @@ func taskNames(ts []Task) []string {
 
 func TestApplyListFollowsTheInventory(t *testing.T) {
 	single := taskNames(ApplyTasks(cluster(t, "networking: {plugin: none}\n"), Options{}))
-	want := []string{"connect", "preflight", "pki", "etcd-members", "render", "stage", "wait-apiserver", "cluster-config", "bootstrap", "core-addons", "mark-nodes", "record-hosts", "kubeconfig"}
+	want := []string{"connect", "preflight", "pki", "etcd-members", "render", "stage", "wait-apiserver", "cluster-config", "bootstrap", "core-addons", "mark-nodes", "retire-apiproxy", "record-hosts", "kubeconfig"}
 	if !slices.Equal(single, want) {
 		t.Errorf("single master, no pod network:\n got %v\nwant %v", single, want)
+	}
+	// Two masters without an endpoint: the nodes keep their API proxy.
+	if names := taskNames(ApplyTasks(cluster(t, "  - {name: m2, address: 10.0.0.5}\n"), Options{})); slices.Contains(names, "retire-apiproxy") {
+		t.Errorf("two masters without an endpoint retire the API proxy: %v", names)
 	}
 
 	full := ApplyTasks(cluster(t, "workers:\n  - {name: w1, address: 10.0.0.2}\nbundle: "+fakeBundleDir(t)+"\naddons: [{path: /a.yaml}]\n"), Options{})

@@ -326,7 +326,7 @@ func (p *Plan) diffHost(ctx context.Context, n inventory.Node, h remote.Host) (H
 			return d, err
 		}
 		fromBundle := a.inv.ContainerRuntime.Install == inventory.RuntimeFromBundle
-		hp := bundle.PlanHost(m, st, bundle.Need{Runtime: fromBundle, ControlPlane: n.Role == inventory.RoleMaster})
+		hp := bundle.PlanHost(m, st, bundle.Need{Runtime: fromBundle, ControlPlane: n.Role == inventory.RoleMaster, APIProxy: a.inv.LocalAPIProxy()})
 		if !hp.Empty() {
 			u := &Upload{Bytes: hp.Bytes()}
 			for _, fl := range hp.Install {
@@ -350,6 +350,12 @@ func (p *Plan) diffHost(ctx context.Context, n inventory.Node, h remote.Host) (H
 	}
 	if wrote(func(p string) bool { return p == hostpath.ServiceRouteUnitPath }) {
 		d.Restarts = append(d.Restarts, hostpath.ServiceRouteUnit+" (re)starts")
+	}
+	switch {
+	case a.inv.LocalAPIProxy() && apiProxyRestarts(wrote):
+		d.Restarts = append(d.Restarts, hostpath.APIProxyUnit+" (re)starts")
+	case !a.inv.LocalAPIProxy() && hasAPIProxy(f):
+		d.Restarts = append(d.Restarts, hostpath.APIProxyUnit+" stops (removed: the nodes use "+pki.NodeEndpoint(a.inv)+")")
 	}
 	switch {
 	case n.Role == inventory.RoleWorker && !joined:

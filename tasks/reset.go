@@ -221,6 +221,11 @@ const stopServiceRouteScript = `[ -f ` + hostpath.ServiceRouteUnitPath + ` ] || 
 systemctl disable -q --now ` + hostpath.ServiceRouteUnit + ` || exit 1
 echo "changed ` + hostpath.ServiceRouteUnit + ` stopped (its route removed) and disabled"`
 
+// stopAPIProxyScript stops and disables the node-local API proxy before its files go.
+const stopAPIProxyScript = `[ -f ` + hostpath.APIProxyUnitPath + ` ] || exit 0
+systemctl disable -q --now ` + hostpath.APIProxyUnit + ` || exit 1
+echo "changed ` + hostpath.APIProxyUnit + ` stopped and disabled"`
+
 // resetFiles are the paths reset removes on a node: everything kforge wrote there except the
 // bundle's binaries and containerd's config. Directories that are mount points or symlinks
 // (a separate disk for /var/lib/etcd, say) are emptied instead.
@@ -229,7 +234,8 @@ func resetFiles(role inventory.Role) []string {
 	if role == inventory.RoleMaster {
 		ps = append(ps, hostpath.EtcdDataDir)
 	}
-	return append(ps, hostpath.KubeletUnitPath, hostpath.KubeletDropInPath, hostpath.ServiceRouteUnitPath, hostpath.SysctlFile)
+	return append(ps, hostpath.KubeletUnitPath, hostpath.KubeletDropInPath, hostpath.ServiceRouteUnitPath, hostpath.SysctlFile,
+		hostpath.APIProxyUnitPath, hostpath.APIProxyConfig, path.Dir(hostpath.APIProxyState))
 }
 
 // removeScript removes each of paths, then emptyDir if it is empty, and prints what it
@@ -267,6 +273,11 @@ func (x *Reset) removeFiles(ctx context.Context, r progress.Reporter) error {
 		if err != nil {
 			return "", err
 		}
+		proxy, _, err := runReset(ctx, h, stopAPIProxyScript)
+		if err != nil {
+			return "", err
+		}
+		stopped = append(stopped, proxy...)
 		changed, _, err := runReset(ctx, h, removeScript(resetFiles(n.Role), path.Dir(hostpath.KubeletDropInPath)))
 		if err != nil {
 			return "", err

@@ -151,6 +151,12 @@ func newFakeNode(t *testing.T, n inventory.Node, dirty bool) *fakeNode {
 		}
 		return nil
 	})
+	on(stopAPIProxyScript, func(w io.Writer, _ string) error {
+		if slices.Contains(h.files, hostpath.APIProxyUnitPath) {
+			fmt.Fprintf(w, "changed %s stopped and disabled\n", hostpath.APIProxyUnit)
+		}
+		return nil
+	})
 	on(removeScript(resetFiles(n.Role), path.Dir(hostpath.KubeletDropInPath)), func(w io.Writer, _ string) error {
 		if h.mounts > 0 {
 			return h.Exit("rm", 1, "mounts remain under /var/lib/kubelet")

@@ -88,7 +88,7 @@ func (a *Apply) stageHost(ctx context.Context, n inventory.Node, r progress.Repo
 	}
 	did = append(did, msg)
 	if a.manifest != nil {
-		need := bundle.Need{ControlPlane: n.Role == inventory.RoleMaster}
+		need := bundle.Need{ControlPlane: n.Role == inventory.RoleMaster, APIProxy: a.inv.LocalAPIProxy()}
 		if need.ControlPlane {
 			need.Only = controlPlaneFirst // the rest follows in the background
 		}
@@ -102,6 +102,13 @@ func (a *Apply) stageHost(ctx context.Context, n inventory.Node, r progress.Repo
 		return err
 	}
 	did = append(did, fmt.Sprintf("%d files written", a.files.countWritten(n.Name)))
+	if a.inv.LocalAPIProxy() {
+		msg, err := a.startAPIProxy(ctx, n, h)
+		if err != nil {
+			return err
+		}
+		did = append(did, msg)
+	}
 	if n.Role == inventory.RoleMaster {
 		if err := a.addEtcdMember(ctx, n); err != nil {
 			return err
@@ -113,7 +120,7 @@ func (a *Apply) stageHost(ctx context.Context, n inventory.Node, r progress.Repo
 		did = append(did, msg)
 		if a.manifest != nil {
 			a.bg.start(shippedMasters, func() error {
-				_, msg, err := a.ship(ctx, h, bundle.Need{ControlPlane: true}, r)
+				_, msg, err := a.ship(ctx, h, bundle.Need{ControlPlane: true, APIProxy: a.inv.LocalAPIProxy()}, r)
 				if err == nil && msg != bundleUpToDate {
 					r(progress.Event{Kind: progress.HostDone, Host: n.Name, Message: "rest of the " + msg})
 				}
@@ -132,7 +139,7 @@ func (a *Apply) stageHost(ctx context.Context, n inventory.Node, r progress.Repo
 // starts.
 func controlPlaneFirst(name string) bool {
 	switch name {
-	case "kubelet", "bridge", "host-local", "loopback", "portmap",
+	case "kubelet", "bridge", "host-local", "loopback", "portmap", bundle.APIProxyFile,
 		"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "pause":
 		return true
 	}

@@ -1,0 +1,85 @@
+package tasks
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/kforge/kforge/facts"
+	"github.com/kforge/kforge/hostpath"
+	"github.com/kforge/kforge/inventory"
+	"github.com/kforge/kforge/pki"
+	"github.com/kforge/kforge/progress"
+	"github.com/kforge/kforge/remote"
+)
+
+// The node-local API proxy (kforge-apiproxy, built into the bundle from
+// bundle/internal/apiproxy): with several masters and no controlPlaneEndpoint, every node's
+// kubelet, kube-proxy and flannel reach the API servers through 127.0.0.1:apiProxy.port
+// (pki.NodeEndpoint). stage starts it before the kubelet; when the cluster gets an endpoint
+// (or is down to one master), retire-apiproxy removes it once the kubelets use the new one.
+
+// startAPIProxy enables and starts the node-local API proxy before the kubelet that uses it;
+// it restarts only for a new unit or binary: a new configuration (masters added or removed)
+// it follows by itself.
+func (a *Apply) startAPIProxy(ctx context.Context, n inventory.Node, h remote.Host) (string, error) {
+	restart := apiProxyRestarts(func(pred func(string) bool) bool { return a.files.wrote(n.Name, pred) })
+	if _, err := remote.Output(ctx, h, apiProxyScript(restart)); err != nil {
+		return "", err
+	}
+	msg := fmt.Sprintf("API proxy on 127.0.0.1:%d", a.inv.APIProxy.Port)
+	switch {
+	case restart:
+		msg += " (re)started"
+	case a.files.wrote(n.Name, func(p string) bool { return p == hostpath.APIProxyConfig }):
+		msg += " follows its new backends"
+	}
+	return msg, nil
+}
+
+// apiProxyScript enables and starts the API proxy's unit, restarting it when restart says so.
+func apiProxyScript(restart bool) string {
+	u := hostpath.APIProxyUnit
+	start := "{ systemctl is-active -q " + u + " || systemctl start " + u + "; }"
+	if restart {
+		start = "systemctl daemon-reload && systemctl restart " + u
+	}
+	return "{ systemctl is-enabled -q " + u + " 2>/dev/null || { systemctl daemon-reload && systemctl enable -q " + u + "; }; } && " + start
+}
+
+// apiProxyRestarts says whether the API proxy restarts on a host: when its unit or binary was
+// written.
+func apiProxyRestarts(wrote func(pred func(string) bool) bool) bool {
+	return wrote(func(p string) bool { return p == hostpath.APIProxyUnitPath || p == hostpath.APIProxyPath })
+}
+
+// hasAPIProxy says whether an earlier run installed the API proxy on a host (its unit is there).
+func hasAPIProxy(f *facts.Facts) bool {
+	if f == nil {
+		return false
+	}
+	_, ok := f.Files[hostpath.APIProxyUnitPath]
+	return ok
+}
+
+// retireAPIProxyScript stops, disables and removes the API proxy (its unit, configuration,
+// state and binary), printing "removed" when there was one.
+const retireAPIProxyScript = `[ -f ` + hostpath.APIProxyUnitPath + ` ] || exit 0
+systemctl disable -q --now ` + hostpath.APIProxyUnit + ` || exit 1
+rm -f ` + hostpath.APIProxyUnitPath + ` ` + hostpath.APIProxyConfig + ` ` + hostpath.APIProxyState + ` ` + hostpath.APIProxyPath + ` && systemctl daemon-reload && echo removed`
+
+// retireAPIProxy removes the API proxy from the hosts an earlier run gave it, now that the
+// cluster has a controlPlaneEndpoint or one master: the kubelets and addons were moved to that
+// endpoint by the steps before.
+func (a *Apply) retireAPIProxy(ctx context.Context, r progress.Reporter) error {
+	return a.fleet.Each(ctx, "", func(ctx context.Context, n inventory.Node, h remote.Host) error {
+		if !hasAPIProxy(a.fleet.Facts(n.Name)) {
+			return nil
+		}
+		out, err := remote.Output(ctx, h, retireAPIProxyScript)
+		if err == nil && strings.TrimSpace(string(out)) == "removed" {
+			r(progress.Event{Kind: progress.HostDone, Host: n.Name, Message: fmt.Sprintf("API proxy stopped and removed: the node uses %s", pki.NodeEndpoint(a.inv))})
+		}
+		return err
+	})
+}
