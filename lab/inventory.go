@@ -40,12 +40,8 @@ func (l *Lab) inventory() ([]byte, error) {
 			c.ControlPlaneEndpoint = net.JoinHostPort(h.Address, strconv.Itoa(6443))
 		}
 	}
-	if c.ControlPlaneEndpoint == "" && len(c.Masters) > 1 {
-		// Several masters without the lab's load balancer: the first master is the endpoint,
-		// so the skeleton is valid; it is not highly available, and tests that lose that
-		// master set their own endpoint.
-		c.ControlPlaneEndpoint = net.JoinHostPort(c.Masters[0].Address, strconv.Itoa(6443))
-	}
+	// Several masters without the lab's load balancer: no endpoint, so every node reaches
+	// them through its local API proxy.
 	// The hosts share this machine's kernel: kube-proxy must leave its conntrack table alone,
 	// and with cgroup v1 here, kubelet must be allowed it.
 	zero := 0
