@@ -178,7 +178,9 @@ func (c *cluster) clientThrough(ctx context.Context, host lab.Host) kubernetes.I
 	}
 	proxy := fmt.Sprintf("127.0.0.1:%d", inventory.DefaultAPIProxyPort)
 	cfg.Host = "https://" + proxy
-	cfg.Dial = func(ctx context.Context, network, _ string) (net.Conn, error) { return s.DialContext(ctx, network, proxy) }
+	cfg.Dial = func(ctx context.Context, network, _ string) (net.Conn, error) {
+		return s.DialContext(ctx, network, proxy)
+	}
 	k, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		c.t.Fatal(err)
