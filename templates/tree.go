@@ -6,13 +6,17 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"net"
 	"os"
 	"path"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/kforge/kforge/hostpath"
 	"github.com/kforge/kforge/inventory"
@@ -184,9 +188,41 @@ func KubeletFor(c *inventory.Cluster, n inventory.Node, o Options) Kubelet {
 	}
 }
 
-// AdminKubeconfig is the cluster-admin kubeconfig for the user (admin.conf).
+// AdminKubeconfig is the cluster-admin kubeconfig for the user (admin.conf). Without a
+// controlPlaneEndpoint and with several masters, no one address survives the loss of any
+// master: its current context names the first master, and it has a context for each other
+// master too (AdminContexts).
 func AdminKubeconfig(c *inventory.Cluster, set *pki.Set) ([]byte, error) {
-	return pki.Kubeconfig(c.Name, pki.APIServerURL(pki.Endpoint(c)), set.TrustPEM(pki.CA), set.Get("admin.conf", ""))
+	data, err := pki.Kubeconfig(c.Name, pki.APIServerURL(pki.Endpoint(c)), set.TrustPEM(pki.CA), set.Get("admin.conf", ""))
+	if err != nil || !c.LocalAPIProxy() {
+		return data, err
+	}
+	cfg, err := clientcmd.Load(data)
+	if err != nil {
+		return nil, err
+	}
+	cur := cfg.Contexts[cfg.CurrentContext]
+	for _, m := range c.Masters[1:] {
+		name := c.Name + "-" + m.Name
+		cluster := *cfg.Clusters[c.Name]
+		cluster.Server = pki.APIServerURL(net.JoinHostPort(m.NodeIP(), strconv.Itoa(pki.APIServerPort)))
+		cfg.Clusters[name] = &cluster
+		cfg.Contexts[cur.AuthInfo+"@"+name] = &clientcmdapi.Context{Cluster: name, AuthInfo: cur.AuthInfo}
+	}
+	return clientcmd.Write(*cfg)
+}
+
+// AdminContexts are the contexts of AdminKubeconfig after the current one: one per master
+// after the first, for a cluster without a controlPlaneEndpoint.
+func AdminContexts(c *inventory.Cluster) []string {
+	if !c.LocalAPIProxy() {
+		return nil
+	}
+	var out []string
+	for _, m := range c.Masters[1:] {
+		out = append(out, "kubernetes-admin@"+c.Name+"-"+m.Name)
+	}
+	return out
 }
 
 // Tree renders every host's files from the inventory and the PKI set.

@@ -3,6 +3,7 @@ package templates
 import (
 	"crypto/rand"
 	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kforge/kforge/hostpath"
 	"github.com/kforge/kforge/inventory"
@@ -255,5 +257,34 @@ func TestLocalAPIProxy(t *testing.T) {
 				t.Errorf("%s: %s with a controlPlaneEndpoint", h.Node.Name, f.Path)
 			}
 		}
+	}
+}
+
+// TestAdminKubeconfigListsTheMasters: without a controlPlaneEndpoint, the admin kubeconfig's
+// current context names the first master and it has one context per other master.
+func TestAdminKubeconfigListsTheMasters(t *testing.T) {
+	c := haCluster()
+	c.ControlPlaneEndpoint = ""
+	set, _, err := pki.EnsureCluster(c, "", t.TempDir(), time.Now(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := AdminKubeconfig(c, set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := clientcmd.Load(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"kubernetes-admin@lab": "https://198.51.100.11:6443", "kubernetes-admin@lab-m2": "https://198.51.100.12:6443", "kubernetes-admin@lab-m3": "https://198.51.100.13:6443"}
+	for name, server := range want {
+		ctx := cfg.Contexts[name]
+		if ctx == nil || cfg.Clusters[ctx.Cluster] == nil || cfg.Clusters[ctx.Cluster].Server != server || ctx.AuthInfo != "kubernetes-admin" {
+			t.Errorf("context %s: %+v, want %s", name, ctx, server)
+		}
+	}
+	if cfg.CurrentContext != "kubernetes-admin@lab" || len(cfg.Contexts) != 3 || !slices.Equal(AdminContexts(c), []string{"kubernetes-admin@lab-m2", "kubernetes-admin@lab-m3"}) {
+		t.Errorf("current %s, %d contexts, AdminContexts %v", cfg.CurrentContext, len(cfg.Contexts), AdminContexts(c))
 	}
 }

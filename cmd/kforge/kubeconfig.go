@@ -14,6 +14,7 @@ import (
 	"github.com/kforge/kforge/inventory"
 	"github.com/kforge/kforge/state"
 	"github.com/kforge/kforge/tasks"
+	"github.com/kforge/kforge/templates"
 
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -54,6 +55,12 @@ func (c *KubeconfigCmd) Run(ctx context.Context, s *streams, g *Globals, log *sl
 		return fmt.Errorf("no admin kubeconfig at %s: run kforge apply first", path)
 	} else if err != nil {
 		return err
+	}
+	if more := templates.AdminContexts(inv); len(more) > 0 {
+		// The workstation has no address that survives any master without a load balancer
+		// or a virtual IP: say so, and how to reach another master.
+		fmt.Fprintf(s.Err, "kforge: %s has no controlPlaneEndpoint: the current context reaches the first master, %s; when it is down, use another master's context: %s (kubectl --context NAME)\n",
+			inv.Name, inv.Masters[0].Name, strings.Join(more, ", "))
 	}
 	if !c.Merge {
 		_, err = s.Out.Write(data)
