@@ -67,6 +67,9 @@ type cluster struct {
 	// endpoint, when set, is the inventory's controlPlaneEndpoint (else the lab's load
 	// balancer, if any).
 	endpoint string
+	// localProxy leaves controlPlaneEndpoint out even with the lab's load balancer: with
+	// several masters, the nodes use their local API proxies.
+	localProxy bool
 	// Edits of the inventory: kubelet.extraArgs added to the lab's, apiServerCertSANs, and
 	// labels by host.
 	kubeletArgs map[string]string
@@ -761,7 +764,7 @@ func (c *cluster) writeInventory(masters, workers []lab.Host) {
 	}
 	if c.endpoint != "" {
 		fmt.Fprintf(&b, "controlPlaneEndpoint: %s\n", c.endpoint)
-	} else if lb := c.lab.LoadBalancer; lb != nil {
+	} else if lb := c.lab.LoadBalancer; lb != nil && !c.localProxy {
 		fmt.Fprintf(&b, "controlPlaneEndpoint: %s:6443\n", lb.Address)
 	}
 	fmt.Fprintf(&b, "ssh: {user: root, identityFile: %s, knownHostsFile: %s}\n", c.lab.IdentityFile, c.lab.KnownHostsFile)

@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/kforge/kforge/internal/testenv"
 	"github.com/kforge/kforge/lab"
@@ -120,6 +121,26 @@ func TestHAControlPlaneGrowsSurvivesAMasterAndShrinks(t *testing.T) {
 	c.certificatesUnderLoad(ctx, h)
 	k = c.client()
 
+	// The load balancer leaves the inventory: every node moves to its local API proxy, all of
+	// them Ready throughout, none re-joining (issue 16).
+	c.localProxy = true
+	c.writeInventory(h[:3], h[3:])
+	watch := watchNotReady(ctx, k)
+	start = time.Now()
+	out, err = c.run("apply", "--timeout", "4m")
+	notReady := watch.stop()
+	if err != nil {
+		t.Fatalf("apply moving to the local API proxies: %v\n%s", err, out)
+	}
+	t.Logf("moved from the load balancer to the node-local API proxies in %s; nodes seen NotReady meanwhile (every second): %v", time.Since(start).Round(time.Second), notReady)
+	if len(notReady) > 0 {
+		t.Errorf("nodes were NotReady while moving to the local API proxies: %v\n%s", notReady, out)
+	}
+	c.checkAPIProxies(ctx, h[:5], h[:3])
+	if strings.Contains(out, "joins the cluster") {
+		t.Errorf("a node re-joined while moving to the local API proxies:\n%s", out)
+	}
+
 	// A master goes away: the other two keep etcd's quorum and serve the API.
 	write := func(name string) {
 		t.Helper()
@@ -179,4 +200,46 @@ true`); left != "" {
 	if err != nil || !strings.Contains(out, "restart kube-controller-manager-"+h[0].Name) {
 		t.Errorf("apply with one master left: %v\n%s", err, out)
 	}
+	// One master left and no endpoint: the nodes use that master, and the proxies are gone.
+	for _, n := range []lab.Host{h[0], h[3], h[4]} {
+		if left := c.exec(ctx, n.Name, "grep 'server:' /etc/kubernetes/kubelet.conf; [ -e /etc/systemd/system/kforge-apiproxy.service ] && echo 'API proxy left'; true"); strings.TrimSpace(left) != "server: https://"+h[0].Address+":6443" {
+			t.Errorf("%s with one master left: %s", n.Name, left)
+		}
+	}
+}
+
+// notReadyWatch records the nodes seen NotReady, listing them every second.
+type notReadyWatch struct {
+	done  chan struct{}
+	ended chan struct{}
+	seen  map[string]int
+}
+
+func watchNotReady(ctx context.Context, k kubernetes.Interface) *notReadyWatch {
+	w := &notReadyWatch{done: make(chan struct{}), ended: make(chan struct{}), seen: map[string]int{}}
+	go func() {
+		defer close(w.ended)
+		for {
+			if nodes, err := k.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); err == nil {
+				for _, n := range nodes.Items {
+					if !nodeReady(&n) {
+						w.seen[n.Name]++
+					}
+				}
+			}
+			select {
+			case <-w.done:
+				return
+			case <-time.After(time.Second):
+			}
+		}
+	}()
+	return w
+}
+
+// stop ends the watch and returns, by node, how many times it was seen NotReady.
+func (w *notReadyWatch) stop() map[string]int {
+	close(w.done)
+	<-w.ended
+	return w.seen
 }
