@@ -41,11 +41,7 @@ func run(config, state string) error {
 	if err != nil {
 		return err
 	}
-	client, err := HealthClient(c.CA, DefaultTiming.Timeout)
-	if err != nil {
-		return err
-	}
-	b := NewBalancer(ctx, client, DefaultTiming, log.Printf)
+	b := NewBalancer(ctx, c.CA, DefaultTiming, log.Printf)
 	b.SetBackends(c.Backends)
 	log.Printf("listening on %s for %v", c.Listen, c.Backends)
 	go follow(ctx, config, state, c, b)

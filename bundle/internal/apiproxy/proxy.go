@@ -83,7 +83,7 @@ type backend struct {
 // closed. SetBackends changes the backends without touching the connections of those kept.
 type Balancer struct {
 	timing Timing
-	client *http.Client
+	ca     *trust
 	logf   func(format string, args ...any)
 
 	mu       sync.Mutex
@@ -93,25 +93,42 @@ type Balancer struct {
 	ctx      context.Context
 }
 
-// NewBalancer checks backends with client (which trusts their CA) until ctx ends.
-func NewBalancer(ctx context.Context, client *http.Client, timing Timing, logf func(string, ...any)) *Balancer {
-	return &Balancer{timing: timing, client: client, logf: logf, backends: map[string]*backend{}, ctx: ctx}
+// NewBalancer checks backends, trusting the certificates of caFile, until ctx ends.
+func NewBalancer(ctx context.Context, caFile string, timing Timing, logf func(string, ...any)) *Balancer {
+	return &Balancer{timing: timing, ca: &trust{file: caFile, timeout: timing.Timeout}, logf: logf, backends: map[string]*backend{}, ctx: ctx}
 }
 
-// HealthClient is an HTTPS client that trusts the certificates of caFile, for the health check.
-func HealthClient(caFile string, timeout time.Duration) (*http.Client, error) {
-	pem, err := os.ReadFile(caFile)
+// trust is the health check's HTTPS client, trusting the certificates of file as they are now:
+// kforge rewrites the file when it rotates the cluster CA (both CAs, then the new one).
+type trust struct {
+	file    string
+	timeout time.Duration
+
+	mu     sync.Mutex
+	pem    []byte
+	client *http.Client
+}
+
+// get is the client for the file's current certificates.
+func (t *trust) get() (*http.Client, error) {
+	pem, err := os.ReadFile(t.file)
 	if err != nil {
 		return nil, err
 	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.client != nil && bytes.Equal(pem, t.pem) {
+		return t.client, nil
+	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("%s: no certificate", caFile)
+		return nil, fmt.Errorf("%s: no certificate", t.file)
 	}
-	return &http.Client{Timeout: timeout, Transport: &http.Transport{
+	t.pem, t.client = pem, &http.Client{Timeout: t.timeout, Transport: &http.Transport{
 		TLSClientConfig:   &tls.Config{RootCAs: pool},
 		DisableKeepAlives: true,
-	}}, nil
+	}}
+	return t.client, nil
 }
 
 // SetBackends makes addrs the backends: new ones start being checked (and are used once they
@@ -191,7 +208,11 @@ func (b *Balancer) check(ctx context.Context, addr string) error {
 	if err != nil {
 		return err
 	}
-	resp, err := b.client.Do(req)
+	client, err := b.ca.get()
+	if err != nil {
+		return err
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		return err
 	}
