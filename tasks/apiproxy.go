@@ -37,14 +37,13 @@ func (a *Apply) startAPIProxy(ctx context.Context, n inventory.Node, h remote.Ho
 	return msg, nil
 }
 
-// apiProxyScript enables and starts the API proxy's unit, restarting it when restart says so.
+// apiProxyScript enables and starts the API proxy's unit, restarting it when restart says so
+// (its unit or binary was written: systemd reloads first).
 func apiProxyScript(restart bool) string {
-	u := hostpath.APIProxyUnit
-	start := "{ systemctl is-active -q " + u + " || systemctl start " + u + "; }"
 	if restart {
-		start = "systemctl daemon-reload && systemctl restart " + u
+		return "systemctl daemon-reload && " + unitScript(hostpath.APIProxyUnit, true)
 	}
-	return "{ systemctl is-enabled -q " + u + " 2>/dev/null || { systemctl daemon-reload && systemctl enable -q " + u + "; }; } && " + start
+	return unitScript(hostpath.APIProxyUnit, false)
 }
 
 // apiProxyRestarts says whether the API proxy restarts on a host: when its unit or binary was

@@ -233,13 +233,17 @@ func (a *Apply) configureRuntime(ctx context.Context, n inventory.Node, h remote
 // serviceRouteScript enables and starts the service-route unit (restarts it when its file was
 // written), and prints the interface of the route it added, if it added one.
 func serviceRouteScript(written bool) string {
-	u := hostpath.ServiceRouteUnit
-	start := "{ systemctl is-active -q " + u + " || systemctl start " + u + "; }"
-	if written {
-		start = "systemctl restart " + u
-	}
-	return "{ systemctl is-enabled -q " + u + " || systemctl enable -q " + u + "; } && " + start +
+	return unitScript(hostpath.ServiceRouteUnit, written) +
 		" && { [ ! -f " + hostpath.ServiceRouteMarker + " ] || cat " + hostpath.ServiceRouteMarker + "; }"
+}
+
+// unitScript enables a systemd unit of kforge's and starts it, or restarts it.
+func unitScript(unit string, restart bool) string {
+	start := "{ systemctl is-active -q " + unit + " || systemctl start " + unit + "; }"
+	if restart {
+		start = "systemctl restart " + unit
+	}
+	return "{ systemctl is-enabled -q " + unit + " || systemctl enable -q " + unit + "; } && " + start
 }
 
 // containerdRestarts says whether containerd restarts on a host: when its binaries were

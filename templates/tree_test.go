@@ -18,6 +18,20 @@ import (
 	"github.com/kforge/kforge/pki"
 )
 
+// renderTree renders every host's files of cluster c with a new PKI set.
+func renderTree(t *testing.T, c *inventory.Cluster) ([]HostFiles, *pki.Set) {
+	t.Helper()
+	set, _, err := pki.EnsureCluster(c, "", t.TempDir(), time.Now(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trees, err := Tree(c, set, Options{BootstrapToken: "abcdef.0123456789abcdef"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return trees, set
+}
+
 // inputHashes renders the tree and returns m1's static pods' InputsAnnotation by manifest.
 func inputHashes(t *testing.T, set *pki.Set) map[string]string {
 	t.Helper()
@@ -124,14 +138,7 @@ func TestRetiringMastersKeepLeaderElection(t *testing.T) {
 func TestTreeNamesTheReleaseImages(t *testing.T) {
 	c := haCluster()
 	c.ImageRepository = "mirror.example:5000/k8s"
-	set, _, err := pki.EnsureCluster(c, "", t.TempDir(), time.Now(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	trees, err := Tree(c, set, Options{BootstrapToken: "abcdef.0123456789abcdef"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	trees, set := renderTree(t, c)
 	want := map[string]string{
 		hostpath.ManifestsDir + "/kube-apiserver.yaml":          "image: mirror.example:5000/k8s/kube-apiserver:v1.36.3\n",
 		hostpath.ManifestsDir + "/kube-controller-manager.yaml": "image: mirror.example:5000/k8s/kube-controller-manager:v1.36.3\n",
@@ -205,14 +212,7 @@ func TestLocalAPIProxy(t *testing.T) {
 	c := haCluster()
 	c.ControlPlaneEndpoint = ""
 	c.APIProxy.Port = inventory.DefaultAPIProxyPort
-	set, _, err := pki.EnsureCluster(c, "", t.TempDir(), time.Now(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	trees, err := Tree(c, set, Options{BootstrapToken: "abcdef.0123456789abcdef"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	trees, _ := renderTree(t, c)
 	for _, h := range trees {
 		files := map[string][]byte{}
 		for _, f := range h.Files {
@@ -244,13 +244,7 @@ func TestLocalAPIProxy(t *testing.T) {
 	}
 
 	c.ControlPlaneEndpoint = "198.51.100.10:6443"
-	set, _, err = pki.EnsureCluster(c, "", t.TempDir(), time.Now(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if trees, err = Tree(c, set, Options{BootstrapToken: "abcdef.0123456789abcdef"}); err != nil {
-		t.Fatal(err)
-	}
+	trees, _ = renderTree(t, c)
 	for _, h := range trees {
 		for _, f := range h.Files {
 			if f.Path == hostpath.APIProxyUnitPath || f.Path == hostpath.APIProxyConfig || strings.Contains(string(f.Data), "127.0.0.1:6444") {
