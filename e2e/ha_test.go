@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -30,15 +31,16 @@ func TestHAControlPlaneGrowsSurvivesAMasterAndShrinks(t *testing.T) {
 	defer cancel()
 	all := release.All()
 	from, to := all[len(all)-2].Kubernetes, all[len(all)-1].Kubernetes
-	c := newCluster(ctx, t, "ha", from, lab.Options{Hosts: 5, Masters: 3, LoadBalancer: true}, to)
-	h := c.lab.Hosts // masters h[0..2], workers h[3], h[4]
+	c := newCluster(ctx, t, "ha", from, lab.Options{Hosts: 6, Masters: 3, LoadBalancer: true}, to)
+	h := c.lab.Hosts // masters h[0..2], workers h[3], h[4]; h[5] a fourth master later
+	workers := h[3:5]
 
-	c.writeInventory(h[:1], h[3:])
+	c.writeInventory(h[:1], workers)
 	if out, err := c.run("apply", "--timeout", "4m"); err != nil {
 		t.Fatalf("apply with one master: %v\n%s", err, out)
 	}
 
-	c.writeInventory(h[:3], h[3:])
+	c.writeInventory(h[:3], workers)
 	out, err := c.run("apply", "--timeout", "4m")
 	if err != nil {
 		t.Fatalf("apply with three masters: %v\n%s", err, out)
@@ -82,7 +84,7 @@ func TestHAControlPlaneGrowsSurvivesAMasterAndShrinks(t *testing.T) {
 	// One minor up, one master at a time; the API answers through the load balancer.
 	api := probeAPI(ctx, k)
 	c.version = to
-	c.writeInventory(h[:3], h[3:])
+	c.writeInventory(h[:3], workers)
 	start := time.Now()
 	out, err = c.run("apply", "--timeout", "5m", "--worker-batch", "2")
 	failed, down := api.stop()
@@ -118,13 +120,13 @@ func TestHAControlPlaneGrowsSurvivesAMasterAndShrinks(t *testing.T) {
 	}
 
 	// Certificates renewed, then CAs rotated, under load.
-	c.certificatesUnderLoad(ctx, h)
+	c.certificatesUnderLoad(ctx, h[:5])
 	k = c.client()
 
 	// The load balancer leaves the inventory: every node moves to its local API proxy, all of
 	// them Ready throughout, none re-joining (issue 16).
 	c.localProxy = true
-	c.writeInventory(h[:3], h[3:])
+	c.writeInventory(h[:3], workers)
 	watch := watchNotReady(ctx, k)
 	start = time.Now()
 	out, err = c.run("apply", "--timeout", "4m")
@@ -141,7 +143,19 @@ func TestHAControlPlaneGrowsSurvivesAMasterAndShrinks(t *testing.T) {
 		t.Errorf("a node re-joined while moving to the local API proxies:\n%s", out)
 	}
 
-	// A master goes away: the other two keep etcd's quorum and serve the API.
+	// A fourth master joins: every proxy follows, no kubelet restarts.
+	pids := c.kubeletPIDs(ctx, h[:5])
+	four := []lab.Host{h[0], h[1], h[2], h[5]}
+	c.writeInventory(four, workers)
+	if out, err := c.run("apply", "--timeout", "4m"); err != nil {
+		t.Fatalf("apply adding the fourth master %s: %v\n%s", h[5].Name, err, out)
+	}
+	c.checkAPIProxies(ctx, h, four)
+	c.checkKubeletsKept(ctx, pids, h[:5])
+
+	// A master's host goes away: within 30 s every other node has renewed its lease through its
+	// proxy and is Ready, and a new Deployment's pods run; the API is probed through a worker's
+	// proxy meanwhile.
 	write := func(name string) {
 		t.Helper()
 		err := wait.PollUntilContextTimeout(ctx, 2*time.Second, 90*time.Second, true, func(ctx context.Context) (bool, error) {
@@ -152,14 +166,35 @@ func TestHAControlPlaneGrowsSurvivesAMasterAndShrinks(t *testing.T) {
 			t.Fatalf("no write %s through the load balancer: %v", name, err)
 		}
 	}
+	viaProxy := c.clientThrough(ctx, workers[0])
+	api = probeAPI(ctx, viaProxy)
+	stopped := time.Now()
 	if err := c.lab.StopHost(ctx, h[2].Name); err != nil {
 		t.Fatal(err)
+	}
+	others := []string{h[0].Name, h[1].Name, h[5].Name, workers[0].Name, workers[1].Name}
+	renewed := waitLeasesRenewed(ctx, t, k, others, stopped)
+	r, err := release.For(to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	running := waitDeploymentRuns(ctx, t, k, "after-"+h[2].Name, "registry.k8s.io/pause:"+r.Pause, 2)
+	failed, down = api.stop()
+	t.Logf("%s stopped: every other node renewed its lease and is Ready after %s; a new Deployment's 2 pods ran after %s; API probes through %s's proxy (every 200 ms): %d failed (about %s), the longest outage %s",
+		h[2].Name, renewed.Sub(stopped).Round(100*time.Millisecond), running.Sub(stopped).Round(100*time.Millisecond), workers[0].Name, failed, down.Round(100*time.Millisecond), api.longestOutage().Round(100*time.Millisecond))
+	if d := renewed.Sub(stopped); d > 30*time.Second {
+		t.Errorf("the other nodes were Ready with a renewed lease only %s after %s stopped; want within 30 s", d, h[2].Name)
+	}
+	if d := running.Sub(stopped); d > 30*time.Second {
+		t.Errorf("a new Deployment's pods ran only %s after %s stopped; want within 30 s", d, h[2].Name)
 	}
 	write("written-without-" + h[2].Name)
 
 	// Shrink: the dead master leaves the inventory and is pruned; its host cannot be reached,
-	// its etcd member and node are removed all the same.
-	c.writeInventory(h[:2], h[3:])
+	// its etcd member and node are removed all the same. Every proxy follows, no kubelet
+	// restarts.
+	three := []lab.Host{h[0], h[1], h[5]}
+	c.writeInventory(three, workers)
 	out, err = c.run("apply", "--prune", "--timeout", "4m")
 	if err != nil {
 		t.Fatalf("apply --prune of the dead master %s: %v\n%s", h[2].Name, err, out)
@@ -167,41 +202,46 @@ func TestHAControlPlaneGrowsSurvivesAMasterAndShrinks(t *testing.T) {
 	if !strings.Contains(out, "etcd member removed") || !strings.Contains(out, "host not reset (unreachable") {
 		t.Errorf("apply --prune of the dead master:\n%s", out)
 	}
-	if members := etcdMembers(); strings.Count(members, ", started, ") != 2 || strings.Contains(members, h[2].Name) {
+	if members := etcdMembers(); strings.Count(members, ", started, ") != 3 || strings.Contains(members, h[2].Name) {
 		t.Errorf("etcd members after removing %s:\n%s", h[2].Name, members)
 	}
-	// Then a live one: 2 -> 1 members; the remaining master runs its controllers alone again.
-	c.writeInventory(h[:1], h[3:])
+	c.checkAPIProxies(ctx, append(slices.Clone(three), workers...), three)
+	c.checkKubeletsKept(ctx, pids, []lab.Host{h[0], h[1], workers[0], workers[1]})
+
+	// Then two live ones: 3 -> 1 members; the remaining master runs its controllers alone
+	// again, and with one master and no endpoint the nodes use it: the proxies are retired.
+	c.writeInventory(h[:1], workers)
 	out, err = c.run("apply", "--prune", "--timeout", "4m")
 	if err != nil {
-		t.Fatalf("apply --prune of %s: %v\n%s", h[1].Name, err, out)
+		t.Fatalf("apply --prune of %s and %s: %v\n%s", h[1].Name, h[5].Name, err, out)
 	}
-	t.Logf("apply --prune of %s:\n%s", h[1].Name, out)
+	t.Logf("apply --prune of %s and %s:\n%s", h[1].Name, h[5].Name, out)
 	if members := etcdMembers(); strings.Count(members, ", started, ") != 1 {
-		t.Errorf("etcd members after removing %s:\n%s", h[1].Name, members)
+		t.Errorf("etcd members after removing %s and %s:\n%s", h[1].Name, h[5].Name, members)
 	}
-	for _, gone := range []string{h[1].Name, h[2].Name} {
+	for _, gone := range []string{h[1].Name, h[2].Name, h[5].Name} {
 		if _, err := k.CoreV1().Nodes().Get(ctx, gone, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			t.Errorf("node %s after the prune: %v", gone, err)
 		}
 	}
-	if left := c.exec(ctx, h[1].Name, `systemctl is-active -q kubelet && echo "kubelet running"
-for p in /etc/kubernetes /var/lib/etcd /var/lib/kubelet; do [ -e $p ] && echo "left $p"; done
+	for _, n := range []lab.Host{h[1], h[5]} {
+		if left := c.exec(ctx, n.Name, `systemctl is-active -q kubelet && echo "kubelet running"
+for p in /etc/kubernetes /var/lib/etcd /var/lib/kubelet /etc/systemd/system/kforge-apiproxy.service; do [ -e $p ] && echo "left $p"; done
 true`); left != "" {
-		t.Errorf("%s after apply --prune:\n%s", h[1].Name, left)
+			t.Errorf("%s after apply --prune:\n%s", n.Name, left)
+		}
 	}
 	write("written-with-one-master")
-	// Until the second master was pruned, the first kept leader election on (two
+	// Until the other masters were pruned, the first kept leader election on (two
 	// controller-managers must never both be active); the next apply turns it off.
 	if strings.Contains(out, "restart kube-controller-manager") {
-		t.Errorf("the prune restarted the controller-manager while the second master still ran:\n%s", out)
+		t.Errorf("the prune restarted the controller-manager while other masters still ran:\n%s", out)
 	}
 	out, err = c.run("apply", "--timeout", "4m")
 	if err != nil || !strings.Contains(out, "restart kube-controller-manager-"+h[0].Name) {
 		t.Errorf("apply with one master left: %v\n%s", err, out)
 	}
-	// One master left and no endpoint: the nodes use that master, and the proxies are gone.
-	for _, n := range []lab.Host{h[0], h[3], h[4]} {
+	for _, n := range []lab.Host{h[0], workers[0], workers[1]} {
 		if left := c.exec(ctx, n.Name, "grep 'server:' /etc/kubernetes/kubelet.conf; [ -e /etc/systemd/system/kforge-apiproxy.service ] && echo 'API proxy left'; true"); strings.TrimSpace(left) != "server: https://"+h[0].Address+":6443" {
 			t.Errorf("%s with one master left: %s", n.Name, left)
 		}
