@@ -27,7 +27,7 @@ import (
 // -> 1 members, never losing quorum), and the API keeps accepting writes.
 func TestHAControlPlaneGrowsSurvivesAMasterAndShrinks(t *testing.T) {
 	testenv.Require(t, lab.Prerequisites())
-	ctx, cancel := context.WithTimeout(context.Background(), 32*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
 	defer cancel()
 	all := release.All()
 	from, to := all[len(all)-2].Kubernetes, all[len(all)-1].Kubernetes
