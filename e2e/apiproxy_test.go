@@ -76,6 +76,21 @@ func (c *cluster) checkKubeletsKept(ctx context.Context, pids map[string]string,
 	}
 }
 
+// clientAt is an admin client of the API server at addr (host:port).
+func (c *cluster) clientAt(addr string) kubernetes.Interface {
+	c.t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(c.state, "admin.conf"))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	cfg.Host = "https://" + addr
+	k, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return k
+}
+
 // clientThrough is an admin client whose connections go through host's SSH connection to its
 // node-local API proxy, as the node's own kubelet reaches the API.
 func (c *cluster) clientThrough(ctx context.Context, host lab.Host) kubernetes.Interface {
