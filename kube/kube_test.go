@@ -670,6 +670,32 @@ func TestWaitForReadyNamesWhatIsNotReady(t *testing.T) {
 	}
 }
 
+// TestReadyIgnoresNodesLeavingTheCluster: a dead master about to be pruned (a node not in the
+// inventory) keeps its pods, not ready, and its DaemonSets' and Deployments' counts short:
+// none of that is waited on. The same pods on an inventory node are.
+func TestReadyIgnoresNodesLeavingTheCluster(t *testing.T) {
+	sel := &metav1.LabelSelector{MatchLabels: map[string]string{"k8s-app": "kube-proxy"}}
+	pod := func(name, node string, labels map[string]string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "kube-system", Labels: labels},
+			Spec: corev1.PodSpec{NodeName: node}, Status: corev1.PodStatus{Phase: corev1.PodRunning}} // not ready
+	}
+	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "kube-proxy", Namespace: "kube-system"}, Spec: appsv1.DaemonSetSpec{Selector: sel},
+		Status: appsv1.DaemonSetStatus{DesiredNumberScheduled: 2, NumberReady: 1, UpdatedNumberScheduled: 2}}
+	dns := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "coredns", Namespace: "kube-system"},
+		Spec:   appsv1.DeploymentSpec{Replicas: new(int32(2)), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"k8s-app": "kube-dns"}}},
+		Status: appsv1.DeploymentStatus{ReadyReplicas: 1, UpdatedReplicas: 2}}
+	objs := []runtime.Object{readyNode("m1", true), readyNode("m3", false), ds, dns,
+		pod("kube-proxy-m3", "m3", map[string]string{"k8s-app": "kube-proxy"}), pod("coredns-m3", "m3", map[string]string{"k8s-app": "kube-dns"})}
+	st, err := CheckReady(context.Background(), fake.NewClientset(objs...), []string{"m1"}, []string{"kube-system"})
+	if err != nil || !st.Ready() {
+		t.Errorf("m3 outside the inventory: %+v, %v; want ready", st, err)
+	}
+	st, err = CheckReady(context.Background(), fake.NewClientset(objs...), []string{"m1", "m3"}, []string{"kube-system"})
+	if err != nil || len(st.Pods) != 2 || len(st.Workloads) != 2 || len(st.Nodes) != 1 {
+		t.Errorf("m3 in the inventory: %+v, %v; want its node, its two pods and both workloads", st, err)
+	}
+}
+
 func TestDecodeManifest(t *testing.T) {
 	objs, err := DecodeManifest(Manifest{Path: "a.yaml", Data: []byte(`
 ---

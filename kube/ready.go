@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 )
 
@@ -124,7 +125,9 @@ func WaitForReady(ctx context.Context, c kubernetes.Interface, in WaitReadyInput
 	}
 }
 
-// CheckReady checks once what WaitForReady waits for.
+// CheckReady checks once what WaitForReady waits for. Pods on nodes that are not in nodes
+// (hosts leaving the cluster, such as a dead master about to be pruned, or nodes kforge does not
+// manage) are not waited on, and the Deployments and DaemonSets they belong to may lack them.
 func CheckReady(ctx context.Context, c kubernetes.Interface, nodes, namespaces []string) (ReadyStatus, error) {
 	var st ReadyStatus
 	nl, err := c.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
@@ -148,13 +151,22 @@ func CheckReady(ctx context.Context, c kubernetes.Interface, nodes, namespaces [
 		}
 		st.ReadyNodes++
 	}
+	outside := func(p *corev1.Pod) bool { // on a registered node that is not one of nodes
+		return p.Spec.NodeName != "" && byName[p.Spec.NodeName] != nil && !slices.Contains(nodes, p.Spec.NodeName)
+	}
 	for _, ns := range namespaces {
 		pods, err := c.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return st, fmt.Errorf("list pods in %s: %w", ns, err)
 		}
+		// elsewhere counts, by the labels of each pod outside nodes, what workloads may lack.
+		var elsewhere []map[string]string
 		for i := range pods.Items {
 			p := &pods.Items[i]
+			if outside(p) {
+				elsewhere = append(elsewhere, p.Labels)
+				continue
+			}
 			if why := podNotReady(p); why != "" {
 				where := p.Spec.NodeName
 				if where == "" {
@@ -172,6 +184,7 @@ func CheckReady(ctx context.Context, c kubernetes.Interface, nodes, namespaces [
 			if d.Spec.Replicas != nil {
 				want = *d.Spec.Replicas
 			}
+			want -= selected(d.Spec.Selector, elsewhere)
 			if d.Status.ReadyReplicas < want || d.Status.UpdatedReplicas < want {
 				st.Workloads = append(st.Workloads, fmt.Sprintf("Deployment %s/%s: %d of %d pods ready", ns, d.Name, d.Status.ReadyReplicas, want))
 			}
@@ -182,13 +195,29 @@ func CheckReady(ctx context.Context, c kubernetes.Interface, nodes, namespaces [
 		}
 		for _, d := range dss.Items {
 			s := d.Status
-			if s.ObservedGeneration < d.Generation || s.NumberReady < s.DesiredNumberScheduled || s.UpdatedNumberScheduled < s.DesiredNumberScheduled {
+			want := s.DesiredNumberScheduled - selected(d.Spec.Selector, elsewhere)
+			if s.ObservedGeneration < d.Generation || s.NumberReady < want || s.UpdatedNumberScheduled < want {
 				st.Workloads = append(st.Workloads, fmt.Sprintf("DaemonSet %s/%s: %d of %d pods ready", ns, d.Name, s.NumberReady, s.DesiredNumberScheduled))
 			}
 		}
 	}
 	sort.Strings(st.Pods)
 	return st, nil
+}
+
+// selected counts the label sets sel matches.
+func selected(sel *metav1.LabelSelector, sets []map[string]string) int32 {
+	s, err := metav1.LabelSelectorAsSelector(sel)
+	if err != nil || s.Empty() {
+		return 0
+	}
+	var n int32
+	for _, l := range sets {
+		if s.Matches(labels.Set(l)) {
+			n++
+		}
+	}
+	return n
 }
 
 // nodeNotReady says why a node is not Ready, or "".
