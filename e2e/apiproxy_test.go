@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kforge/kforge/hostpath"
 	"github.com/kforge/kforge/inventory"
@@ -79,16 +77,12 @@ func (c *cluster) checkKubeletsKept(ctx context.Context, pids map[string]string,
 // clientAt is an admin client of the API server at addr (host:port).
 func (c *cluster) clientAt(addr string) kubernetes.Interface {
 	c.t.Helper()
-	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(c.state, "admin.conf"))
+	cfg, err := c.adminConfig()
 	if err != nil {
 		c.t.Fatal(err)
 	}
 	cfg.Host = "https://" + addr
-	k, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	return k
+	return c.clientFor(cfg)
 }
 
 // clientThrough is an admin client whose connections go through host's SSH connection to its
@@ -101,7 +95,7 @@ func (c *cluster) clientThrough(ctx context.Context, host lab.Host) kubernetes.I
 		c.t.Fatal(err)
 	}
 	c.t.Cleanup(func() { s.Close() })
-	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(c.state, "admin.conf"))
+	cfg, err := c.adminConfig()
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -110,11 +104,7 @@ func (c *cluster) clientThrough(ctx context.Context, host lab.Host) kubernetes.I
 	cfg.Dial = func(ctx context.Context, network, _ string) (net.Conn, error) {
 		return s.DialContext(ctx, network, proxy)
 	}
-	k, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	return k
+	return c.clientFor(cfg)
 }
 
 // waitLeasesRenewed waits until every node of names has renewed its lease after since and is

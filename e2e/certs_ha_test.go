@@ -4,12 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kforge/kforge/lab"
 	"github.com/kforge/kforge/pki"
@@ -108,7 +106,7 @@ func (c *cluster) certificatesUnderLoad(ctx context.Context, hosts []lab.Host) {
 // adminClient is a client with the state dir's admin kubeconfig as it is now (kforge rewrites
 // it as certificates change), or nil when it cannot be read.
 func (c *cluster) adminClient() kubernetes.Interface {
-	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(c.state, "admin.conf"))
+	cfg, err := c.adminConfig()
 	if err != nil {
 		return nil
 	}

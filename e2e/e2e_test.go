@@ -176,13 +176,24 @@ func newCluster(ctx context.Context, t *testing.T, prefix, version string, o lab
 	return c
 }
 
+// adminConfig is the client config of the admin kubeconfig in the state dir, as it is now.
+func (c *cluster) adminConfig() (*rest.Config, error) {
+	return clientcmd.BuildConfigFromFlags("", filepath.Join(c.state, "admin.conf"))
+}
+
 // client is a Kubernetes client with the admin kubeconfig apply wrote.
 func (c *cluster) client() kubernetes.Interface {
 	c.t.Helper()
-	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(c.state, "admin.conf"))
+	cfg, err := c.adminConfig()
 	if err != nil {
 		c.t.Fatal(err)
 	}
+	return c.clientFor(cfg)
+}
+
+// clientFor is a Kubernetes client with cfg.
+func (c *cluster) clientFor(cfg *rest.Config) kubernetes.Interface {
+	c.t.Helper()
 	k, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		c.t.Fatal(err)
@@ -193,7 +204,7 @@ func (c *cluster) client() kubernetes.Interface {
 // servesName says whether the API server of the admin kubeconfig serves a certificate, signed by
 // the cluster CA, that is valid for name.
 func (c *cluster) servesName(name string) error {
-	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(c.state, "admin.conf"))
+	cfg, err := c.adminConfig()
 	if err != nil {
 		return err
 	}
