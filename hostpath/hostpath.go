@@ -42,10 +42,19 @@ const (
 	APIProxyPath = "/usr/local/bin/kforge-apiproxy"
 	// The node-local API proxy's unit, its configuration (which it follows without a restart)
 	// and the state it writes: the backends in use and whether each is up.
-	APIProxyUnit       = "kforge-apiproxy.service"
-	APIProxyUnitPath   = "/etc/systemd/system/" + APIProxyUnit
-	APIProxyConfig     = "/etc/kforge/apiproxy.json"
-	APIProxyState      = "/run/kforge-apiproxy/backends.json"
+	APIProxyUnit     = "kforge-apiproxy.service"
+	APIProxyUnitPath = "/etc/systemd/system/" + APIProxyUnit
+	APIProxyConfig   = "/etc/kforge/apiproxy.json"
+	APIProxyState    = "/run/kforge-apiproxy/backends.json"
+	// The control plane's virtual IP (controlPlaneVIP) is held by one master at a time:
+	// kforge-vip, its unit, its configuration, its kubeconfig (a client certificate allowed
+	// only its Lease) and the state it writes (whether this master holds the address).
+	VIPPath            = "/usr/local/bin/kforge-vip"
+	VIPUnit            = "kforge-vip.service"
+	VIPUnitPath        = "/etc/systemd/system/" + VIPUnit
+	VIPConfig          = "/etc/kforge/vip.json"
+	VIPKubeconfig      = "/etc/kubernetes/kforge-vip.conf"
+	VIPState           = "/run/kforge-vip/state.json"
 	ContainerdUnitPath = "/etc/systemd/system/containerd.service"
 	// RegistryConfigDir holds one directory per registry host with its hosts.toml.
 	RegistryConfigDir = "/etc/containerd/certs.d"
