@@ -77,6 +77,8 @@ type Facts struct {
 	KubeletDropIn bool
 	// ServiceRoute says whether a route covers the Service subnet (Options.ServiceAddress).
 	ServiceRoute Route
+	// VIP is what the host knows of the control plane's virtual IP (Options.VIP).
+	VIP VIP
 
 	// Files maps each requested path that is a regular file to its hex sha256; absent paths
 	// (missing, or not a regular file) are not in the map.
@@ -99,6 +101,19 @@ const (
 	RouteCovered Route = "covered" // `ip route get` finds a route
 	RouteMissing Route = "missing" // it does not (network unreachable), or ip is not installed
 )
+
+// VIP is a host's view of the control plane's virtual IP: whether it has it, which of its
+// interfaces reaches it directly (same subnet), and who else answered ARP for it.
+type VIP struct {
+	// Here: one of the host's interfaces has the address.
+	Here bool
+	// Device is the interface the kernel reaches the address through without a gateway (the
+	// address is in its subnet); "" when a gateway is needed, there is no route, or Here.
+	Device string
+	// Neighbour is the MAC address that answered the host's ARP request for the address (the
+	// kernel's neighbour entry, REACHABLE after a connection attempt); "" when none did or Here.
+	Neighbour string
+}
 
 // OS is from /etc/os-release.
 type OS struct {
@@ -252,6 +267,8 @@ type Options struct {
 	// ServiceAddress is an address of the cluster's Service subnet (its first) whose route to
 	// report in Facts.ServiceRoute; none when empty.
 	ServiceAddress string
+	// VIP is the control plane's virtual IP to report on in Facts.VIP; none when empty.
+	VIP string
 	// Timeout bounds the remote command; default 60s.
 	Timeout time.Duration
 	// Now is the workstation's clock; time.Now when nil.
@@ -338,6 +355,20 @@ set --
 `)
 	if o.ServiceAddress != "" {
 		b.WriteString("if ip route get " + remote.Quote(o.ServiceAddress) + " >/dev/null 2>&1; then echo svcroute=" + string(RouteCovered) + "; else echo svcroute=" + string(RouteMissing) + "; fi\n")
+	}
+	if o.VIP != "" {
+		// An ARP request for the VIP (the kernel's, for a TCP connection attempt to the API
+		// server's port), then whatever answered it, as the neighbour table says.
+		b.WriteString("v=" + remote.Quote(o.VIP) + `
+if ip -o -4 addr show 2>/dev/null | grep -q " inet $v/"; then echo viphere=1
+else
+  r=$(ip -o -4 route get "$v" 2>/dev/null)
+  case "$r" in *" via "*|"") ;; *) d=${r#* dev }; echo "vipdev=${d%% *}";; esac
+  command -v bash >/dev/null 2>&1 && timeout 2 bash -c 'exec 3<>"/dev/tcp/$1/6443"' sh "$v" >/dev/null 2>&1
+  n=$(ip neigh show "$v" 2>/dev/null)
+  case "$n" in *lladdr*REACHABLE*) m=${n#*lladdr }; echo "vipmac=${m%% *}";; esac
+fi
+`)
 	}
 	if len(o.Dirs) > 0 {
 		b.WriteString("for d in " + quoteAll(o.Dirs) + `; do [ -d "$d" ] && printf 'dir %s\n' "$d"; done

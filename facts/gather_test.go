@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -207,4 +208,52 @@ func mustRun(t *testing.T, name string, args ...string) []byte {
 		t.Fatalf("%s: %v", name, err)
 	}
 	return out
+}
+
+// TestVIPOverRealARP: two network namespaces joined by a veth pair on 198.51.100.0/24; the
+// second also holds 198.51.100.213. From the first, the script finds that address on its
+// veth's subnet and the MAC that answered ARP for it (the second's); a free address of the
+// subnet gets no answer; an address outside it is not on any interface's subnet. From the
+// second, the address is here.
+func TestVIPOverRealARP(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("network namespaces need root")
+	}
+	for _, tool := range []string{"ip", "bash", "timeout"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s is not installed", tool)
+		}
+	}
+	a, b := fmt.Sprintf("kfvipa%d", os.Getpid()), fmt.Sprintf("kfvipb%d", os.Getpid())
+	for _, ns := range []string{a, b} {
+		mustRun(t, "ip", "netns", "add", ns)
+		t.Cleanup(func() { _ = exec.Command("ip", "netns", "delete", ns).Run() })
+	}
+	mustRun(t, "ip", "-n", a, "link", "add", "va", "type", "veth", "peer", "name", "vb", "netns", b)
+	for _, c := range [][]string{
+		{"-n", a, "addr", "add", "198.51.100.211/24", "dev", "va"},
+		{"-n", a, "link", "set", "va", "up"},
+		{"-n", b, "addr", "add", "198.51.100.212/24", "dev", "vb"},
+		{"-n", b, "addr", "add", "198.51.100.213/32", "dev", "vb"},
+		{"-n", b, "link", "set", "vb", "up"},
+	} {
+		mustRun(t, "ip", c...)
+	}
+	mac := strings.TrimSpace(string(mustRun(t, "ip", "netns", "exec", b, "cat", "/sys/class/net/vb/address")))
+	gather := func(ns, vip string) VIP {
+		t.Helper()
+		return mustParse(t, mustRun(t, "ip", "netns", "exec", ns, "sh", "-c", Script(Options{VIP: vip}), "kforge-facts")).VIP
+	}
+	if got := gather(a, "198.51.100.213"); got != (VIP{Device: "va", Neighbour: mac}) {
+		t.Errorf("a VIP another host holds: %+v, want device va and neighbour %s", got, mac)
+	}
+	if got := gather(a, "198.51.100.214"); got != (VIP{Device: "va"}) {
+		t.Errorf("a free VIP of the subnet: %+v, want device va and no neighbour", got)
+	}
+	if got := gather(a, "203.0.113.7"); got != (VIP{}) {
+		t.Errorf("a VIP outside every subnet: %+v, want nothing", got)
+	}
+	if got := gather(b, "198.51.100.213"); got != (VIP{Here: true}) {
+		t.Errorf("the VIP on the host itself: %+v, want Here", got)
+	}
 }

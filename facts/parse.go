@@ -95,6 +95,12 @@ func Parse(out []byte) (*Facts, error) {
 				f.KubeletDropIn = v == "1"
 			case "svcroute":
 				f.ServiceRoute = Route(v)
+			case "viphere":
+				f.VIP.Here = v == "1"
+			case "vipdev":
+				f.VIP.Device = v
+			case "vipmac":
+				f.VIP.Neighbour = v
 			}
 			if err != nil {
 				return nil, bad(err.Error())

@@ -48,6 +48,8 @@ type Cluster struct {
 	ControlPlaneEndpoint string `yaml:"controlPlaneEndpoint,omitempty"`
 	// The node-local API proxy every node runs when several masters have no controlPlaneEndpoint.
 	APIProxy APIProxy `yaml:"apiProxy,omitempty"`
+	// A free IPv4 address in the masters' subnet that one master at a time holds and announces by ARP, for kubectl and other clients outside the nodes: the admin kubeconfig's server and a SAN of the API server certificates. Several masters and no controlPlaneEndpoint; the nodes keep using their local API proxy.
+	ControlPlaneVIP string `yaml:"controlPlaneVIP,omitempty"`
 	// Registry the control-plane, kube-proxy, CoreDNS and pause images are pulled from when no bundle is used. Default registry.k8s.io.
 	ImageRepository string `yaml:"imageRepository,omitempty"`
 	// Cluster networking.

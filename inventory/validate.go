@@ -361,12 +361,37 @@ func (v *validator) endpoint() {
 	if p := v.c.APIProxy.Port; p < 1 || p > 65535 || p == 6443 {
 		v.add("apiProxy.port", "use a free port between 1 and 65535 other than the API server's 6443; the default is 6444", "port %d cannot be used", p)
 	}
+	v.vip()
 	ep := v.c.ControlPlaneEndpoint
 	if ep == "" {
 		return
 	}
 	if !validHostPort(ep, false) {
 		v.add("controlPlaneEndpoint", "write host:port, e.g. lb.example.com:6443 or [fd00::1]:6443", "%q is not a valid host:port", ep)
+	}
+}
+
+// vip checks controlPlaneVIP against the inventory alone; preflight checks on the masters
+// that it is in their subnet and that nothing else answers for it.
+func (v *validator) vip() {
+	vip := v.c.ControlPlaneVIP
+	if vip == "" {
+		return
+	}
+	ip, err := netip.ParseAddr(vip)
+	switch {
+	case err != nil || !ip.Is4():
+		v.add("controlPlaneVIP", "write a free IPv4 address of the masters' subnet, e.g. 192.168.1.250: the address is announced by ARP, which IPv6 does not have", "%q is not an IPv4 address", vip)
+		return
+	case v.c.ControlPlaneEndpoint != "":
+		v.add("controlPlaneVIP", "remove controlPlaneEndpoint to let the masters hold the virtual IP, or remove controlPlaneVIP to keep the load balancer", "a cluster has a load balancer (controlPlaneEndpoint %s) or a virtual IP, not both", v.c.ControlPlaneEndpoint)
+	case len(v.c.Masters) < 2:
+		v.add("controlPlaneVIP", "list at least two masters, or remove controlPlaneVIP: with one master, its address is the endpoint", "a virtual IP moves between masters; the inventory lists %d", len(v.c.Masters))
+	}
+	for _, h := range v.allHosts() {
+		if h.host.Address == vip || h.host.InternalAddress == vip {
+			v.add("controlPlaneVIP", "choose an address no host has: the masters take it in turn", "%s is the address of host %s", vip, h.host.Name)
+		}
 	}
 }
 

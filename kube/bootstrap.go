@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -44,6 +45,10 @@ type BootstrapInput struct {
 	Server string
 	// CACert is the cluster CA certificate (PEM) published in cluster-info.
 	CACert []byte
+	// VIPLease, when set, is the Lease in kube-system kforge-vip holds the control plane's
+	// virtual IP with, as the scheduler's identity (templates.VIPIdentity): the Role and
+	// RoleBinding kforge:vip allow that identity this one Lease.
+	VIPLease string
 }
 
 // Bootstrap does what `kubeadm init phase bootstrap-token` does: the bootstrap token Secret
@@ -147,6 +152,17 @@ func bootstrapObjects(ctx context.Context, c kubernetes.Interface, in BootstrapI
 	})
 	o.role(getConfigMapRole(metav1.NamespacePublic, ClusterInfoRole, bootstrapapi.ConfigMapClusterInfo))
 	o.roleBinding(roleBinding(metav1.NamespacePublic, ClusterInfoRole, ClusterInfoRole, user(anonymousUser)))
+	if in.VIPLease != "" {
+		o.role(&rbacv1.Role{
+			ObjectMeta: metav1.ObjectMeta{Name: VIPRole, Namespace: metav1.NamespaceSystem},
+			Rules: []rbacv1.PolicyRule{
+				// create cannot be limited to a name; the rest can.
+				{Verbs: []string{"create"}, APIGroups: []string{coordinationv1.GroupName}, Resources: []string{"leases"}},
+				{Verbs: []string{"get", "update", "patch"}, APIGroups: []string{coordinationv1.GroupName}, Resources: []string{"leases"}, ResourceNames: []string{in.VIPLease}},
+			},
+		})
+		o.roleBinding(roleBinding(metav1.NamespaceSystem, VIPRole, VIPRole, user(schedulerUser)))
+	}
 	return o, nil
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/kforge/kforge/inventory"
 	"github.com/kforge/kforge/pki"
 	"github.com/kforge/kforge/release"
+	"github.com/kforge/kforge/templates"
 )
 
 // Clients are the clients the functions of this package take, built from one rest.Config (for
@@ -102,12 +103,16 @@ func (t BootstrapToken) Value() string { return t.ID + "." + t.Secret }
 // BootstrapInputFor is Bootstrap's input for the inventory's cluster: cluster-info publishes
 // the cluster CA and the control-plane endpoint (as admin.conf names it).
 func BootstrapInputFor(c *inventory.Cluster, set *pki.Set, token BootstrapToken, now time.Time) BootstrapInput {
-	return BootstrapInput{
+	in := BootstrapInput{
 		Token:  token,
 		Now:    now,
 		Server: pki.APIServerURL(pki.Endpoint(c)),
 		CACert: set.TrustPEM(pki.CA),
 	}
+	if c.ControlPlaneVIP != "" {
+		in.VIPLease = templates.VIPLease
+	}
+	return in
 }
 
 // CoreDNSInputFor is CoreDNS's input for the inventory's cluster.

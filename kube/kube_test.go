@@ -740,3 +740,38 @@ func TestSummary(t *testing.T) {
 		t.Errorf("Summary(nil) = %q", got)
 	}
 }
+
+// TestBootstrapAllowsTheVIPItsLease: with a VIP, the scheduler's identity (kforge-vip's) may
+// create Leases and get, update and patch the one named kforge-vip; without, no such grant.
+func TestBootstrapAllowsTheVIPItsLease(t *testing.T) {
+	c := fake.NewClientset()
+	in := bootstrapInput()
+	in.VIPLease = "kforge-vip"
+	if _, err := Bootstrap(context.Background(), c, in); err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.RbacV1().Roles("kube-system").Get(context.Background(), VIPRole, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Rules) != 2 || !slices.Equal(r.Rules[0].Verbs, []string{"create"}) || len(r.Rules[0].ResourceNames) != 0 ||
+		!slices.Equal(r.Rules[1].Verbs, []string{"get", "update", "patch"}) || !slices.Equal(r.Rules[1].ResourceNames, []string{"kforge-vip"}) ||
+		!slices.Equal(r.Rules[1].Resources, []string{"leases"}) || !slices.Equal(r.Rules[1].APIGroups, []string{"coordination.k8s.io"}) {
+		t.Errorf("role %s: %+v", VIPRole, r.Rules)
+	}
+	b, err := c.RbacV1().RoleBindings("kube-system").Get(context.Background(), VIPRole, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b.Subjects) != 1 || b.Subjects[0].Kind != "User" || b.Subjects[0].Name != "system:kube-scheduler" || b.RoleRef.Name != VIPRole {
+		t.Errorf("binding %s: %+v → %+v", VIPRole, b.Subjects, b.RoleRef)
+	}
+
+	c = fake.NewClientset()
+	if _, err := Bootstrap(context.Background(), c, bootstrapInput()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.RbacV1().Roles("kube-system").Get(context.Background(), VIPRole, metav1.GetOptions{}); err == nil {
+		t.Errorf("role %s without a VIP", VIPRole)
+	}
+}

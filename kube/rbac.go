@@ -33,7 +33,12 @@ const (
 	nodeProxierClusterRole      = "system:node-proxier"
 	apiserverKubeletClientUser  = "kube-apiserver-kubelet-client"
 	anonymousUser               = "system:anonymous"
+	schedulerUser               = "system:kube-scheduler"
 )
+
+// VIPRole is kforge's Role and RoleBinding in kube-system that let kforge-vip (as the
+// scheduler's identity) hold the control plane's virtual IP's Lease.
+const VIPRole = "kforge:vip"
 
 func group(name string) rbacv1.Subject { return rbacv1.Subject{Kind: rbacv1.GroupKind, Name: name} }
 func user(name string) rbacv1.Subject  { return rbacv1.Subject{Kind: rbacv1.UserKind, Name: name} }

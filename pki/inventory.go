@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
@@ -36,7 +37,7 @@ func FromInventory(c *inventory.Cluster) (Params, []Master, error) {
 		DNSDomain:            orDefault(c.Networking.DNSDomain, inventory.DefaultDNSDomain),
 		ServiceSubnet:        orDefault(c.Networking.ServiceSubnet, inventory.DefaultServiceSubnet),
 		ControlPlaneEndpoint: NodeEndpoint(c),
-		APIServerCertSANs:    c.PKI.APIServerCertSANs,
+		APIServerCertSANs:    apiServerSANs(c),
 		KeyAlgorithm:         alg,
 		CertValidity:         time.Duration(c.PKI.CertValidity),
 		CAValidity:           time.Duration(c.PKI.CAValidity),
@@ -61,11 +62,23 @@ func NodeEndpoint(c *inventory.Cluster) string {
 	return Endpoint(c)
 }
 
+// apiServerSANs are the inventory's extra API server SANs, and its virtual IP.
+func apiServerSANs(c *inventory.Cluster) []string {
+	if c.ControlPlaneVIP == "" {
+		return c.PKI.APIServerCertSANs
+	}
+	return append(slices.Clone(c.PKI.APIServerCertSANs), c.ControlPlaneVIP)
+}
+
 // Endpoint is the cluster's API endpoint for clients outside the nodes (the workstation), as
-// host:port: controlPlaneEndpoint, or the first master's node IP and port 6443.
+// host:port: controlPlaneEndpoint, the virtual IP and port 6443, or the first master's node IP
+// and port 6443.
 func Endpoint(c *inventory.Cluster) string {
 	if c.ControlPlaneEndpoint != "" {
 		return c.ControlPlaneEndpoint
+	}
+	if c.ControlPlaneVIP != "" {
+		return net.JoinHostPort(c.ControlPlaneVIP, strconv.Itoa(APIServerPort))
 	}
 	if len(c.Masters) == 0 {
 		return ""

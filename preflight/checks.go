@@ -96,6 +96,7 @@ const (
 	CheckUpgradeRoute   = "UpgradeRoute"
 	CheckServiceRoute   = "ServiceRoute"
 	CheckAPIProxyPort   = "APIProxyPort"
+	CheckVIP            = "ControlPlaneVIP"
 	// CheckFacts is a host whose facts could not be gathered; it cannot be ignored.
 	CheckFacts = "Facts"
 )
@@ -116,7 +117,7 @@ func CheckNames() []string {
 	for _, p := range Ports {
 		names = append(names, PortCheck(p.Port))
 	}
-	return append(names, CheckManifestsDir, CheckEtcdDataDir, CheckKernelModules, CheckIPForward, CheckBridgeNF, CheckClockSkew, CheckArch, CheckEtcdQuorum, CheckUpgradeRoute, CheckServiceRoute, CheckAPIProxyPort)
+	return append(names, CheckManifestsDir, CheckEtcdDataDir, CheckKernelModules, CheckIPForward, CheckBridgeNF, CheckClockSkew, CheckArch, CheckEtcdQuorum, CheckUpgradeRoute, CheckServiceRoute, CheckAPIProxyPort, CheckVIP)
 }
 
 type hostCheck func(c *inventory.Cluster, n inventory.Node, f *facts.Facts) []Finding
@@ -631,6 +632,44 @@ func checkArch(n inventory.Node, f *facts.Facts, want string) []Finding {
 }
 
 // crossHost compares hosts: hostnames and machine IDs must be unique.
+// checkVIP refuses a controlPlaneVIP that a master cannot hold (not in the subnet of any of
+// its interfaces: ARP does not cross a router) or that something else holds (it answered ARP
+// while no master has it).
+func checkVIP(c *inventory.Cluster, hosts map[string]*facts.Facts) []Finding {
+	vip := c.ControlPlaneVIP
+	if vip == "" {
+		return nil
+	}
+	var out []Finding
+	held := false
+	type answer struct{ host, mac string }
+	var answers []answer
+	for _, n := range c.Nodes() {
+		f := hosts[n.Name]
+		if n.Role != inventory.RoleMaster || f == nil {
+			continue
+		}
+		switch {
+		case f.VIP.Here:
+			held = true
+		case f.VIP.Device == "":
+			out = append(out, finding(n, CheckVIP, Error,
+				"choose a free address in the subnet the masters share (controlPlaneVIP in the inventory): a virtual IP is announced by ARP, which does not cross a router",
+				"controlPlaneVIP %s is not in the subnet of any interface of this master (ip route get %s: through a gateway, or no route)", vip, vip))
+		}
+		if f.VIP.Neighbour != "" {
+			answers = append(answers, answer{n.Name, f.VIP.Neighbour})
+		}
+	}
+	if !held && len(answers) > 0 {
+		a := answers[0]
+		out = append(out, Finding{Host: a.host, Check: CheckVIP, Severity: Error,
+			Seen: fmt.Sprintf("controlPlaneVIP %s is in use: %s answered ARP for it, and no master holds it", vip, a.mac),
+			Fix:  "choose a free address (controlPlaneVIP in the inventory), or stop the machine with that MAC address from using it"})
+	}
+	return out
+}
+
 func crossHost(nodes []inventory.Node, hosts map[string]*facts.Facts) []Finding {
 	var out []Finding
 	byHostname, byMachine := map[string][]string{}, map[string][]string{}

@@ -446,3 +446,44 @@ func BenchmarkCheck100Hosts(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/100, "µs/host")
 }
+
+// TestControlPlaneVIP: a VIP no master reaches without a gateway is refused on that master; a
+// VIP that answers ARP while no master holds it is refused, naming the MAC; a VIP a master
+// holds (a later run), or nobody answers for, passes.
+func TestControlPlaneVIP(t *testing.T) {
+	c := cluster()
+	c.Masters = append(c.Masters, inventory.Host{Name: "m2", Address: "198.51.100.12"})
+	c.ControlPlaneVIP = "198.51.100.50"
+	errorsOf := func(set func(m1, m2 *facts.Facts)) []string {
+		hosts := healthyHosts()
+		hosts["m2"] = healthy("m2")
+		hosts["m1"].VIP = facts.VIP{Device: "eth0"}
+		hosts["m2"].VIP = facts.VIP{Device: "eth0"}
+		set(hosts["m1"], hosts["m2"])
+		var out []string
+		for _, f := range Check(c, hosts, Options{}).Errors() {
+			out = append(out, f.String())
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name string
+		set  func(m1, m2 *facts.Facts)
+		want []string
+	}{
+		{"free, in the subnet", func(_, _ *facts.Facts) {}, nil},
+		{"held by a master", func(m1, m2 *facts.Facts) { m1.VIP = facts.VIP{Here: true}; m2.VIP.Neighbour = "52:54:00:00:00:01" }, nil},
+		{"outside a master's subnet", func(_, m2 *facts.Facts) { m2.VIP = facts.VIP{} },
+			[]string{"[ERROR ControlPlaneVIP] m2: controlPlaneVIP 198.51.100.50 is not in the subnet of any interface of this master (ip route get 198.51.100.50: through a gateway, or no route)"}},
+		{"in use by a stranger", func(m1, m2 *facts.Facts) { m1.VIP.Neighbour = "52:54:00:aa:bb:cc"; m2.VIP.Neighbour = "52:54:00:aa:bb:cc" },
+			[]string{"[ERROR ControlPlaneVIP] m1: controlPlaneVIP 198.51.100.50 is in use: 52:54:00:aa:bb:cc answered ARP for it, and no master holds it"}},
+	} {
+		if got := errorsOf(tc.set); strings.Join(got, "\n") != strings.Join(tc.want, "\n") {
+			t.Errorf("%s: errors\n%s\nwant\n%s", tc.name, strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
+		}
+	}
+	c.ControlPlaneVIP = ""
+	if got := errorsOf(func(m1, _ *facts.Facts) { m1.VIP = facts.VIP{} }); len(got) != 0 {
+		t.Errorf("without a VIP: %v", got)
+	}
+}

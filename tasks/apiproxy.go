@@ -17,7 +17,7 @@ import (
 // bundle/internal/apiproxy): with several masters and no controlPlaneEndpoint, every node's
 // kubelet, kube-proxy and flannel reach the API servers through 127.0.0.1:apiProxy.port
 // (pki.NodeEndpoint). stage starts it before the kubelet; when the cluster gets an endpoint
-// (or is down to one master), retire-apiproxy removes it once the kubelets use the new one.
+// (or is down to one master), the retire step removes it once the kubelets use the new one.
 
 // startAPIProxy enables and starts the node-local API proxy before the kubelet that uses it;
 // it restarts only for a new unit or binary: a new configuration (masters added or removed)
@@ -67,18 +67,48 @@ const retireAPIProxyScript = `[ -f ` + hostpath.APIProxyUnitPath + ` ] || exit 0
 systemctl disable -q --now ` + hostpath.APIProxyUnit + ` || exit 1
 rm -f ` + hostpath.APIProxyUnitPath + ` ` + hostpath.APIProxyConfig + ` ` + hostpath.APIProxyState + ` ` + hostpath.APIProxyPath + ` && systemctl daemon-reload && echo removed`
 
-// retireAPIProxy removes the API proxy from the hosts an earlier run gave it, now that the
-// cluster has a controlPlaneEndpoint or one master: the kubelets and addons were moved to that
-// endpoint by the steps before.
-func (a *Apply) retireAPIProxy(ctx context.Context, r progress.Reporter) error {
+// retired says what the retire step removes where an earlier run installed it: the node-local
+// API proxy, once the cluster has a controlPlaneEndpoint or one master (the kubelets and
+// addons were moved to that endpoint by the steps before), and kforge-vip, once the inventory
+// has no controlPlaneVIP.
+func (a *Apply) retired() []string {
+	var out []string
+	if !a.inv.LocalAPIProxy() {
+		out = append(out, "the node-local API proxy (the nodes now use "+pki.NodeEndpoint(a.inv)+")")
+	}
+	if a.inv.ControlPlaneVIP == "" {
+		out = append(out, "kforge-vip (no controlPlaneVIP)")
+	}
+	return out
+}
+
+// retire removes what retired names from the hosts that have it.
+func (a *Apply) retire(ctx context.Context, r progress.Reporter) error {
 	return a.fleet.Each(ctx, "", func(ctx context.Context, n inventory.Node, h remote.Host) error {
-		if !hasAPIProxy(a.fleet.Facts(n.Name)) {
-			return nil
+		f := a.fleet.Facts(n.Name)
+		var did []string
+		for _, u := range []struct {
+			retire bool
+			script string
+			msg    string
+		}{
+			{!a.inv.LocalAPIProxy() && hasAPIProxy(f), retireAPIProxyScript, "API proxy stopped and removed: the node uses " + pki.NodeEndpoint(a.inv)},
+			{a.inv.ControlPlaneVIP == "" && hasVIP(f), retireVIPScript, "virtual IP released, kforge-vip stopped and removed: the admin kubeconfig uses " + pki.Endpoint(a.inv)},
+		} {
+			if !u.retire {
+				continue
+			}
+			out, err := remote.Output(ctx, h, u.script)
+			if err != nil {
+				return err
+			}
+			if strings.TrimSpace(string(out)) == "removed" {
+				did = append(did, u.msg)
+			}
 		}
-		out, err := remote.Output(ctx, h, retireAPIProxyScript)
-		if err == nil && strings.TrimSpace(string(out)) == "removed" {
-			r(progress.Event{Kind: progress.HostDone, Host: n.Name, Message: fmt.Sprintf("API proxy stopped and removed: the node uses %s", pki.NodeEndpoint(a.inv))})
+		if len(did) > 0 {
+			r(progress.Event{Kind: progress.HostDone, Host: n.Name, Message: strings.Join(did, "; ")})
 		}
-		return err
+		return nil
 	})
 }

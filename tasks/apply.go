@@ -81,9 +81,9 @@ func newFleet(c *inventory.Cluster, nodes []inventory.Node, o Options) *fleet.Fl
 	return fleet.New(nodes, fleet.Options{
 		Limits: o.Limits, AcceptNewHostKeys: o.AcceptNewHostKeys, Connect: o.Connect, DialRetry: o.DialRetry, Logger: o.Logger, Now: o.Now,
 		// kubelet.conf on a worker says it has joined (its kubelet wrote it at TLS bootstrap);
-		// the API proxy's unit, that an earlier run installed it.
+		// the API proxy's and kforge-vip's units, that an earlier run installed them.
 		// The kubernetes Service's address: whether a route covers the Service subnet.
-		Facts: facts.Options{CRIEndpoint: c.ContainerRuntime.Endpoint, Dirs: templates.CACertDirCandidates, Hash: []string{hostpath.KubeletKubeconfig, hostpath.APIProxyUnitPath}, ServiceAddress: serviceAddress(c)},
+		Facts: facts.Options{CRIEndpoint: c.ContainerRuntime.Endpoint, Dirs: templates.CACertDirCandidates, Hash: []string{hostpath.KubeletKubeconfig, hostpath.APIProxyUnitPath, hostpath.VIPUnitPath}, ServiceAddress: serviceAddress(c), VIP: c.ControlPlaneVIP},
 	})
 }
 
@@ -169,6 +169,9 @@ func (a *Apply) Steps() []Step {
 	}
 	l.add("cluster-config", ThroughAPI, nil, a.clusterConfig, "grant kubeadm:cluster-admins, upload kubeadm-config and kubelet-config")
 	l.add("bootstrap", ThroughAPI, nil, a.bootstrap, "create the bootstrap token, node-bootstrap RBAC, CSR auto-approval and cluster-info")
+	if c.ControlPlaneVIP != "" {
+		l.add("vip", OnHosts, masters, a.startVIP, "start kforge-vip on every master: one at a time holds %s (the Lease kube-system/%s) and announces it by ARP; wait until one does", c.ControlPlaneVIP, templates.VIPLease)
+	}
 	if len(workers) > 0 {
 		l.add("join-workers", OnHosts, workers, a.kubeletsSay(a.joinWorkers), "start kubelet on the staged workers: they join by TLS bootstrap")
 	}
@@ -186,8 +189,8 @@ func (a *Apply) Steps() []Step {
 	if len(workers) > 0 {
 		l.add("forget-token", OnHosts, workers, a.forgetBootstrapToken, "remove %s from workers whose kubelet has its own credentials (kubelet.conf), as kubeadm does after TLS bootstrap", hostpath.BootstrapKubeletConfig)
 	}
-	if !c.LocalAPIProxy() {
-		l.add("retire-apiproxy", OnHosts, all, a.retireAPIProxy, "stop and remove the node-local API proxy where an earlier run installed it (the nodes now use %s)", pki.NodeEndpoint(c))
+	if retired := a.retired(); len(retired) > 0 {
+		l.add("retire", OnHosts, all, a.retire, "stop and remove, where an earlier run installed them, %s", strings.Join(retired, " and "))
 	}
 	if len(removed) > 0 && a.restore == nil {
 		if a.o.Prune {

@@ -23,6 +23,17 @@ func cluster(t *testing.T, extra string) *inventory.Cluster {
 	return c
 }
 
+func findTask(t *testing.T, ts []Task, name string) Task {
+	t.Helper()
+	for _, x := range ts {
+		if x.Name == name {
+			return x
+		}
+	}
+	t.Fatalf("no task %s in %v", name, taskNames(ts))
+	return Task{}
+}
+
 func taskNames(ts []Task) []string {
 	var out []string
 	for _, t := range ts {
@@ -33,13 +44,19 @@ func taskNames(ts []Task) []string {
 
 func TestApplyListFollowsTheInventory(t *testing.T) {
 	single := taskNames(ApplyTasks(cluster(t, "networking: {plugin: none}\n"), Options{}))
-	want := []string{"connect", "preflight", "pki", "etcd-members", "render", "stage", "wait-apiserver", "cluster-config", "bootstrap", "core-addons", "mark-nodes", "retire-apiproxy", "record-hosts", "kubeconfig"}
+	want := []string{"connect", "preflight", "pki", "etcd-members", "render", "stage", "wait-apiserver", "cluster-config", "bootstrap", "core-addons", "mark-nodes", "retire", "record-hosts", "kubeconfig"}
 	if !slices.Equal(single, want) {
 		t.Errorf("single master, no pod network:\n got %v\nwant %v", single, want)
 	}
-	// Two masters without an endpoint: the nodes keep their API proxy.
-	if names := taskNames(ApplyTasks(cluster(t, "  - {name: m2, address: 10.0.0.5}\n"), Options{})); slices.Contains(names, "retire-apiproxy") {
-		t.Errorf("two masters without an endpoint retire the API proxy: %v", names)
+	// Two masters without an endpoint: the nodes keep their API proxy; with a VIP too, nothing
+	// is retired, and the masters start kforge-vip once its RBAC exists.
+	two := cluster(t, "  - {name: m2, address: 10.0.0.5}\n")
+	if tasks := ApplyTasks(two, Options{}); !strings.Contains(findTask(t, tasks, "retire").Description, "kforge-vip") || strings.Contains(findTask(t, tasks, "retire").Description, "API proxy") {
+		t.Errorf("two masters without an endpoint: retire %q; want kforge-vip only", findTask(t, tasks, "retire").Description)
+	}
+	two.ControlPlaneVIP = "10.0.0.50"
+	if names := taskNames(ApplyTasks(two, Options{})); slices.Contains(names, "retire") || slices.Index(names, "vip") != slices.Index(names, "bootstrap")+1 {
+		t.Errorf("two masters with a VIP: %v; want vip after bootstrap and nothing retired", names)
 	}
 
 	full := ApplyTasks(cluster(t, "workers:\n  - {name: w1, address: 10.0.0.2}\nbundle: "+fakeBundleDir(t)+"\naddons: [{path: /a.yaml}]\n"), Options{})

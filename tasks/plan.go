@@ -358,6 +358,12 @@ func (p *Plan) diffHost(ctx context.Context, n inventory.Node, h remote.Host) (H
 		d.Restarts = append(d.Restarts, hostpath.APIProxyUnit+" stops (removed: the nodes use "+pki.NodeEndpoint(a.inv)+")")
 	}
 	switch {
+	case a.inv.ControlPlaneVIP != "" && n.Role == inventory.RoleMaster && vipRestarts(wrote):
+		d.Restarts = append(d.Restarts, hostpath.VIPUnit+" (re)starts")
+	case a.inv.ControlPlaneVIP == "" && hasVIP(f):
+		d.Restarts = append(d.Restarts, hostpath.VIPUnit+" stops (removed: the admin kubeconfig uses "+pki.Endpoint(a.inv)+")")
+	}
+	switch {
 	case n.Role == inventory.RoleWorker && !joined:
 		d.Restarts = append(d.Restarts, "kubelet starts")
 		d.Node = append(d.Node, "joins the cluster (TLS bootstrap)")

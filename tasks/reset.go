@@ -221,10 +221,13 @@ const stopServiceRouteScript = `[ -f ` + hostpath.ServiceRouteUnitPath + ` ] || 
 systemctl disable -q --now ` + hostpath.ServiceRouteUnit + ` || exit 1
 echo "changed ` + hostpath.ServiceRouteUnit + ` stopped (its route removed) and disabled"`
 
-// stopAPIProxyScript stops and disables the node-local API proxy before its files go.
-const stopAPIProxyScript = `[ -f ` + hostpath.APIProxyUnitPath + ` ] || exit 0
-systemctl disable -q --now ` + hostpath.APIProxyUnit + ` || exit 1
-echo "changed ` + hostpath.APIProxyUnit + ` stopped and disabled"`
+// stopUnitScript stops and disables one of kforge's units (the node-local API proxy,
+// kforge-vip, which releases the virtual IP) before its files go.
+func stopUnitScript(unit, unitPath string) string {
+	return `[ -f ` + unitPath + ` ] || exit 0
+systemctl disable -q --now ` + unit + ` || exit 1
+echo "changed ` + unit + ` stopped and disabled"`
+}
 
 // resetFiles are the paths reset removes on a node: everything kforge wrote there except the
 // bundle's binaries and containerd's config. Directories that are mount points or symlinks
@@ -235,7 +238,8 @@ func resetFiles(role inventory.Role) []string {
 		ps = append(ps, hostpath.EtcdDataDir)
 	}
 	return append(ps, hostpath.KubeletUnitPath, hostpath.KubeletDropInPath, hostpath.ServiceRouteUnitPath, hostpath.SysctlFile,
-		hostpath.APIProxyUnitPath, hostpath.APIProxyConfig, path.Dir(hostpath.APIProxyState))
+		hostpath.APIProxyUnitPath, hostpath.APIProxyConfig, path.Dir(hostpath.APIProxyState),
+		hostpath.VIPUnitPath, hostpath.VIPConfig, path.Dir(hostpath.VIPState))
 }
 
 // removeScript removes each of paths, then emptyDir if it is empty, and prints what it
@@ -273,11 +277,13 @@ func (x *Reset) removeFiles(ctx context.Context, r progress.Reporter) error {
 		if err != nil {
 			return "", err
 		}
-		proxy, _, err := runReset(ctx, h, stopAPIProxyScript)
-		if err != nil {
-			return "", err
+		for _, u := range [][2]string{{hostpath.VIPUnit, hostpath.VIPUnitPath}, {hostpath.APIProxyUnit, hostpath.APIProxyUnitPath}} {
+			unit, _, err := runReset(ctx, h, stopUnitScript(u[0], u[1]))
+			if err != nil {
+				return "", err
+			}
+			stopped = append(stopped, unit...)
 		}
-		stopped = append(stopped, proxy...)
 		changed, _, err := runReset(ctx, h, removeScript(resetFiles(n.Role), path.Dir(hostpath.KubeletDropInPath)))
 		if err != nil {
 			return "", err

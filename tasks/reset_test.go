@@ -151,12 +151,14 @@ func newFakeNode(t *testing.T, n inventory.Node, dirty bool) *fakeNode {
 		}
 		return nil
 	})
-	on(stopAPIProxyScript, func(w io.Writer, _ string) error {
-		if slices.Contains(h.files, hostpath.APIProxyUnitPath) {
-			fmt.Fprintf(w, "changed %s stopped and disabled\n", hostpath.APIProxyUnit)
-		}
-		return nil
-	})
+	for _, u := range [][2]string{{hostpath.VIPUnit, hostpath.VIPUnitPath}, {hostpath.APIProxyUnit, hostpath.APIProxyUnitPath}} {
+		on(stopUnitScript(u[0], u[1]), func(w io.Writer, _ string) error {
+			if slices.Contains(h.files, u[1]) {
+				fmt.Fprintf(w, "changed %s stopped and disabled\n", u[0])
+			}
+			return nil
+		})
+	}
 	on(removeScript(resetFiles(n.Role), path.Dir(hostpath.KubeletDropInPath)), func(w io.Writer, _ string) error {
 		if h.mounts > 0 {
 			return h.Exit("rm", 1, "mounts remain under /var/lib/kubelet")

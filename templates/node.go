@@ -260,3 +260,55 @@ func APIProxyFor(c *inventory.Cluster) APIProxy {
 	}
 	return p
 }
+
+// VIPLease is the Lease in kube-system whose holder holds the control plane's virtual IP.
+const VIPLease = "kforge-vip"
+
+// VIPIdentity is the client identity kforge-vip renews its Lease as: the scheduler's
+// (scheduler.conf, on every master, pointing at the master's own API server), which kforge
+// allows that one Lease besides its own (kube.Bootstrap).
+const VIPIdentity = "scheduler.conf"
+
+// VIP is one master's kforge-vip unit and configuration (in the bundle, built from
+// bundle/internal/vip): the masters of a cluster with a controlPlaneVIP hold it in turn.
+type VIP struct {
+	Address string // the virtual IP
+	Node    string // this master's node name: its identity in the Lease
+}
+
+// Unit returns kforge-vip.service.
+func (v VIP) Unit() ([]byte, error) {
+	return render("kforge-vip.service.tmpl", struct {
+		Address, Lease, Binary, Config, State string
+	}{v.Address, VIPLease, hostpath.VIPPath, hostpath.VIPConfig, hostpath.VIPState})
+}
+
+// Config returns kforge-vip's configuration file (JSON; the format of bundle/internal/vip's
+// Config). The interface is left to kforge-vip: the one whose subnet holds the address.
+func (v VIP) Config() ([]byte, error) {
+	b, err := json.MarshalIndent(struct {
+		Address    string `json:"address"`
+		Kubeconfig string `json:"kubeconfig"`
+		Identity   string `json:"identity"`
+		Namespace  string `json:"namespace"`
+		Lease      string `json:"lease"`
+	}{v.Address, path.Join(hostpath.KubernetesDir, VIPIdentity), v.Node, "kube-system", VIPLease}, "", "  ")
+	return append(b, '\n'), err
+}
+
+// VIPFiles are master m's kforge-vip files; none without a controlPlaneVIP.
+func VIPFiles(c *inventory.Cluster, m inventory.Host) ([]File, error) {
+	if c.ControlPlaneVIP == "" {
+		return nil, nil
+	}
+	v := VIP{Address: c.ControlPlaneVIP, Node: m.Name}
+	unit, err := v.Unit()
+	if err != nil {
+		return nil, err
+	}
+	config, err := v.Config()
+	if err != nil {
+		return nil, err
+	}
+	return []File{{Path: hostpath.VIPUnitPath, Mode: 0o644, Data: unit}, {Path: hostpath.VIPConfig, Mode: 0o644, Data: config}}, nil
+}

@@ -188,13 +188,14 @@ func KubeletFor(c *inventory.Cluster, n inventory.Node, o Options) Kubelet {
 	}
 }
 
-// AdminKubeconfig is the cluster-admin kubeconfig for the user (admin.conf). Without a
-// controlPlaneEndpoint and with several masters, no one address survives the loss of any
+// AdminKubeconfig is the cluster-admin kubeconfig for the user (admin.conf), at pki.Endpoint:
+// the load balancer, the virtual IP or the only master. Without any of them (several masters,
+// no controlPlaneEndpoint, no controlPlaneVIP), no one address survives the loss of any
 // master: its current context names the first master, and it has a context for each other
 // master too (AdminContexts).
 func AdminKubeconfig(c *inventory.Cluster, set *pki.Set) ([]byte, error) {
 	data, err := pki.Kubeconfig(c.Name, pki.APIServerURL(pki.Endpoint(c)), set.TrustPEM(pki.CA), set.Get("admin.conf", ""))
-	if err != nil || !c.LocalAPIProxy() {
+	if err != nil || !c.LocalAPIProxy() || c.ControlPlaneVIP != "" {
 		return data, err
 	}
 	cfg, err := clientcmd.Load(data)
@@ -213,9 +214,9 @@ func AdminKubeconfig(c *inventory.Cluster, set *pki.Set) ([]byte, error) {
 }
 
 // AdminContexts are the contexts of AdminKubeconfig after the current one: one per master
-// after the first, for a cluster without a controlPlaneEndpoint.
+// after the first, for a cluster without a controlPlaneEndpoint or controlPlaneVIP.
 func AdminContexts(c *inventory.Cluster) []string {
-	if !c.LocalAPIProxy() {
+	if !c.LocalAPIProxy() || c.ControlPlaneVIP != "" {
 		return nil
 	}
 	var out []string
@@ -336,6 +337,12 @@ func masterFiles(c *inventory.Cluster, set *pki.Set, i int, o Options) ([]File, 
 		}
 		fs = append(fs, File{Path: path.Join(hostpath.KubernetesDir, k.file), Mode: 0o600, Data: data})
 	}
+
+	vip, err := VIPFiles(c, m)
+	if err != nil {
+		return nil, err
+	}
+	fs = append(fs, vip...)
 
 	cp, err := ControlPlaneFor(c, i, o)
 	if err != nil {

@@ -282,3 +282,51 @@ func TestAdminKubeconfigListsTheMasters(t *testing.T) {
 		t.Errorf("current %s, %d contexts, AdminContexts %v", cfg.CurrentContext, len(cfg.Contexts), AdminContexts(c))
 	}
 }
+
+// TestControlPlaneVIP: with a controlPlaneVIP, every master (and no worker) gets kforge-vip's
+// unit and a configuration naming the address and the master, the API server certificates are
+// valid for the VIP, the nodes keep their local proxy, and the admin kubeconfig has the one
+// context at the VIP.
+func TestControlPlaneVIP(t *testing.T) {
+	c := haCluster()
+	c.ControlPlaneEndpoint = ""
+	c.ControlPlaneVIP = "198.51.100.50"
+	c.APIProxy.Port = inventory.DefaultAPIProxyPort
+	trees, set := renderTree(t, c)
+	for _, h := range trees {
+		files := map[string][]byte{}
+		for _, f := range h.Files {
+			files[f.Path] = f.Data
+		}
+		if _, ok := files[hostpath.APIProxyConfig]; !ok {
+			t.Errorf("%s: no API proxy with a VIP", h.Node.Name)
+		}
+		if h.Node.Role != inventory.RoleMaster {
+			if _, ok := files[hostpath.VIPUnitPath]; ok {
+				t.Errorf("%s: a worker got kforge-vip", h.Node.Name)
+			}
+			continue
+		}
+		if h.Node.Name == c.Masters[0].Name {
+			golden(t, "kforge-vip.service", files[hostpath.VIPUnitPath])
+			golden(t, "kforge-vip.json", files[hostpath.VIPConfig])
+		} else if !strings.Contains(string(files[hostpath.VIPConfig]), `"identity": "`+h.Node.Name+`"`) {
+			t.Errorf("%s: kforge-vip's configuration does not name the master:\n%s", h.Node.Name, files[hostpath.VIPConfig])
+		}
+		certs, err := pki.ParseCerts(files[hostpath.PKIDir+"/apiserver.crt"])
+		if err != nil || certs[0].VerifyHostname("198.51.100.50") != nil || certs[0].VerifyHostname("127.0.0.1") != nil {
+			t.Errorf("%s: apiserver.crt not valid for the VIP and 127.0.0.1: %v %v", h.Node.Name, certs[0].IPAddresses, err)
+		}
+	}
+	data, err := AdminKubeconfig(c, set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := clientcmd.Load(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Contexts) != 1 || cfg.Clusters[cfg.Contexts[cfg.CurrentContext].Cluster].Server != "https://198.51.100.50:6443" || AdminContexts(c) != nil {
+		t.Errorf("admin kubeconfig with a VIP: %d contexts, AdminContexts %v:\n%s", len(cfg.Contexts), AdminContexts(c), data)
+	}
+}
