@@ -475,7 +475,10 @@ func TestControlPlaneVIP(t *testing.T) {
 		{"held by a master", func(m1, m2 *facts.Facts) { m1.VIP = facts.VIP{Here: true}; m2.VIP.Neighbour = "52:54:00:00:00:01" }, nil},
 		{"outside a master's subnet", func(_, m2 *facts.Facts) { m2.VIP = facts.VIP{} },
 			[]string{"[ERROR ControlPlaneVIP] m2: controlPlaneVIP 198.51.100.50 is not in the subnet of any interface of this master (ip route get 198.51.100.50: through a gateway, or no route)"}},
-		{"in use by a stranger", func(m1, m2 *facts.Facts) { m1.VIP.Neighbour = "52:54:00:aa:bb:cc"; m2.VIP.Neighbour = "52:54:00:aa:bb:cc" },
+		{"in use by a stranger", func(m1, m2 *facts.Facts) {
+			m1.VIP.Neighbour = "52:54:00:aa:bb:cc"
+			m2.VIP.Neighbour = "52:54:00:aa:bb:cc"
+		},
 			[]string{"[ERROR ControlPlaneVIP] m1: controlPlaneVIP 198.51.100.50 is in use: 52:54:00:aa:bb:cc answered ARP for it, and no master holds it"}},
 	} {
 		if got := errorsOf(tc.set); strings.Join(got, "\n") != strings.Join(tc.want, "\n") {
