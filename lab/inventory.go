@@ -41,7 +41,10 @@ func (l *Lab) inventory() ([]byte, error) {
 		}
 	}
 	// Several masters without the lab's load balancer: no endpoint, so every node reaches
-	// them through its local API proxy.
+	// them through its local API proxy; the workstation through the reserved VIP, if any.
+	if l.st.VIP != "" && c.ControlPlaneEndpoint == "" && len(c.Masters) > 1 {
+		c.ControlPlaneVIP = l.st.VIP
+	}
 	// The hosts share this machine's kernel: kube-proxy must leave its conntrack table alone,
 	// and with cgroup v1 here, kubelet must be allowed it.
 	zero := 0

@@ -76,6 +76,10 @@ type Options struct {
 	// LoadBalancer adds one more host, <name>-lb, running haproxy in front of the masters'
 	// :6443; the inventory's controlPlaneEndpoint points at it.
 	LoadBalancer bool
+	// VIP reserves one more address of the lab subnet, for the cluster's controlPlaneVIP (no
+	// host has it; the masters take it in turn). The inventory skeleton names it when the lab
+	// has several masters and no load balancer.
+	VIP bool
 	// CacheDir holds the base rootfs. Default $KFORGE_CACHE_DIR, else /var/cache/kforge.
 	CacheDir string
 	// Dir holds the lab's files (keys, inventory, host overlays). Default
@@ -104,6 +108,8 @@ type Lab struct {
 	Hosts []Host
 	// LoadBalancer is the haproxy host, or nil.
 	LoadBalancer *Host
+	// VIP is the address reserved for the cluster's controlPlaneVIP (Options.VIP), or "".
+	VIP string
 	// IdentityFile is the private key (ed25519, OpenSSH format) root's authorized_keys accepts on
 	// every host. KnownHostsFile lists every host's key by address.
 	IdentityFile   string
@@ -126,6 +132,7 @@ type state struct {
 	Bare    bool         `json:"bare,omitempty"` // cluster hosts without containerd and runc
 	Created time.Time    `json:"created"`
 	Hosts   []*hostState `json:"hosts"` // cluster hosts then the load balancer
+	VIP     string       `json:"vip,omitempty"`
 }
 
 type hostState struct {
@@ -265,7 +272,7 @@ func Up(ctx context.Context, o Options) (_ *Lab, err error) {
 	}
 	if old, err := Open(o.Name); err == nil {
 		old.log, old.report = log, r
-		if len(old.st.Hosts) == n && (old.LoadBalancer != nil) == o.LoadBalancer && old.allRunning() {
+		if len(old.st.Hosts) == n && (old.LoadBalancer != nil) == o.LoadBalancer && (old.VIP != "") == o.VIP && old.allRunning() {
 			r(progress.Event{Kind: progress.Info, Task: "lab", Message: fmt.Sprintf("lab %s is already up with %s; nothing to do", o.Name, hosts)})
 			return old, nil
 		}
@@ -444,7 +451,7 @@ func (l *Lab) SetReport(r progress.Reporter) {
 
 // index fills the public fields and the name index from st.
 func (l *Lab) index() {
-	l.Hosts, l.LoadBalancer = nil, nil
+	l.Hosts, l.LoadBalancer, l.VIP = nil, nil, l.st.VIP
 	l.nodes = map[string]*hostState{}
 	for _, h := range l.st.Hosts {
 		l.nodes[h.Name] = h
@@ -497,19 +504,26 @@ func (l *Lab) register(ctx context.Context, o Options) error {
 			used[h.Address] = st.Name
 			otherHosts++
 		}
+		if st.VIP != "" {
+			used[st.VIP] = st.Name
+		}
 	}
 	n := o.Hosts
 	if o.LoadBalancer {
 		n++
 	}
+	want := n
+	if o.VIP {
+		want++
+	}
 	var addrs []string
-	for oct := firstHostOct; oct <= lastHostOct && len(addrs) < n; oct++ {
+	for oct := firstHostOct; oct <= lastHostOct && len(addrs) < want; oct++ {
 		if a := fmt.Sprintf("%s%d", subnetPrefix, oct); used[a] == "" {
 			addrs = append(addrs, a)
 		}
 	}
-	if len(addrs) < n {
-		return fmt.Errorf("lab %s: %d hosts wanted but only %d addresses of %s are free (%d used by labs %s): take fewer hosts or bring another lab down", o.Name, n, len(addrs), Subnet, len(used), labNames(others))
+	if len(addrs) < want {
+		return fmt.Errorf("lab %s: %d addresses wanted but only %d addresses of %s are free (%d used by labs %s): take fewer hosts or bring another lab down", o.Name, n, len(addrs), Subnet, len(used), labNames(others))
 	}
 	if err := ensureBridge(ctx); err != nil {
 		return err
@@ -525,6 +539,9 @@ func (l *Lab) register(ctx context.Context, o Options) error {
 		h.Dir = filepath.Join(o.Dir, "hosts", h.Name)
 		h.Veth = "kflab" + strings.TrimPrefix(h.Address, subnetPrefix)
 		l.st.Hosts = append(l.st.Hosts, h)
+	}
+	if o.VIP {
+		l.st.VIP = addrs[n]
 	}
 	l.index()
 	if err := raiseInotify(otherHosts+n, l.report); err != nil {

@@ -121,6 +121,23 @@ func TestInventorySkeletonLoads(t *testing.T) {
 	if c.SSH.User != "root" || c.SSH.IdentityFile != l.IdentityFile || c.SSH.KnownHostsFile != l.KnownHostsFile {
 		t.Fatalf("ssh block %+v", c.SSH)
 	}
+
+	// A reserved VIP and no load balancer: the skeleton names the VIP, and no endpoint.
+	l.st.Hosts = l.st.Hosts[:3]
+	l.st.VIP = "198.51.100.6"
+	l.index()
+	if b, err = l.inventory(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if c, err = inventory.Load(p); err != nil {
+		t.Fatalf("the skeleton with a VIP does not load:\n%s\n%v", b, err)
+	}
+	if c.ControlPlaneVIP != "198.51.100.6" || c.ControlPlaneEndpoint != "" || l.VIP != "198.51.100.6" {
+		t.Fatalf("controlPlaneVIP %q, controlPlaneEndpoint %q, Lab.VIP %q; want the VIP and no endpoint", c.ControlPlaneVIP, c.ControlPlaneEndpoint, l.VIP)
+	}
 }
 
 func TestAptMirrorFromThisMachine(t *testing.T) {

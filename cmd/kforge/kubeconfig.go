@@ -59,7 +59,7 @@ func (c *KubeconfigCmd) Run(ctx context.Context, s *streams, g *Globals, log *sl
 	if more := templates.AdminContexts(inv); len(more) > 0 {
 		// The workstation has no address that survives any master without a load balancer
 		// or a virtual IP: say so, and how to reach another master.
-		fmt.Fprintf(s.Err, "kforge: %s has no controlPlaneEndpoint: the current context reaches the first master, %s; when it is down, use another master's context: %s (kubectl --context NAME)\n",
+		fmt.Fprintf(s.Err, "kforge: %s has no controlPlaneEndpoint or controlPlaneVIP: the current context reaches the first master, %s; when it is down, use another master's context: %s (kubectl --context NAME), or give the inventory a controlPlaneVIP\n",
 			inv.Name, inv.Masters[0].Name, strings.Join(more, ", "))
 	}
 	if !c.Merge {

@@ -27,6 +27,7 @@ type LabUpCmd struct {
 	Hosts        int           `default:"3" help:"Number of cluster hosts."`
 	Masters      int           `default:"1" help:"How many of them are masters in the inventory (the first ones)."`
 	LoadBalancer bool          `name:"load-balancer" help:"Add a haproxy host in front of the masters' :6443."`
+	VIP          bool          `name:"vip" help:"Reserve an address of the lab subnet for the cluster's controlPlaneVIP (several masters, no load balancer)."`
 	Dir          string        `placeholder:"DIR" help:"Where the lab's keys, inventory and host disks go (default $KFORGE_LAB_DIR/<name>, else /var/lib/kforge/lab/<name>)."`
 	CacheDir     string        `env:"KFORGE_CACHE_DIR" placeholder:"DIR" help:"Where the base rootfs is cached (${env}; default /var/cache/kforge)."`
 	BootTimeout  time.Duration `placeholder:"DURATION" help:"How long to wait for every sshd (default 60s + 1s per host)."`
@@ -38,7 +39,7 @@ func (c *LabUpCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Lo
 	p := progress.NewPrinter(s.Out, s.Err, g.Output == "json", log)
 	var timings progress.Timings
 	l, err := lab.Up(ctx, lab.Options{
-		Name: c.Name, Hosts: c.Hosts, Masters: c.Masters, LoadBalancer: c.LoadBalancer,
+		Name: c.Name, Hosts: c.Hosts, Masters: c.Masters, LoadBalancer: c.LoadBalancer, VIP: c.VIP,
 		Dir: c.Dir, CacheDir: c.CacheDir, BootTimeout: c.BootTimeout, Bare: c.Bare,
 		Report: timings.Report(p.Report), Logger: log,
 	})
@@ -55,6 +56,9 @@ func (c *LabUpCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Lo
 		return json.NewEncoder(s.Out).Encode(m)
 	}
 	fmt.Fprintf(s.Out, "inventory:   %s\nidentity:    %s\nknown_hosts: %s\n", l.InventoryFile, l.IdentityFile, l.KnownHostsFile)
+	if l.VIP != "" {
+		fmt.Fprintf(s.Out, "vip:         %s (reserved for controlPlaneVIP)\n", l.VIP)
+	}
 	fmt.Fprintf(s.Out, "try:         ssh -i %s -o UserKnownHostsFile=%s -o StrictHostKeyChecking=yes root@%s\n",
 		l.IdentityFile, l.KnownHostsFile, l.Hosts[0].Address)
 	return nil
@@ -161,7 +165,7 @@ func (labUsageError) ExitCode() int   { return exitInvalid }
 
 func labJSON(l *lab.Lab) map[string]any {
 	return map[string]any{
-		"name": l.Name, "dir": l.Dir, "hosts": l.Hosts, "loadBalancer": l.LoadBalancer,
+		"name": l.Name, "dir": l.Dir, "hosts": l.Hosts, "loadBalancer": l.LoadBalancer, "vip": l.VIP,
 		"inventory": l.InventoryFile, "identityFile": l.IdentityFile, "knownHostsFile": l.KnownHostsFile,
 	}
 }
