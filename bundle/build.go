@@ -104,6 +104,7 @@ func Build(ctx context.Context, o Options) (*Manifest, error) {
 			containerdModule(v.Containerd),
 			runcModule(v.Runc),
 			apiproxyModule(),
+			vipModule(),
 		}, then)
 		if err != nil {
 			if len(rels) > 1 {
@@ -197,6 +198,7 @@ func releaseFiles(p releasePart) []bundleFile {
 	}
 	add(File{Name: "runc", Path: "runtime/runc", Install: hostpath.RuncPath, Mode: "0755"}, filepath.Join(p.dirs["runc"], "runc"), p.r.Runc)
 	add(File{Name: APIProxyFile, Path: "bin/" + APIProxyFile, Install: hostpath.APIProxyPath, Mode: "0755"}, filepath.Join(p.dirs["apiproxy"], APIProxyFile), TCPProxyVersion)
+	add(File{Name: VIPFile, Path: "bin/" + VIPFile, Install: hostpath.VIPPath, Mode: "0755"}, filepath.Join(p.dirs["vip"], VIPFile), vipModule().Version)
 	return out
 }
 

@@ -158,6 +158,39 @@ func apiproxyModule() goModule {
 	}
 }
 
+//go:embed internal/vip/main.go
+var vipMain []byte
+
+//go:embed internal/vip/vip.go
+var vipVIP []byte
+
+// The modules the control plane's virtual IP runner is built with.
+const (
+	vipClientGoVersion = "v0.36.3"
+	vipNetlinkVersion  = "v1.3.1"
+	vipARPVersion      = "v0.0.0-20220512170110-6706a2966875"
+)
+
+// VIPFile is the bundle file of the control plane's virtual IP runner.
+const VIPFile = "kforge-vip"
+
+// vipModule builds kforge-vip, which holds a cluster's controlPlaneVIP on one master at a time
+// (kube-vip's ARP mode): internal/vip's runner around k8s.io/client-go's leader election,
+// github.com/vishvananda/netlink and github.com/mdlayher/arp.
+func vipModule() goModule {
+	return goModule{
+		Name:    "vip",
+		Version: "netlink-" + vipNetlinkVersion,
+		Require: map[string]string{
+			"k8s.io/client-go":               vipClientGoVersion,
+			"github.com/vishvananda/netlink": vipNetlinkVersion,
+			"github.com/mdlayher/arp":        vipARPVersion,
+		},
+		Local:     map[string][]byte{"main.go": vipMain, "vip.go": vipVIP},
+		LocalName: VIPFile,
+	}
+}
+
 func pauseModule(tag string) goModule {
 	return goModule{
 		Name:      "pause",

@@ -75,10 +75,11 @@ func TestShipBundleToLabHosts(t *testing.T) {
 	t.Logf("first ship to %d hosts: %s", len(targets), time.Since(start).Round(time.Millisecond))
 	master, worker := l.Hosts[0].Name, l.Hosts[1].Name
 	// The hosts run their own containerd: the bundle's runtime is not shipped; nor is the API
-	// proxy, which only nodes of a cluster without a controlPlaneEndpoint get.
+	// proxy, which only nodes of a cluster without a controlPlaneEndpoint get, nor the virtual
+	// IP runner, which only masters of a cluster with a controlPlaneVIP get.
 	files := 0
 	for _, f := range m.Files {
-		if !IsRuntime(f.Name) && f.Name != APIProxyFile {
+		if !IsRuntime(f.Name) && f.Name != APIProxyFile && f.Name != VIPFile {
 			files++
 		}
 	}

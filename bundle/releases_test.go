@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kforge/kforge/hostpath"
 	"github.com/kforge/kforge/release"
 )
 
@@ -70,6 +71,7 @@ func fakeRelease(t *testing.T, cache, version string) {
 		"containerd": "containerd " + r.Containerd, "containerd-shim-runc-v2": "shim " + r.Containerd, "ctr": "ctr " + r.Containerd})
 	fakeBuilt(t, cache, runcModule(r.Runc), map[string]string{"runc": "runc " + r.Runc})
 	fakeBuilt(t, cache, apiproxyModule(), map[string]string{APIProxyFile: "apiproxy"})
+	fakeBuilt(t, cache, vipModule(), map[string]string{VIPFile: "vip"})
 }
 
 // TestBuildSeveralReleases: a bundle of two releases stores what they share once (the CNI
@@ -106,6 +108,7 @@ func TestBuildSeveralReleases(t *testing.T) {
 		"runtime/v2.3.7/containerd v1.36.3", "runtime/v2.3.7/containerd-shim-runc-v2 v1.36.3", "runtime/v2.3.7/ctr v1.36.3",
 		"runtime/runc ",
 		"bin/kforge-apiproxy ",
+		"bin/kforge-vip ",
 		"bin/v1.37.2/kubeadm v1.37.2", "bin/v1.37.2/kubelet v1.37.2", "bin/v1.37.2/kubectl v1.37.2",
 		"runtime/v2.4.2/containerd v1.37.2", "runtime/v2.4.2/containerd-shim-runc-v2 v1.37.2", "runtime/v2.4.2/ctr v1.37.2",
 	}
@@ -145,8 +148,8 @@ func TestBuildSeveralReleases(t *testing.T) {
 		}
 		r, _ := release.For(v)
 		names := r.Images("").ByComponent()
-		if len(one.Files) != 12 || len(one.Images) != len(ImageComponents) {
-			t.Errorf("%s: %d files, %d images; want 12 and %d", v, len(one.Files), len(one.Images), len(ImageComponents))
+		if len(one.Files) != 13 || len(one.Images) != len(ImageComponents) {
+			t.Errorf("%s: %d files, %d images; want 13 and %d", v, len(one.Files), len(one.Images), len(ImageComponents))
 		}
 		if f, ok := one.File("containerd"); !ok || !strings.Contains(f.Path, r.Containerd) || f.Install != "/usr/local/bin/containerd" {
 			t.Errorf("%s: containerd %+v, want %s's", v, f, r.Containerd)
@@ -193,5 +196,32 @@ func TestBuildRefusesAnUnsupportedVersionFirst(t *testing.T) {
 	}
 	if _, err := os.Stat(out); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("Build of an unsupported version made %s", out)
+	}
+}
+
+// TestShipsVIPOnlyWhenNeeded: the virtual IP runner goes only to hosts that need it (the masters
+// of a cluster with a controlPlaneVIP), as the API proxy goes only to those needing it.
+func TestShipsVIPOnlyWhenNeeded(t *testing.T) {
+	m := &Manifest{Files: []File{
+		{Name: "kubelet", Install: "/usr/bin/kubelet", SHA256: "aa"},
+		{Name: APIProxyFile, Install: hostpath.APIProxyPath, SHA256: "bb"},
+		{Name: VIPFile, Install: hostpath.VIPPath, SHA256: "cc"},
+	}}
+	for _, tc := range []struct {
+		need Need
+		want string
+	}{
+		{Need{ControlPlane: true}, "kubelet"},
+		{Need{ControlPlane: true, VIP: true}, "kubelet," + VIPFile},
+		{Need{ControlPlane: true, VIP: true, APIProxy: true}, "kubelet," + APIProxyFile + "," + VIPFile},
+		{Need{ControlPlane: true, VIP: true, Only: func(n string) bool { return n == "kubelet" }}, "kubelet"},
+	} {
+		var got []string
+		for _, f := range PlanHost(m, HostState{}, tc.need).Install {
+			got = append(got, f.Name)
+		}
+		if strings.Join(got, ",") != tc.want {
+			t.Errorf("%+v: ships %v, want %s", tc.need, got, tc.want)
+		}
 	}
 }

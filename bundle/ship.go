@@ -45,6 +45,9 @@ type Need struct {
 	// APIProxy also ships the node-local API proxy (kforge-apiproxy): only for the nodes of a
 	// cluster without a controlPlaneEndpoint.
 	APIProxy bool
+	// VIP also ships the control plane's virtual IP runner (kforge-vip): only for the masters
+	// of a cluster with a controlPlaneVIP.
+	VIP bool
 }
 
 // IsRuntime says whether the bundle file named name is part of the container runtime.
@@ -61,7 +64,7 @@ var tools = map[string]bool{"kubeadm": true, "kubectl": true}
 
 // wantsFile says whether a host with this need gets bundle file f.
 func (n Need) wantsFile(f File) bool {
-	if IsRuntime(f.Name) && !n.Runtime || f.Name == APIProxyFile && !n.APIProxy {
+	if IsRuntime(f.Name) && !n.Runtime || f.Name == APIProxyFile && !n.APIProxy || f.Name == VIPFile && !n.VIP {
 		return false
 	}
 	return n.wants(f.Name, tools[f.Name])

@@ -70,6 +70,8 @@ type cluster struct {
 	// localProxy leaves controlPlaneEndpoint out even with the lab's load balancer: with
 	// several masters, the nodes use their local API proxies.
 	localProxy bool
+	// vip is the inventory's controlPlaneVIP, written with several masters and no endpoint.
+	vip string
 	// Edits of the inventory: kubelet.extraArgs added to the lab's, apiServerCertSANs, and
 	// labels by host.
 	kubeletArgs map[string]string
@@ -777,6 +779,8 @@ func (c *cluster) writeInventory(masters, workers []lab.Host) {
 		fmt.Fprintf(&b, "controlPlaneEndpoint: %s\n", c.endpoint)
 	} else if lb := c.lab.LoadBalancer; lb != nil && !c.localProxy {
 		fmt.Fprintf(&b, "controlPlaneEndpoint: %s:6443\n", lb.Address)
+	} else if c.vip != "" && len(masters) > 1 {
+		fmt.Fprintf(&b, "controlPlaneVIP: %s\n", c.vip)
 	}
 	fmt.Fprintf(&b, "ssh: {user: root, identityFile: %s, knownHostsFile: %s}\n", c.lab.IdentityFile, c.lab.KnownHostsFile)
 	skel, err := inventory.Load(c.lab.InventoryFile) // the lab knows whether hosts need cgroup v1

@@ -20,17 +20,20 @@ import (
 // TestHAControlPlaneGrowsSurvivesAMasterAndShrinks: a cluster behind the lab's load balancer
 // starts with one master; two more masters added to the inventory join its stacked etcd on the
 // next apply; the three masters are upgraded by one minor, one at a time, while the API is
-// probed through the load balancer (etcd 3.6 → 3.7 on the way); with the third master's host stopped, the API still answers and accepts writes
-// through the load balancer. Then the cluster shrinks by editing the inventory: the dead third
-// master, then the live second one, are removed with apply --prune (etcd member first, 3 -> 2
-// -> 1 members, never losing quorum), and the API keeps accepting writes.
+// probed through the load balancer (etcd 3.6 → 3.7 on the way); certificates are renewed and
+// the CAs rotated under load. Then the load balancer leaves the inventory: the nodes move to
+// their local API proxies and the workstation to a virtual IP the masters hold in turn; a
+// fourth master joins; the master holding the VIP is stopped, and the nodes, a new Deployment
+// and the VIP carry on without it. Then the cluster shrinks by editing the inventory: the dead
+// master, then two live ones, are removed with apply --prune (etcd member first, 4 -> 3 -> 1
+// members, never losing quorum), and the proxies and the VIP are retired with one master left.
 func TestHAControlPlaneGrowsSurvivesAMasterAndShrinks(t *testing.T) {
 	testenv.Require(t, lab.Prerequisites())
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
 	defer cancel()
 	all := release.All()
 	from, to := all[len(all)-2].Kubernetes, all[len(all)-1].Kubernetes
-	c := newCluster(ctx, t, "ha", from, lab.Options{Hosts: 6, Masters: 3, LoadBalancer: true}, to)
+	c := newCluster(ctx, t, "ha", from, lab.Options{Hosts: 6, Masters: 3, LoadBalancer: true, VIP: true}, to)
 	h := c.lab.Hosts // masters h[0..2], workers h[3], h[4]; h[5] a fourth master later
 	workers := h[3:5]
 
@@ -123,19 +126,21 @@ func TestHAControlPlaneGrowsSurvivesAMasterAndShrinks(t *testing.T) {
 	k = c.client()
 
 	// The load balancer leaves the inventory: every node moves to its local API proxy, all of
-	// them Ready throughout, none re-joining (issue 16).
+	// them Ready throughout, none re-joining; the workstation moves to the virtual IP, which one
+	// master holds (issue 16).
 	// The API server certificates lose the load balancer's address: watch through the first
-	// master's address, which they keep, and use the admin kubeconfig (the first master) after.
-	c.localProxy = true
+	// master's address, which they keep, and use it for the checks after (the VIP is checked on
+	// its own).
+	c.localProxy, c.vip = true, c.lab.VIP
 	c.writeInventory(h[:3], workers)
 	watch := watchNotReady(ctx, c.clientAt(h[0].Address+":6443"))
 	start = time.Now()
 	out, err = c.run("apply", "--timeout", "4m")
 	notReady := watch.stop()
 	if err != nil {
-		t.Fatalf("apply moving to the local API proxies: %v\n%s", err, out)
+		t.Fatalf("apply moving to the local API proxies and the VIP: %v\n%s", err, out)
 	}
-	t.Logf("moved from the load balancer to the node-local API proxies in %s; nodes seen NotReady meanwhile (every second): %v", time.Since(start).Round(time.Second), notReady)
+	t.Logf("moved from the load balancer to the node-local API proxies and the VIP %s in %s; nodes seen NotReady meanwhile (every second): %v", c.vip, time.Since(start).Round(time.Second), notReady)
 	if len(notReady) > 0 {
 		t.Errorf("nodes were NotReady while moving to the local API proxies: %v\n%s", notReady, out)
 	}
@@ -143,9 +148,10 @@ func TestHAControlPlaneGrowsSurvivesAMasterAndShrinks(t *testing.T) {
 	if strings.Contains(out, "joins the cluster") {
 		t.Errorf("a node re-joined while moving to the local API proxies:\n%s", out)
 	}
-	k = c.client()
+	k = c.clientAt(h[0].Address + ":6443")
+	c.checkVIP(ctx, k, h[:3])
 
-	// A fourth master joins: every proxy follows, no kubelet restarts.
+	// A fourth master joins: every proxy follows, no kubelet restarts; it stands by for the VIP.
 	pids := c.kubeletPIDs(ctx, h[:5])
 	four := []lab.Host{h[0], h[1], h[2], h[5]}
 	c.writeInventory(four, workers)
@@ -154,10 +160,13 @@ func TestHAControlPlaneGrowsSurvivesAMasterAndShrinks(t *testing.T) {
 	}
 	c.checkAPIProxies(ctx, h, four)
 	c.checkKubeletsKept(ctx, pids, h[:5])
+	holder := c.checkVIP(ctx, k, four)
 
-	// A master's host goes away: within 30 s every other node has renewed its lease through its
-	// proxy and is Ready, and a new Deployment's pods run; the API is probed through a worker's
-	// proxy meanwhile.
+	// The master holding the VIP goes away (never the first, which the checks use: the VIP is
+	// handed over first if it holds it): within 30 s every other node has renewed its lease
+	// through its proxy and is Ready, a new Deployment's pods run, and the VIP answers from
+	// another master. The API is probed through a worker's proxy and through the VIP, each
+	// probe on a new connection as kubectl makes, meanwhile.
 	write := func(name string) {
 		t.Helper()
 		err := wait.PollUntilContextTimeout(ctx, 2*time.Second, 90*time.Second, true, func(ctx context.Context) (bool, error) {
@@ -168,58 +177,90 @@ func TestHAControlPlaneGrowsSurvivesAMasterAndShrinks(t *testing.T) {
 			t.Fatalf("no write %s through the first master: %v", name, err)
 		}
 	}
+	if holder == h[0].Name {
+		c.handOverVIP(ctx, k, h[0])
+		holder = c.vipHolder(ctx, k)
+	}
+	di := slices.IndexFunc(four, func(m lab.Host) bool { return m.Name == holder })
+	if di < 1 {
+		t.Fatalf("the VIP's holder %q is not one of %s, %s, %s", holder, h[1].Name, h[2].Name, h[5].Name)
+	}
+	dead := four[di]
+	three := slices.Delete(slices.Clone(four), di, di+1)
 	viaProxy := c.clientThrough(ctx, workers[0])
 	api = probeAPI(ctx, viaProxy)
+	viaVIP := probeAPIWith(ctx, c.freshVIPClient())
 	stopped := time.Now()
-	if err := c.lab.StopHost(ctx, h[2].Name); err != nil {
+	if err := c.lab.StopHost(ctx, dead.Name); err != nil {
 		t.Fatal(err)
 	}
-	others := []string{h[0].Name, h[1].Name, h[5].Name, workers[0].Name, workers[1].Name}
+	var others []string
+	for _, n := range append(slices.Clone(three), workers...) {
+		others = append(others, n.Name)
+	}
 	renewed := waitLeasesRenewed(ctx, t, k, others, stopped)
 	r, err := release.For(to)
 	if err != nil {
 		t.Fatal(err)
 	}
-	running := waitDeploymentRuns(ctx, t, k, "after-"+h[2].Name, "registry.k8s.io/pause:"+r.Pause, 2)
+	running := waitDeploymentRuns(ctx, t, k, "after-"+dead.Name, "registry.k8s.io/pause:"+r.Pause, 2)
+	moved := c.waitVIPMoved(ctx, k, dead.Name)
 	failed, down = api.stop()
-	t.Logf("%s stopped: every other node renewed its lease and is Ready after %s; a new Deployment's 2 pods ran after %s; API probes through %s's proxy (every 200 ms): %d failed (about %s), the longest outage %s",
-		h[2].Name, renewed.Sub(stopped).Round(100*time.Millisecond), running.Sub(stopped).Round(100*time.Millisecond), workers[0].Name, failed, down.Round(100*time.Millisecond), api.longestOutage().Round(100*time.Millisecond))
+	vipFailed, vipDown := viaVIP.stop()
+	t.Logf("%s (holding the VIP) stopped: every other node renewed its lease and is Ready after %s; a new Deployment's 2 pods ran after %s; API probes through %s's proxy (every 200 ms): %d failed (about %s), the longest outage %s",
+		dead.Name, renewed.Sub(stopped).Round(100*time.Millisecond), running.Sub(stopped).Round(100*time.Millisecond), workers[0].Name, failed, down.Round(100*time.Millisecond), api.longestOutage().Round(100*time.Millisecond))
+	t.Logf("VIP failover: %s answered from %s after %s; API probes through the VIP (every 200 ms, a new connection each): %d failed (about %s), the longest outage %s",
+		c.vip, c.vipHolder(ctx, k), moved.Sub(stopped).Round(100*time.Millisecond), vipFailed, vipDown.Round(100*time.Millisecond), viaVIP.longestOutage().Round(100*time.Millisecond))
 	if d := renewed.Sub(stopped); d > 30*time.Second {
-		t.Errorf("the other nodes were Ready with a renewed lease only %s after %s stopped; want within 30 s", d, h[2].Name)
+		t.Errorf("the other nodes were Ready with a renewed lease only %s after %s stopped; want within 30 s", d, dead.Name)
 	}
 	if d := running.Sub(stopped); d > 30*time.Second {
-		t.Errorf("a new Deployment's pods ran only %s after %s stopped; want within 30 s", d, h[2].Name)
+		t.Errorf("a new Deployment's pods ran only %s after %s stopped; want within 30 s", d, dead.Name)
 	}
-	write("written-without-" + h[2].Name)
+	if d := moved.Sub(stopped); d > 30*time.Second {
+		t.Errorf("the VIP answered from another master only %s after %s stopped; want within 30 s", d, dead.Name)
+	}
+	if out, err := c.kubectl(ctx, "get", "nodes"); err != nil {
+		t.Errorf("kubectl through the VIP after %s stopped: %v\n%s", dead.Name, err, out)
+	}
+	write("written-without-" + dead.Name)
 
 	// Shrink: the dead master leaves the inventory and is pruned; its host cannot be reached,
 	// its etcd member and node are removed all the same. Every proxy follows, no kubelet
 	// restarts.
-	three := []lab.Host{h[0], h[1], h[5]}
 	c.writeInventory(three, workers)
 	out, err = c.run("apply", "--prune", "--timeout", "4m")
 	if err != nil {
-		t.Fatalf("apply --prune of the dead master %s: %v\n%s", h[2].Name, err, out)
+		t.Fatalf("apply --prune of the dead master %s: %v\n%s", dead.Name, err, out)
 	}
 	if !strings.Contains(out, "etcd member removed") || !strings.Contains(out, "host not reset (unreachable") {
 		t.Errorf("apply --prune of the dead master:\n%s", out)
 	}
-	if members := etcdMembers(); strings.Count(members, ", started, ") != 3 || strings.Contains(members, h[2].Name) {
-		t.Errorf("etcd members after removing %s:\n%s", h[2].Name, members)
+	if members := etcdMembers(); strings.Count(members, ", started, ") != 3 || strings.Contains(members, dead.Name) {
+		t.Errorf("etcd members after removing %s:\n%s", dead.Name, members)
 	}
 	c.checkAPIProxies(ctx, append(slices.Clone(three), workers...), three)
-	c.checkKubeletsKept(ctx, pids, []lab.Host{h[0], h[1], workers[0], workers[1]})
+	var kept []lab.Host
+	for _, n := range h[:5] {
+		if n.Name != dead.Name {
+			kept = append(kept, n)
+		}
+	}
+	c.checkKubeletsKept(ctx, pids, kept)
+	c.checkVIP(ctx, k, three)
 
 	// Then two live ones: 3 -> 1 members; the remaining master runs its controllers alone
-	// again, and with one master and no endpoint the nodes use it: the proxies are retired.
+	// again, and with one master and no endpoint the nodes use it: the proxies and the VIP are
+	// retired.
+	c.vip = ""
 	c.writeInventory(h[:1], workers)
 	out, err = c.run("apply", "--prune", "--timeout", "4m")
 	if err != nil {
-		t.Fatalf("apply --prune of %s and %s: %v\n%s", h[1].Name, h[5].Name, err, out)
+		t.Fatalf("apply --prune of %s and %s: %v\n%s", three[1].Name, three[2].Name, err, out)
 	}
-	t.Logf("apply --prune of %s and %s:\n%s", h[1].Name, h[5].Name, out)
-	if !strings.Contains(out, "API proxy stopped and removed") || strings.Count(out, "etcd member removed") != 2 {
-		t.Errorf("apply --prune down to one master: want the API proxies retired and two etcd members removed:\n%s", out)
+	t.Logf("apply --prune of %s and %s:\n%s", three[1].Name, three[2].Name, out)
+	if !strings.Contains(out, "API proxy stopped and removed") || !strings.Contains(out, "kforge-vip stopped and removed") || strings.Count(out, "etcd member removed") != 2 {
+		t.Errorf("apply --prune down to one master: want the API proxies and kforge-vip retired and two etcd members removed:\n%s", out)
 	}
 	// The checks that followed (etcd's member list, the nodes gone, the pruned hosts clean, a
 	// write, leader election turned off, every kubelet on the remaining master) failed once here

@@ -326,7 +326,9 @@ func (p *Plan) diffHost(ctx context.Context, n inventory.Node, h remote.Host) (H
 			return d, err
 		}
 		fromBundle := a.inv.ContainerRuntime.Install == inventory.RuntimeFromBundle
-		hp := bundle.PlanHost(m, st, bundle.Need{Runtime: fromBundle, ControlPlane: n.Role == inventory.RoleMaster, APIProxy: a.inv.LocalAPIProxy()})
+		need := bundleNeed(a.inv, n.Role)
+		need.Runtime = fromBundle
+		hp := bundle.PlanHost(m, st, need)
 		if !hp.Empty() {
 			u := &Upload{Bytes: hp.Bytes()}
 			for _, fl := range hp.Install {

@@ -88,7 +88,7 @@ func (a *Apply) stageHost(ctx context.Context, n inventory.Node, r progress.Repo
 	}
 	did = append(did, msg)
 	if a.manifest != nil {
-		need := bundle.Need{ControlPlane: n.Role == inventory.RoleMaster, APIProxy: a.inv.LocalAPIProxy()}
+		need := bundleNeed(a.inv, n.Role)
 		if need.ControlPlane {
 			need.Only = controlPlaneFirst // the rest follows in the background
 		}
@@ -120,7 +120,7 @@ func (a *Apply) stageHost(ctx context.Context, n inventory.Node, r progress.Repo
 		did = append(did, msg)
 		if a.manifest != nil {
 			a.bg.start(shippedMasters, func() error {
-				_, msg, err := a.ship(ctx, h, bundle.Need{ControlPlane: true, APIProxy: a.inv.LocalAPIProxy()}, r)
+				_, msg, err := a.ship(ctx, h, bundleNeed(a.inv, inventory.RoleMaster), r)
 				if err == nil && msg != bundleUpToDate {
 					r(progress.Event{Kind: progress.HostDone, Host: n.Name, Message: "rest of the " + msg})
 				}
@@ -132,6 +132,14 @@ func (a *Apply) stageHost(ctx context.Context, n inventory.Node, r progress.Repo
 	}
 	r(progress.Event{Kind: progress.HostDone, Host: n.Name, Duration: a.o.Now().Sub(start), Message: strings.Join(did, "; ")})
 	return nil
+}
+
+// bundleNeed is what a node of this role gets of the bundle: the control plane's part on
+// masters, the node-local API proxy where the nodes use it, kforge-vip on the masters of a
+// cluster with a controlPlaneVIP.
+func bundleNeed(c *inventory.Cluster, role inventory.Role) bundle.Need {
+	master := role == inventory.RoleMaster
+	return bundle.Need{ControlPlane: master, APIProxy: c.LocalAPIProxy(), VIP: master && c.ControlPlaneVIP != ""}
 }
 
 // controlPlaneFirst is what a master needs before its kubelet can start the control plane:

@@ -399,7 +399,7 @@ func (h *Apply) upgradeMaster(ctx context.Context, n inventory.Node, r progress.
 	if _, err := h.configureRuntime(ctx, n, host, installed); err != nil {
 		return err
 	}
-	if _, _, err := h.ship(ctx, host, bundle.Need{ControlPlane: true, APIProxy: h.inv.LocalAPIProxy()}, r); err != nil {
+	if _, _, err := h.ship(ctx, host, bundleNeed(h.inv, inventory.RoleMaster), r); err != nil {
 		return err
 	}
 	if err := push(ctx, h.files, host, nil); err != nil {

@@ -29,6 +29,9 @@ const vipWait = time.Minute
 // startVIP enables and starts kforge-vip on every master (restarting it for a new unit, binary
 // or configuration), then waits until one master says it holds the virtual IP.
 func (a *Apply) startVIP(ctx context.Context, r progress.Reporter) error {
+	if err := a.bg.wait(ctx, shippedMasters); err != nil { // kforge-vip ships after the control plane
+		return err
+	}
 	err := a.fleet.Each(ctx, inventory.RoleMaster, func(ctx context.Context, n inventory.Node, h remote.Host) error {
 		restart := vipRestarts(func(pred func(string) bool) bool { return a.files.wrote(n.Name, pred) })
 		_, err := remote.Output(ctx, h, vipScript(restart))
