@@ -91,6 +91,21 @@ func IssuerOf(c *x509.Certificate, cas map[string]*x509.Certificate) string {
 	return "unknown (CN=" + c.Issuer.CommonName + ")"
 }
 
+// IssuerOfChain is IssuerOf for the first certificate of a file that also holds its issuer: a
+// kubelet's own serving certificate is signed by a CA the kubelet made for it alone
+// ("<host>-ca@<time>", client-go's GenerateSelfSignedCertKey) and written after it in
+// kubelet.crt. Such a chain is "self-signed (CN=…)", not unknown.
+func IssuerOfChain(chain []*x509.Certificate, cas map[string]*x509.Certificate) string {
+	issuer := IssuerOf(chain[0], cas)
+	if !strings.HasPrefix(issuer, "unknown") || len(chain) < 2 {
+		return issuer
+	}
+	if ca := chain[1]; SignedBy(chain[0], ca) && SignedBy(ca, ca) {
+		return "self-signed (CN=" + ca.Subject.CommonName + ", in the same file)"
+	}
+	return issuer
+}
+
 func subjectString(n pkix.Name) string {
 	s := "CN=" + n.CommonName
 	if len(n.Organization) > 0 {

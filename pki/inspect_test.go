@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	certutil "k8s.io/client-go/util/cert"
 )
 
 // TestRenewBeforeScalesWithValidity: a year's certificates are re-issued 30 days ahead,
@@ -113,5 +115,26 @@ func TestInspectNamesIssuerAndDrift(t *testing.T) {
 	caReq := reqs[0]
 	if in := Inspect("m1", "ca", "", foreign.CAs[CA].Cert, cas, Expect{Request: &caReq, State: certs["ca"]}); len(in.Drift) != 1 || !strings.Contains(in.Drift[0], "a different CA than the state dir's") {
 		t.Errorf("a host's other CA: %v", in.Drift)
+	}
+}
+
+// TestIssuerOfAKubeletsOwnServingCertificate: the kubelet's self-made serving certificate
+// (client-go's GenerateSelfSignedCertKey, as the kubelet calls it: a leaf signed by a CA made
+// for it, both in kubelet.crt) is self-signed, not of an unknown issuer; a leaf without its
+// issuer stays unknown.
+func TestIssuerOfAKubeletsOwnServingCertificate(t *testing.T) {
+	certPEM, _, err := certutil.GenerateSelfSignedCertKey("node-1", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chain, err := ParseCerts(certPEM)
+	if err != nil || len(chain) != 2 {
+		t.Fatalf("kubelet.crt: %d certificates, %v", len(chain), err)
+	}
+	if got := IssuerOfChain(chain, nil); !strings.HasPrefix(got, "self-signed (CN=node-1-ca@") {
+		t.Errorf("IssuerOfChain = %q, want self-signed by node-1-ca@…", got)
+	}
+	if got := IssuerOfChain(chain[:1], nil); !strings.HasPrefix(got, "unknown (CN=node-1-ca@") {
+		t.Errorf("the leaf alone: %q, want unknown", got)
 	}
 }

@@ -137,6 +137,9 @@ func (x *CertsCheck) readHosts(ctx context.Context, r progress.Reporter) error {
 				want = pki.Expect{Subject: &s, Signer: pki.CA}
 			}
 			in := pki.Inspect(n.Name, f.Name, f.Path, c, x.cas, want)
+			if f.Name == kubeletServing {
+				in.Issuer = pki.IssuerOfChain(certs[f.Path], x.cas)
+			}
 			if b := len(certs[f.Path]); b > 1 && f.req != nil && f.req.Spec.IsCA() {
 				in.Drift = append(in.Drift, fmt.Sprintf("trusts %d CAs (a rotation in progress: kforge certs rotate-ca finishes it)", b))
 			}
