@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -262,9 +263,37 @@ func TestHAControlPlaneGrowsSurvivesAMasterAndShrinks(t *testing.T) {
 	if !strings.Contains(out, "API proxy stopped and removed") || !strings.Contains(out, "kforge-vip stopped and removed") || strings.Count(out, "etcd member removed") != 2 {
 		t.Errorf("apply --prune down to one master: want the API proxies and kforge-vip retired and two etcd members removed:\n%s", out)
 	}
-	// The checks that followed (etcd's member list, the nodes gone, the pruned hosts clean, a
-	// write, leader election turned off, every kubelet on the remaining master) failed once here
-	// without a message; they are left out until that is understood (see the closing note).
+	if members := etcdMembers(); strings.Count(members, ", started, ") != 1 {
+		t.Errorf("etcd members after removing %s and %s:\n%s", three[1].Name, three[2].Name, members)
+	}
+	for _, gone := range []string{dead.Name, three[1].Name, three[2].Name} {
+		if _, err := k.CoreV1().Nodes().Get(ctx, gone, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("node %s after the prune: %v", gone, err)
+		}
+	}
+	for _, n := range three[1:] {
+		if left := c.exec(ctx, n.Name, `systemctl is-active -q kubelet && echo "kubelet running"
+for p in /etc/kubernetes /var/lib/etcd /var/lib/kubelet /etc/systemd/system/kforge-apiproxy.service /etc/systemd/system/kforge-vip.service; do [ -e $p ] && echo "left $p"; done
+ip -o -4 addr show | grep -F " inet `+c.lab.VIP+`/" && echo "VIP left"
+true`); left != "" {
+			t.Errorf("%s after apply --prune:\n%s", n.Name, left)
+		}
+	}
+	write("written-with-one-master")
+	// Until the other masters were pruned, the first kept leader election on (two
+	// controller-managers must never both be active); the next apply turns it off.
+	if strings.Contains(out, "restart kube-controller-manager") {
+		t.Errorf("the prune restarted the controller-manager while other masters still ran:\n%s", out)
+	}
+	out, err = c.run("apply", "--timeout", "4m")
+	if err != nil || !strings.Contains(out, "restart kube-controller-manager-"+h[0].Name) {
+		t.Errorf("apply with one master left: %v\n%s", err, out)
+	}
+	for _, n := range []lab.Host{h[0], workers[0], workers[1]} {
+		if left := c.exec(ctx, n.Name, "grep 'server:' /etc/kubernetes/kubelet.conf; [ -e /etc/systemd/system/kforge-apiproxy.service ] && echo 'API proxy left'; [ -e /etc/systemd/system/kforge-vip.service ] && echo 'kforge-vip left'; true"); strings.TrimSpace(left) != "server: https://"+h[0].Address+":6443" {
+			t.Errorf("%s with one master left: %s", n.Name, left)
+		}
+	}
 }
 
 // notReadyWatch records the nodes seen NotReady, listing them every second.
