@@ -195,6 +195,7 @@ func TestHAControlPlaneGrowsSurvivesAMasterAndShrinks(t *testing.T) {
 	if err := c.lab.StopHost(ctx, dead.Name); err != nil {
 		t.Fatal(err)
 	}
+	movedAt := c.watchVIPMoved(ctx, k, dead.Name)
 	var others []string
 	for _, n := range append(slices.Clone(three), workers...) {
 		others = append(others, n.Name)
@@ -205,7 +206,10 @@ func TestHAControlPlaneGrowsSurvivesAMasterAndShrinks(t *testing.T) {
 		t.Fatal(err)
 	}
 	running := waitDeploymentRuns(ctx, t, k, "after-"+dead.Name, "registry.k8s.io/pause:"+r.Pause, 2)
-	moved := c.waitVIPMoved(ctx, k, dead.Name)
+	moved := <-movedAt
+	if moved.IsZero() {
+		t.Fatalf("the VIP %s did not move off %s within 2 minutes (Lease holder %q)", c.vip, dead.Name, c.vipHolder(ctx, k))
+	}
 	failed, down = api.stop()
 	vipFailed, vipDown := viaVIP.stop()
 	t.Logf("%s (holding the VIP) stopped: every other node renewed its lease and is Ready after %s; a new Deployment's 2 pods ran after %s; API probes through %s's proxy (every 200 ms): %d failed (about %s), the longest outage %s",

@@ -119,30 +119,31 @@ func (c *cluster) freshVIPClient() func() kubernetes.Interface {
 	}
 }
 
-// waitVIPMoved waits until the Lease names a master other than dead and the API answers through
-// the VIP on a new connection, and returns when.
-func (c *cluster) waitVIPMoved(ctx context.Context, k kubernetes.Interface, dead string) time.Time {
-	c.t.Helper()
+// watchVIPMoved starts waiting, at once, until the Lease names a master other than dead and
+// the API answers through the VIP on a new connection; the channel gets when, or the zero time
+// after two minutes.
+func (c *cluster) watchVIPMoved(ctx context.Context, k kubernetes.Interface, dead string) <-chan time.Time {
 	fresh := c.freshVIPClient()
-	var at time.Time
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		if h := c.vipHolder(ctx, k); h == "" || h == dead {
-			return false, nil
-		}
-		v := fresh()
-		if v == nil {
-			return false, nil
-		}
-		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		defer cancel()
-		if _, err := v.CoreV1().Namespaces().Get(rctx, "default", metav1.GetOptions{}); err != nil {
-			return false, nil
-		}
-		at = time.Now()
-		return true, nil
-	})
-	if err != nil {
-		c.t.Fatalf("the VIP %s did not move off %s within 2 minutes (Lease holder %q)", c.vip, dead, c.vipHolder(ctx, k))
-	}
-	return at
+	done := make(chan time.Time, 1)
+	go func() {
+		var at time.Time
+		_ = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+			if h := c.vipHolder(ctx, k); h == "" || h == dead {
+				return false, nil
+			}
+			v := fresh()
+			if v == nil {
+				return false, nil
+			}
+			rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			if _, err := v.CoreV1().Namespaces().Get(rctx, "default", metav1.GetOptions{}); err != nil {
+				return false, nil
+			}
+			at = time.Now()
+			return true, nil
+		})
+		done <- at
+	}()
+	return done
 }
