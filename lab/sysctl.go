@@ -21,8 +21,11 @@ import (
 // restored when the last lab is gone if nobody changed it meanwhile.
 const inotifyLimit = "/proc/sys/fs/inotify/max_user_instances"
 
-// inotifyPerHost is what one idle host holds, with headroom (about 7 measured).
-const inotifyPerHost = 10
+// inotifyPerHost is what one host holds once it is a cluster node, with headroom: about 7 idle
+// (systemd and its services), and the kubelet's cAdvisor and file watchers, containerd and the
+// pods' processes on top. With 10 a host, a lab of 21 ran out when its kubelets started
+// ("Failed to start cAdvisor" err="inotify_init: too many open files" on 13 of them).
+const inotifyPerHost = 32
 
 // inotifySaved remembers the original value and the one the lab set.
 type inotifySaved struct {
