@@ -16,12 +16,10 @@ import (
 
 	"github.com/kforge/kforge/hostpath"
 	"github.com/kforge/kforge/lab"
+	"github.com/kforge/kforge/templates"
 )
 
 // The control plane's virtual IP (issue 16): helpers of the HA test.
-
-// vipLease is kforge-vip's Lease in kube-system (templates.VIPLease).
-const vipLease = "kforge-vip"
 
 // checkVIP checks that the admin kubeconfig points at the VIP, that exactly one of masters holds
 // it (its state file says so, the Lease names it, and only its interfaces carry the address),
@@ -71,7 +69,7 @@ func (c *cluster) checkVIP(ctx context.Context, k kubernetes.Interface, masters 
 
 // vipHolder is the holder the VIP's Lease names ("" when it cannot be read).
 func (c *cluster) vipHolder(ctx context.Context, k kubernetes.Interface) string {
-	l, err := k.CoordinationV1().Leases("kube-system").Get(ctx, vipLease, metav1.GetOptions{})
+	l, err := k.CoordinationV1().Leases("kube-system").Get(ctx, templates.VIPLease, metav1.GetOptions{})
 	if err != nil || l.Spec.HolderIdentity == nil {
 		return ""
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/kforge/kforge/facts"
 	"github.com/kforge/kforge/hostpath"
 	"github.com/kforge/kforge/inventory"
 	"github.com/kforge/kforge/pki"
@@ -24,7 +23,7 @@ import (
 // it follows by itself.
 func (a *Apply) startAPIProxy(ctx context.Context, n inventory.Node, h remote.Host) (string, error) {
 	restart := apiProxyRestarts(func(pred func(string) bool) bool { return a.files.wrote(n.Name, pred) })
-	if _, err := remote.Output(ctx, h, apiProxyScript(restart)); err != nil {
+	if _, err := remote.Output(ctx, h, startUnitScript(hostpath.APIProxyUnit, restart)); err != nil {
 		return "", err
 	}
 	msg := fmt.Sprintf("API proxy on 127.0.0.1:%d", a.inv.APIProxy.Port)
@@ -37,35 +36,11 @@ func (a *Apply) startAPIProxy(ctx context.Context, n inventory.Node, h remote.Ho
 	return msg, nil
 }
 
-// apiProxyScript enables and starts the API proxy's unit, restarting it when restart says so
-// (its unit or binary was written: systemd reloads first).
-func apiProxyScript(restart bool) string {
-	if restart {
-		return "systemctl daemon-reload && " + unitScript(hostpath.APIProxyUnit, true)
-	}
-	return unitScript(hostpath.APIProxyUnit, false)
-}
-
 // apiProxyRestarts says whether the API proxy restarts on a host: when its unit or binary was
 // written.
 func apiProxyRestarts(wrote func(pred func(string) bool) bool) bool {
 	return wrote(func(p string) bool { return p == hostpath.APIProxyUnitPath || p == hostpath.APIProxyPath })
 }
-
-// hasAPIProxy says whether an earlier run installed the API proxy on a host (its unit is there).
-func hasAPIProxy(f *facts.Facts) bool {
-	if f == nil {
-		return false
-	}
-	_, ok := f.Files[hostpath.APIProxyUnitPath]
-	return ok
-}
-
-// retireAPIProxyScript stops, disables and removes the API proxy (its unit, configuration,
-// state and binary), printing "removed" when there was one.
-const retireAPIProxyScript = `[ -f ` + hostpath.APIProxyUnitPath + ` ] || exit 0
-systemctl disable -q --now ` + hostpath.APIProxyUnit + ` || exit 1
-rm -f ` + hostpath.APIProxyUnitPath + ` ` + hostpath.APIProxyConfig + ` ` + hostpath.APIProxyState + ` ` + hostpath.APIProxyPath + ` && systemctl daemon-reload && echo removed`
 
 // retired says what the retire step removes where an earlier run installed it: the node-local
 // API proxy, once the cluster has a controlPlaneEndpoint or one master (the kubelets and
@@ -92,8 +67,12 @@ func (a *Apply) retire(ctx context.Context, r progress.Reporter) error {
 			script string
 			msg    string
 		}{
-			{!a.inv.LocalAPIProxy() && hasAPIProxy(f), retireAPIProxyScript, "API proxy stopped and removed: the node uses " + pki.NodeEndpoint(a.inv)},
-			{a.inv.ControlPlaneVIP == "" && hasVIP(f), retireVIPScript, "virtual IP released, kforge-vip stopped and removed: the admin kubeconfig uses " + pki.Endpoint(a.inv)},
+			{!a.inv.LocalAPIProxy() && hasUnit(f, hostpath.APIProxyUnitPath),
+				retireUnitScript(hostpath.APIProxyUnit, hostpath.APIProxyUnitPath, hostpath.APIProxyConfig, hostpath.APIProxyState, hostpath.APIProxyPath),
+				"API proxy stopped and removed: the node uses " + pki.NodeEndpoint(a.inv)},
+			{a.inv.ControlPlaneVIP == "" && hasUnit(f, hostpath.VIPUnitPath),
+				retireUnitScript(hostpath.VIPUnit, hostpath.VIPUnitPath, hostpath.VIPConfig, hostpath.VIPState, hostpath.VIPPath),
+				"virtual IP released, kforge-vip stopped and removed: the admin kubeconfig uses " + pki.Endpoint(a.inv)},
 		} {
 			if !u.retire {
 				continue

@@ -356,13 +356,13 @@ func (p *Plan) diffHost(ctx context.Context, n inventory.Node, h remote.Host) (H
 	switch {
 	case a.inv.LocalAPIProxy() && apiProxyRestarts(wrote):
 		d.Restarts = append(d.Restarts, hostpath.APIProxyUnit+" (re)starts")
-	case !a.inv.LocalAPIProxy() && hasAPIProxy(f):
+	case !a.inv.LocalAPIProxy() && hasUnit(f, hostpath.APIProxyUnitPath):
 		d.Restarts = append(d.Restarts, hostpath.APIProxyUnit+" stops (removed: the nodes use "+pki.NodeEndpoint(a.inv)+")")
 	}
 	switch {
 	case a.inv.ControlPlaneVIP != "" && n.Role == inventory.RoleMaster && vipRestarts(wrote):
 		d.Restarts = append(d.Restarts, hostpath.VIPUnit+" (re)starts")
-	case a.inv.ControlPlaneVIP == "" && hasVIP(f):
+	case a.inv.ControlPlaneVIP == "" && hasUnit(f, hostpath.VIPUnitPath):
 		d.Restarts = append(d.Restarts, hostpath.VIPUnit+" stops (removed: the admin kubeconfig uses "+pki.Endpoint(a.inv)+")")
 	}
 	switch {

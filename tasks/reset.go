@@ -221,14 +221,6 @@ const stopServiceRouteScript = `[ -f ` + hostpath.ServiceRouteUnitPath + ` ] || 
 systemctl disable -q --now ` + hostpath.ServiceRouteUnit + ` || exit 1
 echo "changed ` + hostpath.ServiceRouteUnit + ` stopped (its route removed) and disabled"`
 
-// stopUnitScript stops and disables one of kforge's units (the node-local API proxy,
-// kforge-vip, which releases the virtual IP) before its files go.
-func stopUnitScript(unit, unitPath string) string {
-	return `[ -f ` + unitPath + ` ] || exit 0
-systemctl disable -q --now ` + unit + ` || exit 1
-echo "changed ` + unit + ` stopped and disabled"`
-}
-
 // resetFiles are the paths reset removes on a node: everything kforge wrote there except the
 // bundle's binaries and containerd's config. Directories that are mount points or symlinks
 // (a separate disk for /var/lib/etcd, say) are emptied instead.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kforge/kforge/bundle"
+	"github.com/kforge/kforge/facts"
 	"github.com/kforge/kforge/fleet"
 	"github.com/kforge/kforge/hostpath"
 	"github.com/kforge/kforge/inventory"
@@ -252,6 +253,42 @@ func unitScript(unit string, restart bool) string {
 		start = "systemctl restart " + unit
 	}
 	return "{ systemctl is-enabled -q " + unit + " || systemctl enable -q " + unit + "; } && " + start
+}
+
+// startUnitScript enables and starts one of kforge's own units (the node-local API proxy,
+// kforge-vip), restarting it when restart says so (its unit, binary or configuration was
+// written: systemd reloads first).
+func startUnitScript(unit string, restart bool) string {
+	if restart {
+		return "systemctl daemon-reload && " + unitScript(unit, true)
+	}
+	return unitScript(unit, false)
+}
+
+// hasUnit says whether an earlier run installed the unit at unitPath on a host (the facts
+// hashed it).
+func hasUnit(f *facts.Facts, unitPath string) bool {
+	if f == nil {
+		return false
+	}
+	_, ok := f.Files[unitPath]
+	return ok
+}
+
+// stopUnitScript stops and disables one of kforge's units (the node-local API proxy,
+// kforge-vip, which releases the virtual IP) before its files go.
+func stopUnitScript(unit, unitPath string) string {
+	return `[ -f ` + unitPath + ` ] || exit 0
+systemctl disable -q --now ` + unit + ` || exit 1
+echo "changed ` + unit + ` stopped and disabled"`
+}
+
+// retireUnitScript stops, disables and removes one of kforge's units and its files, printing
+// "removed" when the unit was there.
+func retireUnitScript(unit, unitPath string, files ...string) string {
+	return `[ -f ` + unitPath + ` ] || exit 0
+systemctl disable -q --now ` + unit + ` || exit 1
+rm -f ` + unitPath + ` ` + strings.Join(files, " ") + ` && systemctl daemon-reload && echo removed`
 }
 
 // containerdRestarts says whether containerd restarts on a host: when its binaries were

@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kforge/kforge/facts"
 	"github.com/kforge/kforge/hostpath"
 	"github.com/kforge/kforge/inventory"
 	"github.com/kforge/kforge/progress"
@@ -34,7 +33,7 @@ func (a *Apply) startVIP(ctx context.Context, r progress.Reporter) error {
 	}
 	err := a.fleet.Each(ctx, inventory.RoleMaster, func(ctx context.Context, n inventory.Node, h remote.Host) error {
 		restart := vipRestarts(func(pred func(string) bool) bool { return a.files.wrote(n.Name, pred) })
-		_, err := remote.Output(ctx, h, vipScript(restart))
+		_, err := remote.Output(ctx, h, startUnitScript(hostpath.VIPUnit, restart))
 		return err
 	})
 	if err != nil {
@@ -48,29 +47,12 @@ func (a *Apply) startVIP(ctx context.Context, r progress.Reporter) error {
 	return nil
 }
 
-// vipScript enables and starts kforge-vip, restarting it when restart says so.
-func vipScript(restart bool) string {
-	if restart {
-		return "systemctl daemon-reload && " + unitScript(hostpath.VIPUnit, true)
-	}
-	return unitScript(hostpath.VIPUnit, false)
-}
-
 // vipRestarts says whether kforge-vip restarts on a master: when its unit, configuration or
 // binary was written. (It follows its kubeconfig's renewed certificates by itself.)
 func vipRestarts(wrote func(pred func(string) bool) bool) bool {
 	return wrote(func(p string) bool {
 		return p == hostpath.VIPUnitPath || p == hostpath.VIPConfig || p == hostpath.VIPPath
 	})
-}
-
-// hasVIP says whether an earlier run installed kforge-vip on a host (its unit is there).
-func hasVIP(f *facts.Facts) bool {
-	if f == nil {
-		return false
-	}
-	_, ok := f.Files[hostpath.VIPUnitPath]
-	return ok
 }
 
 // vipState is what kforge-vip writes to hostpath.VIPState.
@@ -150,9 +132,3 @@ func waitVIPHeld(ctx context.Context, each eachFunc, vip string, wait time.Durat
 		}
 	}
 }
-
-// retireVIPScript stops, disables and removes kforge-vip (its unit, configuration, state and
-// binary), printing "removed" when there was one. Stopping it releases the address.
-const retireVIPScript = `[ -f ` + hostpath.VIPUnitPath + ` ] || exit 0
-systemctl disable -q --now ` + hostpath.VIPUnit + ` || exit 1
-rm -f ` + hostpath.VIPUnitPath + ` ` + hostpath.VIPConfig + ` ` + hostpath.VIPState + ` ` + hostpath.VIPPath + ` && systemctl daemon-reload && echo removed`

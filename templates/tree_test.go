@@ -19,6 +19,15 @@ import (
 )
 
 // renderTree renders every host's files of cluster c with a new PKI set.
+// filesByPath is a host's files' contents by path.
+func filesByPath(h HostFiles) map[string][]byte {
+	files := map[string][]byte{}
+	for _, f := range h.Files {
+		files[f.Path] = f.Data
+	}
+	return files
+}
+
 func renderTree(t *testing.T, c *inventory.Cluster) ([]HostFiles, *pki.Set) {
 	t.Helper()
 	set, _, err := pki.EnsureCluster(c, "", t.TempDir(), time.Now(), rand.Reader)
@@ -214,10 +223,7 @@ func TestLocalAPIProxy(t *testing.T) {
 	c.APIProxy.Port = inventory.DefaultAPIProxyPort
 	trees, _ := renderTree(t, c)
 	for _, h := range trees {
-		files := map[string][]byte{}
-		for _, f := range h.Files {
-			files[f.Path] = f.Data
-		}
+		files := filesByPath(h)
 		if !strings.Contains(string(files[hostpath.APIProxyUnitPath]), "ExecStart="+hostpath.APIProxyPath+" --config "+hostpath.APIProxyConfig) {
 			t.Errorf("%s: proxy unit:\n%s", h.Node.Name, files[hostpath.APIProxyUnitPath])
 		}
@@ -294,10 +300,7 @@ func TestControlPlaneVIP(t *testing.T) {
 	c.APIProxy.Port = inventory.DefaultAPIProxyPort
 	trees, set := renderTree(t, c)
 	for _, h := range trees {
-		files := map[string][]byte{}
-		for _, f := range h.Files {
-			files[f.Path] = f.Data
-		}
+		files := filesByPath(h)
 		if _, ok := files[hostpath.APIProxyConfig]; !ok {
 			t.Errorf("%s: no API proxy with a VIP", h.Node.Name)
 		}
