@@ -153,10 +153,13 @@ func stateCommand(m *Manifest, record string) string {
 	}
 	hashes := ""
 	if len(paths) > 0 {
-		hashes = `for f in ` + strings.Join(paths, " ") + `; do [ -f "$f" ] || continue; ` +
-			`s=$(stat -c '` + statFormat + `' -- "$f"); ` +
-			`r=$(awk -v k="$s $f" '$2" "$3" "$4" "$5==k {x=$1} END {print x}' ` + remote.Quote(record) + ` 2>/dev/null); ` +
-			`if [ -n "$r" ]; then echo "=$r  $f"; else sha256sum -- "$f"; fi; done; `
+		// One stat and one awk for all files (a file as recorded prints "=sha256  path"), then
+		// sha256sum for the others only: forks cost a loaded host more than reading the record.
+		hashes = `set --; for f in ` + strings.Join(paths, " ") + `; do [ -f "$f" ] && set -- "$@" "$f"; done; ` +
+			`[ $# -gt 0 ] && stat -c '` + statFormat + ` %n' -- "$@" | awk -v rec=` + remote.Quote(record) + ` ` +
+			`'BEGIN {while ((getline l < rec) > 0) {k = l; sub(/^[^ ]+ /, "", k); r[k] = substr(l, 1, index(l, " ") - 1)}} ` +
+			`{p = $0; sub(/^[^ ]+ [^ ]+ [^ ]+ /, "", p); if ($0 in r) print "=" r[$0] "  " p; else print "?" p}' | ` +
+			`while IFS= read -r l; do case $l in =*) printf '%s\n' "$l";; "?"*) sha256sum -- "${l#?}";; esac; done; `
 	}
 	return `echo "arch=$(uname -m)"; ` + hashes + `echo ` + remote.Quote(imagesMarker) + "; command -v ctr >/dev/null || { echo " + remote.Quote(noRuntime) + "; exit 0; }; ctr -n k8s.io images ls"
 }

@@ -269,6 +269,10 @@ type Options struct {
 	ServiceAddress string
 	// VIP is the control plane's virtual IP to report on in Facts.VIP; none when empty.
 	VIP string
+	// CacheDir is where the host keeps each binary's version output, keyed by the file's size,
+	// times, inode and device, so a binary runs only when it changed; default
+	// hostpath.FactsCacheDir.
+	CacheDir string
 	// Timeout bounds the remote command; default 60s.
 	Timeout time.Duration
 	// Now is the workstation's clock; time.Now when nil.
@@ -281,6 +285,13 @@ func (o Options) socket() string {
 		e = inventory.DefaultCRIEndpoint
 	}
 	return strings.TrimPrefix(e, "unix://")
+}
+
+func (o Options) cacheDir() string {
+	if o.CacheDir == "" {
+		return hostpath.FactsCacheDir
+	}
+	return o.CacheDir
 }
 
 // header and trailer frame the script's output; anything before the header (a login shell's
@@ -297,22 +308,29 @@ func Script(o Options) string {
 	var b strings.Builder
 	b.WriteString(`export LC_ALL=C PATH="$PATH:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 printf '%s\nclock=%s\n' '` + header + `' "$(date +%s%N)"
-printf 'uid=%s\nhostname=%s\narch=%s\nkernel=%s\n' "$(id -u)" "$(uname -n)" "$(uname -m)" "$(uname -r)"
-[ -r /etc/machine-id ] && printf 'machineid=%s\n' "$(cat /etc/machine-id)"
+set -- $(uname -nrm)
+printf 'uid=%s\nhostname=%s\narch=%s\nkernel=%s\n' "$(id -u)" "$1" "$3" "$2"
+l=; [ -r /etc/machine-id ] && { read -r l || [ -n "$l" ]; } </etc/machine-id && printf 'machineid=%s\n' "$l"
 if [ -d /run/systemd/system ]; then echo systemd=1; else echo systemd=0; fi
 osr=/etc/os-release; [ -r $osr ] || osr=/usr/lib/os-release
 [ -r $osr ] && while IFS= read -r l || [ -n "$l" ]; do printf 'os %s\n' "$l"; done <$osr
 printf 'cpus=%s\n' "$(nproc 2>/dev/null || grep -c '^processor' /proc/cpuinfo)"
-grep -E '^(MemTotal|SwapTotal):' /proc/meminfo | while read -r k v _; do printf 'meminfo %s %s\n' "$k" "$v"; done
-[ -r /proc/swaps ] && tail -n +2 /proc/swaps | while read -r dev _ size _; do printf 'swap %s %s\n' "$dev" "$size"; done
-grep '^CapEff:' /proc/self/status | while read -r _ v; do printf 'capeff=%s\n' "$v"; done
+while read -r k v _; do case $k in MemTotal:|SwapTotal:) printf 'meminfo %s %s\n' "$k" "$v";; esac; done </proc/meminfo
+[ -r /proc/swaps ] && { read -r _; while read -r dev _ size _; do printf 'swap %s %s\n' "$dev" "$size"; done; } </proc/swaps
+while read -r k v; do [ "$k" = CapEff: ] && printf 'capeff=%s\n' "$v"; done </proc/self/status
 grep -E '^[^ ]+ [^ ]+ cgroup2? ' /proc/self/mounts | while IFS= read -r l; do printf 'mount %s\n' "$l"; done
-for d in /sys/fs/cgroup /sys/fs/cgroup/unified; do [ -r $d/cgroup.controllers ] && printf 'cgroup2 %s %s\n' $d "$(cat $d/cgroup.controllers)"; done
+for d in /sys/fs/cgroup /sys/fs/cgroup/unified; do [ -r $d/cgroup.controllers ] && { l=; read -r l <$d/cgroup.controllers; printf 'cgroup2 %s %s\n' $d "$l"; }; done
 km() { if eval "$2"; then echo "kmod $1 loaded"; elif modprobe -nq "$1" 2>/dev/null; then echo "kmod $1 loadable"; else echo "kmod $1 missing"; fi; }
 km overlay 'grep -qw overlay /proc/filesystems'; km br_netfilter '[ -d /proc/sys/net/bridge ]'
-for k in net/ipv4/ip_forward net/bridge/bridge-nf-call-iptables net/bridge/bridge-nf-call-ip6tables; do [ -r /proc/sys/$k ] && printf 'sysctl %s %s\n' $k "$(cat /proc/sys/$k)"; done
+for k in net/ipv4/ip_forward net/bridge/bridge-nf-call-iptables net/bridge/bridge-nf-call-ip6tables; do [ -r /proc/sys/$k ] && { l=; read -r l || [ -n "$l" ]; } </proc/sys/$k && printf 'sysctl %s %s\n' $k "$l"; done
 for f in /proc/net/tcp /proc/net/tcp6; do [ -r $f ] && grep -E '^ *[0-9]+: [0-9A-Fa-f]+:[0-9A-Fa-f]+ [0-9A-Fa-f]+:[0-9A-Fa-f]+ 0A ' $f | while IFS= read -r l; do printf '%s %s\n' ${f#/proc/net/} "$l"; done; done
-if command -v awk >/dev/null; then
+if command -v ss >/dev/null && command -v awk >/dev/null; then
+  ss -Hltnpe 2>/dev/null | awk '{
+    i = ""; p = ""; c = ""
+    if (match($0, / ino:[0-9]+/)) i = substr($0, RSTART + 5, RLENGTH - 5)
+    if (match($0, /\(\("[^"]*",pid=[0-9]+/)) { u = substr($0, RSTART + 3, RLENGTH - 3); n = index(u, "\""); c = substr(u, 1, n - 1); p = substr(u, n + 6) }
+    if (i != "" && i != "0" && p != "") print "sock", i, p, c }'
+elif command -v awk >/dev/null; then
   inodes=$(cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | awk '$4=="0A"{printf " %s", $10}')
   [ -n "$inodes" ] && ls -l /proc/[0-9]*/fd 2>/dev/null | awk -v want="$inodes " '
     /^\/proc\/[0-9]+\/fd:$/ { split($0, a, "/"); pid = a[3]; next }
@@ -320,9 +338,23 @@ if command -v awk >/dev/null; then
     while read -r i p; do printf 'sock %s %s %s\n' "$i" "$p" "$(cat /proc/$p/comm 2>/dev/null)"; done
 fi
 T=; command -v timeout >/dev/null && T="timeout 5"
+set --
 for b in ` + strings.Join(Binaries, " ") + `; do
   p=$(command -v $b) || continue
   printf 'bin %s %s\n' $b "$p"
+  set -- "$@" "$p"
+done
+C=` + remote.Quote(o.cacheDir()) + `
+[ -d "$C" ] || mkdir -m 0700 -p "$C" 2>/dev/null || C=
+[ $# -gt 0 ] || C=
+if [ -n "$C" ]; then s=$(stat -L -c '%n %s.%.9Y.%.9Z.%i.%d' -- "$@" 2>/dev/null) || C=; fi
+[ -n "$C" ] || s=$(printf '%s -\n' "$@")
+[ $# -gt 0 ] && printf '%s\n' "$s" | while read -r p k; do
+  b=${p##*/}
+  if [ -n "$C" ] && [ -f "$C/$b" ] && { IFS= read -r c; [ "$c" = "$p $k" ]; } <"$C/$b"; then
+    { read -r _; while IFS= read -r l; do printf 'ver %s %s\n' $b "$l"; done; } <"$C/$b"
+    continue
+  fi
   case $b in
 `)
 	for _, name := range Binaries {
@@ -332,7 +364,9 @@ for b in ` + strings.Join(Binaries, " ") + `; do
 	}
 	b.WriteString(`  *) a=--version;;
   esac
-  $T "$p" $a 2>&1 </dev/null | head -n 3 | while IFS= read -r l; do printf 'ver %s %s\n' $b "$l"; done
+  out=$($T "$p" $a 2>&1 </dev/null | head -n 3)
+  [ -n "$out" ] && printf '%s\n' "$out" | while IFS= read -r l; do printf 'ver %s %s\n' $b "$l"; done
+  [ -n "$C" ] && { printf '%s\n' "$p $k"; [ -z "$out" ] || printf '%s\n' "$out"; } >"$C/$b.tmp" && mv -f "$C/$b.tmp" "$C/$b"
 done
 sock=` + remote.Quote(o.socket()) + `
 printf 'runtime socket %s\n' "$sock"

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -126,7 +127,7 @@ func TestScriptOnThisMachine(t *testing.T) {
 	defer ln.Close()
 	port := ln.Addr().(*net.TCPAddr).Port
 
-	o := Options{Hash: []string{file, filepath.Join(dir, "missing"), dir}, Dirs: []string{filepath.Join(dir, "missing"), dir, file}}
+	o := Options{Hash: []string{file, filepath.Join(dir, "missing"), dir}, Dirs: []string{filepath.Join(dir, "missing"), dir, file}, CacheDir: t.TempDir()}
 	sent := time.Now()
 	out, err := exec.Command("sh", "-c", Script(o), "kforge-facts").Output()
 	received := time.Now()
@@ -148,6 +149,28 @@ func TestScriptOnThisMachine(t *testing.T) {
 	}
 	if len(f.Dirs) != 1 || f.Dirs[0] != dir {
 		t.Errorf("dirs %q, want only %s", f.Dirs, dir)
+	}
+	// Values the script reads with the shell's own read (procfs files make dash's read return
+	// 1 even when it read the line): each must match what Go reads.
+	if ipf, err := os.ReadFile("/proc/sys/net/ipv4/ip_forward"); err == nil && f.Sysctls["net.ipv4.ip_forward"] != strings.TrimSpace(string(ipf)) {
+		t.Errorf("sysctl ip_forward %q, /proc says %q", f.Sysctls["net.ipv4.ip_forward"], ipf)
+	}
+	if id, err := os.ReadFile("/etc/machine-id"); err == nil && f.MachineID != strings.TrimSpace(string(id)) {
+		t.Errorf("machine id %q, /etc/machine-id says %q", f.MachineID, id)
+	}
+	if status, err := os.ReadFile("/proc/self/status"); err == nil {
+		for _, l := range strings.Split(string(status), "\n") {
+			if v, ok := strings.CutPrefix(l, "CapEff:"); ok && fmt.Sprintf("%016x", f.CapEff) != strings.TrimSpace(v) {
+				t.Errorf("CapEff %016x, /proc/self/status says %s", f.CapEff, strings.TrimSpace(v))
+			}
+		}
+	}
+	if ctl, err := os.ReadFile("/sys/fs/cgroup/cgroup.controllers"); err == nil {
+		for _, c := range strings.Fields(string(ctl)) {
+			if !slices.Contains(f.Cgroup.V2Controllers, c) {
+				t.Errorf("cgroup v2 controllers %q lack %s", f.Cgroup.V2Controllers, c)
+			}
+		}
 	}
 	mem, _ := os.ReadFile("/proc/meminfo")
 	if !strings.Contains(string(mem), "MemTotal:") || f.MemoryBytes == 0 {
@@ -179,14 +202,15 @@ func TestServiceRouteOnThisMachine(t *testing.T) {
 	if _, err := exec.LookPath("ip"); err != nil {
 		t.Skip("ip (iproute2) is not installed")
 	}
-	out, err := exec.Command("sh", "-c", Script(Options{ServiceAddress: "127.0.0.1"}), "kforge-facts").Output()
+	cache := t.TempDir()
+	out, err := exec.Command("sh", "-c", Script(Options{ServiceAddress: "127.0.0.1", CacheDir: cache}), "kforge-facts").Output()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if f := mustParse(t, out); f.ServiceRoute != RouteCovered {
 		t.Errorf("route to 127.0.0.1: %q, want %q", f.ServiceRoute, RouteCovered)
 	}
-	if f := mustParse(t, mustRun(t, "sh", "-c", Script(Options{}), "kforge-facts")); f.ServiceRoute != RouteUnknown {
+	if f := mustParse(t, mustRun(t, "sh", "-c", Script(Options{CacheDir: cache}), "kforge-facts")); f.ServiceRoute != RouteUnknown {
 		t.Errorf("route not asked: %q, want %q", f.ServiceRoute, RouteUnknown)
 	}
 	if os.Geteuid() != 0 {
@@ -195,9 +219,70 @@ func TestServiceRouteOnThisMachine(t *testing.T) {
 	if _, err := exec.LookPath("unshare"); err != nil {
 		t.Skip("unshare (util-linux) is not installed")
 	}
-	out = mustRun(t, "unshare", "--net", "sh", "-c", Script(Options{ServiceAddress: "10.96.0.1"}), "kforge-facts")
+	out = mustRun(t, "unshare", "--net", "sh", "-c", Script(Options{ServiceAddress: "10.96.0.1", CacheDir: cache}), "kforge-facts")
 	if f := mustParse(t, out); f.ServiceRoute != RouteMissing {
 		t.Errorf("route to 10.96.0.1 in an empty network namespace: %q, want %q", f.ServiceRoute, RouteMissing)
+	}
+}
+
+// TestVersionCache: a binary runs for its version once; later runs read the host's cache
+// until the file changes (replaced as kforge installs files: a new file renamed over it), and
+// a host where the cache cannot be written still gets every version.
+func TestVersionCache(t *testing.T) {
+	bin, cache := t.TempDir(), filepath.Join(t.TempDir(), "cache")
+	calls := filepath.Join(t.TempDir(), "calls")
+	install := func(version string) {
+		t.Helper()
+		script := "#!/bin/sh\necho run >>" + remote.Quote(calls) + "\necho 'Kubernetes " + version + "'\n"
+		if err := os.WriteFile(filepath.Join(bin, ".kubelet"), []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(filepath.Join(bin, ".kubelet"), filepath.Join(bin, "kubelet")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gather := func(dir string) *Facts {
+		t.Helper()
+		cmd := exec.Command("sh", "-c", Script(Options{CacheDir: dir}), "kforge-facts")
+		cmd.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"))
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("script: %v", err)
+		}
+		return mustParse(t, out)
+	}
+	runs := func() int {
+		data, _ := os.ReadFile(calls)
+		return strings.Count(string(data), "run\n")
+	}
+	install("v1.36.3")
+	for i := range 3 {
+		f := gather(cache)
+		if b := f.Binaries["kubelet"]; b.Path != filepath.Join(bin, "kubelet") || b.Version != "1.36.3" || b.Output != "Kubernetes v1.36.3" {
+			t.Fatalf("gather %d: kubelet %+v", i, b)
+		}
+	}
+	if n := runs(); n != 1 {
+		t.Errorf("kubelet ran %d times for three gatherings, want once", n)
+	}
+	if fi, err := os.Stat(cache); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("cache dir: %v, %v; want mode 0700", fi, err)
+	}
+	install("v1.37.2")
+	if v := gather(cache).Binaries["kubelet"].Version; v != "1.37.2" || runs() != 2 {
+		t.Errorf("after replacing kubelet: version %q after %d runs, want 1.37.2 after 2", v, runs())
+	}
+	if v := gather(cache).Binaries["kubelet"].Version; v != "1.37.2" || runs() != 2 {
+		t.Errorf("again: version %q after %d runs, want 1.37.2 from the cache", v, runs())
+	}
+	blocked := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(blocked, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if v := gather(filepath.Join(blocked, "cache")).Binaries["kubelet"].Version; v != "1.37.2" || runs() != 3+i {
+			t.Errorf("without a cache, gather %d: version %q after %d runs, want 1.37.2 after %d", i, v, runs(), 3+i)
+		}
 	}
 }
 
@@ -240,9 +325,10 @@ func TestVIPOverRealARP(t *testing.T) {
 		mustRun(t, "ip", c...)
 	}
 	mac := strings.TrimSpace(string(mustRun(t, "ip", "netns", "exec", b, "cat", "/sys/class/net/vb/address")))
+	cache := t.TempDir()
 	gather := func(ns, vip string) VIP {
 		t.Helper()
-		return mustParse(t, mustRun(t, "ip", "netns", "exec", ns, "sh", "-c", Script(Options{VIP: vip}), "kforge-facts")).VIP
+		return mustParse(t, mustRun(t, "ip", "netns", "exec", ns, "sh", "-c", Script(Options{VIP: vip, CacheDir: cache}), "kforge-facts")).VIP
 	}
 	if got := gather(a, "198.51.100.213"); got != (VIP{Device: "va", Neighbour: mac}) {
 		t.Errorf("a VIP another host holds: %+v, want device va and neighbour %s", got, mac)

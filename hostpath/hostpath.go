@@ -69,6 +69,9 @@ const (
 	ServiceRouteUnit     = "kforge-service-route.service"
 	ServiceRouteUnitPath = "/etc/systemd/system/" + ServiceRouteUnit
 	ServiceRouteMarker   = "/run/kforge-service-route"
+	// FactsCacheDir (tmpfs: gone at reboot) keeps each binary's version output, keyed by the
+	// file's size, times, inode and device, so facts run a binary only when it changed.
+	FactsCacheDir = "/run/kforge-facts"
 	// SysctlFile is kforge's own sysctl.d file; only it is applied (`sysctl --system` fails on
 	// hosts where some global keys are read-only, such as containers).
 	SysctlFile = "/etc/sysctl.d/99-kforge.conf"

@@ -235,7 +235,8 @@ func resetFiles(role inventory.Role) []string {
 }
 
 // removeScript removes each of paths, then emptyDir if it is empty, and prints what it
-// removed. A directory that is a mount point, or a symlink to a directory (the user's layout:
+// removed. It also removes the facts' cache (hostpath.FactsCacheDir) without a word: every
+// connect writes it, reset's own included. A directory that is a mount point, or a symlink to a directory (the user's layout:
 // /var/lib/kubelet on another disk, say), is emptied and kept, as kubeadm's CleanDir does.
 func removeScript(paths []string, emptyDir string) string {
 	var b strings.Builder
@@ -259,7 +260,8 @@ fi
     echo "changed removed $p"
   fi
 done
-d=` + remote.Quote(emptyDir) + `; [ -d "$d" ] && rmdir "$d" 2>/dev/null && echo "changed removed $d"; true`)
+d=` + remote.Quote(emptyDir) + `; [ -d "$d" ] && rmdir "$d" 2>/dev/null && echo "changed removed $d"
+rm -rf -- ` + hostpath.FactsCacheDir + `; true`)
 	return b.String()
 }
 

@@ -454,7 +454,7 @@ func hashes(ctx context.Context, h remote.Host, paths []string) (map[string]stri
 	for _, p := range paths {
 		b.WriteString(" " + remote.Quote(p))
 	}
-	b.WriteString(`; do [ -f "$f" ] && sha256sum -- "$f"; done; true`)
+	b.WriteString(`; do [ -f "$f" ] && set -- "$@" "$f"; done; [ $# -eq 0 ] || sha256sum -- "$@"; true`)
 	out, err := remote.Output(ctx, h, b.String())
 	if err != nil {
 		return nil, err

@@ -3,10 +3,12 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
 
+	"github.com/kforge/kforge/preflight"
 	"github.com/kforge/kforge/tasks"
 )
 
@@ -103,6 +105,26 @@ func TestPlan(t *testing.T) {
 	code, out, errs = kforge(t, "-i", "does-not-exist.yaml", "plan")
 	if code == 0 || out != "" || !strings.Contains(errs, "does-not-exist.yaml not found") {
 		t.Fatalf("missing inventory: code %d, stdout %q, stderr %q", code, out, errs)
+	}
+}
+
+// TestPlanThatPreflightWouldStop: a plan whose preflight finds errors does not end with "No
+// changes", and --detailed-exitcode gives apply's preflight code (it gave 0: a CI gate passed a
+// cluster that apply would refuse to touch).
+func TestPlanThatPreflightWouldStop(t *testing.T) {
+	d := &tasks.Diff{Preflight: []string{"[ERROR FileContent--proc-sys-net-ipv4-ip_forward] w1: /proc/sys/net/ipv4/ip_forward is 0"}}
+	if txt := diffText(d); !strings.Contains(txt, "Apply would stop at preflight (1 error above)") || strings.Contains(txt, "No changes") {
+		t.Errorf("diff text:\n%s", txt)
+	}
+	err := PlanCmd{DetailedExitcode: true}.exit(d)
+	if exitCode(err) != preflight.ExitCode || !strings.Contains(fmt.Sprint(err), "apply would stop at preflight: 1 error") {
+		t.Errorf("--detailed-exitcode: %v (code %d), want preflight's code %d", err, exitCode(err), preflight.ExitCode)
+	}
+	if err := (PlanCmd{}).exit(d); err != nil {
+		t.Errorf("without --detailed-exitcode: %v, want plan to succeed", err)
+	}
+	if err := (PlanCmd{DetailedExitcode: true}).exit(&tasks.Diff{}); err != nil {
+		t.Errorf("no changes: %v", err)
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 
 	"github.com/kforge/kforge/inventory"
 	"github.com/kforge/kforge/pki"
+	"github.com/kforge/kforge/preflight"
 	"github.com/kforge/kforge/progress"
 	"github.com/kforge/kforge/tasks"
 )
@@ -26,10 +27,11 @@ import (
 // diffs (tasks.Plan). --offline shows the validated cluster and apply's steps without
 // connecting.
 type PlanCmd struct {
-	Prune            bool   `help:"Show what apply --prune would do."`
-	Restore          string `placeholder:"SNAPSHOT" help:"Show the steps kforge restore --snapshot SNAPSHOT would run instead of apply (offline)."`
-	Offline          bool   `help:"Do not connect: show the validated cluster and apply's steps only."`
-	DetailedExitcode bool   `help:"Exit 4 when apply would change something or a part could not be seen, 0 when it would change nothing (1: plan failed, 2: bad input)."`
+	Prune                 bool     `help:"Show what apply --prune would do."`
+	Restore               string   `placeholder:"SNAPSHOT" help:"Show the steps kforge restore --snapshot SNAPSHOT would run instead of apply (offline)."`
+	Offline               bool     `help:"Do not connect: show the validated cluster and apply's steps only."`
+	DetailedExitcode      bool     `help:"Exit 4 when apply would change something or a part could not be seen, 3 when it would stop at preflight, 0 when it would change nothing (1: plan failed, 2: bad input)."`
+	IgnorePreflightErrors []string `sep:"," placeholder:"CHECK,..." help:"As for apply: show these preflight errors as warnings (names as printed, or 'all')."`
 }
 
 // changesPending ends a plan --detailed-exitcode that found changes: exitChanges, no error printed.
@@ -55,8 +57,12 @@ func (p PlanCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Logg
 	command := "apply"
 	var removed []inventory.Node
 	var steps []tasks.Task
+	ignore, err := preflight.ParseIgnore(p.IgnorePreflightErrors)
+	if err != nil {
+		return usageError{err}
+	}
 	o := taskOptions(state, g, log)
-	o.Prune = p.Prune
+	o.Prune, o.Ignore = p.Prune, ignore
 	if p.Restore != "" {
 		// A restore's inventory may keep none of the masters: they are the lost ones.
 		command = "restore"
@@ -144,10 +150,24 @@ func (p PlanCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Logg
 	return err
 }
 
-// exit is plan's answer for --detailed-exitcode: changesPending when apply would change
-// something or a part of the cluster could not be seen.
+// wouldStop ends a plan --detailed-exitcode whose preflight found errors: apply would stop
+// there (preflight.ExitCode), so "no changes" would be a false promise.
+type wouldStop struct{ errors int }
+
+func (w wouldStop) Error() string {
+	return fmt.Sprintf("apply would stop at preflight: %s, listed above; fix them (or ignore a check with apply --ignore-preflight-errors)", plural(w.errors, "error"))
+}
+func (wouldStop) ExitCode() int { return preflight.ExitCode }
+
+// exit is plan's answer for --detailed-exitcode: wouldStop when apply would stop at preflight,
+// changesPending when it would change something or a part of the cluster could not be seen.
 func (p PlanCmd) exit(d *tasks.Diff) error {
-	if p.DetailedExitcode && d != nil && (d.Changes() > 0 || !d.Complete()) {
+	switch {
+	case !p.DetailedExitcode || d == nil:
+		return nil
+	case len(d.Preflight) > 0:
+		return wouldStop{len(d.Preflight)}
+	case d.Changes() > 0 || !d.Complete():
 		return changesPending{}
 	}
 	return nil
@@ -243,6 +263,8 @@ func diffText(d *tasks.Diff) string {
 		fmt.Fprintf(&b, "%s (no longer in the inventory): %s\n\n", r.Host, r.Action)
 	}
 	switch n := d.Changes(); {
+	case len(d.Preflight) > 0:
+		fmt.Fprintf(&b, "Apply would stop at preflight (%s above) and change nothing; fix them first.\n", plural(len(d.Preflight), "error"))
 	case n == 0 && d.Complete():
 		b.WriteString("No changes: apply would change nothing.\n")
 	case n == 0:
