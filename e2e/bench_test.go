@@ -234,6 +234,17 @@ var workerImages = []string{"pause", "kube-proxy", "coredns"}
 // runBaseline is the scripted kubeadm flow on a fresh lab.
 func runBaseline(ctx context.Context, b *testing.B, bundleDir, dir, name string) side {
 	b.Helper()
+	l, down := benchLab(ctx, b, name, false)
+	defer down()
+	res, _ := kubeadmCluster(ctx, b, l, bundleDir, dir, release.Default())
+	return res
+}
+
+// kubeadmCluster is the scripted kubeadm flow on lab l, at version (which bundleDir holds):
+// all of l's hosts staged, the first one's kubeadm init, the others' kubeadm join, a bridge CNI,
+// until all nodes are Ready. It returns the timings and a copy of the admin kubeconfig.
+func kubeadmCluster(ctx context.Context, b *testing.B, l *lab.Lab, bundleDir, dir, version string) (side, string) {
+	b.Helper()
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		b.Fatal(err)
 	}
@@ -242,8 +253,6 @@ func runBaseline(ctx context.Context, b *testing.B, bundleDir, dir, name string)
 	if out, err := exec.Command("tar", "-C", filepath.Join(bundleDir, "cni"), "-cf", cniTar, ".").CombinedOutput(); err != nil {
 		b.Fatalf("tar cni plugins: %v\n%s", err, out)
 	}
-	l, down := benchLab(ctx, b, name, false)
-	defer down()
 	s := newOpenSSH(l)
 	master := l.Hosts[0]
 	fail := func(step string, err error) {
@@ -294,7 +303,7 @@ func runBaseline(ctx context.Context, b *testing.B, bundleDir, dir, name string)
 	rand.Read(tokenSecret)
 	token := hex.EncodeToString(tokenID) + "." + hex.EncodeToString(tokenSecret)
 	initYAML, err := render(dir, "init.yaml.tmpl", "init.yaml", map[string]string{
-		"Token": token, "Address": master.Address, "Name": master.Name, "Version": "v1.36.3"})
+		"Token": token, "Address": master.Address, "Name": master.Name, "Version": version})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -386,7 +395,7 @@ func runBaseline(ctx context.Context, b *testing.B, bundleDir, dir, name string)
 	// 5. Until all nodes are Ready.
 	waitNodesReady(ctx, b, k, len(l.Hosts), 200*time.Millisecond)
 	t.lap("wait-ready")
-	return side{total: time.Since(start), steps: t.steps, hosts: staged, load: load}
+	return side{total: time.Since(start), steps: t.steps, hosts: staged, load: load}, admin
 }
 
 // stageHost is the reference's stage-host.sh: directories, binaries, CNI plugins and configs,

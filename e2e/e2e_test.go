@@ -54,7 +54,7 @@ import (
 
 // cluster is a lab with an inventory for it, and the tools to drive and inspect it.
 type cluster struct {
-	t         *testing.T
+	t         testing.TB
 	lab       *lab.Lab
 	kforge    string // the kforge binary under test
 	inventory string
@@ -110,7 +110,7 @@ func buildBundle(ctx context.Context, t testing.TB, dir, version string, more ..
 }
 
 // buildAgentImage packs testdata/agent into a one-layer image archive.
-func buildAgentImage(t *testing.T, dir string) string {
+func buildAgentImage(t testing.TB, dir string) string {
 	t.Helper()
 	bin := filepath.Join(dir, "agent")
 	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, "./testdata/agent")

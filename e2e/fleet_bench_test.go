@@ -20,7 +20,8 @@ import (
 // hosts (1 master, 20 workers) that kforge apply made into a cluster, how long `kforge plan`
 // (target ≤ 3 s) and an apply with nothing to do (target ≤ 5 s) take, each run three times,
 // against the check a user would script: OpenSSH to each host in turn, sha256sum of the
-// installed binaries and configuration files.
+// installed binaries and configuration files. Then one more worker is added: apply must touch
+// that worker only (every other host's files, kubelet and containerd as they were).
 func BenchmarkFleetPlanAndNoOpApply(b *testing.B) {
 	testenv.Require(b, lab.Prerequisites())
 	if _, err := exec.LookPath("ssh"); err != nil {
@@ -35,7 +36,7 @@ func BenchmarkFleetPlanAndNoOpApply(b *testing.B) {
 	if old, err := lab.Open(name); err == nil {
 		_ = old.Down(ctx)
 	}
-	l, err := lab.Up(ctx, lab.Options{Name: name, Hosts: 21})
+	l, err := lab.Up(ctx, lab.Options{Name: name, Hosts: 22, Bare: true})
 	if err != nil {
 		b.Fatalf("lab up: %v", err)
 	}
@@ -44,14 +45,9 @@ func BenchmarkFleetPlanAndNoOpApply(b *testing.B) {
 			b.Errorf("lab down: %v", err)
 		}
 	})
-	inv, err := os.ReadFile(l.InventoryFile)
-	if err != nil {
-		b.Fatal(err)
-	}
-	c := &cluster{lab: l, kforge: kforge, bundle: bundleDir, state: filepath.Join(dir, "state"), inventory: filepath.Join(dir, "kforge.yaml")}
-	if err := os.WriteFile(c.inventory, append(inv, []byte("bundle: "+bundleDir+"\n")...), 0o600); err != nil {
-		b.Fatal(err)
-	}
+	fleet, added := l.Hosts[:21], l.Hosts[21]
+	c := &cluster{t: b, lab: l, kforge: kforge, bundle: bundleDir, version: release.Default(), state: filepath.Join(dir, "state"), inventory: filepath.Join(dir, "kforge.yaml")}
+	c.writeInventory(fleet[:1], fleet[1:])
 	start := time.Now()
 	if out, err := c.run("apply", "--timeout", "10m"); err != nil {
 		b.Fatalf("apply of 21 hosts: %v\n%s", err, tailLines(out, 40))
@@ -79,7 +75,7 @@ func BenchmarkFleetPlanAndNoOpApply(b *testing.B) {
 	ssh := newOpenSSH(l)
 	check := "sha256sum /usr/bin/kubelet /opt/cni/bin/* /etc/kubernetes/*.conf /etc/kubernetes/pki/ca.crt /var/lib/kubelet/config.yaml /etc/containerd/config.toml 2>/dev/null | wc -l"
 	start = time.Now()
-	for _, h := range l.Hosts {
+	for _, h := range fleet {
 		if _, err := ssh.run(ctx, h.Address, check); err != nil {
 			b.Fatal(err)
 		}
@@ -89,6 +85,24 @@ func BenchmarkFleetPlanAndNoOpApply(b *testing.B) {
 
 	b.Logf("21 hosts (1 master, 20 workers): first apply %s; plan %s (median of %s; target <= 3s); apply with nothing to do %s (median of %s; target <= 5s); the scripted check over OpenSSH, host after host %s; plan/script %.2f, no-op apply/script %.2f",
 		secs(first), secs(plans[1]), durations(plans), secs(applies[1]), durations(applies), secs(script), plans[1].Seconds()/script.Seconds(), applies[1].Seconds()/script.Seconds())
+	// One more worker: apply touches it alone.
+	before := map[string]string{}
+	for _, h := range fleet {
+		before[h.Name] = c.snapshot(ctx, h.Name)
+	}
+	c.writeInventory(fleet[:1], append(slices.Clone(fleet[1:]), added))
+	start = time.Now()
+	if out, err := c.run("apply", "--timeout", "5m"); err != nil {
+		b.Fatalf("apply adding %s: %v\n%s", added.Name, err, tailLines(out, 40))
+	}
+	grow := time.Since(start)
+	for _, h := range fleet {
+		if after := c.snapshot(ctx, h.Name); after != before[h.Name] {
+			b.Errorf("adding %s changed %s:\n%s", added.Name, h.Name, diffLines(before[h.Name], after))
+		}
+	}
+	b.Logf("adding a 22nd host (%s) took %s; the other 21 hosts' files, kubelet and containerd were left as they were", added.Name, secs(grow))
+	b.ReportMetric(grow.Seconds(), "add-one-worker-s")
 	b.ReportMetric(first.Seconds(), "first-apply-s")
 	b.ReportMetric(plans[1].Seconds(), "plan-s")
 	b.ReportMetric(applies[1].Seconds(), "noop-apply-s")

@@ -194,7 +194,7 @@ func (c *cluster) runUntil(ctx context.Context, marker string, args ...string) (
 // web, and pod prober on the master requesting the Service every 100 ms. It returns the
 // prober's counts once the Service answers steadily (requests made before the Service had
 // endpoints fail, and do not count).
-func startLoad(ctx context.Context, t *testing.T, k kubernetes.Interface, master string) (ok, failed int) {
+func startLoad(ctx context.Context, t testing.TB, k kubernetes.Interface, master string) (ok, failed int) {
 	t.Helper()
 	labels := map[string]string{"app": "web"}
 	replicas := int32(2)
@@ -234,7 +234,7 @@ func startLoad(ctx context.Context, t *testing.T, k kubernetes.Interface, master
 		t.Fatal(err)
 	}
 	if _, err := k.CoreV1().Pods("default").Create(ctx, &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "prober"},
+		ObjectMeta: metav1.ObjectMeta{Name: "prober", Labels: map[string]string{proberLabel: "prober"}},
 		Spec: corev1.PodSpec{
 			NodeName:    master,
 			Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
@@ -266,6 +266,10 @@ func startLoad(ctx context.Context, t *testing.T, k kubernetes.Interface, master
 	t.Logf("load steady: the prober had %d answers and %d failures (before the Service had endpoints)", ok, failed)
 	return ok, failed
 }
+
+// proberLabel marks the prober pod: the measuring instrument, which a scripted drain leaves
+// alone (kubectl drain --pod-selector).
+const proberLabel = "kforge-e2e"
 
 var proberLine = regexp.MustCompile(`probe ok=(\d+) failed=(\d+)`)
 
@@ -303,7 +307,7 @@ func readProber(ctx context.Context, k kubernetes.Interface) (ok, failed int, er
 
 // proberCounts waits for the prober's next count (it prints every 2 s) and returns it, logging
 // the failures it saw.
-func proberCounts(ctx context.Context, t *testing.T, k kubernetes.Interface) (ok, failed int) {
+func proberCounts(ctx context.Context, t testing.TB, k kubernetes.Interface) (ok, failed int) {
 	t.Helper()
 	time.Sleep(2500 * time.Millisecond)
 	ok, failed, err := readProber(ctx, k)
