@@ -43,6 +43,8 @@ type Fleet struct {
 	mu    sync.Mutex
 	hosts map[string]remote.Host
 	facts map[string]*facts.Facts
+	// jumps shares each bastion's connection between the hosts behind it.
+	jumps remote.Jumps
 }
 
 // New returns the fleet of nodes; nothing is opened until Connect.
@@ -238,7 +240,7 @@ func (f *Fleet) dial(ctx context.Context, n inventory.Node, retry time.Duration)
 	cfg := remote.ConfigFor(n)
 	cfg.AcceptNewHostKeys = f.o.AcceptNewHostKeys
 	cfg.DialRetry = retry
-	return remote.Dial(ctx, cfg, remote.Options{Logger: f.o.Logger})
+	return remote.Dial(ctx, cfg, remote.Options{Logger: f.o.Logger, Jumps: &f.jumps})
 }
 
 // Close ends every connection the fleet opened.
@@ -251,4 +253,5 @@ func (f *Fleet) Close() {
 		}
 		delete(f.hosts, name)
 	}
+	f.jumps.Close()
 }

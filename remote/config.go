@@ -70,6 +70,9 @@ type Options struct {
 	// SSHConfigFile is the OpenSSH client config to honour (HostName, User, Port, IdentityFile,
 	// ProxyJump); "" means ~/.ssh/config; "none" disables it.
 	SSHConfigFile string
+	// Jumps, when set, shares bastion connections between the hosts dialled with it (one per
+	// chain of bastions instead of one per host); its owner closes it after the hosts.
+	Jumps *Jumps
 }
 
 func (o Options) getenv(k string) string {

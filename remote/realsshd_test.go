@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -140,9 +141,13 @@ visudo -c -q
 	suffix := strconv.Itoa(os.Getpid() % 100000)
 	rootVeth, bastionVeth := "kfr-r"+suffix, "kfr-b"+suffix
 	bastionIn, targetVeth := "kfr-i"+suffix, "kfr-t"+suffix
+	// The bastion refuses a third handshake in progress (MaxStartups start:rate:full = 2:100:2,
+	// OpenSSH's 10:30:100 made small); the target takes many at once.
+	maxStartups := map[string]string{"b": "2:100:2", "t": "100"}
 	start := func(name, listen string) int {
 		cfg := filepath.Join(dir, name+"_sshd_config")
-		os.WriteFile(cfg, []byte(fmt.Sprintf(`ListenAddress %s
+		os.WriteFile(cfg, []byte(fmt.Sprintf(`MaxStartups `+maxStartups[name]+`
+ListenAddress %s
 HostKey %s/%s_host
 PidFile none
 UsePAM no
@@ -286,6 +291,39 @@ func TestRealSSHD(t *testing.T) {
 		}
 		if ents, _ := os.ReadDir(filepath.Join(lab.dir, "rootonly", "many")); len(ents) != 40 {
 			t.Errorf("%d files", len(ents))
+		}
+	})
+
+	t.Run("a fleet behind a bastion shares its connection, within the bastion's MaxStartups", func(t *testing.T) {
+		dialAll := func(jumps *Jumps) error {
+			errs := make([]error, 12)
+			var wg sync.WaitGroup
+			for i := range errs {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					c, o := lab.cfg("root", true)
+					c.Name, c.DialRetry, o.Jumps = fmt.Sprintf("fleet-%d", i), 0, jumps
+					h, err := Dial(ctxT(t, 20*time.Second), c, o)
+					if err == nil {
+						_, err = Output(ctxT(t, 10*time.Second), h, "true")
+						h.Close()
+					}
+					errs[i] = err
+				}()
+			}
+			wg.Wait()
+			return errors.Join(errs...)
+		}
+		// Without sharing, twelve handshakes at once meet MaxStartups 2:100:2: some are dropped
+		// (this shows the limit is real here).
+		if err := dialAll(nil); err == nil {
+			t.Errorf("twelve separate connections through the bastion at once all got through: MaxStartups is not in effect, so the next check proves nothing")
+		}
+		jumps := &Jumps{}
+		defer jumps.Close()
+		if err := dialAll(jumps); err != nil {
+			t.Errorf("twelve hosts through one shared bastion connection: %v", err)
 		}
 	})
 

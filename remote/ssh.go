@@ -121,20 +121,31 @@ func Dial(ctx context.Context, cfg Config, o Options) (*SSH, error) {
 func hostOf(addr string) string { h, _ := splitHostPort(addr); return h }
 func portOf(addr string) string { _, p := splitHostPort(addr); return fmt.Sprint(p) }
 
-// dialChain connects through every bastion to the host.
+// dialChain connects through every bastion to the host. It returns the host's connection and
+// the bastion connections the host owns, outermost first: none when o.Jumps shares them.
 func dialChain(ctx context.Context, name string, p plan, cfg Config, o Options, timeout time.Duration) (*ssh.Client, []*ssh.Client, error) {
 	var chain []*ssh.Client
 	var prev *ssh.Client
-	for _, h := range p.hops {
-		c, err := dialHop(ctx, name, prev, h, cfg, o, timeout)
+	last := len(p.hops) - 1
+	for i, h := range p.hops {
+		var c *ssh.Client
+		var err error
+		if i < last && o.Jumps != nil {
+			via := prev
+			c, err = o.Jumps.get(cfg.KnownHostsFile+"\n"+jumpKey(p.hops[:i+1]), name, func() (*ssh.Client, error) {
+				return dialHop(ctx, name, via, h, cfg, o, timeout)
+			})
+		} else {
+			c, err = dialHop(ctx, name, prev, h, cfg, o, timeout)
+			if err == nil && i < last {
+				chain = append(chain, c)
+			}
+		}
 		if err != nil {
 			for i := len(chain) - 1; i >= 0; i-- {
 				chain[i].Close()
 			}
 			return nil, nil, err
-		}
-		if prev != nil {
-			chain = append(chain, prev)
 		}
 		prev = c
 	}
@@ -248,7 +259,8 @@ func (h *SSH) keepalive(every time.Duration) {
 // Name implements Host.
 func (h *SSH) Name() string { return h.name }
 
-// Close ends the connection and its bastion connections.
+// Close ends the connection and the bastion connections it owns (not those Options.Jumps
+// shares).
 func (h *SSH) Close() error {
 	var err error
 	h.once.Do(func() {

@@ -426,6 +426,72 @@ func TestSSHBastionChain(t *testing.T) {
 	}
 }
 
+// TestSSHBastionShared: hosts dialled at once with one Jumps share one connection to their
+// bastion (a fleet behind a bastion would otherwise start one handshake per host there, which
+// sshd's MaxStartups drops); a host's Close leaves it to the others, Jumps.Close ends it, and
+// the next host dials it again.
+func TestSSHBastionShared(t *testing.T) {
+	a, b := newFixture(t), newFixture(t)
+	line := knownhosts.Line([]string{knownhosts.Normalize(b.srv.addr)}, b.srv.hostKey.PublicKey())
+	kh, err := os.OpenFile(a.cfg.KnownHostsFile, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintln(kh, line)
+	kh.Close()
+	b.cfg.KnownHostsFile = a.cfg.KnownHostsFile // one inventory, one known_hosts
+	bastion := newTestServer(t)
+	bkey, bs := clientKey(t, a.dir, "bastion_key", "")
+	bastion.authorize(bs.PublicKey())
+	jumps := &Jumps{}
+	t.Cleanup(func() { jumps.Close() })
+	for _, f := range []*fixture{a, b} {
+		f.cfg.Bastions = []Bastion{{Address: bastion.addr, User: "jump", IdentityFile: bkey, HostKey: string(ssh.MarshalAuthorizedKey(bastion.hostKey.PublicKey()))}}
+		f.opts.Jumps = jumps
+	}
+	hosts := make([]*SSH, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for i, f := range []*fixture{a, b} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			hosts[i], errs[i] = Dial(ctxT(t, 20*time.Second), f.cfg, f.opts)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	echo := func(h *SSH) error {
+		out, err := Output(ctxT(t, 10*time.Second), h, "echo through")
+		if err == nil && string(out) != "through\n" {
+			err = fmt.Errorf("output %q", out)
+		}
+		return err
+	}
+	for _, h := range hosts {
+		if err := echo(h); err != nil {
+			t.Fatalf("%s: %v", h.Name(), err)
+		}
+	}
+	if n := bastion.conns.Load(); n != 1 {
+		t.Errorf("the bastion had %d connections for two hosts, want 1", n)
+	}
+	hosts[0].Close()
+	if err := echo(hosts[1]); err != nil {
+		t.Errorf("after the other host closed: %v", err)
+	}
+	jumps.Close()
+	if err := echo(hosts[1]); err == nil {
+		t.Errorf("a command ran after its bastion connection was closed")
+	}
+	hosts[1].Close()
+	if err := echo(a.dial(t)); err != nil || bastion.conns.Load() != 2 {
+		t.Errorf("a host dialled after Jumps.Close: %v, bastion connections %d, want a second one", err, bastion.conns.Load())
+	}
+}
+
 func TestSSHSudoWithoutPassword(t *testing.T) {
 	f := newFixture(t)
 	f.cfg.User, f.cfg.Sudo = "kforge", SudoAuto // auto: a non-root user goes through sudo -n
