@@ -45,6 +45,8 @@ type Fleet struct {
 	facts map[string]*facts.Facts
 	// jumps shares each bastion's connection between the hosts behind it.
 	jumps remote.Jumps
+	// traffic counts the bytes of the workstation's SSH connections.
+	traffic remote.Traffic
 }
 
 // New returns the fleet of nodes; nothing is opened until Connect.
@@ -240,8 +242,12 @@ func (f *Fleet) dial(ctx context.Context, n inventory.Node, retry time.Duration)
 	cfg := remote.ConfigFor(n)
 	cfg.AcceptNewHostKeys = f.o.AcceptNewHostKeys
 	cfg.DialRetry = retry
-	return remote.Dial(ctx, cfg, remote.Options{Logger: f.o.Logger, Jumps: &f.jumps})
+	return remote.Dial(ctx, cfg, remote.Options{Logger: f.o.Logger, Jumps: &f.jumps, Traffic: &f.traffic})
 }
+
+// Traffic is what the fleet's SSH connections sent and received so far, in bytes (as the
+// network sees them).
+func (f *Fleet) Traffic() (sent, received int64) { return f.traffic.Sent(), f.traffic.Received() }
 
 // Close ends every connection the fleet opened.
 func (f *Fleet) Close() {

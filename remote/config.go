@@ -73,6 +73,8 @@ type Options struct {
 	// Jumps, when set, shares bastion connections between the hosts dialled with it (one per
 	// chain of bastions instead of one per host); its owner closes it after the hosts.
 	Jumps *Jumps
+	// Traffic, when set, counts the bytes of the workstation's connections (the first hop's).
+	Traffic *Traffic
 }
 
 func (o Options) getenv(k string) string {

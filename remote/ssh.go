@@ -168,6 +168,9 @@ func dialHop(ctx context.Context, name string, prev *ssh.Client, h hop, cfg Conf
 	var conn net.Conn
 	if prev == nil {
 		conn, err = (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext(actx, "tcp", h.addr)
+		if err == nil {
+			conn = o.Traffic.count(conn)
+		}
 	} else {
 		conn, err = prev.DialContext(actx, "tcp", h.addr)
 	}

@@ -106,6 +106,36 @@ func TestSSHRunsCommandsOnOneConnection(t *testing.T) {
 	}
 }
 
+// TestSSHTraffic: the workstation's bytes are counted as they cross its connection: an upload
+// of 1 MiB of random data adds at least 1 MiB sent, and little received.
+func TestSSHTraffic(t *testing.T) {
+	f := newFixture(t)
+	var traffic Traffic
+	f.opts.Traffic = &traffic
+	h := f.dial(t)
+	ctx := ctxT(t, 20*time.Second)
+	if _, err := Output(ctx, h, "echo hello"); err != nil {
+		t.Fatal(err)
+	}
+	sent0, recv0 := traffic.Sent(), traffic.Received()
+	if sent0 == 0 || recv0 == 0 {
+		t.Fatalf("after a handshake and a command: sent %d, received %d", sent0, recv0)
+	}
+	data := make([]byte, 1<<20)
+	rand.Read(data)
+	file := Bytes(filepath.Join(t.TempDir(), "blob"), data, 0o600)
+	file.UID, file.GID = os.Getuid(), os.Getgid()
+	if err := h.Upload(ctx, file); err != nil {
+		t.Fatal(err)
+	}
+	if sent := traffic.Sent() - sent0; sent < 1<<20 || sent > 1<<20+256<<10 {
+		t.Errorf("an upload of 1 MiB sent %d bytes", sent)
+	}
+	if recv := traffic.Received() - recv0; recv > 128<<10 {
+		t.Errorf("an upload of 1 MiB received %d bytes", recv)
+	}
+}
+
 func TestSSHUploadIsAtomicAndSkipsUnchangedFiles(t *testing.T) {
 	f := newFixture(t)
 	h := f.dial(t)

@@ -204,6 +204,9 @@ func (a *Apply) Steps() []Step {
 	return l
 }
 
+// Traffic is the bytes the run's SSH connections sent and received so far.
+func (a *Apply) Traffic() (sent, received int64) { return a.fleet.Traffic() }
+
 // Close waits for the work stage left running in the background, then ends every connection.
 func (a *Apply) Close() {
 	a.bg.waitAll()

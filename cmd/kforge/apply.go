@@ -70,7 +70,8 @@ func (c *ApplyCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Lo
 	if err != nil {
 		return err
 	}
-	run.printer.Summary(fmt.Sprintf("cluster %s is ready: %d nodes; admin kubeconfig %s (kforge kubeconfig prints it)", run.inv.Name, len(run.inv.Nodes()), run.state.AdminKubeconfig()), time.Since(run.start), timings)
+	sent, received := a.Traffic()
+	run.printer.Summary(fmt.Sprintf("cluster %s is ready: %d nodes; admin kubeconfig %s (kforge kubeconfig prints it); SSH sent %s, received %s", run.inv.Name, len(run.inv.Nodes()), run.state.AdminKubeconfig(), bytesString(sent), bytesString(received)), time.Since(run.start), timings)
 	return nil
 }
 
