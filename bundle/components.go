@@ -197,6 +197,7 @@ func pauseModule(tag string) goModule {
 		Version:   tag,
 		Local:     map[string][]byte{"main.go": pauseMain},
 		LocalName: "pause",
+		Ldflags:   "-X main.version=" + tag,
 	}
 }
 
