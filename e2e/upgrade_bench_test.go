@@ -146,7 +146,8 @@ func scriptedUpgrade(ctx context.Context, b *testing.B, fromBundle, toBundle, ag
 	return underLoad(ctx, b, c, k, agent, "script", to, func(t *timer) {
 		fail := func(step string, err error) {
 			b.Helper()
-			b.Fatalf("script, %s: %v", step, err)
+			diag, _ := s.run(ctx, master.Address, kubectl+"get pods -A -o wide; "+kubectl+"get events -A --sort-by=.lastTimestamp | tail -n 40")
+			b.Fatalf("script, %s: %v\nthe cluster then:\n%s", step, err, diag)
 		}
 		// 1. The new release's kubeadm, kubelet, kubectl and images on every host, in parallel;
 		// kubeadm installed first, as the procedure says.

@@ -502,6 +502,48 @@ func TestLabFaults(t *testing.T) {
 		return true
 	}, func() string { return fmt.Sprint("last error: ", lastErr) })
 
+	// CPUTime counts the host's processes: a busy loop in it (started by its sshd, so in its
+	// cgroup; Exec's processes are this machine's) adds about its own time.
+	cpu0, err := l.CPUTime(h.Name)
+	must(t, err)
+	bc, err := dialHost(t, l, h, l.KnownHostsFile)
+	must(t, err)
+	bs, err := bc.NewSession()
+	must(t, err)
+	busy := time.Now()
+	must(t, bs.Run("i=0; while [ $i -lt 400000 ]; do i=$((i+1)); done"))
+	wall := time.Since(busy)
+	bc.Close()
+	cpu1, err := l.CPUTime(h.Name)
+	must(t, err)
+	if d := cpu1 - cpu0; d < 100*time.Millisecond || d > wall+time.Second {
+		t.Errorf("a busy loop of %s in the host: its CPU time grew by %s", wall, d)
+	}
+
+	// ShapeUplink slows what this machine sends to the host to the rate, and its undo restores
+	// the link: 2 MiB over SSH at 8 Mbit/s take about 2.1 s.
+	send := func() time.Duration {
+		t.Helper()
+		c, err := dialHost(t, l, h, l.KnownHostsFile)
+		must(t, err)
+		defer c.Close()
+		s, err := c.NewSession()
+		must(t, err)
+		s.Stdin = bytes.NewReader(make([]byte, 2<<20))
+		start := time.Now()
+		must(t, s.Run("cat > /dev/null"))
+		return time.Since(start)
+	}
+	fast := send()
+	undo, err := l.ShapeUplink(ctx, "8mbit")
+	must(t, err)
+	slow := send()
+	must(t, undo())
+	again := send()
+	if slow < 1500*time.Millisecond || fast > time.Second || again > time.Second {
+		t.Errorf("2 MiB to the host: %s unshaped, %s at 8mbit, %s after the undo; want under 1s, about 2.1s, under 1s", fast, slow, again)
+	}
+
 	must(t, l.StopHost(ctx, h.Name))
 	if l.Running(h.Name) {
 		t.Fatal("host still running after StopHost")

@@ -1,0 +1,83 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// CPUTime is the CPU time (user and system) every process of host has used since it started:
+// its systemd, sshd, containerd, kubelet and pods alike, from the accounting of its cgroup (v1
+// cpuacct.usage, else cgroup v2's cpu.stat usage_usec).
+func (l *Lab) CPUTime(host string) (time.Duration, error) {
+	l.mu.Lock()
+	h, err := l.host(host)
+	var dirs []string
+	if err == nil {
+		dirs = slices.Clone(h.Cgroups)
+	}
+	l.mu.Unlock()
+	if err != nil {
+		return 0, err
+	}
+	for _, d := range dirs {
+		if b, err := os.ReadFile(filepath.Join(d, "cpuacct.usage")); err == nil {
+			ns, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("lab host %s: %s: %w", host, filepath.Join(d, "cpuacct.usage"), err)
+			}
+			return time.Duration(ns), nil
+		}
+	}
+	for _, d := range dirs {
+		b, err := os.ReadFile(filepath.Join(d, "cpu.stat"))
+		if err != nil {
+			continue
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "usage_usec "); ok {
+				us, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				if err != nil {
+					return 0, fmt.Errorf("lab host %s: %s: %w", host, filepath.Join(d, "cpu.stat"), err)
+				}
+				return time.Duration(us) * time.Microsecond, nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("lab host %s: no CPU accounting in its cgroups %s", host, strings.Join(dirs, ", "))
+}
+
+// ShapeUplink limits what this machine sends to the lab's hosts to rate (tc's syntax, such as
+// 100mbit), as a slow link between a workstation and its hosts would: an HTB qdisc on the lab
+// bridge's egress, one class at rate for this lab's addresses, everything else unlimited
+// (traffic between the hosts does not leave through the bridge's own queue, so it is not
+// shaped). The returned function removes the qdisc; call it before the lab goes down. Only one
+// lab may be shaped at a time.
+func (l *Lab) ShapeUplink(ctx context.Context, rate string) (undo func() error, err error) {
+	steps := [][]string{
+		{"tc", "qdisc", "add", "dev", Bridge, "root", "handle", "1:", "htb", "default", "20"},
+		{"tc", "class", "add", "dev", Bridge, "parent", "1:", "classid", "1:10", "htb", "rate", rate, "ceil", rate},
+		{"tc", "class", "add", "dev", Bridge, "parent", "1:", "classid", "1:20", "htb", "rate", "100gbit"},
+	}
+	for _, h := range l.Hosts {
+		steps = append(steps, []string{"tc", "filter", "add", "dev", Bridge, "parent", "1:", "protocol", "ip", "prio", "1", "u32", "match", "ip", "dst", h.Address + "/32", "flowid", "1:10"})
+	}
+	undo = func() error {
+		return run(context.Background(), "tc", "qdisc", "del", "dev", Bridge, "root")
+	}
+	for i, argv := range steps {
+		if err := run(ctx, argv...); err != nil {
+			if i > 0 {
+				err = errors.Join(err, undo())
+			}
+			return nil, fmt.Errorf("lab %s: shape the uplink to %s: %w", l.Name, rate, err)
+		}
+	}
+	return undo, nil
+}
