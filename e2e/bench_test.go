@@ -57,7 +57,7 @@ func BenchmarkApplyVsKubeadm(b *testing.B) {
 
 	b.ResetTimer()
 	script := runBaseline(ctx, b, bundleDir, filepath.Join(dir, "script-side"), fmt.Sprintf("bks%d", id))
-	kf := runKforge(ctx, b, kforge, bundleDir, filepath.Join(dir, "kforge-side"), fmt.Sprintf("bkf%d", id))
+	kf := runKforge(ctx, b, kforge, bundleDir, filepath.Join(dir, "kforge-side"), fmt.Sprintf("bkf%d", id), 3, "")
 	b.StopTimer()
 
 	ratio := kf.total.Seconds() / script.total.Seconds()
@@ -111,16 +111,16 @@ func stepLine(ss []step) string {
 	return strings.Join(parts, ", ")
 }
 
-// benchLab brings up a fresh lab of 3 hosts, torn down at the benchmark's end or by the returned
-// function, whichever comes first.
-func benchLab(ctx context.Context, b *testing.B, name string, bare bool) (*lab.Lab, func()) {
+// benchLab brings up a fresh lab of hosts hosts, torn down at the benchmark's end or by the
+// returned function, whichever comes first.
+func benchLab(ctx context.Context, b *testing.B, name string, bare bool, hosts int) (*lab.Lab, func()) {
 	b.Helper()
 	if old, err := lab.Open(name); err == nil { // a leftover of a killed run: never reuse it
 		if err := old.Down(ctx); err != nil {
 			b.Fatalf("lab %s left over, down: %v", name, err)
 		}
 	}
-	l, err := lab.Up(ctx, lab.Options{Name: name, Hosts: 3, Bare: bare})
+	l, err := lab.Up(ctx, lab.Options{Name: name, Hosts: hosts, Bare: bare})
 	if err != nil {
 		b.Fatalf("lab up %s: %v", name, err)
 	}
@@ -206,6 +206,40 @@ type side struct {
 	load      string              // the machine's load average when the side started
 	hostTasks []string            // kforge only: tasks with per-host events, in order
 	hostLines map[string][]string // kforge only: per-host events by task
+	cpu       time.Duration       // kforge only: CPU time the hosts' own processes used meanwhile
+	sent      int64               // kforge only: bytes apply's SSH connections sent
+	received  int64               // kforge only: and received
+}
+
+// labCPU is the CPU time every host of l has used so far.
+func labCPU(b *testing.B, l *lab.Lab) time.Duration {
+	b.Helper()
+	var sum time.Duration
+	for _, h := range l.Hosts {
+		d, err := l.CPUTime(h.Name)
+		if err != nil {
+			b.Fatal(err)
+		}
+		sum += d
+	}
+	return sum
+}
+
+// sshTraffic reads what apply's debug log says its SSH connections sent and received.
+func sshTraffic(b *testing.B, log []byte) (sent, received int64) {
+	b.Helper()
+	for _, l := range bytes.Split(log, []byte("\n")) {
+		var e struct {
+			Msg      string `json:"msg"`
+			Sent     int64  `json:"sent"`
+			Received int64  `json:"received"`
+		}
+		if json.Unmarshal(l, &e) == nil && e.Msg == "ssh traffic" {
+			return e.Sent, e.Received
+		}
+	}
+	b.Fatalf("apply's debug log has no \"ssh traffic\" line")
+	return 0, 0
 }
 
 type hostSteps struct {
@@ -234,7 +268,7 @@ var workerImages = []string{"pause", "kube-proxy", "coredns"}
 // runBaseline is the scripted kubeadm flow on a fresh lab.
 func runBaseline(ctx context.Context, b *testing.B, bundleDir, dir, name string) side {
 	b.Helper()
-	l, down := benchLab(ctx, b, name, false)
+	l, down := benchLab(ctx, b, name, false, 3)
 	defer down()
 	res, _ := kubeadmCluster(ctx, b, l, bundleDir, dir, release.Default())
 	return res
@@ -504,23 +538,32 @@ func waitNodesReady(ctx context.Context, b *testing.B, k kubernetes.Interface, w
 	}
 }
 
-// runKforge is `kforge apply` with the bundle on a fresh lab, with a watcher that notes when
-// all nodes are Ready (apply's own wait-ready step also waits for kube-system pods).
-func runKforge(ctx context.Context, b *testing.B, kforge, bundleDir, dir, name string) side {
+// runKforge is `kforge apply` with the bundle on a fresh lab of hosts bare hosts (the first a
+// master), with a watcher that notes when all nodes are Ready (apply's own wait-ready step also
+// waits for kube-system pods). With shape (tc's rate, such as 100mbit) the machine's link to
+// the lab is shaped to it during the apply. It also measures the CPU time the hosts' own
+// processes used and the bytes apply's SSH connections sent and received.
+func runKforge(ctx context.Context, b *testing.B, kforge, bundleDir, dir, name string, hosts int, shape string) side {
 	b.Helper()
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		b.Fatal(err)
 	}
-	l, down := benchLab(ctx, b, name, true)
+	l, down := benchLab(ctx, b, name, true, hosts)
 	defer down()
-	inv, err := os.ReadFile(l.InventoryFile)
-	if err != nil {
-		b.Fatal(err)
+	c := &cluster{t: b, lab: l, kforge: kforge, bundle: bundleDir, version: release.Default(), state: filepath.Join(dir, "state"), inventory: filepath.Join(dir, "kforge.yaml")}
+	c.writeInventory(l.Hosts[:1], l.Hosts[1:])
+	if shape != "" {
+		undo, err := l.ShapeUplink(ctx, shape)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer func() {
+			if err := undo(); err != nil {
+				b.Errorf("unshape the lab's link: %v", err)
+			}
+		}()
 	}
-	c := &cluster{lab: l, kforge: kforge, bundle: bundleDir, state: filepath.Join(dir, "state"), inventory: filepath.Join(dir, "kforge.yaml")}
-	if err := os.WriteFile(c.inventory, append(inv, []byte("bundle: "+bundleDir+"\n")...), 0o600); err != nil {
-		b.Fatal(err)
-	}
+	cpu0 := labCPU(b, l)
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	readyAt := make(chan time.Time, 1)
@@ -528,21 +571,25 @@ func runKforge(ctx context.Context, b *testing.B, kforge, bundleDir, dir, name s
 	load := loadAvg()
 	start := time.Now()
 	go func() { readyAt <- watchReady(watchCtx, l, len(l.Hosts)) }()
-	out, err := c.run("apply", "--timeout", "4m", "--output", "json")
+	out, err := c.run("apply", "--timeout", "20m", "--output", "json")
 	applied := time.Now()
 	if err != nil {
 		b.Fatalf("kforge apply: %v\n%s\n(log: %s)", err, tailLines(out, 40), filepath.Join(c.state, "e2e.log"))
 	}
 	stopWatch()
 	keep(b, "kforge-apply.json", []byte(out))
-	if log, err := os.ReadFile(filepath.Join(c.state, "e2e.log")); err == nil {
-		keep(b, "kforge-apply.log", log)
+	log, err := os.ReadFile(filepath.Join(c.state, "e2e.log"))
+	if err != nil {
+		b.Fatal(err)
 	}
+	keep(b, "kforge-apply.log", log)
 	end := applied
 	if t := <-readyAt; !t.IsZero() && t.Before(end) {
 		end = t
 	}
-	res := side{total: end.Sub(start), apply: applied.Sub(start), load: load}
+	cpu := labCPU(b, l) - cpu0
+	sent, received := sshTraffic(b, log)
+	res := side{total: end.Sub(start), apply: applied.Sub(start), load: load, cpu: cpu, sent: sent, received: received}
 	sc := bufio.NewScanner(strings.NewReader(out))
 	sc.Buffer(nil, 1<<20)
 	var summary bool

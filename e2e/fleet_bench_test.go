@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -115,4 +116,51 @@ func durations(ds []time.Duration) string {
 		s = append(s, secs(d))
 	}
 	return strings.Join(s, ", ")
+}
+
+// BenchmarkFleetScaling is issue 17's scaling benchmark: `kforge apply` of 1 master + 2 workers
+// against 1 master + 20 workers, each on fresh bare lab hosts, in one run; then both again with
+// this machine's link to the lab shaped to 100 Mbit/s (a qdisc on the lab bridge, removed
+// afterwards). For each: the time to all nodes Ready and apply's phases; the floor, that is the
+// CPU time the nodes' own processes used divided by this machine's cores (here every node
+// shares the same two cores, so 21 nodes cannot be as fast as 3); the bytes apply's SSH
+// connections sent. Targets: 21 nodes within 3x the time of 3; with the link shaped, 21 nodes
+// send at most 1.5x the bytes of 3.
+func BenchmarkFleetScaling(b *testing.B) {
+	testenv.Require(b, lab.Prerequisites())
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Minute)
+	defer cancel()
+	dir := b.TempDir()
+	kforge := buildKforge(b, dir)
+	bundleDir := buildBundle(ctx, b, dir, release.Default())
+	id := os.Getpid() % 100000
+	b.ResetTimer()
+	for _, shape := range []string{"", "100mbit"} {
+		link := "the lab's bridge"
+		if shape != "" {
+			link = "a link shaped to " + shape
+		}
+		var runs []side
+		for _, n := range []int{3, 21} {
+			runs = append(runs, runKforge(ctx, b, kforge, bundleDir, filepath.Join(dir, fmt.Sprintf("%s-%d", shape, n)), fmt.Sprintf("fs%d%d", id%1000, n), n, shape))
+		}
+		small, large := runs[0], runs[1]
+		for i, r := range runs {
+			n := []int{3, 21}[i]
+			floor := r.cpu / time.Duration(runtime.NumCPU())
+			b.Logf("%s, %d nodes: all Ready after %s (apply %s); floor %s (the nodes' CPU %s over %d cores); SSH sent %.1f MiB, received %.1f MiB; load at start %s; phases: %s",
+				link, n, secs(r.total), secs(r.apply), secs(floor), secs(r.cpu), runtime.NumCPU(), float64(r.sent)/(1<<20), float64(r.received)/(1<<20), r.load, stepLine(r.steps))
+		}
+		ratio, bytesRatio := large.total.Seconds()/small.total.Seconds(), float64(large.sent)/float64(small.sent)
+		b.Logf("%s: 21 nodes / 3 nodes: time %.2fx (target <= 3), bytes sent %.2fx (target <= 1.5 with the link shaped)", link, ratio, bytesRatio)
+		suffix := ""
+		if shape != "" {
+			suffix = "-" + shape
+		}
+		b.ReportMetric(small.total.Seconds(), "3-nodes-s"+suffix)
+		b.ReportMetric(large.total.Seconds(), "21-nodes-s"+suffix)
+		b.ReportMetric(ratio, "21/3-time"+suffix)
+		b.ReportMetric(bytesRatio, "21/3-bytes"+suffix)
+		b.ReportMetric((large.cpu / time.Duration(runtime.NumCPU())).Seconds(), "21-nodes-floor-s"+suffix)
+	}
 }

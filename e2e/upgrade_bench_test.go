@@ -129,7 +129,7 @@ func atVersion(ctx context.Context, k kubernetes.Interface, want int, version st
 func scriptedUpgrade(ctx context.Context, b *testing.B, fromBundle, toBundle, agent, dir, name, from, to string) upgradeSide {
 	b.Helper()
 	b.StopTimer()
-	l, down := benchLab(ctx, b, name, false)
+	l, down := benchLab(ctx, b, name, false, 3)
 	defer down()
 	_, admin := kubeadmCluster(ctx, b, l, fromBundle, dir, from)
 	k := clientFor(b, admin)
@@ -232,7 +232,7 @@ func kforgeUpgrade(ctx context.Context, b *testing.B, kforge, bundleDir, agent, 
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		b.Fatal(err)
 	}
-	l, down := benchLab(ctx, b, name, true)
+	l, down := benchLab(ctx, b, name, true, 3)
 	defer down()
 	c := &cluster{t: b, lab: l, kforge: kforge, bundle: bundleDir, version: from, state: filepath.Join(dir, "state"), inventory: filepath.Join(dir, "kforge.yaml")}
 	c.writeInventory(l.Hosts[:1], l.Hosts[1:])

@@ -71,6 +71,7 @@ func (c *ApplyCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Lo
 		return err
 	}
 	sent, received := a.Traffic()
+	log.Debug("ssh traffic", "sent", sent, "received", received)
 	run.printer.Summary(fmt.Sprintf("cluster %s is ready: %d nodes; admin kubeconfig %s (kforge kubeconfig prints it); SSH sent %s, received %s", run.inv.Name, len(run.inv.Nodes()), run.state.AdminKubeconfig(), bytesString(sent), bytesString(received)), time.Since(run.start), timings)
 	return nil
 }
