@@ -173,8 +173,15 @@ func scriptedUpgrade(ctx context.Context, b *testing.B, fromBundle, toBundle, ag
 		if err := drain(master.Name); err != nil {
 			fail("drain "+master.Name, err)
 		}
-		if _, err := s.run(ctx, master.Address, restart+" && "+kubectl+"uncordon "+master.Name); err != nil {
+		if _, err := s.run(ctx, master.Address, restart); err != nil {
 			fail("kubelet on "+master.Name, err)
+		}
+		// "Verify the status of the cluster" before going on, as the procedure says: the new
+		// kubelet restarts the static pods, and until the API server is back (its RBAC cache
+		// warm) kubectl is refused ("kubernetes-admin cannot list pods").
+		waitNodeAt(ctx, b, k, master.Name, to)
+		if _, err := s.run(ctx, master.Address, kubectl+"uncordon "+master.Name); err != nil {
+			fail("uncordon "+master.Name, err)
 		}
 		t.lap("master-kubelet")
 		// 3. Each worker in turn.
@@ -191,6 +198,20 @@ func scriptedUpgrade(ctx context.Context, b *testing.B, fromBundle, toBundle, ag
 			t.lap(w.Name)
 		}
 	})
+}
+
+// waitNodeAt waits until the API server is ready and node is Ready with its kubelet at version.
+func waitNodeAt(ctx context.Context, b *testing.B, k kubernetes.Interface, node, version string) {
+	b.Helper()
+	for {
+		if _, err := k.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx); err == nil {
+			n, err := k.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+			if err == nil && nodeReady(n) && n.Status.NodeInfo.KubeletVersion == version {
+				return
+			}
+		}
+		sleep(ctx, b, 500*time.Millisecond, node+" Ready at "+version)
+	}
 }
 
 // stageUpgrade copies the new release's binaries and images to h (the master gets every image,
