@@ -137,8 +137,14 @@ func scriptedUpgrade(ctx context.Context, b *testing.B, fromBundle, toBundle, ag
 	s := newOpenSSH(l)
 	master, workers := l.Hosts[0], l.Hosts[1:]
 	kubectl := "kubectl --kubeconfig /etc/kubernetes/admin.conf "
+	// As a careful script would: each kubectl call retried for up to 3 minutes, because the new
+	// kubelet on the master replaces the static pods once more after the node is Ready, and
+	// the API server is away (refused, then RBAC not warm) meanwhile.
+	retried := func(cmd string) string {
+		return "(for i in $(seq 90); do " + cmd + " && exit 0; sleep 2; done; exit 1)"
+	}
 	drain := func(node string) error {
-		_, err := s.run(ctx, master.Address, kubectl+"drain "+node+" --ignore-daemonsets --delete-emptydir-data --timeout 5m --pod-selector "+proberLabel+"!=prober")
+		_, err := s.run(ctx, master.Address, retried(kubectl+"drain "+node+" --ignore-daemonsets --delete-emptydir-data --timeout 5m --pod-selector "+proberLabel+"!=prober"))
 		return err
 	}
 	restart := "install -m 0755 /root/upgrade/kubelet /root/upgrade/kubectl /usr/local/bin/ && systemctl daemon-reload && systemctl restart kubelet"
@@ -180,7 +186,7 @@ func scriptedUpgrade(ctx context.Context, b *testing.B, fromBundle, toBundle, ag
 		// kubelet restarts the static pods, and until the API server is back (its RBAC cache
 		// warm) kubectl is refused ("kubernetes-admin cannot list pods").
 		waitNodeAt(ctx, b, k, master.Name, to)
-		if _, err := s.run(ctx, master.Address, kubectl+"uncordon "+master.Name); err != nil {
+		if _, err := s.run(ctx, master.Address, retried(kubectl+"uncordon "+master.Name)); err != nil {
 			fail("uncordon "+master.Name, err)
 		}
 		t.lap("master-kubelet")
@@ -189,10 +195,10 @@ func scriptedUpgrade(ctx context.Context, b *testing.B, fromBundle, toBundle, ag
 			if err := drain(w.Name); err != nil {
 				fail("drain "+w.Name, err)
 			}
-			if _, err := s.run(ctx, w.Address, "kubeadm upgrade node && "+restart); err != nil {
+			if _, err := s.run(ctx, w.Address, retried("kubeadm upgrade node")+" && "+restart); err != nil {
 				fail("kubeadm upgrade node on "+w.Name, err)
 			}
-			if _, err := s.run(ctx, master.Address, kubectl+"uncordon "+w.Name); err != nil {
+			if _, err := s.run(ctx, master.Address, retried(kubectl+"uncordon "+w.Name)); err != nil {
 				fail("uncordon "+w.Name, err)
 			}
 			t.lap(w.Name)

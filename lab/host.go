@@ -133,13 +133,19 @@ frontend kube-apiserver
 	default_backend masters
 
 backend masters
-	# TCP checks: the lab also balances servers that are not kube-apiservers (its own tests).
-	option tcp-check
+	# As kubeadm's HA guide (ha-considerations.md) sets it up: a master is in the rotation while
+	# its kube-apiserver says it is ready (GET /readyz over TLS; anonymous access to it is
+	# allowed by default). A TCP check let requests reach a kube-apiserver that was starting
+	# (the port accepts before the server is ready) or shutting down, and they failed.
+	option httpchk
+	http-check connect ssl
+	http-check send meth GET uri /readyz
+	http-check expect status 200
 	balance roundrobin
 `)
 	for _, m := range l.st.Hosts {
 		if m.Role == RoleMaster {
-			fmt.Fprintf(&b, "\tserver %s %s:6443 check inter 2s fall 2 rise 1\n", m.Name, m.Address)
+			fmt.Fprintf(&b, "\tserver %s %s:6443 check verify none inter 1s fall 2 rise 1\n", m.Name, m.Address)
 		}
 	}
 	etc := filepath.Join(h.Dir, "upper", "etc")

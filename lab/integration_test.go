@@ -4,14 +4,23 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/hex"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"math/big"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -561,6 +570,19 @@ func TestLabFaults(t *testing.T) {
 	}
 }
 
+// selfSignedPEM is a throwaway ECDSA key and self-signed certificate, PEM, for fake TLS servers.
+func selfSignedPEM(t *testing.T) []byte {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	must(t, err)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "fake-apiserver"}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	must(t, err)
+	kder, err := x509.MarshalECPrivateKey(key)
+	must(t, err)
+	return append(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})...)
+}
+
 // TestLabsCoexist brings up two labs at once (one with a load balancer) and takes them down one
 // by one: addresses never collide and one lab's Down leaves the other working.
 func TestLabsCoexist(t *testing.T) {
@@ -593,23 +615,53 @@ func TestLabsCoexist(t *testing.T) {
 	if out, err := b.Exec(ctx, b.LoadBalancer.Name, "systemctl", "is-active", "haproxy"); err != nil || string(out) != "active\n" {
 		t.Fatalf("haproxy on %s: %q %v", b.LoadBalancer.Name, out, err)
 	}
-	// The load balancer spreads :6443 over the masters: each answers with its hostname.
-	for _, m := range b.Hosts[:2] {
-		if _, err := b.Exec(ctx, m.Name, "systemd-run", "--unit=fake-apiserver", "socat", "TCP-LISTEN:6443,fork,reuseaddr", "SYSTEM:hostname"); err != nil {
+	// The load balancer spreads :6443 over the masters whose /readyz answers 200 over TLS, as a
+	// kube-apiserver's does: each fake answers every request with 200 and its hostname. A
+	// master that does not answer so is left out.
+	certPEM := selfSignedPEM(t)
+	fake := func(m Host) {
+		t.Helper()
+		cmd, err := b.Command(ctx, m.Name, "sh", "-c", "cat > /run/fake-apiserver.pem")
+		must(t, err)
+		cmd.Stdin = bytes.NewReader(certPEM)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v %s", m.Name, err, out)
+		}
+		if _, err := b.Exec(ctx, m.Name, "systemd-run", "--unit=fake-apiserver", "socat", "OPENSSL-LISTEN:6443,cert=/run/fake-apiserver.pem,verify=0,fork,reuseaddr",
+			`SYSTEM:printf 'HTTP/1.0 200 OK\r\n\r\n'; hostname`); err != nil {
 			t.Fatal(err)
 		}
 	}
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, DisableKeepAlives: true}}
+	answer := func() string {
+		resp, err := client.Get("https://" + net.JoinHostPort(b.LoadBalancer.Address, "6443") + "/")
+		if err != nil {
+			return ""
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return strings.TrimSpace(string(body))
+	}
+	fake(b.Hosts[0])
+	waitFor(t, 30*time.Second, "answers from the ready master through the load balancer", func() bool { return answer() == b.Hosts[0].Name })
+	// The second master listens but is not ready (a bare TCP listener, as a kube-apiserver
+	// that is starting): no request reaches it.
+	if _, err := b.Exec(ctx, b.Hosts[1].Name, "systemd-run", "--unit=not-ready", "socat", "TCP-LISTEN:6443,fork,reuseaddr", "SYSTEM:hostname"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second) // three health checks
+	for i := range 10 {
+		if got := answer(); got != b.Hosts[0].Name {
+			t.Fatalf("request %d through the load balancer: %q, want only the ready master %s", i, got, b.Hosts[0].Name)
+		}
+	}
+	if _, err := b.Exec(ctx, b.Hosts[1].Name, "systemctl", "stop", "not-ready"); err != nil {
+		t.Fatal(err)
+	}
+	fake(b.Hosts[1])
 	seenMasters := map[string]bool{}
 	waitFor(t, 30*time.Second, "answers from both masters through the load balancer", func() bool {
-		c, err := net.DialTimeout("tcp", net.JoinHostPort(b.LoadBalancer.Address, "6443"), 2*time.Second)
-		if err != nil {
-			return false
-		}
-		defer c.Close()
-		_ = c.SetDeadline(time.Now().Add(2 * time.Second))
-		buf := make([]byte, 64)
-		n, _ := io.ReadAtLeast(c, buf, 1)
-		seenMasters[strings.TrimSpace(string(buf[:n]))] = true
+		seenMasters[answer()] = true
 		return seenMasters[b.Hosts[0].Name] && seenMasters[b.Hosts[1].Name]
 	})
 	// Hosts of one lab reach each other by name.
