@@ -621,14 +621,20 @@ func TestLabsCoexist(t *testing.T) {
 	certPEM := selfSignedPEM(t)
 	fake := func(m Host) {
 		t.Helper()
-		cmd, err := b.Command(ctx, m.Name, "sh", "-c", "cat > /run/fake-apiserver.pem")
-		must(t, err)
-		cmd.Stdin = bytes.NewReader(certPEM)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("%s: %v %s", m.Name, err, out)
+		// The answer is a script, not systemd-run's command line, which systemd would expand
+		// ($). It reads the whole request first: closing on unread data resets the
+		// connection, and the client loses the answer.
+		script := "while IFS= read -r l && [ ${#l} -gt 1 ]; do :; done\nprintf 'HTTP/1.0 200 OK\\r\\n\\r\\n'\nhostname\n"
+		for file, data := range map[string][]byte{"/run/fake-apiserver.pem": certPEM, "/run/fake-apiserver.sh": []byte(script)} {
+			cmd, err := b.Command(ctx, m.Name, "sh", "-c", "cat > "+file)
+			must(t, err)
+			cmd.Stdin = bytes.NewReader(data)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("%s: %v %s", m.Name, err, out)
+			}
 		}
 		if _, err := b.Exec(ctx, m.Name, "systemd-run", "--unit=fake-apiserver", "socat", "OPENSSL-LISTEN:6443,cert=/run/fake-apiserver.pem,verify=0,fork,reuseaddr",
-			`SYSTEM:printf 'HTTP/1.0 200 OK\r\n\r\n'; hostname`); err != nil {
+			"SYSTEM:sh /run/fake-apiserver.sh"); err != nil {
 			t.Fatal(err)
 		}
 	}
