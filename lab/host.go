@@ -136,7 +136,10 @@ backend masters
 	# As kubeadm's HA guide (ha-considerations.md) sets it up: a master is in the rotation while
 	# its kube-apiserver says it is ready (GET /readyz over TLS; anonymous access to it is
 	# allowed by default). A TCP check let requests reach a kube-apiserver that was starting
-	# (the port accepts before the server is ready) or shutting down, and they failed.
+	# (the port accepts before the server is ready) or shutting down, and they failed. A
+	# master marked down has its connections closed: clients (client-go speaks HTTP/2 over one
+	# long connection) then reconnect to another master instead of waiting on this one until
+	# their own health check gives up, about 30 s later.
 	option httpchk
 	http-check connect ssl
 	http-check send meth GET uri /readyz
@@ -145,7 +148,7 @@ backend masters
 `)
 	for _, m := range l.st.Hosts {
 		if m.Role == RoleMaster {
-			fmt.Fprintf(&b, "\tserver %s %s:6443 check verify none inter 1s fall 2 rise 1\n", m.Name, m.Address)
+			fmt.Fprintf(&b, "\tserver %s %s:6443 check verify none inter 1s fall 2 rise 1 on-marked-down shutdown-sessions\n", m.Name, m.Address)
 		}
 	}
 	etc := filepath.Join(h.Dir, "upper", "etc")
