@@ -105,9 +105,12 @@ func TestHAControlPlaneGrowsSurvivesAMasterAndShrinks(t *testing.T) {
 	}
 	longest := api.longestOutage()
 	t.Logf("upgrade %s → %s of 3 masters + 2 workers took %s; API probes through the load balancer (every 200 ms, 2 s timeout): %d failed, about %s without an answer, the longest outage %s:\n%s", from, to, time.Since(start).Round(time.Second), failed, down.Round(100*time.Millisecond), longest.Round(100*time.Millisecond), strings.Join(hops, "\n"))
-	// Measured on this 2-core lab: 55–90 failed probes and a longest outage of 30.7 s. The
-	// target is none; this bound catches an API that goes away for a whole master's upgrade.
-	if longest > 60*time.Second {
+	// Measured on this 2-core lab: 7 failed probes, the longest outage 3.4 s, since the lab's
+	// load balancer checks /readyz and closes a master's connections when it marks it down
+	// (45–90 failed and 29–31 s before, with TCP checks: client-go's one HTTP/2 connection
+	// stayed on a master whose API server hung on its restarting etcd). The target is none;
+	// this bound catches the load balancer sending requests to a master being upgraded.
+	if longest > 15*time.Second {
 		t.Errorf("the API did not answer through the load balancer for %s in a row during the upgrade (%d failed probes); want it answering throughout, one master at a time", longest, failed)
 	}
 	if nodes, err = k.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); err != nil {
