@@ -101,6 +101,33 @@ func TestUpgradeAcrossTwoMinors(t *testing.T) {
 		t.Fatalf("the first upgrade run ended before its master reached %s:\n%s", via, out)
 	}
 	t.Logf("first run killed after %s, its master at %s:\n%s", time.Since(start).Round(time.Second), via, out)
+
+	// A drain that a PodDisruptionBudget blocks: the next run moves the master on to the
+	// target, then stops at w1 within --drain-timeout, naming the pod and the budget, and leaves
+	// w1 cordoned and as it was.
+	blockDrain(ctx, t, k, w1)
+	before := c.snapshot(ctx, w1)
+	cordoned := watchCordon(ctx, k, w1)
+	out, err = c.run("apply", "--timeout", "5m", "--drain-timeout", "20s")
+	ended := time.Now()
+	if err == nil || !strings.Contains(out, "drain node "+w1+": not done within 20s") || !strings.Contains(out, "default/blocker-") ||
+		!strings.Contains(out, "(PodDisruptionBudget default/blocker allows no disruption now)") || !strings.Contains(out, "it stays cordoned") {
+		t.Errorf("apply with a drain a PodDisruptionBudget blocks: %v; want a refusal naming the pod and the budget\n%s", err, out)
+	}
+	if at := cordoned(); at.IsZero() || ended.Sub(at) > 20*time.Second+15*time.Second {
+		t.Errorf("the blocked drain of %s: cordoned at %s, apply ended at %s; want the end within --drain-timeout 20s (and 15 s to spare)", w1, at.Format(time.TimeOnly), ended.Format(time.TimeOnly))
+	} else {
+		t.Logf("the blocked drain of %s: apply ended %s after the cordon, saying:\n%s", w1, ended.Sub(at).Round(100*time.Millisecond), linesWith(out, "drain node"))
+	}
+	if n, err := k.CoreV1().Nodes().Get(ctx, w1, metav1.GetOptions{}); err != nil || !n.Spec.Unschedulable || n.Status.NodeInfo.KubeletVersion != from {
+		t.Errorf("%s after the blocked drain: %v; want cordoned, still at %s", w1, err, from)
+	}
+	if after := c.snapshot(ctx, w1); after != before {
+		t.Errorf("%s changed although its drain was refused:\n%s", w1, diffLines(before, after))
+	}
+	if err := k.PolicyV1().PodDisruptionBudgets("default").Delete(ctx, "blocker", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	out, err = c.run("apply", "--timeout", "5m")
 	took := time.Since(start)
 	apiFailed, apiDown := api.stop()
@@ -265,6 +292,78 @@ func startLoad(ctx context.Context, t testing.TB, k kubernetes.Interface, master
 	}
 	t.Logf("load steady: the prober had %d answers and %d failures (before the Service had endpoints)", ok, failed)
 	return ok, failed
+}
+
+// linesWith returns the lines of out that contain s.
+func linesWith(out, s string) string {
+	var l []string
+	for _, line := range strings.Split(out, "\n") {
+		if strings.Contains(line, s) {
+			l = append(l, line)
+		}
+	}
+	return strings.Join(l, "\n")
+}
+
+// blockDrain runs one pod on node under a PodDisruptionBudget of minAvailable 1: no drain of
+// node can evict it. It returns once the budget allows no disruption.
+func blockDrain(ctx context.Context, t testing.TB, k kubernetes.Interface, node string) {
+	t.Helper()
+	labels := map[string]string{"app": "blocker"}
+	one := int32(1)
+	if _, err := k.AppsV1().Deployments("default").Create(ctx, &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "blocker"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &one,
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					NodeSelector: map[string]string{"kubernetes.io/hostname": node},
+					Containers:   []corev1.Container{{Name: "agent", Image: agentImage, ImagePullPolicy: corev1.PullNever, Args: []string{"serve"}}},
+				},
+			},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	minAvailable := intstr.FromInt32(1)
+	if _, err := k.PolicyV1().PodDisruptionBudgets("default").Create(ctx, &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: "blocker"},
+		Spec:       policyv1.PodDisruptionBudgetSpec{MinAvailable: &minAvailable, Selector: &metav1.LabelSelector{MatchLabels: labels}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		b, err := k.PolicyV1().PodDisruptionBudgets("default").Get(ctx, "blocker", metav1.GetOptions{})
+		return err == nil && b.Status.ObservedGeneration == b.Generation && b.Status.CurrentHealthy == 1 && b.Status.DisruptionsAllowed == 0, nil
+	})
+	if err != nil {
+		t.Fatalf("the blocking pod on %s is not running under its PodDisruptionBudget: %v", node, err)
+	}
+}
+
+// watchCordon polls node every 500 ms; the function it returns says when it was first seen
+// cordoned (zero if never).
+func watchCordon(ctx context.Context, k kubernetes.Interface, node string) func() time.Time {
+	var at atomic.Int64
+	ctx, cancel := context.WithCancel(ctx)
+	go func() {
+		for ctx.Err() == nil {
+			if n, err := k.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{}); err == nil && n.Spec.Unschedulable {
+				at.Store(time.Now().UnixNano())
+				return
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+	}()
+	return func() time.Time {
+		cancel()
+		if ns := at.Load(); ns != 0 {
+			return time.Unix(0, ns)
+		}
+		return time.Time{}
+	}
 }
 
 // proberLabel marks the prober pod: the measuring instrument, which a scripted drain leaves

@@ -3,6 +3,7 @@ package kube
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -88,6 +89,9 @@ func Drain(ctx context.Context, c kubernetes.Interface, node string, timeout tim
 			msg := "pods still on it: " + strings.Join(left, ", ")
 			if len(refused) > 0 {
 				msg += "; evictions refused: " + strings.Join(refused, ", ")
+			}
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return keys(evicted), fmt.Errorf("drain node %s: not done within %s: %s", node, timeout, msg)
 			}
 			return keys(evicted), fmt.Errorf("drain node %s: %s: %w", node, msg, ctx.Err())
 		case <-time.After(time.Second):

@@ -92,7 +92,7 @@ func TestDrain(t *testing.T) {
 	evictions(c, "refuse")
 	start = time.Now()
 	_, err := Drain(context.Background(), c, "w1", 1500*time.Millisecond)
-	if err == nil || !strings.Contains(err.Error(), "default/a (PodDisruptionBudget default/web allows no disruption now)") || time.Since(start) > 3*time.Second {
+	if err == nil || !strings.Contains(err.Error(), "default/a (PodDisruptionBudget default/web allows no disruption now)") || !strings.Contains(err.Error(), "not done within 1.5s") || time.Since(start) > 3*time.Second {
 		t.Errorf("refused eviction: %v after %s", err, time.Since(start))
 	}
 

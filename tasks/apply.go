@@ -41,6 +41,8 @@ type Options struct {
 	Ignore preflight.Ignore
 	// Timeout bounds each wait on the cluster (API server, nodes, pods); default 5 minutes.
 	Timeout time.Duration
+	// DrainTimeout bounds each drain (an upgraded worker, a pruned host); Timeout when 0.
+	DrainTimeout time.Duration
 	// Removed are the hosts of the last apply the inventory no longer lists (Removed); with
 	// Prune apply removes them from the cluster, otherwise it only reports them. reset resets
 	// them too.
@@ -71,6 +73,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Timeout == 0 {
 		o.Timeout = 5 * time.Minute
+	}
+	if o.DrainTimeout == 0 {
+		o.DrainTimeout = o.Timeout
 	}
 	return o
 }

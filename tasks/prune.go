@@ -92,7 +92,7 @@ func (a *Apply) prune(ctx context.Context, r progress.Reporter) error {
 			// master's etcd member is not in the restored cluster.
 			did = append(did, "lost before the restore: not drained")
 		} else {
-			evicted, err := kube.Drain(ctx, a.api.Typed, n.Name, a.o.Timeout)
+			evicted, err := kube.Drain(ctx, a.api.Typed, n.Name, a.o.DrainTimeout)
 			if err != nil {
 				return err
 			}

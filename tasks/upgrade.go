@@ -456,7 +456,7 @@ func (h *Apply) upgradeWorker(ctx context.Context, n inventory.Node, r progress.
 	if err := kube.CordonForUpgrade(ctx, h.api.Typed, n.Name, v); err != nil {
 		return err
 	}
-	evicted, err := kube.Drain(ctx, h.api.Typed, n.Name, h.o.Timeout)
+	evicted, err := kube.Drain(ctx, h.api.Typed, n.Name, h.o.DrainTimeout)
 	if err != nil {
 		return fmt.Errorf("%w; it stays cordoned: the next apply drains it again and upgrades it (kubectl uncordon %s gives up)", err, n.Name)
 	}

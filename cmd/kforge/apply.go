@@ -17,6 +17,7 @@ type ApplyCmd struct {
 	AcceptNewHostKeys     bool          `help:"Trust hosts whose SSH key is not yet in known_hosts, and record their keys (trust on first use)."`
 	IgnorePreflightErrors []string      `sep:"," placeholder:"CHECK,..." help:"Turn these preflight errors into warnings (names as printed, or 'all')."`
 	Timeout               time.Duration `default:"5m" help:"How long to wait for the API server, the nodes and the pods."`
+	DrainTimeout          time.Duration `placeholder:"DURATION" help:"How long a drain (upgrade, --prune) may wait for its pods to leave, PodDisruptionBudgets respected; then the node stays cordoned and apply stops, naming the pods (default: --timeout)."`
 	Prune                 bool          `help:"Remove the hosts that left the inventory since the last apply, one at a time: drain, remove a master's etcd member, reset the host, delete the node."`
 	Force                 bool          `help:"Upgrade the cluster even when it is not healthy (nodes not Ready, kube-system workloads not ready)."`
 	WorkerBatch           int           `default:"1" placeholder:"N" help:"Upgrade this many workers at once (cordon, drain, kubelet, uncordon); mind your PodDisruptionBudgets and spare capacity."`
@@ -62,7 +63,7 @@ func (c *ApplyCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Lo
 		return err
 	}
 	o := run.options(g, log)
-	o.AcceptNewHostKeys, o.Ignore, o.Timeout = c.AcceptNewHostKeys, ignore, c.Timeout
+	o.AcceptNewHostKeys, o.Ignore, o.Timeout, o.DrainTimeout = c.AcceptNewHostKeys, ignore, c.Timeout, c.DrainTimeout
 	o.Removed, o.Prune, o.Force, o.WorkerBatch = removed, c.Prune, c.Force, c.WorkerBatch
 	a := tasks.NewApply(run.inv, o)
 	defer a.Close()
