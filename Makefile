@@ -10,7 +10,7 @@ TESTENV  := KFORGE_REQUIRE_INTEGRATION=1
 # proxy and the losses of masters, about half of it). CI allows 90 minutes.
 TESTTIME ?= 80m
 
-.PHONY: all build deps test test-quick demo bench fuzz clean
+.PHONY: all build deps test test-quick demo bench fuzz conformance clean
 
 all: build
 
@@ -34,6 +34,15 @@ demo: deps build
 
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./...
+
+## conformance: Kubernetes' own conformance suite, built offline, against a lab cluster: every
+## [Conformance] spec that is not [Serial], [Disruptive] or [Slow]. KUBERNETES=v1.37.2 picks the
+## release (default: kforge's default). JUnit, the suite's log and a summary by SIG land in
+## conformance-report/<version>/. `make test` runs a slice of it (DNS, Services, webhooks).
+KUBERNETES ?=
+conformance: deps
+	KFORGE_CONFORMANCE=full KFORGE_CONFORMANCE_REPORT=$(CURDIR)/conformance-report KFORGE_CONFORMANCE_VERSION=$(KUBERNETES) \
+		$(TESTENV) $(GO) test -count=1 -v -timeout 4h -run '^TestConformance$$' ./e2e
 
 ## fuzz: the inventory loader fuzzer; FUZZTIME=10m by default.
 FUZZTIME ?= 10m

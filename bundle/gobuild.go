@@ -48,6 +48,9 @@ type BuildOptions struct {
 	GoOutput io.Writer
 }
 
+// CacheRoot is where o caches builds: o.CacheDir, else $KFORGE_CACHE_DIR, else DefaultCacheDir.
+func (o BuildOptions) CacheRoot() string { return o.cacheDir() }
+
 func (o BuildOptions) cacheDir() string {
 	if o.CacheDir != "" {
 		return o.CacheDir
@@ -89,7 +92,9 @@ type goModule struct {
 	Replace  map[string]string // module path -> "path version"
 	Packages []string          // main packages; binaries are named after their last element unless Output says otherwise
 	Output   map[string]string // package -> binary name, where it differs from the last path element
-	Ldflags  string
+	// Tests are test packages compiled into binaries (go test -c), by package: binary name.
+	Tests   map[string]string
+	Ldflags string
 	// Tags are the build tags; Cgo builds with cgo (statically linked: the binary runs on any
 	// host), for the few components that need C (runc: libseccomp, nsenter).
 	Tags []string
@@ -118,9 +123,10 @@ func (m goModule) recipe() string {
 		Ldflags   string
 		Local     map[string][]byte
 		LocalName string
-		Tags      []string `json:",omitempty"` // omitted when unset: older recipes stay valid
-		Cgo       bool     `json:",omitempty"`
-	}{recipeRevision, m.Require, m.Replace, m.Packages, m.Output, m.Ldflags, m.Local, m.LocalName, m.Tags, m.Cgo})
+		Tags      []string          `json:",omitempty"` // omitted when unset: older recipes stay valid
+		Cgo       bool              `json:",omitempty"`
+		Tests     map[string]string `json:",omitempty"`
+	}{recipeRevision, m.Require, m.Replace, m.Packages, m.Output, m.Ldflags, m.Local, m.LocalName, m.Tags, m.Cgo, m.Tests})
 	return string(b)
 }
 
@@ -324,8 +330,11 @@ func (r *goRunner) prepareModule(ctx context.Context, dir string, m goModule) er
 	for _, p := range m.Packages {
 		fmt.Fprintf(&tools, "\t_ %q\n", p)
 	}
+	for _, p := range sortedKeys(m.Tests) {
+		fmt.Fprintf(&tools, "\t_ %q\n", p)
+	}
 	tools.WriteString(")\n")
-	if len(m.Packages) > 0 {
+	if len(m.Packages)+len(m.Tests) > 0 {
 		if err := os.WriteFile(filepath.Join(dir, "tools.go"), []byte(tools.String()), 0o644); err != nil {
 			return err
 		}
@@ -385,6 +394,11 @@ func (r *goRunner) build(ctx context.Context, src, out string, m goModule) error
 			if _, err := r.run(ctx, src, env, append(append([]string{"build"}, flags...), "-o", filepath.Join(out, name), p)...); err != nil {
 				return err
 			}
+		}
+	}
+	for _, p := range sortedKeys(m.Tests) {
+		if _, err := r.run(ctx, src, env, append(append([]string{"test", "-c"}, flags...), "-o", filepath.Join(out, m.Tests[p]), p)...); err != nil {
+			return err
 		}
 	}
 	if m.LocalName != "" {

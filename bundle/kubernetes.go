@@ -54,6 +54,38 @@ func RegistryBinaries(ctx context.Context, o BuildOptions) (string, error) {
 	return binaries(ctx, o, registryModule(RegistryVersion))
 }
 
+// ConformanceBinaries returns a directory holding Kubernetes o.Version's conformance suite and
+// what its test images run, built from the module k8s.io/kubernetes like KubernetesBinaries:
+// e2e.test (go test -c of test/e2e), ginkgo (the CLI of the ginkgo release Kubernetes requires,
+// which runs e2e.test in parallel), agnhost, nnp (nonewprivs' program) and sample-apiserver. Not
+// part of any bundle: the conformance run (package conformance) uses it.
+func ConformanceBinaries(ctx context.Context, o BuildOptions) (string, error) {
+	m, err := kubernetesModule(o.Version)
+	if err != nil {
+		return "", err
+	}
+	m.Name = "conformance"
+	m.Packages = []string{
+		"github.com/onsi/ginkgo/v2/ginkgo",
+		"k8s.io/kubernetes/test/images/agnhost",
+		"k8s.io/sample-apiserver",
+	}
+	m.Output = map[string]string{"k8s.io/kubernetes/test/images/nonewprivs": "nnp"}
+	m.Packages = append(m.Packages, "k8s.io/kubernetes/test/images/nonewprivs")
+	m.Tests = map[string]string{"k8s.io/kubernetes/test/e2e": "e2e.test"}
+	return binaries(ctx, o, m)
+}
+
+// CoreDNSBinaries returns a directory holding `coredns` of the release Kubernetes o.Version
+// installs, built and cached as the bundle builds it (agnhost's test image carries one).
+func CoreDNSBinaries(ctx context.Context, o BuildOptions) (string, error) {
+	v, err := release.For(o.Version)
+	if err != nil {
+		return "", err
+	}
+	return binaries(ctx, o, corednsModule(v.CoreDNS))
+}
+
 // kubernetesModule is the recipe for the Kubernetes binaries: a scratch module requiring
 // k8s.io/kubernetes with each of its staging modules (which its go.mod replaces by ./staging
 // paths that do not exist in the published module) replaced by the published v0.MINOR.PATCH,

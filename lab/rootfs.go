@@ -60,34 +60,71 @@ func RootfsHash() string {
 // interrupted build is never used; concurrent callers wait on a lock and reuse one build. r hears
 // what it does (nil: nothing).
 func EnsureRootfs(ctx context.Context, cacheDir string, r progress.Reporter) (string, error) {
+	return ensureTree(ctx, debianTree{
+		name: "rootfs", dir: rootfsDir(cacheDir), packages: Packages,
+		customize: customizeRootfs, ready: rootfsReady,
+	}, r)
+}
+
+// EnsureDebianTree returns cacheDir/lab/<name>-<hash>: a Debian tree of Suite, debootstrap's
+// minbase with packages, then changed by customize (nil: unchanged). It is built once, like the
+// lab's rootfs, and rebuilt beside the old one when recipe, the suite or packages change.
+// Test images start from one (package conformance).
+func EnsureDebianTree(ctx context.Context, cacheDir, name, recipe string, packages []string, customize func(dir string) error, r progress.Reporter) (string, error) {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\n%s\n%s\n", recipe, Suite, strings.Join(packages, ","))
+	const marker = ".kforge-tree"
+	return ensureTree(ctx, debianTree{
+		name: name, dir: filepath.Join(cacheDir, "lab", name+"-"+hex.EncodeToString(h.Sum(nil))[:16]), packages: packages,
+		customize: func(dir string) error {
+			if customize != nil {
+				if err := customize(dir); err != nil {
+					return err
+				}
+			}
+			return os.WriteFile(filepath.Join(dir, marker), []byte(recipe+"\n"), 0o644)
+		},
+		ready: func(dir string) bool { _, err := os.Stat(filepath.Join(dir, marker)); return err == nil },
+	}, r)
+}
+
+// debianTree is a debootstrapped tree in the cache: where, with what, how it is finished, and
+// how to tell that it was (customize's last write).
+type debianTree struct {
+	name, dir string
+	packages  []string
+	customize func(dir string) error
+	ready     func(dir string) bool
+}
+
+func ensureTree(ctx context.Context, t debianTree, r progress.Reporter) (string, error) {
 	if r == nil {
 		r = progress.Discard
 	}
-	dir := filepath.Join(cacheDir, "lab")
-	final := rootfsDir(cacheDir)
-	if rootfsReady(final) {
+	dir, final := filepath.Dir(t.dir), t.dir
+	if t.ready(final) {
 		return final, nil
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("lab rootfs: %w", err)
+		return "", fmt.Errorf("lab %s: %w", t.name, err)
 	}
-	unlock, err := fsx.Lock(ctx, filepath.Join(dir, "rootfs.lock"))
+	unlock, err := fsx.Lock(ctx, filepath.Join(dir, t.name+".lock"))
 	if err != nil {
-		return "", fmt.Errorf("lab rootfs: %w", err)
+		return "", fmt.Errorf("lab %s: %w", t.name, err)
 	}
 	defer unlock()
-	if rootfsReady(final) { // built by someone else while we waited
+	if t.ready(final) { // built by someone else while we waited
 		return final, nil
 	}
 	// Left-overs of interrupted builds: nobody else builds while we hold the lock.
-	stale, _ := filepath.Glob(filepath.Join(dir, "rootfs-*.tmp"))
+	stale, _ := filepath.Glob(filepath.Join(dir, t.name+"-*.tmp"))
 	for _, s := range stale {
 		if err := removeUnmounted(s); err != nil {
-			return "", fmt.Errorf("lab rootfs: removing an interrupted build: %w", err)
+			return "", fmt.Errorf("lab %s: removing an interrupted build: %w", t.name, err)
 		}
 	}
 	if _, err := exec.LookPath("debootstrap"); err != nil {
-		return "", fmt.Errorf("lab rootfs: debootstrap is not installed: install it (apt-get install debootstrap) or run hack/deps.sh")
+		return "", fmt.Errorf("lab %s: debootstrap is not installed: install it (apt-get install debootstrap) or run hack/deps.sh", t.name)
 	}
 	mirror, err := aptMirror()
 	if err != nil {
@@ -98,16 +135,16 @@ func EnsureRootfs(ctx context.Context, cacheDir string, r progress.Reporter) (st
 	// A private mount namespace: debootstrap's /proc, /sys and /dev mounts inside the target die
 	// with it, so an interrupted build never leaves mounts that a later cleanup could recurse into.
 	cmd := exec.CommandContext(ctx, "unshare", "--mount", "--propagation", "private",
-		"debootstrap", "--variant=minbase", "--include="+strings.Join(Packages, ","), Suite, tmp, mirror)
+		"debootstrap", "--variant=minbase", "--include="+strings.Join(t.packages, ","), Suite, tmp, mirror)
 	cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("lab rootfs: debootstrap %s from %s into %s failed: %w\n%s", Suite, mirror, tmp, err, tail(out, 20))
+		return "", fmt.Errorf("lab %s: debootstrap %s from %s into %s failed: %w\n%s", t.name, Suite, mirror, tmp, err, tail(out, 20))
 	}
-	if err := customizeRootfs(tmp); err != nil {
-		return "", fmt.Errorf("lab rootfs: customizing %s: %w", tmp, err)
+	if err := t.customize(tmp); err != nil {
+		return "", fmt.Errorf("lab %s: customizing %s: %w", t.name, tmp, err)
 	}
 	if err := os.Rename(tmp, final); err != nil {
-		return "", fmt.Errorf("lab rootfs: %w", err)
+		return "", fmt.Errorf("lab %s: %w", t.name, err)
 	}
 	return final, nil
 }

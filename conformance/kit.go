@@ -1,0 +1,141 @@
+// Package conformance runs Kubernetes' own conformance suite against a kforge cluster, offline.
+//
+// A Kit is built from Go modules and Debian packages only, once per Kubernetes version, and
+// cached beside the bundle's builds: e2e.test and the ginkgo CLI of that release, kubectl, and
+// the test images the suite runs, under the exact names the suite expects (e2e.test
+// --list-images), in one archive that `ctr -n k8s.io images import` loads on every node. Images
+// that cannot be made offline are named in Kit.Missing. Run runs the suite in parallel and
+// Summarize reads its JUnit report by SIG.
+package conformance
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/kforge/kforge/bundle"
+	"github.com/kforge/kforge/lab"
+	"github.com/kforge/kforge/progress"
+)
+
+// Kit is what a conformance run needs, for one Kubernetes version.
+type Kit struct {
+	Version string
+	// E2ETest, Ginkgo and Kubectl are the binaries (read-only, in the build cache).
+	E2ETest, Ginkgo, Kubectl string
+	// Images is an image archive holding every image in Built, sharing one Debian base layer.
+	Images string
+	// Built are the image references in Images.
+	Built []string
+	// FromBundle are references the suite lists that every kforge node already has from the
+	// bundle (pause, etcd).
+	FromBundle []string
+	// Missing are references the suite lists that the kit cannot build offline; the specs that
+	// need them fail to pull.
+	Missing []string
+}
+
+// Build returns the kit of Kubernetes o.Version, building what is not cached yet (about 3
+// minutes for e2e.test on a warm Go cache; the Debian base is debootstrapped once).
+func Build(ctx context.Context, o bundle.BuildOptions) (Kit, error) {
+	r := o.Report
+	if r == nil {
+		r = progress.Discard
+	}
+	bins, err := bundle.ConformanceBinaries(ctx, o)
+	if err != nil {
+		return Kit{}, fmt.Errorf("conformance %s: %w", o.Version, err)
+	}
+	kube, err := bundle.KubernetesBinaries(ctx, o)
+	if err != nil {
+		return Kit{}, fmt.Errorf("conformance %s: %w", o.Version, err)
+	}
+	coredns, err := bundle.CoreDNSBinaries(ctx, o)
+	if err != nil {
+		return Kit{}, fmt.Errorf("conformance %s: %w", o.Version, err)
+	}
+	k := Kit{
+		Version: o.Version,
+		E2ETest: filepath.Join(bins, "e2e.test"),
+		Ginkgo:  filepath.Join(bins, "ginkgo"),
+		Kubectl: filepath.Join(kube, "kubectl"),
+	}
+	refs, err := listImages(ctx, k.E2ETest)
+	if err != nil {
+		return Kit{}, err
+	}
+	cache := o.CacheRoot()
+	base, err := lab.EnsureDebianTree(ctx, cache, "e2e-base", baseRecipe, basePackages, customizeBase, r)
+	if err != nil {
+		return Kit{}, fmt.Errorf("conformance %s: the test images' Debian base: %w", o.Version, err)
+	}
+	src, err := moduleDir(ctx, o)
+	if err != nil {
+		return Kit{}, err
+	}
+	in := inputs{bins: bins, coredns: filepath.Join(coredns, "coredns"), base: base, src: src}
+	var specs []imageSpec
+	for _, ref := range refs {
+		switch s, how := specFor(ref, in); how {
+		case built:
+			specs = append(specs, s)
+			k.Built = append(k.Built, ref)
+		case fromBundle:
+			k.FromBundle = append(k.FromBundle, ref)
+		default:
+			k.Missing = append(k.Missing, ref)
+		}
+	}
+	if k.Images, err = writeImages(ctx, cache, o.Version, in, specs, r); err != nil {
+		return Kit{}, fmt.Errorf("conformance %s: %w", o.Version, err)
+	}
+	return k, nil
+}
+
+// listImages asks e2e.test which images its specs use.
+func listImages(ctx context.Context, e2eTest string) ([]string, error) {
+	var out, errb bytes.Buffer
+	cmd := exec.CommandContext(ctx, e2eTest, "--list-images")
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("%s --list-images: %w\n%s", e2eTest, err, errb.String())
+	}
+	var refs []string
+	for _, l := range strings.Split(out.String(), "\n") {
+		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "I") && strings.Contains(l, "/") {
+			refs = append(refs, l)
+		}
+	}
+	sort.Strings(refs)
+	if len(refs) == 0 {
+		return nil, fmt.Errorf("%s --list-images listed no image", e2eTest)
+	}
+	return refs, nil
+}
+
+// moduleDir is the source of k8s.io/kubernetes at o.Version in the module cache: the test
+// images' data files (agnhost's porter certificate, kitten's and nautilus' pages) come from it.
+func moduleDir(ctx context.Context, o bundle.BuildOptions) (string, error) {
+	gobin := o.Go
+	if gobin == "" {
+		gobin = "go"
+	}
+	cmd := exec.CommandContext(ctx, gobin, "mod", "download", "-json", "k8s.io/kubernetes@"+o.Version)
+	cmd.Env = append(cmd.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off")
+	cmd.Env = append(cmd.Env, o.Env...)
+	cmd.Dir = o.CacheRoot()
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("go mod download k8s.io/kubernetes@%s: %w", o.Version, err)
+	}
+	var m struct{ Dir string }
+	if err := json.Unmarshal(out, &m); err != nil || m.Dir == "" {
+		return "", fmt.Errorf("go mod download k8s.io/kubernetes@%s: no directory in %q (%v)", o.Version, out, err)
+	}
+	return m.Dir, nil
+}

@@ -1,0 +1,93 @@
+package conformance
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"time"
+)
+
+// The selection Kubernetes' conformance program asks for, without the specs that disrupt the
+// cluster or take long (they run one at a time).
+const (
+	Focus = `\[Conformance\]`
+	Skip  = `\[Serial\]|\[Disruptive\]|\[Slow\]`
+)
+
+// RunOptions say what to run against which cluster.
+type RunOptions struct {
+	Kubeconfig string
+	// ReportDir receives junit.xml (ginkgo's JUnit report), e2e.log (the suite's output) and
+	// summary.txt (Summary.String).
+	ReportDir string
+	// Focus and Skip select specs by name (regular expressions); Focus and Skip above when empty.
+	Focus, Skip string
+	// Procs is how many ginkgo processes run specs at once; default 4 (the specs mostly wait
+	// on the cluster).
+	Procs int
+	// Timeout bounds the whole suite; default 2 h.
+	Timeout time.Duration
+	// Nodes is the number of schedulable nodes (e2e.test --num-nodes).
+	Nodes int
+	// Output receives the suite's progress as it runs (nil: only the file in ReportDir).
+	Output io.Writer
+}
+
+// Run runs k's suite with o and returns its summary. A run whose specs failed returns the
+// summary and no error; an error means the suite could not run or report.
+func Run(ctx context.Context, k Kit, o RunOptions) (Summary, error) {
+	if o.Focus == "" {
+		o.Focus = Focus
+	}
+	if o.Skip == "" {
+		o.Skip = Skip
+	}
+	if o.Procs == 0 {
+		o.Procs = 4
+	}
+	if o.Timeout == 0 {
+		o.Timeout = 2 * time.Hour
+	}
+	if err := os.MkdirAll(o.ReportDir, 0o755); err != nil {
+		return Summary{}, err
+	}
+	log, err := os.Create(filepath.Join(o.ReportDir, "e2e.log"))
+	if err != nil {
+		return Summary{}, err
+	}
+	defer log.Close()
+	var out io.Writer = log
+	if o.Output != nil {
+		out = io.MultiWriter(log, o.Output)
+	}
+	args := []string{
+		"--procs=" + strconv.Itoa(o.Procs), "--timeout=" + o.Timeout.String(), "--no-color",
+		"--focus=" + o.Focus, "--skip=" + o.Skip,
+		"--junit-report=junit.xml", "--output-dir=" + o.ReportDir,
+		k.E2ETest, "--",
+		"--kubeconfig=" + o.Kubeconfig, "--provider=skeleton", "--kubectl-path=" + k.Kubectl,
+		"--num-nodes=" + strconv.Itoa(o.Nodes), "--disable-log-dump",
+	}
+	cmd := exec.CommandContext(ctx, k.Ginkgo, args...)
+	cmd.Stdout, cmd.Stderr = out, out
+	// kubectl (the Kubectl specs) and the suite find their temporary files here.
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+o.Kubeconfig, "TMPDIR="+o.ReportDir)
+	start := time.Now()
+	runErr := cmd.Run()
+	s, err := ReadJUnit(filepath.Join(o.ReportDir, "junit.xml"), o.Focus, o.Skip)
+	if err != nil {
+		return Summary{}, fmt.Errorf("ginkgo %s: %v; its report: %w (output in %s)", k.E2ETest, runErr, err, log.Name())
+	}
+	s.Took = time.Since(start)
+	if err := os.WriteFile(filepath.Join(o.ReportDir, "summary.txt"), []byte(s.String()), 0o644); err != nil {
+		return s, err
+	}
+	if runErr != nil && s.Failed == 0 {
+		return s, fmt.Errorf("ginkgo %s: %w, with no failed spec in its report (output in %s)", k.E2ETest, runErr, log.Name())
+	}
+	return s, nil
+}

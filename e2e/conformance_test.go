@@ -1,0 +1,81 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kforge/kforge/bundle"
+	"github.com/kforge/kforge/conformance"
+	"github.com/kforge/kforge/internal/testenv"
+	"github.com/kforge/kforge/lab"
+	"github.com/kforge/kforge/release"
+)
+
+// conformanceSlice is what `make test` runs of Kubernetes' conformance suite: DNS, Services and
+// admission webhooks (the API server reaching a Service from a host without a default route).
+const conformanceSlice = `\[sig-network\] DNS should provide (DNS for the cluster|DNS for services|/etc/hosts entries)` +
+	`|\[sig-network\] Services should (serve a basic endpoint from pods|serve multiport endpoints from pods|be able to change the type from ClusterIP to ExternalName)` +
+	`|\[sig-api-machinery\] AdmissionWebhook .*should (be able to deny pod and configmap creation|mutate custom resource with pruning)`
+
+// TestConformance runs Kubernetes' own conformance specs, built offline (package conformance),
+// against a kforge cluster of 1 master and 2 workers on bare lab hosts: by default the slice
+// above; with KFORGE_CONFORMANCE=full every [Conformance] spec that is not [Serial],
+// [Disruptive] or [Slow] (make conformance). KFORGE_CONFORMANCE_VERSION picks the Kubernetes
+// version (default: the default release), KFORGE_CONFORMANCE_REPORT keeps the JUnit report and
+// the suite's log in that directory. Every selected spec must pass.
+func TestConformance(t *testing.T) {
+	testenv.Require(t, lab.Prerequisites())
+	version := release.Default()
+	if v := os.Getenv("KFORGE_CONFORMANCE_VERSION"); v != "" {
+		version = v
+	}
+	focus, procs, timeout := conformanceSlice, 3, 20*time.Minute
+	if os.Getenv("KFORGE_CONFORMANCE") == "full" {
+		focus, procs, timeout = conformance.Focus, 6, 3*time.Hour
+	}
+	report := t.TempDir()
+	if dir := os.Getenv("KFORGE_CONFORMANCE_REPORT"); dir != "" {
+		report = filepath.Join(dir, version)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout+20*time.Minute)
+	defer cancel()
+	start := time.Now()
+	kit, err := conformance.Build(context.Background(), bundle.BuildOptions{Version: version})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("conformance kit of %s in %s: %d images built, %d from the bundle, %d that cannot be built offline: %s",
+		version, time.Since(start).Round(time.Second), len(kit.Built), len(kit.FromBundle), len(kit.Missing), strings.Join(kit.Missing, ", "))
+
+	c := newCluster(ctx, t, "conf", version, lab.Options{Hosts: 3, Bare: true})
+	h := c.lab.Hosts
+	c.writeInventory(h[:1], h[1:])
+	if out, err := c.run("apply"); err != nil {
+		t.Fatalf("apply: %v\n%s", err, out)
+	}
+	start = time.Now()
+	for _, n := range h {
+		c.importImage(ctx, n.Name, kit.Images)
+	}
+	t.Logf("test images imported on %d nodes in %s", len(h), time.Since(start).Round(time.Second))
+
+	s, err := conformance.Run(ctx, kit, conformance.RunOptions{
+		Kubeconfig: filepath.Join(c.state, "admin.conf"), ReportDir: report,
+		Focus: focus, Procs: procs, Timeout: timeout, Nodes: 2,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("Kubernetes %s conformance (focus %s), report in %s:\n%s", version, focus, report, s)
+	if s.Failed > 0 {
+		t.Errorf("%d conformance specs failed; see above and %s", s.Failed, filepath.Join(report, "e2e.log"))
+	}
+	if s.Passed == 0 {
+		t.Errorf("no conformance spec passed: the focus %q selected nothing?", focus)
+	}
+	c.checkNodes(ctx, 3)
+}
