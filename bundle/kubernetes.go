@@ -2,6 +2,7 @@ package bundle
 
 import (
 	"context"
+	_ "embed"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -54,11 +55,15 @@ func RegistryBinaries(ctx context.Context, o BuildOptions) (string, error) {
 	return binaries(ctx, o, registryModule(RegistryVersion))
 }
 
+//go:embed internal/e2esh/main.go
+var e2eshMain []byte
+
 // ConformanceBinaries returns a directory holding Kubernetes o.Version's conformance suite and
 // what its test images run, built from the module k8s.io/kubernetes like KubernetesBinaries:
 // e2e.test (go test -c of test/e2e), ginkgo (the CLI of the ginkgo release Kubernetes requires,
 // which runs e2e.test in parallel), agnhost, nnp (nonewprivs' program) and sample-apiserver. Not
-// part of any bundle: the conformance run (package conformance) uses it.
+// part of any bundle: the conformance run (package conformance) uses it. e2e-sh is the busybox
+// images' /bin/sh (internal/e2esh).
 func ConformanceBinaries(ctx context.Context, o BuildOptions) (string, error) {
 	m, err := kubernetesModule(o.Version)
 	if err != nil {
@@ -73,6 +78,7 @@ func ConformanceBinaries(ctx context.Context, o BuildOptions) (string, error) {
 	m.Output = map[string]string{"k8s.io/kubernetes/test/images/nonewprivs": "nnp"}
 	m.Packages = append(m.Packages, "k8s.io/kubernetes/test/images/nonewprivs")
 	m.Tests = map[string]string{"k8s.io/kubernetes/test/e2e": "e2e.test"}
+	m.Local, m.LocalName = map[string][]byte{"main.go": e2eshMain}, "e2e-sh"
 	return binaries(ctx, o, m)
 }
 

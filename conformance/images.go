@@ -36,12 +36,14 @@ var basePackages = []string{
 }
 
 // baseRecipe names the base tree's build steps (customizeBase): bump it when they change.
-const baseRecipe = "kforge-e2e-base/1"
+const baseRecipe = "kforge-e2e-base/2"
 
 // customizeBase finishes the base tree:
-//   - /bin/sh is bash: busybox's ash (and dash) drop environment variables whose names are not
-//     shell identifiers, such as "data-1", which the ConfigMap and Secret specs read back;
-//   - busybox's applets fill in the commands Debian's packages lack (wget, for one);
+//   - /bin/sh is bash, as in upstream's agnhost (Alpine's ash, with netcat-openbsd's nc and no
+//     applets before PATH; Debian's static busybox runs its own nc first). The busybox images
+//     put e2e-sh over it (bundle/internal/e2esh);
+//   - every busybox applet is in /bin, as in busybox's image: Debian's tool where it has one
+//     (/bin/sysctl is procps'), else busybox (wget, for one);
 //   - agnhost's users and groups (user-defined-in-image 1000, group-defined-in-image 50000);
 //   - nginx logs to the container's output, as upstream's image does;
 //   - no apt caches.
@@ -59,10 +61,16 @@ func customizeBase(dir string) error {
 		if applet == "busybox" || strings.ContainsRune(applet, '/') {
 			continue
 		}
-		if exists(dir, "usr/bin/"+applet) || exists(dir, "usr/sbin/"+applet) {
+		// Specs run busybox's applets as /bin/<applet> (/bin/sysctl): Debian's own tool where
+		// there is one, else busybox's.
+		if exists(dir, "usr/bin/"+applet) {
 			continue
 		}
-		if err := os.Symlink("busybox", filepath.Join(dir, "usr/bin", applet)); err != nil {
+		to := "busybox"
+		if exists(dir, "usr/sbin/"+applet) {
+			to = "../sbin/" + applet
+		}
+		if err := os.Symlink(to, filepath.Join(dir, "usr/bin", applet)); err != nil {
 			return err
 		}
 	}
@@ -158,6 +166,8 @@ func specFor(ref string, in inputs) (imageSpec, how) {
 			file{Path: "/" + which + ".jpg", Src: filepath.Join(in.src, "test/images", which, "html", which+".jpg"), Mode: 0o644},
 			file{Path: "/data.json", Src: filepath.Join(in.src, "test/images", which, "html/data.json"), Mode: 0o644})
 	}
+	// busybox's images: ash as /bin/sh (e2e-sh), and busybox's applets before PATH, as upstream.
+	ash := []file{{Path: "/usr/bin/sh", Src: filepath.Join(in.bins, "e2e-sh")}}
 	switch path.Base(repo) {
 	case "agnhost":
 		if strings.Contains(repo, "e2e-test-images/agnhost") {
@@ -166,11 +176,11 @@ func specFor(ref string, in inputs) (imageSpec, how) {
 	case "kitten", "nautilus":
 		return imageSpec{Ref: ref, Files: page(path.Base(repo)), Entrypoint: []string{"/agnhost"}, Cmd: []string{"test-webserver"}}, built
 	case "busybox":
-		return imageSpec{Ref: ref, Cmd: []string{"sh"}}, built
+		return imageSpec{Ref: ref, Files: ash, Cmd: []string{"sh"}}, built
 	case "nonroot":
-		return imageSpec{Ref: ref, User: "1234", Cmd: []string{"sh"}}, built
+		return imageSpec{Ref: ref, Files: ash, User: "1234", Cmd: []string{"sh"}}, built
 	case "nonewprivs":
-		return imageSpec{Ref: ref, Files: []file{{Path: "/usr/local/bin/nnp", Src: filepath.Join(in.bins, "nnp"), Mode: 0o4755}}, Cmd: []string{"nnp"}}, built
+		return imageSpec{Ref: ref, Files: append(ash, file{Path: "/usr/local/bin/nnp", Src: filepath.Join(in.bins, "nnp"), Mode: 0o4755}), Cmd: []string{"nnp"}}, built
 	case "nginx":
 		return imageSpec{Ref: ref, Cmd: []string{"nginx", "-g", "daemon off;"}}, built
 	case "glibc-dns-testing":

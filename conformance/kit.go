@@ -3,7 +3,8 @@
 // A Kit is built from Go modules and Debian packages only, once per Kubernetes version, and
 // cached beside the bundle's builds: e2e.test and the ginkgo CLI of that release, kubectl, and
 // the test images the suite runs, under the exact names the suite expects (e2e.test
-// --list-images), in one archive that `ctr -n k8s.io images import` loads on every node. Images
+// --list-images), in one archive (a registry serves them to the nodes: e2e's TestConformance
+// pushes them to the lab registry, which containerd uses as a mirror of registry.k8s.io). Images
 // that cannot be made offline are named in Kit.Missing. Run runs the suite in parallel and
 // Summarize reads its JUnit report by SIG.
 package conformance
@@ -32,8 +33,8 @@ type Kit struct {
 	Images string
 	// Built are the image references in Images.
 	Built []string
-	// FromBundle are references the suite lists that every kforge node already has from the
-	// bundle (pause, etcd).
+	// FromBundle are references the suite lists that the bundle holds (pause, etcd: the
+	// cluster's own images, which workers lack); a run serves them from the bundle's archives.
 	FromBundle []string
 	// Missing are references the suite lists that the kit cannot build offline; the specs that
 	// need them fail to pull.

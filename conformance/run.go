@@ -74,8 +74,7 @@ func Run(ctx context.Context, k Kit, o RunOptions) (Summary, error) {
 	}
 	cmd := exec.CommandContext(ctx, k.Ginkgo, args...)
 	cmd.Stdout, cmd.Stderr = out, out
-	// kubectl (the Kubectl specs) and the suite find their temporary files here.
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+o.Kubeconfig, "TMPDIR="+o.ReportDir)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+o.Kubeconfig)
 	start := time.Now()
 	runErr := cmd.Run()
 	s, err := ReadJUnit(filepath.Join(o.ReportDir, "junit.xml"), o.Focus, o.Skip)

@@ -2,8 +2,10 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +17,9 @@ import (
 	"github.com/kforge/kforge/release"
 )
 
+// upstreamRegistry is where the suite's images live; the lab registry mirrors it.
+const upstreamRegistry = "registry.k8s.io"
+
 // conformanceSlice is what `make test` runs of Kubernetes' conformance suite: DNS, Services and
 // admission webhooks (the API server reaching a Service from a host without a default route).
 const conformanceSlice = `\[sig-network\] DNS should provide (DNS for the cluster|DNS for services|/etc/hosts entries)` +
@@ -22,7 +27,8 @@ const conformanceSlice = `\[sig-network\] DNS should provide (DNS for the cluste
 	`|\[sig-api-machinery\] AdmissionWebhook .*should (be able to deny pod and configmap creation|mutate custom resource with pruning)`
 
 // TestConformance runs Kubernetes' own conformance specs, built offline (package conformance),
-// against a kforge cluster of 1 master and 2 workers on bare lab hosts: by default the slice
+// against a kforge cluster of 1 master and 2 workers on bare lab hosts, whose containerd pulls
+// the test images through the lab registry (a mirror of registry.k8s.io): by default the slice
 // above; with KFORGE_CONFORMANCE=full every [Conformance] spec that is not [Serial],
 // [Disruptive] or [Slow] (make conformance). KFORGE_CONFORMANCE_VERSION picks the Kubernetes
 // version (default: the default release), KFORGE_CONFORMANCE_REPORT keeps the JUnit report and
@@ -53,15 +59,33 @@ func TestConformance(t *testing.T) {
 
 	c := newCluster(ctx, t, "conf", version, lab.Options{Hosts: 3, Bare: true})
 	h := c.lab.Hosts
+	// The test images come from the lab's registry, a mirror of registry.k8s.io for containerd
+	// (specs pull with policy Always, and workers lack the masters' images): the kit's, and those
+	// the suite shares with the bundle (etcd, pause).
+	reg := startRegistry(t)
+	start = time.Now()
+	m, err := bundle.LoadManifest(c.bundle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ref := range kit.Built {
+		reg.pushFrom(t, kit.Images, ref, strings.TrimPrefix(ref, upstreamRegistry+"/"))
+	}
+	for _, ref := range kit.FromBundle {
+		i := slices.IndexFunc(m.Images, func(im bundle.Image) bool { return im.Name == ref })
+		if i < 0 {
+			t.Fatalf("the suite's %s is not in the bundle %s", ref, c.bundle)
+		}
+		reg.push(t, filepath.Join(c.bundle, m.Images[i].Path), strings.TrimPrefix(ref, upstreamRegistry+"/"))
+	}
+	t.Logf("%d test images pushed to the lab registry in %s", len(kit.Built)+len(kit.FromBundle), time.Since(start).Round(time.Second))
+	c.env = []string{"KFORGE_E2E_REGISTRY_USER=" + reg.user, "KFORGE_E2E_REGISTRY_PASSWORD=" + reg.password}
+	c.registries = []string{fmt.Sprintf("{host: %s, mirrors: [\"https://%s\"], caFile: %s, usernameEnv: KFORGE_E2E_REGISTRY_USER, passwordEnv: KFORGE_E2E_REGISTRY_PASSWORD}",
+		upstreamRegistry, reg.addr, reg.caFile)}
 	c.writeInventory(h[:1], h[1:])
 	if out, err := c.run("apply"); err != nil {
 		t.Fatalf("apply: %v\n%s", err, out)
 	}
-	start = time.Now()
-	for _, n := range h {
-		c.importImage(ctx, n.Name, kit.Images)
-	}
-	t.Logf("test images imported on %d nodes in %s", len(h), time.Since(start).Round(time.Second))
 
 	s, err := conformance.Run(ctx, kit, conformance.RunOptions{
 		Kubeconfig: filepath.Join(c.state, "admin.conf"), ReportDir: report,

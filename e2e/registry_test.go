@@ -121,12 +121,26 @@ auth:
 	}
 }
 
-// push copies an image archive into the registry as repo:tag and returns its reference there.
+// push copies an image archive into the registry as repo:tag.
 func (r *labRegistry) push(t *testing.T, archive, repoTag string) {
+	r.pushFrom(t, archive, "", repoTag)
+}
+
+// pushFrom copies the image src of an archive of several (the only one when src is empty) into
+// the registry as repo:tag.
+func (r *labRegistry) pushFrom(t *testing.T, archive, src, repoTag string) {
 	t.Helper()
-	img, err := tarball.ImageFromPath(archive, nil)
+	var tag *name.Tag
+	if src != "" {
+		st, err := name.NewTag(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tag = &st
+	}
+	img, err := tarball.ImageFromPath(archive, tag)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%s in %s: %v", src, archive, err)
 	}
 	ref, err := name.ParseReference(r.addr + "/" + repoTag)
 	if err != nil {
