@@ -55,6 +55,12 @@ func Run(ctx context.Context, k Kit, o RunOptions) (Summary, error) {
 	if err := os.MkdirAll(o.ReportDir, 0o755); err != nil {
 		return Summary{}, err
 	}
+	// A report of an earlier run must not pass for this one's.
+	for _, f := range []string{"junit.xml", "summary.txt"} {
+		if err := os.Remove(filepath.Join(o.ReportDir, f)); err != nil && !os.IsNotExist(err) {
+			return Summary{}, err
+		}
+	}
 	log, err := os.Create(filepath.Join(o.ReportDir, "e2e.log"))
 	if err != nil {
 		return Summary{}, err
