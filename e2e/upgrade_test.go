@@ -224,35 +224,13 @@ func (c *cluster) runUntil(ctx context.Context, marker string, args ...string) (
 func startLoad(ctx context.Context, t testing.TB, k kubernetes.Interface, master string) (ok, failed int) {
 	t.Helper()
 	labels := map[string]string{"app": "web"}
-	replicas := int32(2)
-	_, err := k.AppsV1().Deployments("default").Create(ctx, &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "web"},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: &replicas,
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{
-					Containers: []corev1.Container{{
-						Name: "agent", Image: agentImage, ImagePullPolicy: corev1.PullNever, Args: []string{"serve"},
-						ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Port: intstr.FromInt32(8080)}}, PeriodSeconds: 1},
-					}},
-					TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: "kubernetes.io/hostname", WhenUnsatisfiable: corev1.ScheduleAnyway, LabelSelector: &metav1.LabelSelector{MatchLabels: labels}}},
-				},
-			},
-		},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	one := intstr.FromInt32(1)
-	if _, err := k.PolicyV1().PodDisruptionBudgets("default").Create(ctx, &policyv1.PodDisruptionBudget{
-		ObjectMeta: metav1.ObjectMeta{Name: "web"},
-		Spec:       policyv1.PodDisruptionBudgetSpec{MinAvailable: &one, Selector: &metav1.LabelSelector{MatchLabels: labels}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	guardedDeployment(ctx, t, k, "web", 2, corev1.PodSpec{
+		Containers: []corev1.Container{{
+			Name: "agent", Image: agentImage, ImagePullPolicy: corev1.PullNever, Args: []string{"serve"},
+			ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Port: intstr.FromInt32(8080)}}, PeriodSeconds: 1},
+		}},
+		TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: "kubernetes.io/hostname", WhenUnsatisfiable: corev1.ScheduleAnyway, LabelSelector: &metav1.LabelSelector{MatchLabels: labels}}},
+	})
 	svc, err := k.CoreV1().Services("default").Create(ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "web"},
 		Spec:       corev1.ServiceSpec{Selector: labels, Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
@@ -294,6 +272,31 @@ func startLoad(ctx context.Context, t testing.TB, k kubernetes.Interface, master
 	return ok, failed
 }
 
+// guardedDeployment creates Deployment name in the default namespace, replicas of spec labeled
+// app=name (rolling updates), under a PodDisruptionBudget of the same name with minAvailable 1.
+func guardedDeployment(ctx context.Context, t testing.TB, k kubernetes.Interface, name string, replicas int32, spec corev1.PodSpec) {
+	t.Helper()
+	labels := map[string]string{"app": name}
+	if _, err := k.AppsV1().Deployments("default").Create(ctx, &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &replicas,
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: spec},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	one := intstr.FromInt32(1)
+	if _, err := k.PolicyV1().PodDisruptionBudgets("default").Create(ctx, &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       policyv1.PodDisruptionBudgetSpec{MinAvailable: &one, Selector: &metav1.LabelSelector{MatchLabels: labels}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // linesWith returns the lines of out that contain s.
 func linesWith(out, s string) string {
 	var l []string
@@ -309,31 +312,10 @@ func linesWith(out, s string) string {
 // node can evict it. It returns once the budget allows no disruption.
 func blockDrain(ctx context.Context, t testing.TB, k kubernetes.Interface, node string) {
 	t.Helper()
-	labels := map[string]string{"app": "blocker"}
-	one := int32(1)
-	if _, err := k.AppsV1().Deployments("default").Create(ctx, &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "blocker"},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: &one,
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{
-					NodeSelector: map[string]string{"kubernetes.io/hostname": node},
-					Containers:   []corev1.Container{{Name: "agent", Image: agentImage, ImagePullPolicy: corev1.PullNever, Args: []string{"serve"}}},
-				},
-			},
-		},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	minAvailable := intstr.FromInt32(1)
-	if _, err := k.PolicyV1().PodDisruptionBudgets("default").Create(ctx, &policyv1.PodDisruptionBudget{
-		ObjectMeta: metav1.ObjectMeta{Name: "blocker"},
-		Spec:       policyv1.PodDisruptionBudgetSpec{MinAvailable: &minAvailable, Selector: &metav1.LabelSelector{MatchLabels: labels}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	guardedDeployment(ctx, t, k, "blocker", 1, corev1.PodSpec{
+		NodeSelector: map[string]string{"kubernetes.io/hostname": node},
+		Containers:   []corev1.Container{{Name: "agent", Image: agentImage, ImagePullPolicy: corev1.PullNever, Args: []string{"serve"}}},
+	})
 	err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		b, err := k.PolicyV1().PodDisruptionBudgets("default").Get(ctx, "blocker", metav1.GetOptions{})
 		return err == nil && b.Status.ObservedGeneration == b.Generation && b.Status.CurrentHealthy == 1 && b.Status.DisruptionsAllowed == 0, nil
