@@ -21,8 +21,26 @@ type Summary struct {
 // Counts are one SIG's specs.
 type Counts struct{ Passed, Failed, Skipped int }
 
-// Failure is a failed spec and the first lines of why.
-type Failure struct{ Spec, Message string }
+// Failure is a failed spec and the first lines of why. Offline is set for a spec of
+// CannotPassOffline: the reason it cannot pass with images made offline.
+type Failure struct{ Spec, Message, Offline string }
+
+// CannotPassOffline are the selected specs that cannot pass with the kit's images, by a part of
+// their name, with the reason. Every other failure is a defect, of kforge or of the kit.
+var CannotPassOffline = map[string]string{
+	"ImageVolume should succeed with pod and pull policy of Always": "it asserts that kitten's image is Alpine Linux (its /etc/os-release); the kit's images are Debian's, and Debian's apt has no Alpine",
+}
+
+// Unexpected are the failures not in CannotPassOffline.
+func (s Summary) Unexpected() []Failure {
+	var u []Failure
+	for _, f := range s.Failures {
+		if f.Offline == "" {
+			u = append(u, f)
+		}
+	}
+	return u
+}
 
 type junitReport struct {
 	Suites []struct {
@@ -96,7 +114,13 @@ func ReadJUnit(p, focus, skip string) (Summary, error) {
 				} else if c.Error != nil {
 					msg = c.Error.Message
 				}
-				s.Failures = append(s.Failures, Failure{Spec: c.Name, Message: firstLines(msg, 3)})
+				f := Failure{Spec: c.Name, Message: firstLines(msg, 3)}
+				for part, why := range CannotPassOffline {
+					if strings.Contains(c.Name, part) {
+						f.Offline = why
+					}
+				}
+				s.Failures = append(s.Failures, f)
 			case c.Skipped != nil || c.Status == "skipped" || c.Status == "pending":
 				n.Skipped++
 				s.Skipped++
@@ -129,6 +153,10 @@ func (s Summary) String() string {
 		fmt.Fprintf(&b, "%-18s %7d %7d %8d\n", sig, c.Passed, c.Failed, c.Skipped)
 	}
 	for _, f := range s.Failures {
+		if f.Offline != "" {
+			fmt.Fprintf(&b, "FAIL %s\n     cannot pass offline: %s\n", f.Spec, f.Offline)
+			continue
+		}
 		fmt.Fprintf(&b, "FAIL %s\n     %s\n", f.Spec, strings.ReplaceAll(f.Message, "\n", "\n     "))
 	}
 	return b.String()
