@@ -68,8 +68,8 @@ func (c *cluster) certificatesUnderLoad(ctx context.Context, hosts []lab.Host) {
 	}
 	k = c.client()
 	_, failedN := proberCounts(ctx, t, k)
-	t.Logf("certs rotate-ca --ca cluster,etcd took %s (both runs); Service prober: %d failed requests; API probes through the load balancer: %d failed (about %s), the longest outage %s:\n%s",
-		took.Round(time.Second), failedN-failed0, failed, down.Round(100*time.Millisecond), api.longestOutage().Round(100*time.Millisecond), out)
+	t.Logf("certs rotate-ca --ca cluster,etcd took %s (both runs); Service prober: %d failed requests; API probes through the load balancer: %d failed (about %s), the longest outage %s%s\n%s",
+		took.Round(time.Second), failedN-failed0, failed, down.Round(100*time.Millisecond), api.longestOutage().Round(100*time.Millisecond), api.outages(), out)
 	if failedN-failed0 > 2 {
 		t.Errorf("the Service failed %d requests during the CA rotation; want none", failedN-failed0)
 	}

@@ -104,7 +104,7 @@ func TestHAControlPlaneGrowsSurvivesAMasterAndShrinks(t *testing.T) {
 		}
 	}
 	longest := api.longestOutage()
-	t.Logf("upgrade %s → %s of 3 masters + 2 workers took %s; API probes through the load balancer (every 200 ms, 2 s timeout): %d failed, about %s without an answer, the longest outage %s:\n%s", from, to, time.Since(start).Round(time.Second), failed, down.Round(100*time.Millisecond), longest.Round(100*time.Millisecond), strings.Join(hops, "\n"))
+	t.Logf("upgrade %s → %s of 3 masters + 2 workers took %s; API probes through the load balancer (every 200 ms, 2 s timeout): %d failed, about %s without an answer, the longest outage %s%s\n%s", from, to, time.Since(start).Round(time.Second), failed, down.Round(100*time.Millisecond), longest.Round(100*time.Millisecond), api.outages(), strings.Join(hops, "\n"))
 	// Measured on this 2-core lab: 7 failed probes, the longest outage 3.4 s, since the lab's
 	// load balancer checks /readyz and closes a master's connections when it marks it down
 	// (45–90 failed and 29–31 s before, with TCP checks: client-go's one HTTP/2 connection

@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -417,6 +418,16 @@ type apiProbe struct {
 	longest atomic.Int64 // nanoseconds of the longest run of failed probes
 	done    chan struct{}
 	ended   chan struct{}
+	mu      sync.Mutex
+	list    []outage // the runs of failed probes, in order
+}
+
+// outage is one run of failed probes: when it began, how long it lasted and what its first
+// probe got (an error, or /readyz's failing checks).
+type outage struct {
+	start time.Time
+	took  time.Duration
+	why   string
 }
 
 func probeAPI(ctx context.Context, k kubernetes.Interface) *apiProbe {
@@ -428,13 +439,14 @@ func probeAPIWith(ctx context.Context, client func() kubernetes.Interface) *apiP
 	p := &apiProbe{done: make(chan struct{}), ended: make(chan struct{})}
 	go func() {
 		defer close(p.ended)
-		var outage time.Time // when the current run of failed probes began
+		var cur outage // the current run of failed probes (zero start: none)
 		for {
 			start := time.Now()
 			rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			var code int
+			code, why := 0, "no client"
 			if k := client(); k != nil {
-				k.Discovery().RESTClient().Get().AbsPath("/readyz").Do(rctx).StatusCode(&code)
+				body, err := k.Discovery().RESTClient().Get().AbsPath("/readyz").Param("verbose", "1").Do(rctx).StatusCode(&code).Raw()
+				why = failingChecks(body, err)
 			}
 			cancel()
 			select {
@@ -445,18 +457,52 @@ func probeAPIWith(ctx context.Context, client func() kubernetes.Interface) *apiP
 			if code != http.StatusOK {
 				p.failed.Add(1)
 				p.down.Add(int64(time.Since(start)))
-				if outage.IsZero() {
-					outage = start
+				if cur.start.IsZero() {
+					cur = outage{start: start, why: why}
 				}
-				if d := int64(time.Since(outage)); d > p.longest.Load() {
+				if d := int64(time.Since(cur.start)); d > p.longest.Load() {
 					p.longest.Store(d)
 				}
-			} else {
-				outage = time.Time{}
+			} else if !cur.start.IsZero() {
+				cur.took = start.Sub(cur.start)
+				p.mu.Lock()
+				p.list = append(p.list, cur)
+				p.mu.Unlock()
+				cur = outage{}
 			}
 		}
 	}()
 	return p
+}
+
+// failingChecks is what a failed /readyz?verbose said: its failed checks ("[-]etcd failed"), or
+// the error.
+func failingChecks(body []byte, err error) string {
+	var failed []string
+	for _, l := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(l, "[-]") {
+			failed = append(failed, l)
+		}
+	}
+	if len(failed) > 0 {
+		return strings.Join(failed, "; ")
+	}
+	if err != nil {
+		return err.Error()
+	}
+	return ""
+}
+
+// outages lists the runs of failed probes that ended: the clock time each began, how long it
+// lasted, and what its first probe got (to match with the events of the run under test).
+func (p *apiProbe) outages() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var b strings.Builder
+	for _, o := range p.list {
+		fmt.Fprintf(&b, "\n  outage at %s for %s: %s", o.start.Format("15:04:05.0"), o.took.Round(100*time.Millisecond), o.why)
+	}
+	return b.String()
 }
 
 // stop ends the probe and returns the failed probes and the time they cover.
