@@ -54,6 +54,7 @@ func (c *cluster) certificatesUnderLoad(ctx context.Context, hosts []lab.Host) {
 	start = time.Now()
 	killed, out := c.runUntil(ctx, "certificates issued by the new CA", "certs", "rotate-ca", "--ca", "cluster,etcd")
 	if !killed {
+		c.logMasters(ctx, hosts)
 		t.Fatalf("the first rotate-ca run ended before its reissue phase:\n%s", out)
 	}
 	t.Logf("first rotate-ca run killed in its reissue phase after %s", time.Since(start).Round(time.Second))
@@ -64,6 +65,7 @@ func (c *cluster) certificatesUnderLoad(ctx context.Context, hosts []lab.Host) {
 	took = time.Since(start)
 	failed, down = api.stop()
 	if err != nil {
+		c.logMasters(ctx, hosts)
 		t.Fatalf("certs rotate-ca (second run): %v\n%s", err, out)
 	}
 	k = c.client()
@@ -105,6 +107,19 @@ func (c *cluster) certificatesUnderLoad(ctx context.Context, hosts []lab.Host) {
 
 // adminClient is a client with the state dir's admin kubeconfig as it is now (kforge rewrites
 // it as certificates change), or nil when it cannot be read.
+// logMasters logs, for each master among hosts, its containers and the end of kubelet's journal:
+// what a failed wait on the static pods needs to be understood.
+func (c *cluster) logMasters(ctx context.Context, hosts []lab.Host) {
+	for _, h := range hosts {
+		// Best effort: a host that does not answer says so, and the test fails on its own error.
+		out, err := c.lab.Exec(ctx, h.Name, "sh", "-c", "[ -f /etc/kubernetes/manifests/kube-apiserver.yaml ] || exit 0; "+
+			"crictl ps -a 2>&1 | head -30; journalctl -u kubelet -n 120 -o short-precise --no-pager 2>&1")
+		if err != nil || len(out) > 0 {
+			c.t.Logf("%s: %v\n%s", h.Name, err, out)
+		}
+	}
+}
+
 func (c *cluster) adminClient() kubernetes.Interface {
 	cfg, err := c.adminConfig()
 	if err != nil {
