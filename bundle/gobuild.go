@@ -275,6 +275,17 @@ func (r *goRunner) run(ctx context.Context, dir string, env []string, args ...st
 	return stdout.Bytes(), nil
 }
 
+// ModuleSource returns the directory of module at version in the Go module cache, downloading
+// it first when it is not there (the conformance kit takes test images' data files from it).
+func ModuleSource(ctx context.Context, o BuildOptions, module, version string) (string, error) {
+	dir := o.cacheDir()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	info, err := (&goRunner{opts: o}).download(ctx, dir, module+"@"+version)
+	return info.Dir, err
+}
+
 // modInfo is what `go mod download -json` reports about one module.
 type modInfo struct {
 	Path, Version, GoMod, Dir, Time string

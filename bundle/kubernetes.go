@@ -74,9 +74,9 @@ func ConformanceBinaries(ctx context.Context, o BuildOptions) (string, error) {
 		"github.com/onsi/ginkgo/v2/ginkgo",
 		"k8s.io/kubernetes/test/images/agnhost",
 		"k8s.io/sample-apiserver",
+		"k8s.io/kubernetes/test/images/nonewprivs",
 	}
 	m.Output = map[string]string{"k8s.io/kubernetes/test/images/nonewprivs": "nnp"}
-	m.Packages = append(m.Packages, "k8s.io/kubernetes/test/images/nonewprivs")
 	m.Tests = map[string]string{"k8s.io/kubernetes/test/e2e": "e2e.test"}
 	m.Local, m.LocalName = map[string][]byte{"main.go": e2eshMain}, "e2e-sh"
 	return binaries(ctx, o, m)

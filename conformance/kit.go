@@ -6,13 +6,12 @@
 // --list-images), in one archive (a registry serves them to the nodes: e2e's TestConformance
 // pushes them to the lab registry, which containerd uses as a mirror of registry.k8s.io). Images
 // that cannot be made offline are named in Kit.Missing. Run runs the suite in parallel and
-// Summarize reads its JUnit report by SIG.
+// ReadJUnit reads its JUnit report by SIG.
 package conformance
 
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"os/exec"
 	"path/filepath"
@@ -75,9 +74,10 @@ func Build(ctx context.Context, o bundle.BuildOptions) (Kit, error) {
 	if err != nil {
 		return Kit{}, fmt.Errorf("conformance %s: the test images' Debian base: %w", o.Version, err)
 	}
-	src, err := moduleDir(ctx, o)
+	// The test images' data files (agnhost's porter certificate, kitten's and nautilus' pages).
+	src, err := bundle.ModuleSource(ctx, o, "k8s.io/kubernetes", o.Version)
 	if err != nil {
-		return Kit{}, err
+		return Kit{}, fmt.Errorf("conformance %s: %w", o.Version, err)
 	}
 	in := inputs{bins: bins, coredns: filepath.Join(coredns, "coredns"), base: base, src: src}
 	var specs []imageSpec
@@ -117,26 +117,4 @@ func listImages(ctx context.Context, e2eTest string) ([]string, error) {
 		return nil, fmt.Errorf("%s --list-images listed no image", e2eTest)
 	}
 	return refs, nil
-}
-
-// moduleDir is the source of k8s.io/kubernetes at o.Version in the module cache: the test
-// images' data files (agnhost's porter certificate, kitten's and nautilus' pages) come from it.
-func moduleDir(ctx context.Context, o bundle.BuildOptions) (string, error) {
-	gobin := o.Go
-	if gobin == "" {
-		gobin = "go"
-	}
-	cmd := exec.CommandContext(ctx, gobin, "mod", "download", "-json", "k8s.io/kubernetes@"+o.Version)
-	cmd.Env = append(cmd.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off")
-	cmd.Env = append(cmd.Env, o.Env...)
-	cmd.Dir = o.CacheRoot()
-	out, err := cmd.Output()
-	if err != nil {
-		return "", fmt.Errorf("go mod download k8s.io/kubernetes@%s: %w", o.Version, err)
-	}
-	var m struct{ Dir string }
-	if err := json.Unmarshal(out, &m); err != nil || m.Dir == "" {
-		return "", fmt.Errorf("go mod download k8s.io/kubernetes@%s: no directory in %q (%v)", o.Version, out, err)
-	}
-	return m.Dir, nil
 }
