@@ -54,8 +54,9 @@ func (c *cluster) certificatesUnderLoad(ctx context.Context, hosts []lab.Host) {
 	start = time.Now()
 	killed, out := c.runUntil(ctx, "certificates issued by the new CA", "certs", "rotate-ca", "--ca", "cluster,etcd")
 	if !killed {
+		t.Errorf("the first rotate-ca run ended before its reissue phase:\n%s", out)
 		c.logMasters(ctx, hosts)
-		t.Fatalf("the first rotate-ca run ended before its reissue phase:\n%s", out)
+		t.FailNow()
 	}
 	t.Logf("first rotate-ca run killed in its reissue phase after %s", time.Since(start).Round(time.Second))
 	if plan, _ := c.plan(); !strings.Contains(plan, "CA rotation in progress") || !strings.Contains(plan, "phase reissue") {
@@ -65,8 +66,9 @@ func (c *cluster) certificatesUnderLoad(ctx context.Context, hosts []lab.Host) {
 	took = time.Since(start)
 	failed, down = api.stop()
 	if err != nil {
+		t.Errorf("certs rotate-ca (second run): %v\n%s", err, out)
 		c.logMasters(ctx, hosts)
-		t.Fatalf("certs rotate-ca (second run): %v\n%s", err, out)
+		t.FailNow()
 	}
 	k = c.client()
 	_, failedN := proberCounts(ctx, t, k)
@@ -105,21 +107,29 @@ func (c *cluster) certificatesUnderLoad(ctx context.Context, hosts []lab.Host) {
 	}
 }
 
-// adminClient is a client with the state dir's admin kubeconfig as it is now (kforge rewrites
-// it as certificates change), or nil when it cannot be read.
-// logMasters logs, for each master among hosts, its containers and the end of kubelet's journal:
-// what a failed wait on the static pods needs to be understood.
+// logMasters logs, for each master among hosts, what a failed wait on its static pods needs to
+// be understood: the inputs-hash of each manifest, the end of each etcd and kube-apiserver
+// container's log (old and new pods), and kubelet's warnings and errors of the last minutes.
+// (crictl is not on bundle-installed hosts; the pod logs need no CRI client.)
 func (c *cluster) logMasters(ctx context.Context, hosts []lab.Host) {
+	const script = `[ -f /etc/kubernetes/manifests/kube-apiserver.yaml ] || exit 0
+grep -H 'inputs-hash' /etc/kubernetes/manifests/*.yaml
+for f in /var/log/pods/kube-system_etcd-*/*/*.log /var/log/pods/kube-system_kube-apiserver-*/*/*.log; do
+	echo "== $f ($(stat -c %y "$f"))"; tail -n 6 "$f" | cut -c1-400
+done
+echo "== kubelet"
+journalctl -u kubelet --since -8min -o short-precise --no-pager 2>&1 | grep -E ' [EW][0-9]{4} |mirror|Killing|terminat|static' | tail -n 40 | cut -c1-400`
 	for _, h := range hosts {
 		// Best effort: a host that does not answer says so, and the test fails on its own error.
-		out, err := c.lab.Exec(ctx, h.Name, "sh", "-c", "[ -f /etc/kubernetes/manifests/kube-apiserver.yaml ] || exit 0; "+
-			"crictl ps -a 2>&1 | head -30; journalctl -u kubelet -n 120 -o short-precise --no-pager 2>&1")
+		out, err := c.lab.Exec(ctx, h.Name, "sh", "-c", script)
 		if err != nil || len(out) > 0 {
 			c.t.Logf("%s: %v\n%s", h.Name, err, out)
 		}
 	}
 }
 
+// adminClient is a client with the state dir's admin kubeconfig as it is now (kforge rewrites
+// it as certificates change), or nil when it cannot be read.
 func (c *cluster) adminClient() kubernetes.Interface {
 	cfg, err := c.adminConfig()
 	if err != nil {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -411,7 +410,11 @@ func proberCounts(ctx context.Context, t testing.TB, k kubernetes.Interface) (ok
 	return ok, failed
 }
 
-// apiProbe asks the API server's /readyz every 200 ms (2 s timeout) until stopped.
+// apiProbe reads a namespace from the API every 200 ms (2 s timeout) until stopped: a real
+// request, as a user's client makes it (client-go retries what an API server that is stopping
+// answers with 429 and Retry-After). A failed read records why: the error, and what /readyz
+// said at that moment. /readyz itself is not the probe: a kube-apiserver told to stop fails it
+// by design while it still serves, so that load balancers move away first.
 type apiProbe struct {
 	failed  atomic.Int64
 	down    atomic.Int64 // nanoseconds between a failed probe and the next
@@ -443,10 +446,12 @@ func probeAPIWith(ctx context.Context, client func() kubernetes.Interface) *apiP
 		for {
 			start := time.Now()
 			rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			code, why := 0, "no client"
+			ok, why := false, "no client"
 			if k := client(); k != nil {
-				body, err := k.Discovery().RESTClient().Get().AbsPath("/readyz").Param("verbose", "1").Do(rctx).StatusCode(&code).Raw()
-				why = failingChecks(body, err)
+				_, err := k.CoreV1().Namespaces().Get(rctx, "default", metav1.GetOptions{})
+				if ok = err == nil; !ok && cur.start.IsZero() {
+					why = err.Error() + "; /readyz: " + readyz(ctx, k)
+				}
 			}
 			cancel()
 			select {
@@ -454,7 +459,7 @@ func probeAPIWith(ctx context.Context, client func() kubernetes.Interface) *apiP
 				return
 			case <-time.After(200 * time.Millisecond):
 			}
-			if code != http.StatusOK {
+			if !ok {
 				p.failed.Add(1)
 				p.down.Add(int64(time.Since(start)))
 				if cur.start.IsZero() {
@@ -475,9 +480,15 @@ func probeAPIWith(ctx context.Context, client func() kubernetes.Interface) *apiP
 	return p
 }
 
-// failingChecks is what a failed /readyz?verbose said: its failed checks ("[-]etcd failed"), or
-// the error.
-func failingChecks(body []byte, err error) string {
+// readyz is what /readyz?verbose says now: "ok", its failed checks ("[-]etcd failed"), or the
+// error.
+func readyz(ctx context.Context, k kubernetes.Interface) string {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	body, err := k.Discovery().RESTClient().Get().AbsPath("/readyz").Param("verbose", "1").Do(ctx).Raw()
+	if err == nil {
+		return "ok"
+	}
 	var failed []string
 	for _, l := range strings.Split(string(body), "\n") {
 		if strings.HasPrefix(l, "[-]") {
@@ -487,10 +498,7 @@ func failingChecks(body []byte, err error) string {
 	if len(failed) > 0 {
 		return strings.Join(failed, "; ")
 	}
-	if err != nil {
-		return err.Error()
-	}
-	return ""
+	return err.Error()
 }
 
 // outages lists the runs of failed probes that ended: the clock time each began, how long it
