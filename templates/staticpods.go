@@ -183,6 +183,11 @@ func (c ControlPlane) caMounts() []mount {
 	return ms
 }
 
+// ShutdownDelay is how long kube-apiserver goes on serving, with /readyz failing, once told to
+// stop, on clusters of several masters: a load balancer in front of them must mark a master
+// down within it (the lab's haproxy: 2 s).
+const ShutdownDelay = 5 * time.Second
+
 // APIServer is kube-apiserver's static pod (controlplane/manifests.go).
 func (c ControlPlane) APIServer() *corev1.Pod {
 	port := strconv.Itoa(c.BindPort)
@@ -220,6 +225,12 @@ func (c ControlPlane) APIServer() *corev1.Pod {
 		"service-cluster-ip-range":           c.ServiceSubnet,
 		"tls-cert-file":                      pkiPath("apiserver.crt"),
 		"tls-private-key-file":               pkiPath("apiserver.key"),
+	}
+	if !c.SingleMaster {
+		// Behind a load balancer (or kforge's node-local proxies), a kube-apiserver that kubelet
+		// replaces keeps serving for a while after its /readyz fails, so the balancer marks it
+		// down and moves its clients to another master before it stops accepting them.
+		args["shutdown-delay-duration"] = ShutdownDelay.String()
 	}
 	host := c.AdvertiseAddress
 	return componentPod(corev1.Container{
