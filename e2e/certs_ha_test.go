@@ -39,7 +39,9 @@ func (c *cluster) certificatesUnderLoad(ctx context.Context, hosts []lab.Host) {
 	took := time.Since(start)
 	failed, down := api.stop()
 	if err != nil {
-		t.Fatalf("certs renew --all: %v\n%s", err, out)
+		t.Errorf("certs renew --all: %v\n%s", err, out)
+		c.logMasters(ctx, hosts)
+		t.FailNow()
 	}
 	t.Logf("certs renew --all on 3 masters took %s; API probes through the load balancer: %d failed (about %s), the longest outage %s:\n%s",
 		took.Round(100*time.Millisecond), failed, down.Round(100*time.Millisecond), api.longestOutage().Round(100*time.Millisecond), out)

@@ -171,6 +171,10 @@ func newCluster(ctx context.Context, t *testing.T, prefix, version string, o lab
 	}
 	c.lab = l
 	t.Cleanup(func() {
+		if t.Failed() && os.Getenv("KFORGE_E2E_KEEP_FAILED") == "1" {
+			t.Logf("KFORGE_E2E_KEEP_FAILED=1: lab %s kept for a look (kforge lab status); remove it with: kforge lab down --name %s", o.Name, o.Name)
+			return
+		}
 		if err := l.Down(context.Background()); err != nil {
 			t.Errorf("lab down: %v", err)
 		}

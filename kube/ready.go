@@ -320,7 +320,10 @@ func firstLine(s string) string {
 // The caller, which can reach the hosts, adds what their kubelets say (tasks: KubeletsError).
 type NodesError struct {
 	Nodes []string
-	Err   error
+	// Pods, when set, are the pods ("namespace/name") the wait was for: what those nodes'
+	// kubelets said of them is the first thing to read.
+	Pods []string
+	Err  error
 }
 
 func (e *NodesError) Error() string { return e.Err.Error() }

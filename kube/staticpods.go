@@ -60,11 +60,19 @@ func waitStaticPods(ctx context.Context, c kubernetes.Interface, pods []StaticPo
 		select {
 		case <-ctx.Done():
 			sort.Strings(waiting)
-			var d []string
+			var d, nodes, names []string
+			for _, s := range pods {
+				if slices.Contains(waiting, s.MirrorName()) {
+					names = append(names, s.Pod.Namespace+"/"+s.MirrorName())
+					if !slices.Contains(nodes, s.Node) {
+						nodes = append(nodes, s.Node)
+					}
+				}
+			}
 			for _, w := range waiting {
 				d = append(d, w+": "+last[w])
 			}
-			return fmt.Errorf("control-plane pods not restarted with their new manifests after %s (see journalctl -u kubelet on the node): %s: %w", timeout, strings.Join(d, "; "), ctx.Err())
+			return &NodesError{Nodes: nodes, Pods: names, Err: fmt.Errorf("control-plane pods not restarted with their new manifests after %s: %s: %w", timeout, strings.Join(d, "; "), ctx.Err())}
 		case <-time.After(250 * time.Millisecond):
 		}
 	}

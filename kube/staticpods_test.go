@@ -2,6 +2,8 @@ package kube
 
 import (
 	"context"
+	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -41,6 +43,11 @@ func TestWaitForStaticPods(t *testing.T) {
 		err := WaitForStaticPods(context.Background(), c, want, 600*time.Millisecond)
 		if err == nil || !strings.Contains(err.Error(), "kube-controller-manager-m1: ") || !strings.Contains(err.Error(), tc.err) {
 			t.Errorf("%s: err = %v, want it to name kube-controller-manager-m1 and say %q", name, err, tc.err)
+		}
+		// The node and the pod, for the caller to ask that node's kubelet about it.
+		var ne *NodesError
+		if !errors.As(err, &ne) || !slices.Equal(ne.Nodes, []string{"m1"}) || !slices.Equal(ne.Pods, []string{"kube-system/kube-controller-manager-m1"}) {
+			t.Errorf("%s: err = %#v, want a *NodesError naming node m1 and pod kube-system/kube-controller-manager-m1", name, err)
 		}
 	}
 	// Replaced and Ready while waiting.

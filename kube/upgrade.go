@@ -120,7 +120,7 @@ func WaitStaticPodsSteady(ctx context.Context, c kubernetes.Interface, node stri
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("the control plane on %s did not stay Ready for %s after kubelet restarted (%s): %w", node, steady, seen, ctx.Err())
+			return &NodesError{Nodes: []string{node}, Err: fmt.Errorf("the control plane on %s did not stay Ready for %s after kubelet restarted (%s): %w", node, steady, seen, ctx.Err())}
 		case <-time.After(time.Second):
 		}
 	}

@@ -157,7 +157,7 @@ func (a *Apply) Steps() []Step {
 	}
 	l.add("etcd-members", OnHosts, masters, a.planEtcd, "keep running etcd members as they started; masters without data join the running cluster one at a time")
 	if a.restore == nil && c.Bundle != "" {
-		l.add("upgrade", OnHosts, all, a.upgrade, "when nodes run an older Kubernetes than %s: check the cluster's health, save an etcd snapshot, give every node the addons' images, move the control plane one minor at a time, one master at a time, the addons with it, then the workers one at a time (cordon, drain, kubelet, uncordon); nothing otherwise", c.KubernetesVersion)
+		l.add("upgrade", OnHosts, all, a.kubeletsSay(a.upgrade), "when nodes run an older Kubernetes than %s: check the cluster's health, save an etcd snapshot, give every node the addons' images, move the control plane one minor at a time, one master at a time, the addons with it, then the workers one at a time (cordon, drain, kubelet, uncordon); nothing otherwise", c.KubernetesVersion)
 	}
 	l.add("render", OnWorkstation, nil, a.render, "render static-pod manifests, kubelet and containerd configuration for every host")
 	stageWhat := "configure containerd (" + c.Kubelet.CgroupDriver + " cgroup driver) and kernel settings, push its files"
@@ -165,7 +165,7 @@ func (a *Apply) Steps() []Step {
 		stageWhat = "upload what it lacks from the bundle, " + stageWhat
 	}
 	l.add("stage", OnHosts, all, a.stage, "on every host in parallel: %s; masters then start kubelet and the static-pod control plane (%s), workers finish staging meanwhile", stageWhat, strings.Join(masters, ", "))
-	l.add("wait-apiserver", ThroughAPI, nil, a.waitAPIServer, "wait until the API server answers, through an SSH tunnel to %s, and for control-plane pods this run replaced", masters[0])
+	l.add("wait-apiserver", ThroughAPI, nil, a.kubeletsSay(a.waitAPIServer), "wait until the API server answers, through an SSH tunnel to %s, and for control-plane pods this run replaced", masters[0])
 	removed := fleet.Names(a.o.Removed)
 	if a.restore != nil && len(removed) > 0 {
 		// Right away: the restored cluster still holds the lost hosts' nodes and pods, which

@@ -94,7 +94,7 @@ func (x *CertsRenew) Steps() []Step {
 	l.add("same-manifests", OnHosts, masters, x.sameManifests, "refuse when a master's static pods would change in more than their credentials (kforge apply changes those)")
 	l.add("save", OnWorkstation, nil, x.save, "keep the new certificates in %s", x.o.State.PKI())
 	l.add("kubelets", OnHosts, all, x.renewKubelets, "give the kubelets whose client certificate expired a new one signed by the cluster CA, and restart them; a kubelet whose own serving certificate expired makes a new one")
-	l.add("masters", OnHosts, masters, x.pushMasters, "one master at a time (all at once when certificates have expired: the control plane is down): push its certificates and kubeconfigs; kubelet restarts the static pods that read a renewed file only when they start (kube-controller-manager, kube-scheduler), while etcd and kube-apiserver load their new certificates themselves; wait until the restarted pods are Ready and the new certificates are served")
+	l.add("masters", OnHosts, masters, x.kubeletsSay(x.pushMasters), "one master at a time (all at once when certificates have expired: the control plane is down): push its certificates and kubeconfigs; kubelet restarts the static pods that read a renewed file only when they start (kube-controller-manager, kube-scheduler), while etcd and kube-apiserver load their new certificates themselves; wait until the restarted pods are Ready and the new certificates are served")
 	l.add("kubeconfig", OnWorkstation, nil, x.writeKubeconfig, "write the admin kubeconfig to the state dir")
 	l.add("wait-ready", ThroughAPI, nil, x.waitReady, "wait until every node is Ready")
 	return l

@@ -95,9 +95,9 @@ func (x *RotateCA) Steps() []Step {
 	l.add("render", OnWorkstation, nil, x.render, "render the masters' files as they are now")
 	l.add("same-manifests", OnHosts, masters, x.sameManifests, "refuse when a master's static pods would change in more than their credentials (kforge apply changes those)")
 	l.add("start", OnWorkstation, nil, x.start, "make the new %s in %s/next, or resume the rotation in progress", strings.Join(x.cas, ", "), x.o.State.PKI())
-	l.add("trust", OnHosts, all, x.phase(pki.PhaseTrust), "every ca.crt and kubeconfig trusts the old and the new CA: masters one at a time (static pods restarted and Ready), then the kubelets; the addons' pods replaced one at a time once they are given both CAs")
-	l.add("reissue", OnHosts, all, x.phase(pki.PhaseReissue), "the new CA signs every leaf certificate and every kubelet's client certificate: masters one at a time, then the kubelets")
-	l.add("drop", OnHosts, all, x.phase(pki.PhaseDrop), "only the new CA is trusted: masters one at a time, then the kubelets, then the addons' pods")
+	l.add("trust", OnHosts, all, x.kubeletsSay(x.phase(pki.PhaseTrust)), "every ca.crt and kubeconfig trusts the old and the new CA: masters one at a time (static pods restarted and Ready), then the kubelets; the addons' pods replaced one at a time once they are given both CAs")
+	l.add("reissue", OnHosts, all, x.kubeletsSay(x.phase(pki.PhaseReissue)), "the new CA signs every leaf certificate and every kubelet's client certificate: masters one at a time, then the kubelets")
+	l.add("drop", OnHosts, all, x.kubeletsSay(x.phase(pki.PhaseDrop)), "only the new CA is trusted: masters one at a time, then the kubelets, then the addons' pods")
 	l.add("finish", OnWorkstation, nil, x.finish, "the new CAs replace the old ones in the state dir; cluster-info and the admin kubeconfig follow")
 	return l
 }
