@@ -22,46 +22,84 @@ type StaticPod struct {
 // MirrorName is the name of the pod's mirror pod in the API: "<pod name>-<node>".
 func (s StaticPod) MirrorName() string { return s.Pod.Name + "-" + s.Node }
 
+// StaticPodWait is a wait for static pods kubelet was given new manifests for.
+type StaticPodWait struct {
+	Pods    []StaticPod
+	Timeout time.Duration
+	// Started ends the wait once each pod's containers run, without waiting for Ready: the
+	// caller checks readiness itself, sooner than the kubelet's probes (whose startup probe
+	// first looks after 10 s) say it.
+	Started bool
+	// Unstick, when set, is called once for each node whose pods have shown no progress for
+	// StallAfter (what the API shows of them has not changed). Kubelet has been seen to leave a
+	// replaced static pod's mirror stale, its old manifest or a status that never updates
+	// (kubernetes/kubernetes#137309, OCPBUGS-42133); a kubelet restart makes it sync them again,
+	// while the containers keep running.
+	Unstick    func(ctx context.Context, node, seen string) error
+	StallAfter time.Duration
+}
+
+// StallAfter is how long StaticPodWait waits by default without progress on a node before it
+// calls Unstick: a master's replaced pods normally show a change within seconds; a master of the
+// 2-core lab took up to 70 s for its etcd and kube-apiserver, with changes along the way.
+const StallAfter = 90 * time.Second
+
 // WaitForStaticPods waits until each pod's mirror pod in the API runs the new manifest (the
-// same image, command and annotations) and is Ready: kubelet has replaced the old pod and the
-// new one works. On timeout the error names each pod still waiting and what was last seen.
-func WaitForStaticPods(ctx context.Context, c kubernetes.Interface, pods []StaticPod, timeout time.Duration) error {
-	return waitStaticPods(ctx, c, pods, timeout, true)
-}
-
-// WaitForStaticPodsStarted is WaitForStaticPods without the wait for Ready: each pod's mirror
-// runs the new manifest and every container has started. Readiness is then the caller's to
-// check, sooner than the kubelet's probes (whose startup probe first looks after 10 s) say it.
-func WaitForStaticPodsStarted(ctx context.Context, c kubernetes.Interface, pods []StaticPod, timeout time.Duration) error {
-	return waitStaticPods(ctx, c, pods, timeout, false)
-}
-
-func waitStaticPods(ctx context.Context, c kubernetes.Interface, pods []StaticPod, timeout time.Duration, ready bool) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+// same image, command and annotations) and is Ready (or with w.Started, its containers run):
+// kubelet has replaced the old pod and the new one works. On timeout the error (a *NodesError)
+// names each pod still waiting and what was last seen.
+func WaitForStaticPods(ctx context.Context, c kubernetes.Interface, w StaticPodWait) error {
+	ctx, cancel := context.WithTimeout(ctx, w.Timeout)
 	defer cancel()
+	if w.StallAfter == 0 {
+		w.StallAfter = StallAfter
+	}
 	last := map[string]string{}
+	progress := map[string]time.Time{} // node -> when what was seen of its pods last changed
+	unstuck := map[string]bool{}
+	start := time.Now()
 	for {
 		var waiting []string
-		for _, s := range pods {
+		seen := map[string][]string{} // node -> what its waiting pods show
+		for _, s := range w.Pods {
+			why := ""
 			mirror, err := c.CoreV1().Pods(s.Pod.Namespace).Get(ctx, s.MirrorName(), metav1.GetOptions{})
 			if err != nil {
-				last[s.MirrorName()] = err.Error()
-				waiting = append(waiting, s.MirrorName())
+				why = err.Error()
+			} else {
+				why = runsManifest(mirror, s.Pod, !w.Started)
+			}
+			if why == "" {
 				continue
 			}
-			if why := runsManifest(mirror, s.Pod, ready); why != "" {
-				last[s.MirrorName()] = why
-				waiting = append(waiting, s.MirrorName())
+			if last[s.MirrorName()] != why {
+				progress[s.Node] = time.Now()
 			}
+			last[s.MirrorName()] = why
+			waiting = append(waiting, s.MirrorName())
+			seen[s.Node] = append(seen[s.Node], s.MirrorName()+": "+why)
 		}
 		if len(waiting) == 0 {
 			return nil
+		}
+		for node, said := range seen {
+			since, ok := progress[node]
+			if !ok {
+				since = start
+			}
+			if w.Unstick != nil && !unstuck[node] && time.Since(since) >= w.StallAfter {
+				unstuck[node] = true
+				progress[node] = time.Now()
+				if err := w.Unstick(ctx, node, strings.Join(said, "; ")); err != nil {
+					return err
+				}
+			}
 		}
 		select {
 		case <-ctx.Done():
 			sort.Strings(waiting)
 			var d, nodes, names []string
-			for _, s := range pods {
+			for _, s := range w.Pods {
 				if slices.Contains(waiting, s.MirrorName()) {
 					names = append(names, s.Pod.Namespace+"/"+s.MirrorName())
 					if !slices.Contains(nodes, s.Node) {
@@ -69,10 +107,10 @@ func waitStaticPods(ctx context.Context, c kubernetes.Interface, pods []StaticPo
 					}
 				}
 			}
-			for _, w := range waiting {
-				d = append(d, w+": "+last[w])
+			for _, name := range waiting {
+				d = append(d, name+": "+last[name])
 			}
-			return &NodesError{Nodes: nodes, Pods: names, Err: fmt.Errorf("control-plane pods not restarted with their new manifests after %s: %s: %w", timeout, strings.Join(d, "; "), ctx.Err())}
+			return &NodesError{Nodes: nodes, Pods: names, Err: fmt.Errorf("control-plane pods not restarted with their new manifests after %s: %s: %w", w.Timeout, strings.Join(d, "; "), ctx.Err())}
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
