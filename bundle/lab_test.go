@@ -113,6 +113,12 @@ func TestShipBundleToLabHosts(t *testing.T) {
 			if got[im.Name] != want {
 				t.Errorf("%s: containerd has %s at %q, want %q", h.Name, im.Name, got[im.Name], want)
 			}
+			// Pinned: kubelet's image garbage collection must leave it (the host cannot pull it).
+			for _, l := range strings.Split(string(out), "\n") {
+				if want != "" && strings.HasPrefix(l, im.Name+" ") && !strings.Contains(l, PinLabel) {
+					t.Errorf("%s: %s is not labelled %s: %s", h.Name, im.Name, PinLabel, l)
+				}
+			}
 		}
 		out, err = l.Exec(ctx, h.Name, "/usr/bin/kubelet", "--version")
 		if err != nil || !strings.Contains(string(out), "v1.36.3") {

@@ -27,7 +27,17 @@ type HostState struct {
 	Hashed map[string]bool
 	// Images maps an image name in containerd's k8s.io namespace to the digest of its target.
 	Images map[string]string
+	// Pinned are the images that carry PinLabel.
+	Pinned map[string]bool
 }
+
+// PinLabel is the containerd image label that keeps an image from kubelet's image garbage
+// collection (containerd's CRI reports the image as pinned). The bundle's images are pinned when
+// imported: the hosts cannot pull them back, and kubelet, once its image filesystem is over
+// imageGCHighThresholdPercent, removes every image no container uses at that moment, such as
+// kube-scheduler's while kubelet replaces its static pod (seen on the lab: the new pod never
+// started, ErrImagePull from an offline registry).
+const PinLabel = "io.cri-containerd.pinned=pinned"
 
 // Need says which part of a bundle a host needs.
 type Need struct {
@@ -77,14 +87,16 @@ func (n Need) wants(name string, controlPlaneOnly bool) bool {
 	return n.Only == nil || n.Only(name)
 }
 
-// HostPlan is what a host lacks: files to upload and install, images to upload and import.
+// HostPlan is what a host lacks: files to upload and install, images to upload and import, and
+// images it has that are not pinned (PinLabel) yet.
 type HostPlan struct {
 	Install []File
 	Import  []Image
+	Pin     []Image
 }
 
 // Empty says whether the host has everything already.
-func (p HostPlan) Empty() bool { return len(p.Install) == 0 && len(p.Import) == 0 }
+func (p HostPlan) Empty() bool { return len(p.Install) == 0 && len(p.Import) == 0 && len(p.Pin) == 0 }
 
 // Bytes is how much the plan uploads.
 func (p HostPlan) Bytes() int64 {
@@ -100,7 +112,8 @@ func (p HostPlan) Bytes() int64 {
 
 // PlanHost compares a bundle with what a host has: every file whose install path is missing or
 // has another sha256 is to be installed; every image the host needs that containerd does not
-// have under its name, or has with another digest, is to be imported.
+// have under its name, or has with another digest, is to be imported; one it has unpinned is to
+// be pinned.
 func PlanHost(m *Manifest, have HostState, need Need) HostPlan {
 	var p HostPlan
 	for _, f := range m.Files {
@@ -112,8 +125,11 @@ func PlanHost(m *Manifest, have HostState, need Need) HostPlan {
 		if !need.wants(im.Component, im.ControlPlaneOnly) {
 			continue
 		}
-		if have.Images[im.Name] != im.Digest {
+		switch {
+		case have.Images[im.Name] != im.Digest:
 			p.Import = append(p.Import, im)
+		case !have.Pinned[im.Name]:
+			p.Pin = append(p.Pin, im)
 		}
 	}
 	return p
@@ -193,7 +209,7 @@ func recordCommand(files []File, record string) string {
 
 // ParseState parses StateCommand's output.
 func ParseState(out []byte) (HostState, error) {
-	s := HostState{Files: map[string]string{}, Hashed: map[string]bool{}, Images: map[string]string{}}
+	s := HostState{Files: map[string]string{}, Hashed: map[string]bool{}, Images: map[string]string{}, Pinned: map[string]bool{}}
 	text := string(out)
 	files, images, ok := strings.Cut(text, imagesMarker+"\n")
 	if !ok {
@@ -220,13 +236,20 @@ func ParseState(out []byte) (HostState, error) {
 		return s, nil
 	}
 	var err error
-	s.Images, err = ParseImageList(images)
+	s.Images, s.Pinned, err = parseImageList(images)
 	return s, err
 }
 
 // ParseImageList parses the output of `ctr images ls` into image name -> target digest.
 func ParseImageList(out string) (map[string]string, error) {
-	images := map[string]string{}
+	images, _, err := parseImageList(out)
+	return images, err
+}
+
+// parseImageList is ParseImageList, and which images carry PinLabel (the last column, LABELS:
+// "-" or "key=value,...").
+func parseImageList(out string) (map[string]string, map[string]bool, error) {
+	images, pinned := map[string]string{}, map[string]bool{}
 	sc := bufio.NewScanner(strings.NewReader(out))
 	header := false
 	for sc.Scan() {
@@ -235,21 +258,22 @@ func ParseImageList(out string) (map[string]string, error) {
 			continue
 		}
 		if !header {
-			if f[0] != "REF" || len(f) < 3 || f[2] != "DIGEST" {
-				return nil, fmt.Errorf("ctr images ls: unexpected header %q", sc.Text())
+			if f[0] != "REF" || len(f) < 3 || f[2] != "DIGEST" || f[len(f)-1] != "LABELS" {
+				return nil, nil, fmt.Errorf("ctr images ls: unexpected header %q", sc.Text())
 			}
 			header = true
 			continue
 		}
-		if len(f) < 3 || !strings.HasPrefix(f[2], "sha256:") {
-			return nil, fmt.Errorf("ctr images ls: unexpected line %q", sc.Text())
+		if len(f) < 4 || !strings.HasPrefix(f[2], "sha256:") {
+			return nil, nil, fmt.Errorf("ctr images ls: unexpected line %q", sc.Text())
 		}
 		images[f[0]] = f[2]
+		pinned[f[0]] = slices.Contains(strings.Split(f[len(f)-1], ","), PinLabel)
 	}
 	if !header {
-		return nil, fmt.Errorf("ctr images ls: empty output")
+		return nil, nil, fmt.Errorf("ctr images ls: empty output")
 	}
-	return images, nil
+	return images, pinned, nil
 }
 
 // ReadHostState asks h what it has of bundle m, with one command.
@@ -328,7 +352,10 @@ func Ship(ctx context.Context, h remote.Host, dir string, m *Manifest, need Need
 			return plan, fmt.Errorf("import image %s: %w", im.Name, err)
 		}
 	}
-	if len(plan.Import) == 0 {
+	if err := pin(ctx, h, append(slices.Clone(plan.Import), plan.Pin...)); err != nil {
+		return plan, err
+	}
+	if len(plan.Import)+len(plan.Pin) == 0 {
 		return plan, nil
 	}
 	// Check that containerd has the imported images. Files are not hashed again: each upload
@@ -348,9 +375,28 @@ func Ship(ctx context.Context, h remote.Host, dir string, m *Manifest, need Need
 		for _, im := range left.Import {
 			what = append(what, fmt.Sprintf("image %s (digest %s, want %s)", im.Name, orNone(after.Images[im.Name]), im.Digest))
 		}
+		for _, im := range left.Pin {
+			what = append(what, fmt.Sprintf("image %s not labelled %s", im.Name, PinLabel))
+		}
 		return plan, fmt.Errorf("after shipping the bundle, still different: %s", strings.Join(what, "; "))
 	}
 	return plan, nil
+}
+
+// pin labels images with PinLabel, in one command.
+func pin(ctx context.Context, h remote.Host, images []Image) error {
+	if len(images) == 0 {
+		return nil
+	}
+	var cmds, names []string
+	for _, im := range images {
+		cmds = append(cmds, remote.Command("ctr", "-n", "k8s.io", "images", "label", im.Name, PinLabel)+" >/dev/null")
+		names = append(names, im.Name)
+	}
+	if err := h.Run(ctx, remote.Cmd{Command: strings.Join(cmds, " && ")}); err != nil {
+		return fmt.Errorf("pin images %s (%s): %w", strings.Join(names, ", "), PinLabel, err)
+	}
+	return nil
 }
 
 func orNone(s string) string {

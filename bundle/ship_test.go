@@ -70,7 +70,8 @@ func TestPlanHost(t *testing.T) {
 func TestParseState(t *testing.T) {
 	out := "arch=x86_64\n0123  /usr/bin/kubelet\n4567  /opt/cni/bin/bridge\n" + imagesMarker + "\n" +
 		"REF                          TYPE                                       DIGEST        SIZE     PLATFORMS   LABELS \n" +
-		"registry.k8s.io/pause:3.10.2 application/vnd.oci.image.manifest.v1+json sha256:abcd 1.1 MiB linux/amd64 io.cri-containerd.image=managed \n"
+		"registry.k8s.io/pause:3.10.2 application/vnd.oci.image.manifest.v1+json sha256:abcd 1.1 MiB linux/amd64 io.cri-containerd.image=managed,io.cri-containerd.pinned=pinned \n" +
+		"registry.k8s.io/etcd:3.6.8-0 application/vnd.oci.image.manifest.v1+json sha256:ef01 20.3 MiB linux/amd64 io.cri-containerd.image=managed \n"
 	s, err := ParseState([]byte(out))
 	if err != nil {
 		t.Fatal(err)
@@ -81,8 +82,11 @@ func TestParseState(t *testing.T) {
 	if s.Files["/usr/bin/kubelet"] != "0123" || s.Files["/opt/cni/bin/bridge"] != "4567" || len(s.Files) != 2 {
 		t.Errorf("files %v", s.Files)
 	}
-	if s.Images["registry.k8s.io/pause:3.10.2"] != "sha256:abcd" || len(s.Images) != 1 {
+	if s.Images["registry.k8s.io/pause:3.10.2"] != "sha256:abcd" || s.Images["registry.k8s.io/etcd:3.6.8-0"] != "sha256:ef01" || len(s.Images) != 2 {
 		t.Errorf("images %v", s.Images)
+	}
+	if !s.Pinned["registry.k8s.io/pause:3.10.2"] || s.Pinned["registry.k8s.io/etcd:3.6.8-0"] {
+		t.Errorf("pinned %v, want pause only", s.Pinned)
 	}
 	if _, err := ParseState([]byte("ctr: failed to dial\n")); err == nil {
 		t.Error("output without the marker accepted")
@@ -98,6 +102,7 @@ type fakeNode struct {
 	*remotetest.Host
 	mu      sync.Mutex
 	images  map[string]string
+	pinned  map[string]bool // images labelled PinLabel
 	imports []string
 	arch    string
 	// recorded are the commands that recorded installed files (InstalledRecord).
@@ -105,7 +110,7 @@ type fakeNode struct {
 }
 
 func newFakeNode(t *testing.T, name string, m *Manifest) *fakeNode {
-	n := &fakeNode{Host: remotetest.New(name), images: map[string]string{}, arch: "x86_64"}
+	n := &fakeNode{Host: remotetest.New(name), images: map[string]string{}, pinned: map[string]bool{}, arch: "x86_64"}
 	n.Handle(func(c string) bool {
 		return strings.HasPrefix(c, `echo "arch=`) && strings.HasSuffix(c, "ctr -n k8s.io images ls")
 	}, func(_ context.Context, c remote.Cmd) error {
@@ -120,7 +125,27 @@ func newFakeNode(t *testing.T, name string, m *Manifest) *fakeNode {
 		n.mu.Lock()
 		defer n.mu.Unlock()
 		for name, d := range n.images {
-			fmt.Fprintf(c.Stdout, "%s application/vnd.oci.image.manifest.v1+json %s 1.0 MiB linux/amd64 -\n", name, d)
+			labels := "io.cri-containerd.image=managed"
+			if n.pinned[name] {
+				labels += "," + PinLabel
+			}
+			fmt.Fprintf(c.Stdout, "%s application/vnd.oci.image.manifest.v1+json %s 1.0 MiB linux/amd64 %s\n", name, d, labels)
+		}
+		return nil
+	})
+	// ctr -n k8s.io images label NAME LABEL >/dev/null && ...: pins images containerd has.
+	n.Handle(func(c string) bool { return strings.HasPrefix(c, "ctr -n k8s.io images label ") }, func(_ context.Context, c remote.Cmd) error {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		for _, one := range strings.Split(c.Command, " && ") {
+			f := strings.Fields(one) // ctr -n k8s.io images label NAME LABEL >/dev/null
+			if len(f) != 8 || f[6] != PinLabel {
+				return n.Exit(c.Command, 1, "unexpected label command "+one)
+			}
+			if _, ok := n.images[f[5]]; !ok {
+				return n.Exit(c.Command, 1, "ctr: image \""+f[5]+"\": not found")
+			}
+			n.pinned[f[5]] = true
 		}
 		return nil
 	})
@@ -194,8 +219,8 @@ func TestShipAllUploadsOnlyWhatDiffers(t *testing.T) {
 		if !ok || f.Mode != 0o755 {
 			t.Errorf("%s: /usr/bin/hello not installed with mode 0755: %+v", n.Name(), f)
 		}
-		if n.images[m.Images[0].Name] != m.Images[0].Digest || len(n.imports) != 1 {
-			t.Errorf("%s: images %v after %v imports", n.Name(), n.images, n.imports)
+		if n.images[m.Images[0].Name] != m.Images[0].Digest || len(n.imports) != 1 || !n.pinned[m.Images[0].Name] {
+			t.Errorf("%s: images %v (pinned %v) after %v imports; want the bundle's image imported and pinned", n.Name(), n.images, n.pinned, n.imports)
 		}
 		if got := sent[n.Name()+" images/pause.tar"]; got != m.Images[0].Size {
 			t.Errorf("%s: progress for the image ended at %d of %d", n.Name(), got, m.Images[0].Size)
@@ -228,6 +253,17 @@ func TestShipAllUploadsOnlyWhatDiffers(t *testing.T) {
 	}
 	if p := plans["worker-1"]; len(p.Install) != 1 || len(p.Import) != 0 || !plans["master-1"].Empty() {
 		t.Errorf("after tampering: plans %+v", plans)
+	}
+
+	// An image imported before kforge pinned them (or unpinned by hand) is pinned, not uploaded.
+	b.pinned = map[string]bool{}
+	uploadsBefore = len(b.Uploads())
+	plans, err = ShipAll(ctx, dir, m, targets, remote.Limits{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := plans["worker-1"]; len(p.Pin) != 1 || len(p.Import)+len(p.Install) != 0 || len(b.Uploads()) != uploadsBefore || !b.pinned[m.Images[0].Name] {
+		t.Errorf("unpinned image: plan %+v, %d uploads, pinned %v; want it pinned and nothing uploaded", p, len(b.Uploads())-uploadsBefore, b.pinned)
 	}
 }
 

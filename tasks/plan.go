@@ -98,6 +98,8 @@ type Upload struct {
 	Files  []string `json:"files,omitempty"`
 	Images []string `json:"images,omitempty"`
 	Bytes  int64    `json:"bytes"`
+	// Pin are images the host has that apply would pin (bundle.PinLabel): nothing to upload.
+	Pin []string `json:"pin,omitempty"`
 }
 
 // RemovedHost is a host of the last apply that the inventory no longer lists.
@@ -338,6 +340,9 @@ func (p *Plan) diffHost(ctx context.Context, n inventory.Node, h remote.Host) (H
 			}
 			for _, im := range hp.Import {
 				u.Images = append(u.Images, im.Name)
+			}
+			for _, im := range hp.Pin {
+				u.Pin = append(u.Pin, im.Name)
 			}
 			d.Upload = u
 		}

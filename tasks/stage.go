@@ -171,7 +171,11 @@ func (a *Apply) ship(ctx context.Context, h remote.Host, need bundle.Need, r pro
 	if p.Empty() {
 		return p, bundleUpToDate, nil
 	}
-	return p, fmt.Sprintf("bundle: %d files, %d images, %d MiB in %s", len(p.Install), len(p.Import), p.Bytes()>>20, a.o.Now().Sub(t).Round(100*time.Millisecond)), nil
+	msg := fmt.Sprintf("bundle: %d files, %d images, %d MiB in %s", len(p.Install), len(p.Import), p.Bytes()>>20, a.o.Now().Sub(t).Round(100*time.Millisecond))
+	if len(p.Pin) > 0 {
+		msg += fmt.Sprintf("; %d images pinned against kubelet's image garbage collection", len(p.Pin))
+	}
+	return p, msg, nil
 }
 
 // uploadProgress reports a host's large uploads at most every two seconds.

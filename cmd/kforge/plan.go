@@ -218,8 +218,11 @@ func diffText(d *tasks.Diff) string {
 		for _, n := range h.Node {
 			fmt.Fprintf(&b, "    node: %s\n", n)
 		}
-		if u := h.Upload; u != nil {
+		if u := h.Upload; u != nil && len(u.Files)+len(u.Images) > 0 {
 			fmt.Fprintf(&b, "    upload from the bundle: %s\n", uploadSummary(u))
+		}
+		if u := h.Upload; u != nil && len(u.Pin) > 0 {
+			fmt.Fprintf(&b, "    pin %s against kubelet's image garbage collection: %s\n", plural(len(u.Pin), "image"), strings.Join(u.Pin, ", "))
 		}
 		for _, f := range h.Files {
 			line := fmt.Sprintf("    %-6s %s", f.Action, f.Path)
