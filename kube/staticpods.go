@@ -30,19 +30,7 @@ type StaticPodWait struct {
 	// caller checks readiness itself, sooner than the kubelet's probes (whose startup probe
 	// first looks after 10 s) say it.
 	Started bool
-	// Unstick, when set, is called once for each node whose pods have shown no progress for
-	// StallAfter (what the API shows of them has not changed). Kubelet has been seen to leave a
-	// replaced static pod's mirror stale, its old manifest or a status that never updates
-	// (kubernetes/kubernetes#137309, OCPBUGS-42133); a kubelet restart makes it sync them again,
-	// while the containers keep running.
-	Unstick    func(ctx context.Context, node, seen string) error
-	StallAfter time.Duration
 }
-
-// StallAfter is how long StaticPodWait waits by default without progress on a node before it
-// calls Unstick: a master's replaced pods normally show a change within seconds; a master of the
-// 2-core lab took up to 70 s for its etcd and kube-apiserver, with changes along the way.
-const StallAfter = 90 * time.Second
 
 // WaitForStaticPods waits until each pod's mirror pod in the API runs the new manifest (the
 // same image, command and annotations) and is Ready (or with w.Started, its containers run):
@@ -51,16 +39,9 @@ const StallAfter = 90 * time.Second
 func WaitForStaticPods(ctx context.Context, c kubernetes.Interface, w StaticPodWait) error {
 	ctx, cancel := context.WithTimeout(ctx, w.Timeout)
 	defer cancel()
-	if w.StallAfter == 0 {
-		w.StallAfter = StallAfter
-	}
 	last := map[string]string{}
-	progress := map[string]time.Time{} // node -> when what was seen of its pods last changed
-	unstuck := map[string]bool{}
-	start := time.Now()
 	for {
 		var waiting []string
-		seen := map[string][]string{} // node -> what its waiting pods show
 		for _, s := range w.Pods {
 			why := ""
 			mirror, err := c.CoreV1().Pods(s.Pod.Namespace).Get(ctx, s.MirrorName(), metav1.GetOptions{})
@@ -69,31 +50,13 @@ func WaitForStaticPods(ctx context.Context, c kubernetes.Interface, w StaticPodW
 			} else {
 				why = runsManifest(mirror, s.Pod, !w.Started)
 			}
-			if why == "" {
-				continue
+			if why != "" {
+				last[s.MirrorName()] = why
+				waiting = append(waiting, s.MirrorName())
 			}
-			if last[s.MirrorName()] != why {
-				progress[s.Node] = time.Now()
-			}
-			last[s.MirrorName()] = why
-			waiting = append(waiting, s.MirrorName())
-			seen[s.Node] = append(seen[s.Node], s.MirrorName()+": "+why)
 		}
 		if len(waiting) == 0 {
 			return nil
-		}
-		for node, said := range seen {
-			since, ok := progress[node]
-			if !ok {
-				since = start
-			}
-			if w.Unstick != nil && !unstuck[node] && time.Since(since) >= w.StallAfter {
-				unstuck[node] = true
-				progress[node] = time.Now()
-				if err := w.Unstick(ctx, node, strings.Join(said, "; ")); err != nil {
-					return err
-				}
-			}
 		}
 		select {
 		case <-ctx.Done():

@@ -146,7 +146,7 @@ func (a *Apply) waitRestartedPods(ctx context.Context, r progress.Reporter) erro
 	}
 	if len(pods) > 0 {
 		r(progress.Event{Kind: progress.Info, Message: "waiting for kubelet to restart " + strings.Join(names, ", ") + " with their new manifests"})
-		if err := kube.WaitForStaticPods(ctx, a.api.Typed, kube.StaticPodWait{Pods: pods, Timeout: a.o.Timeout, Unstick: unstickKubelet(a.fleet, r)}); err != nil {
+		if err := kube.WaitForStaticPods(ctx, a.api.Typed, kube.StaticPodWait{Pods: pods, Timeout: a.o.Timeout}); err != nil {
 			return err
 		}
 	}
@@ -164,23 +164,6 @@ func (a *Apply) waitRestartedPods(ctx context.Context, r progress.Reporter) erro
 	}
 	r(progress.Event{Kind: progress.Info, Message: "waiting until the new serving certificates are served, without a restart, on " + strings.Join(by, ", ")})
 	return waitServed(ctx, a.fleet, a.files, masters, a.o.Timeout)
-}
-
-// unstickKubelet restarts the kubelet of a node whose replaced static pods have shown no
-// progress for a while (kube.StaticPodWait.Unstick), and says so: the containers keep running,
-// and kubelet syncs its static pods and their mirrors again.
-func unstickKubelet(f *fleet.Fleet, r progress.Reporter) func(context.Context, string, string) error {
-	return func(ctx context.Context, node, seen string) error {
-		h := f.Host(node)
-		if h == nil {
-			return nil
-		}
-		if err := h.Run(ctx, remote.Cmd{Command: "systemctl restart kubelet"}); err != nil {
-			return err
-		}
-		r(progress.Event{Kind: progress.Info, Host: node, Message: fmt.Sprintf("kubelet showed no progress on its replaced static pods for %s (%s); restarted kubelet, which syncs them again", kube.StallAfter, seen)})
-		return nil
-	}
 }
 
 // explainAPIServer adds what a master's kubelet says to a failed wait.

@@ -378,7 +378,7 @@ func (x *CertsRenew) waitMasters(ctx context.Context, r progress.Reporter, maste
 			return err
 		}
 		start := x.o.Now()
-		if err := kube.WaitForStaticPods(ctx, c.Typed, kube.StaticPodWait{Pods: pods, Timeout: x.o.Timeout, Started: true, Unstick: unstickKubelet(x.fleet, r)}); err != nil {
+		if err := kube.WaitForStaticPods(ctx, c.Typed, kube.StaticPodWait{Pods: pods, Timeout: x.o.Timeout, Started: true}); err != nil {
 			return err
 		}
 		if err := x.waitProbes(ctx, pods); err != nil {
