@@ -75,11 +75,15 @@ func newError(host, endpoint, op string, err error) *Error {
 	return e
 }
 
+// logCommand shows the end of the etcd pod's logs on its host, through the files kubelet writes
+// (no CRI client needed: hosts whose runtime kforge installs have ctr, not crictl).
+const logCommand = "tail -n 30 /var/log/pods/kube-system_etcd-*/etcd/*.log"
+
 // explain says what err means and what to do about it. gRPC reports connection failures as
 // text, so those are recognised by their words.
 func explain(host, endpoint string, err error) (seen, hint string) {
 	text := err.Error()
-	logs := fmt.Sprintf("see etcd's log on %s: crictl logs $(crictl ps -a --name etcd -q | head -1)", host)
+	logs := fmt.Sprintf("see etcd's log on %s: %s", host, logCommand)
 	switch {
 	case errors.Is(err, rpctypes.ErrUnhealthy):
 		return seenUnhealthy, hintUnhealthy
@@ -106,7 +110,7 @@ func explain(host, endpoint string, err error) (seen, hint string) {
 			fmt.Sprintf("etcd on %s trusts the CA in --trusted-ca-file (%s); kforge's apiserver-etcd-client certificate must be signed by it", host, etcdCA)
 	case strings.Contains(text, "connection refused"):
 		return "nothing listens on " + endpoint,
-			fmt.Sprintf("is etcd running on %s? crictl ps -a --name etcd; journalctl -u kubelet", host)
+			fmt.Sprintf("is etcd running on %s? %s; journalctl -u kubelet", host, logCommand)
 	case strings.Contains(text, "connection reset"), strings.Contains(text, "handshake failed: EOF"), strings.Contains(text, "first record does not look like a TLS handshake"):
 		return "the connection to " + endpoint + " closed during the handshake (is it etcd's TLS client port?)",
 			fmt.Sprintf("check what listens there on %s: ss -ltnp | grep %s; %s", host, portOf(endpoint), logs)

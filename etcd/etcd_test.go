@@ -132,8 +132,8 @@ func TestErrorMessages(t *testing.T) {
 		{tlsErr, "not signed by the etcd CA kforge holds", "/etc/kubernetes/pki/etcd/ca.crt on m1"},
 		{status.Error(codes.Unavailable, `connection error: desc = "transport: authentication handshake failed: tls: failed to verify certificate: x509: certificate is valid for m1, not localhost"`), "does not name localhost", "server.crt"},
 		{status.Error(codes.Unavailable, `connection error: desc = "error reading server preface: remote error: tls: bad certificate"`), "refused kforge's client certificate", "--trusted-ca-file"},
-		{status.Error(codes.Unavailable, `connection error: desc = "transport: Error while dialing: dial tcp 127.0.0.1:2379: connect: connection refused"`), "nothing listens on 127.0.0.1:2379", "crictl ps -a --name etcd"},
-		{context.DeadlineExceeded, "no answer before the deadline", "crictl logs"},
+		{status.Error(codes.Unavailable, `connection error: desc = "transport: Error while dialing: dial tcp 127.0.0.1:2379: connect: connection refused"`), "nothing listens on 127.0.0.1:2379", "is etcd running on m1? tail -n 30 /var/log/pods/kube-system_etcd-*/etcd/*.log"},
+		{context.DeadlineExceeded, "no answer before the deadline", "/var/log/pods/kube-system_etcd-*/etcd/*.log"},
 	} {
 		e := newError("m1", "127.0.0.1:2379", "add member https://198.51.100.12:2380", tc.err)
 		msg := e.Error()

@@ -172,7 +172,7 @@ func describe(name, peerURL string) string {
 // once: waiting would not change it.
 func (c *Client) WaitStarted(ctx context.Context, name, peerURL string) error {
 	op := "wait for member " + describe(name, peerURL) + " to start"
-	hint := fmt.Sprintf("the new member's etcd log on %s says why: crictl logs $(crictl ps -a --name etcd -q | head -1); journalctl -u kubelet", name)
+	hint := fmt.Sprintf("the new member's etcd log on %s says why: %s; journalctl -u kubelet", name, logCommand)
 	start := time.Now()
 	var last string
 	for {

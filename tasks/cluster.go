@@ -194,7 +194,7 @@ func (e *APIServerError) Details() []string {
 			d = append(d, "    "+l)
 		}
 	}
-	return append(d, fmt.Sprintf("see more: ssh to %s and run: journalctl -u kubelet; crictl ps -a (or ctr -n k8s.io containers ls)", e.Host))
+	return append(d, fmt.Sprintf("see more: ssh to %s and run: journalctl -u kubelet; ctr -n k8s.io tasks ls; the pods' logs are under /var/log/pods", e.Host))
 }
 
 // clusterConfig grants the admins their rights and uploads kubeadm-compatible config.
