@@ -39,9 +39,7 @@ func (c *cluster) certificatesUnderLoad(ctx context.Context, hosts []lab.Host) {
 	took := time.Since(start)
 	failed, down := api.stop()
 	if err != nil {
-		t.Errorf("certs renew --all: %v\n%s", err, out)
-		c.logMasters(ctx, hosts)
-		t.FailNow()
+		c.fatalWithMasters(ctx, hosts, "certs renew --all: %v\n%s", err, out)
 	}
 	t.Logf("certs renew --all on 3 masters took %s; API probes through the load balancer: %d failed (about %s), the longest outage %s:\n%s",
 		took.Round(100*time.Millisecond), failed, down.Round(100*time.Millisecond), api.longestOutage().Round(100*time.Millisecond), out)
@@ -56,9 +54,7 @@ func (c *cluster) certificatesUnderLoad(ctx context.Context, hosts []lab.Host) {
 	start = time.Now()
 	killed, out := c.runUntil(ctx, "certificates issued by the new CA", "certs", "rotate-ca", "--ca", "cluster,etcd")
 	if !killed {
-		t.Errorf("the first rotate-ca run ended before its reissue phase:\n%s", out)
-		c.logMasters(ctx, hosts)
-		t.FailNow()
+		c.fatalWithMasters(ctx, hosts, "the first rotate-ca run ended before its reissue phase:\n%s", out)
 	}
 	t.Logf("first rotate-ca run killed in its reissue phase after %s", time.Since(start).Round(time.Second))
 	if plan, _ := c.plan(); !strings.Contains(plan, "CA rotation in progress") || !strings.Contains(plan, "phase reissue") {
@@ -68,9 +64,7 @@ func (c *cluster) certificatesUnderLoad(ctx context.Context, hosts []lab.Host) {
 	took = time.Since(start)
 	failed, down = api.stop()
 	if err != nil {
-		t.Errorf("certs rotate-ca (second run): %v\n%s", err, out)
-		c.logMasters(ctx, hosts)
-		t.FailNow()
+		c.fatalWithMasters(ctx, hosts, "certs rotate-ca (second run): %v\n%s", err, out)
 	}
 	k = c.client()
 	_, failedN := proberCounts(ctx, t, k)
@@ -107,6 +101,15 @@ func (c *cluster) certificatesUnderLoad(ctx context.Context, hosts []lab.Host) {
 	if out, err := c.kubectl(ctx, "get", "nodes"); err != nil || strings.Count(out, " Ready ") != len(hosts) {
 		t.Errorf("kubectl with the new admin kubeconfig: %v\n%s", err, out)
 	}
+}
+
+// fatalWithMasters fails the test with the message, then logs the masters (logMasters) after
+// it, where the end of the output shows them.
+func (c *cluster) fatalWithMasters(ctx context.Context, hosts []lab.Host, format string, args ...any) {
+	c.t.Helper()
+	c.t.Errorf(format, args...)
+	c.logMasters(ctx, hosts)
+	c.t.FailNow()
 }
 
 // logMasters logs, for each master among hosts, what a failed wait on its static pods needs to

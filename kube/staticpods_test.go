@@ -71,5 +71,4 @@ func TestWaitForStaticPods(t *testing.T) {
 	if err := WaitForStaticPods(context.Background(), c, StaticPodWait{Pods: want, Timeout: 10 * time.Second, Started: true}); err != nil {
 		t.Errorf("started, its container running, not Ready: %v", err)
 	}
-
 }

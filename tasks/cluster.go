@@ -493,54 +493,50 @@ func (a *Apply) forgetBootstrapToken(ctx context.Context, r progress.Reporter) e
 // the last one about any of pods ("namespace/name", as kubelet logs pod="..."), when there is one.
 func kubeletSaysScript(pods []string) string {
 	script := `echo "kubelet $(systemctl is-active kubelet 2>/dev/null)"
-errors() { journalctl _SYSTEMD_UNIT=kubelet.service -n 2000 --no-pager -o cat 2>/dev/null | grep -E '^E[0-9]{4} |[Ee]rror|[Ff]ailed'; }
+errors=$(journalctl _SYSTEMD_UNIT=kubelet.service -n 2000 --no-pager -o cat 2>/dev/null | grep -E '^E[0-9]{4} |[Ee]rror|[Ff]ailed')
+line=
 `
 	var quoted []string
 	for _, p := range pods {
 		quoted = append(quoted, regexp.QuoteMeta(`pod="`+p+`"`))
 	}
 	if len(quoted) > 0 {
-		return script + `line=$(errors | grep -E ` + remote.Quote(strings.Join(quoted, "|")) + ` | tail -n 1)
-[ -n "$line" ] || line=$(errors | tail -n 1)
-printf '%s\n' "$line" | cut -c1-400`
+		script += `line=$(printf '%s\n' "$errors" | grep -E ` + remote.Quote(strings.Join(quoted, "|")) + ` | tail -n 1)
+`
 	}
-	return script + `errors | tail -n 1 | cut -c1-400`
+	return script + `[ -n "$line" ] || line=$(printf '%s\n' "$errors" | tail -n 1)
+printf '%s\n' "$line" | cut -c1-400`
 }
 
 // kubeletsSay wraps a step that waits on nodes: when it fails with nodes at fault
 // (*kube.NodesError), the error carries what each of those nodes' kubelets says, read over SSH.
 func (a *Apply) kubeletsSay(step func(context.Context, progress.Reporter) error) func(context.Context, progress.Reporter) error {
 	return func(ctx context.Context, r progress.Reporter) error {
-		return kubeletsSay(ctx, a.fleet, step(ctx, r))
-	}
-}
-
-// kubeletsSay adds to err, when it is a wait that failed with nodes at fault (*kube.NodesError),
-// what each of those nodes' kubelets says, read over SSH.
-func kubeletsSay(ctx context.Context, f *fleet.Fleet, err error) error {
-	var ne *kube.NodesError
-	if !errors.As(err, &ne) {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
-	defer cancel()
-	var nodes []inventory.Node
-	for _, name := range ne.Nodes {
-		if n, ok := f.Node(name); ok && f.Host(name) != nil {
-			nodes = append(nodes, n)
+		err := step(ctx, r)
+		var ne *kube.NodesError
+		if !errors.As(err, &ne) {
+			return err
 		}
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
+		defer cancel()
+		var nodes []inventory.Node
+		for _, name := range ne.Nodes {
+			if n, ok := a.fleet.Node(name); ok && a.fleet.Host(name) != nil {
+				nodes = append(nodes, n)
+			}
+		}
+		script := kubeletSaysScript(ne.Pods)
+		var mu sync.Mutex
+		said := map[string]string{}
+		_ = fleet.EachOf(ctx, a.fleet, nodes, func(ctx context.Context, n inventory.Node, h remote.Host) error {
+			out, _ := remote.Output(ctx, h, script)
+			mu.Lock()
+			said[n.Name] = strings.Join(strings.Fields(string(out)), " ")
+			mu.Unlock()
+			return nil
+		})
+		return &KubeletsError{Err: err, Nodes: ne.Nodes, Said: said}
 	}
-	script := kubeletSaysScript(ne.Pods)
-	var mu sync.Mutex
-	said := map[string]string{}
-	_ = fleet.EachOf(ctx, f, nodes, func(ctx context.Context, n inventory.Node, h remote.Host) error {
-		out, _ := remote.Output(ctx, h, script)
-		mu.Lock()
-		said[n.Name] = strings.Join(strings.Fields(string(out)), " ")
-		mu.Unlock()
-		return nil
-	})
-	return &KubeletsError{Err: err, Nodes: ne.Nodes, Said: said}
 }
 
 // KubeletsError is a wait that failed on some nodes, with what each node's kubelet says: whether
