@@ -48,9 +48,14 @@ func EtcdBinaries(ctx context.Context, o BuildOptions) (string, error) {
 // RegistryVersion is the CNCF distribution release RegistryBinaries builds.
 const RegistryVersion = "v3.1.2"
 
+// RegistryFile is the bundle file of the masters' registry: `registry`, the CNCF distribution
+// registry, installed on masters only (hostpath.RegistryPath).
+const RegistryFile = "kforge-registry"
+
 // RegistryBinaries returns a directory holding `registry`, the CNCF distribution registry
-// (github.com/distribution/distribution/v3), built and cached like KubernetesBinaries. It is not
-// part of any bundle: tests run it as the private registry that nodes pull from through a mirror.
+// (github.com/distribution/distribution/v3), built and cached like KubernetesBinaries: the
+// bundle's RegistryFile, and the private registry tests run for nodes to pull from through a
+// mirror.
 func RegistryBinaries(ctx context.Context, o BuildOptions) (string, error) {
 	return binaries(ctx, o, registryModule(RegistryVersion))
 }

@@ -69,15 +69,16 @@ func IsRuntime(name string) bool {
 	return false
 }
 
-// tools are binaries for people, not for running a node: control-plane hosts only.
-var tools = map[string]bool{"kubeadm": true, "kubectl": true}
+// controlPlaneFiles are the masters' alone: the tools, binaries for people rather than for
+// running a node, and the registry the other nodes take the bundle from.
+var controlPlaneFiles = map[string]bool{"kubeadm": true, "kubectl": true, RegistryFile: true}
 
 // wantsFile says whether a host with this need gets bundle file f.
 func (n Need) wantsFile(f File) bool {
 	if IsRuntime(f.Name) && !n.Runtime || f.Name == APIProxyFile && !n.APIProxy || f.Name == VIPFile && !n.VIP {
 		return false
 	}
-	return n.wants(f.Name, tools[f.Name])
+	return n.wants(f.Name, controlPlaneFiles[f.Name])
 }
 
 func (n Need) wants(name string, controlPlaneOnly bool) bool {
@@ -159,7 +160,8 @@ const statFormat = "%s %.9Y %i"
 // StateCommand is the one command ReadHostState runs: the host's machine architecture, the
 // sha256 of each of the bundle's install paths that exists (from InstalledRecord when the file
 // is as kforge installed it, else hashed), then containerd's image list in the k8s.io namespace
-// (none on a host without ctr: its runtime is not installed yet).
+// (none on a host without ctr: its runtime is not installed yet; none asked for a manifest
+// without images).
 func StateCommand(m *Manifest) string { return stateCommand(m, InstalledRecord) }
 
 func stateCommand(m *Manifest, record string) string {
@@ -176,6 +178,10 @@ func stateCommand(m *Manifest, record string) string {
 			`'BEGIN {while ((getline l < rec) > 0) {k = l; sub(/^[^ ]+ /, "", k); r[k] = substr(l, 1, index(l, " ") - 1)}} ` +
 			`{p = $0; sub(/^[^ ]+ [^ ]+ [^ ]+ /, "", p); if ($0 in r) print "=" r[$0] "  " p; else print "?" p}' | ` +
 			`while IFS= read -r l; do case $l in =*) printf '%s\n' "$l";; "?"*) sha256sum -- "${l#?}";; esac; done; `
+	}
+	if len(m.Images) == 0 {
+		// No image asked about: containerd is not asked either (it may not run yet).
+		return `echo "arch=$(uname -m)"; ` + hashes + `echo ` + remote.Quote(imagesMarker) + "; echo " + remote.Quote(noRuntime)
 	}
 	return `echo "arch=$(uname -m)"; ` + hashes + `echo ` + remote.Quote(imagesMarker) + "; command -v ctr >/dev/null || { echo " + remote.Quote(noRuntime) + "; exit 0; }; ctr -n k8s.io images ls"
 }
@@ -299,24 +305,52 @@ type Progress func(host, artifact string, sent, total int64)
 // check the result. It returns what it did; an empty plan means nothing was uploaded. Run it
 // inside remote.Each so large uploads respect the upload concurrency limit.
 func Ship(ctx context.Context, h remote.Host, dir string, m *Manifest, need Need, progress Progress) (HostPlan, error) {
+	p, _, err := ShipVia(ctx, h, dir, m, need, progress, nil, "")
+	return p, err
+}
+
+// ShipVia is Ship for a node that first takes what it lacks from the masters' registries
+// (mirrors, https://ip:port in the order it tries them, trusted through the CA file ca on the
+// host; FetchCommand): only what they could not give is uploaded. It returns what was uploaded
+// and what was taken from the masters.
+func ShipVia(ctx context.Context, h remote.Host, dir string, m *Manifest, need Need, progress Progress, mirrors []string, ca string) (HostPlan, Fetched, error) {
+	var fetched Fetched
 	// Hash on the host only the files this shipment may install: apply ships a host in up to
 	// three parts (runtime, control plane first, the rest), and hashing every binary of the
-	// bundle for each part tripled the reading of some hundred MB per host and run.
+	// bundle for each part tripled the reading of some hundred MB per host and run. containerd
+	// is asked for its images only when this shipment may import some: it may not run yet.
 	wanted := *m
-	wanted.Files = nil
+	wanted.Files, wanted.Images = nil, nil
 	for _, f := range m.Files {
 		if need.wantsFile(f) {
 			wanted.Files = append(wanted.Files, f)
 		}
 	}
+	for _, im := range m.Images {
+		if need.wants(im.Component, im.ControlPlaneOnly) {
+			wanted.Images = append(wanted.Images, im)
+		}
+	}
 	have, err := ReadHostState(ctx, h, &wanted)
 	if err != nil {
-		return HostPlan{}, err
+		return HostPlan{}, fetched, err
 	}
 	if want := unameArch[m.Platform]; have.Arch != want {
-		return HostPlan{}, fmt.Errorf("the bundle is for %s but the host's machine is %q (uname -m): build or fetch a bundle for it", m.Platform, have.Arch)
+		return HostPlan{}, fetched, fmt.Errorf("the bundle is for %s but the host's machine is %q (uname -m): build or fetch a bundle for it", m.Platform, have.Arch)
 	}
 	plan := PlanHost(m, have, need)
+	if len(mirrors) > 0 && len(plan.Install)+len(plan.Import) > 0 {
+		out, err := remote.Output(ctx, h, FetchCommand(plan.Install, plan.Import, mirrors, ca))
+		if err != nil {
+			return HostPlan{}, fetched, fmt.Errorf("take the bundle from the masters' registries: %w", err)
+		}
+		if fetched = parseFetched(string(out), plan.Install, plan.Import); !fetched.Empty() {
+			if have, err = ReadHostState(ctx, h, &wanted); err != nil {
+				return HostPlan{}, fetched, err
+			}
+			plan = PlanHost(m, have, need)
+		}
+	}
 	// Files the host has as the bundle's, read this time: recorded with what is installed.
 	record := slices.Clone(plan.Install)
 	for _, f := range wanted.Files {
@@ -325,38 +359,38 @@ func Ship(ctx context.Context, h remote.Host, dir string, m *Manifest, need Need
 		}
 	}
 	if plan.Empty() {
-		return plan, recordInstalled(ctx, h, record)
+		return plan, fetched, recordInstalled(ctx, h, record)
 	}
 	for _, f := range plan.Install {
 		mode, err := strconv.ParseUint(f.Mode, 8, 32)
 		if err != nil {
-			return plan, fmt.Errorf("bundle file %s: mode %q: %w", f.Name, f.Mode, err)
+			return plan, fetched, fmt.Errorf("bundle file %s: mode %q: %w", f.Name, f.Mode, err)
 		}
 		if err := upload(ctx, h, dir, f.Path, f.Install, f.SHA256, f.Size, fs.FileMode(mode), progress); err != nil {
-			return plan, err
+			return plan, fetched, err
 		}
 	}
 	if err := recordInstalled(ctx, h, record); err != nil {
-		return plan, err
+		return plan, fetched, err
 	}
 	for _, im := range plan.Import {
 		staged := StagingDir + "/" + im.Component + ".tar"
 		if err := upload(ctx, h, dir, im.Path, staged, im.SHA256, im.Size, 0o600, progress); err != nil {
-			return plan, err
+			return plan, fetched, err
 		}
 		// --no-unpack: the CRI unpacks an image into its snapshot when a container first uses
 		// it, in parallel per pod; unpacking here, one image after another, doubled the time a
 		// master took to be ready for its control plane.
 		cmd := remote.Command("ctr", "-n", "k8s.io", "images", "import", "--no-unpack", staged) + " && " + remote.Command("rm", "-f", "--", staged)
 		if err := h.Run(ctx, remote.Cmd{Command: cmd}); err != nil {
-			return plan, fmt.Errorf("import image %s: %w", im.Name, err)
+			return plan, fetched, fmt.Errorf("import image %s: %w", im.Name, err)
 		}
 	}
 	if err := pin(ctx, h, append(slices.Clone(plan.Import), plan.Pin...)); err != nil {
-		return plan, err
+		return plan, fetched, err
 	}
 	if len(plan.Import)+len(plan.Pin) == 0 {
-		return plan, nil
+		return plan, fetched, nil
 	}
 	// Check that containerd has the imported images. Files are not hashed again: each upload
 	// already landed atomically from content of known size and sha256, and re-hashing every
@@ -365,7 +399,7 @@ func Ship(ctx context.Context, h remote.Host, dir string, m *Manifest, need Need
 	images.Files = nil
 	after, err := ReadHostState(ctx, h, &images)
 	if err != nil {
-		return plan, err
+		return plan, fetched, err
 	}
 	if left := PlanHost(&images, after, need); !left.Empty() {
 		var what []string
@@ -378,9 +412,9 @@ func Ship(ctx context.Context, h remote.Host, dir string, m *Manifest, need Need
 		for _, im := range left.Pin {
 			what = append(what, fmt.Sprintf("image %s not labelled %s", im.Name, PinLabel))
 		}
-		return plan, fmt.Errorf("after shipping the bundle, still different: %s", strings.Join(what, "; "))
+		return plan, fetched, fmt.Errorf("after shipping the bundle, still different: %s", strings.Join(what, "; "))
 	}
-	return plan, nil
+	return plan, fetched, nil
 }
 
 // pin labels images with PinLabel, in one command.

@@ -296,7 +296,8 @@ func TestStateCommandRunsInAShell(t *testing.T) {
 	bin := filepath.Join(tmp, "bin")
 	os.Mkdir(bin, 0o755)
 	os.WriteFile(filepath.Join(bin, "ctr"), []byte("#!/bin/sh\necho 'REF TYPE DIGEST SIZE PLATFORMS LABELS'\necho \"registry.k8s.io/pause:3.10.2 application/vnd.oci.image.manifest.v1+json sha256:ab 1 KiB linux/amd64 -\"\n"), 0o755)
-	m := &Manifest{Files: []File{{Name: "a", Install: present}, {Name: "b", Install: filepath.Join(tmp, "absent")}}}
+	m := &Manifest{Files: []File{{Name: "a", Install: present}, {Name: "b", Install: filepath.Join(tmp, "absent")}},
+		Images: []Image{{Name: "registry.k8s.io/pause:3.10.2"}}}
 	cmd := exec.Command("sh", "-c", StateCommand(m))
 	cmd.Env = []string{"PATH=" + bin + ":/usr/bin:/bin"}
 	out, err := cmd.CombinedOutput()
@@ -316,6 +317,19 @@ func TestStateCommandRunsInAShell(t *testing.T) {
 	}
 	if uname, err := exec.Command("uname", "-m").Output(); err == nil && s.Arch != strings.TrimSpace(string(uname)) {
 		t.Errorf("arch %q, uname -m says %q", s.Arch, uname)
+	}
+
+	// Asked about no image, the command leaves containerd alone: a host whose runtime was just
+	// installed has ctr but no containerd running yet.
+	os.WriteFile(filepath.Join(bin, "ctr"), []byte("#!/bin/sh\necho 'ctr: cannot access socket' >&2\nexit 1\n"), 0o755)
+	m.Images = nil
+	cmd = exec.Command("sh", "-c", StateCommand(m))
+	cmd.Env = []string{"PATH=" + bin + ":/usr/bin:/bin"}
+	if out, err = cmd.CombinedOutput(); err != nil {
+		t.Fatalf("without images: %v\n%s", err, out)
+	}
+	if s, err = ParseState(out); err != nil || len(s.Images) != 0 || len(s.Files) != 1 {
+		t.Errorf("without images: %+v %v", s, err)
 	}
 }
 

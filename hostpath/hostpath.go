@@ -56,6 +56,25 @@ const (
 	VIPKubeconfig      = "/etc/kubernetes/kforge-vip.conf"
 	VIPState           = "/run/kforge-vip/state.json"
 	ContainerdUnitPath = "/etc/systemd/system/containerd.service"
+	// The masters' registry (CNCF distribution), from which the other nodes take the bundle's
+	// images and binaries over the cluster network: its binary, unit, configuration (read-only,
+	// TLS with a certificate from the cluster CA, on RegistryPort) and storage. It is filled
+	// through a second, writable instance that listens on RegistryFillAddr (loopback only)
+	// while kforge fills it, and RegistryFilled records what the last fill put there.
+	RegistryPath       = "/usr/local/bin/kforge-registry"
+	RegistryUnit       = "kforge-registry.service"
+	RegistryUnitPath   = "/etc/systemd/system/" + RegistryUnit
+	RegistryConfig     = "/etc/kforge/registry.yml"
+	RegistryFillConfig = "/etc/kforge/registry-fill.yml"
+	RegistryDir        = "/var/lib/kforge/registry"
+	RegistryFilled     = RegistryDir + "/kforge-filled"
+	RegistryPort       = 5000
+	RegistryFillAddr   = "127.0.0.1:5001"
+	// RegistryFilesRepo is the repository of the masters' registry that holds the bundle's
+	// binaries, as blobs named by their sha256.
+	RegistryFilesRepo = "kforge/files"
+	// RegistryCert is the base name, under PKIDir, of the registry's serving certificate.
+	RegistryCert = "kforge-registry"
 	// RegistryConfigDir holds one directory per registry host with its hosts.toml.
 	RegistryConfigDir = "/etc/containerd/certs.d"
 	// ModulesLoadFile names the kernel modules Kubernetes networking and containerd need, loaded

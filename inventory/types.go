@@ -316,3 +316,10 @@ type APIProxy struct {
 // LocalAPIProxy says whether the nodes reach the API servers through their node-local proxy:
 // several masters and no controlPlaneEndpoint.
 func (c *Cluster) LocalAPIProxy() bool { return c.ControlPlaneEndpoint == "" && len(c.Masters) > 1 }
+
+// BundleFromMasters says whether the masters serve the bundle to the other nodes (a registry
+// of theirs, filled from what the workstation uploaded to them): with a bundle, and a runtime
+// kforge installs and configures (containerRuntime.install: bundle).
+func (c *Cluster) BundleFromMasters() bool {
+	return c.Bundle != "" && c.ContainerRuntime.Install == RuntimeFromBundle
+}

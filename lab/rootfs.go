@@ -18,12 +18,13 @@ import (
 )
 
 // Packages is what the base rootfs holds on top of debootstrap's minbase: systemd as init, sshd,
-// containerd and runc, and the tools kubeadm's preflight checks look for. Changing the list (or
+// containerd and runc, the tools kubeadm's preflight checks look for, and curl, with which
+// nodes take the bundle from the masters' registries. Changing the list (or
 // the files in files/) changes the rootfs hash, so a new rootfs is built beside the old one.
 var Packages = []string{
 	"systemd", "systemd-sysv", "dbus", "openssh-server",
 	"iproute2", "iptables", "conntrack", "socat", "ebtables", "ethtool", "kmod", "procps",
-	"containerd", "runc", "iputils-ping", "haproxy", "less",
+	"containerd", "runc", "iputils-ping", "haproxy", "less", "curl",
 }
 
 // Suite is the Debian release the hosts run.

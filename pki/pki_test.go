@@ -40,7 +40,8 @@ func ipStrings(ips []net.IP) []string {
 }
 
 // TestTableMatchesKubeadm pins every row's subject, usages and SANs to what kubeadm v1.36
-// (certlist.go, pkiutil, phases/kubeconfig) sets.
+// (certlist.go, pkiutil, phases/kubeconfig) sets, and kforge's own row (kforge-registry) to the
+// master's name and addresses.
 func TestTableMatchesKubeadm(t *testing.T) {
 	p, m := testParams(), testMasters[1]
 	type want struct {
@@ -62,6 +63,7 @@ func TestTableMatchesKubeadm(t *testing.T) {
 		"etcd-peer":                {cn: "m2", signer: "etcd-ca", ext: both, dns: etcdDNS, ips: etcdIPs},
 		"etcd-healthcheck-client":  {cn: "kube-etcd-healthcheck-client", signer: "etcd-ca", ext: ca},
 		"apiserver-etcd-client":    {cn: "kube-apiserver-etcd-client", signer: "etcd-ca", ext: ca},
+		"kforge-registry":          {cn: "kforge-registry", signer: "ca", ext: sa, dns: []string{"m2"}, ips: []string{"198.51.100.12"}},
 		"admin.conf":               {cn: "kubernetes-admin", org: "kubeadm:cluster-admins", signer: "ca", ext: ca},
 		"super-admin.conf":         {cn: "kubernetes-super-admin", org: "system:masters", signer: "ca", ext: ca},
 		"controller-manager.conf":  {cn: "system:kube-controller-manager", signer: "ca", ext: ca},
@@ -283,7 +285,7 @@ func TestEnsureReusesAndReissuesWithReasons(t *testing.T) {
 			t.Errorf("%s: %q", k, got[k])
 		}
 	}
-	if _, ok := got["etcd-server@m1"]; ok || len(got) != 1+2*4 {
+	if _, ok := got["etcd-server@m1"]; ok || len(got) != 1+2*5 {
 		t.Errorf("unexpected changes: %v", got)
 	}
 

@@ -111,7 +111,8 @@ var (
 )
 
 // Table returns kubeadm v1.36's certificate set (phases/certs/certlist.go and the client
-// certificates of phases/kubeconfig), CAs first. Each call returns fresh rows.
+// certificates of phases/kubeconfig), CAs first, plus kforge's one row of its own
+// (RegistryCert). Each call returns fresh rows.
 func Table() []Spec {
 	return []Spec{
 		{Name: CA, BaseName: "ca", Subject: fixed("kubernetes"), SANs: caSANs("kubernetes")},
@@ -132,6 +133,9 @@ func Table() []Spec {
 			Subject: fixed("kube-etcd-healthcheck-client"), ExtKeyUsage: clientAuth},
 		{Name: "apiserver-etcd-client", BaseName: "apiserver-etcd-client", SignedBy: EtcdCA,
 			Subject: fixed("kube-apiserver-etcd-client"), ExtKeyUsage: clientAuth},
+		// kforge's own: the masters' registry serves the bundle to the other nodes with it.
+		{Name: RegistryCert, BaseName: RegistryCert, SignedBy: CA, Scope: PerMaster,
+			Subject: fixed(RegistryCert), ExtKeyUsage: serverAuth, SANs: registrySANs},
 
 		{Name: "admin.conf", Kubeconfig: "admin.conf", SignedBy: CA,
 			Subject: fixed("kubernetes-admin", ClusterAdminsGroup), ExtKeyUsage: clientAuth},
@@ -214,6 +218,29 @@ func etcdSANs(_ Params, m Master) ([]string, []net.IP, error) {
 		return nil, nil, fmt.Errorf("master %s: address %q is not an IP", m.Name, m.IP)
 	}
 	return []string{m.Name, "localhost"}, []net.IP{adv, net.IPv4(127, 0, 0, 1).To4(), net.IPv6loopback}, nil
+}
+
+// RegistryCert is the serving certificate of the masters' registry (hostpath.RegistryCert), from
+// which the other nodes take the bundle: not kubeadm's, signed by the cluster CA, which every
+// node trusts.
+const RegistryCert = "kforge-registry"
+
+// registrySANs name the master as the nodes reach its registry: its node name, advertise
+// address and the address kforge reaches it at.
+func registrySANs(_ Params, m Master) ([]string, []net.IP, error) {
+	adv := net.ParseIP(m.IP)
+	if adv == nil {
+		return nil, nil, fmt.Errorf("master %s: address %q is not an IP", m.Name, m.IP)
+	}
+	dns, ips := []string{m.Name}, []net.IP{adv}
+	if m.Address != "" && m.Address != m.IP {
+		if ip := net.ParseIP(m.Address); ip != nil {
+			ips = append(ips, ip)
+		} else {
+			dns = append(dns, m.Address)
+		}
+	}
+	return dns, ips, nil
 }
 
 // FirstServiceIP is the kubernetes Service's address: the first host address of the subnet.

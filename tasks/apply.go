@@ -120,6 +120,7 @@ type Apply struct {
 	etcd     etcdPlan            // etcd-members: how each master's etcd member starts
 	files    *hostFiles          // render; stage and pod-network push them and note what changed
 	bg       background          // stage: the workers' staging and the masters' shipments still running
+	fills    *registryFills      // stage: the masters' registries filled, which the workers wait for
 	api      apiClients          // made by wait-apiserver from set and the first master's connection
 	pruned   []string            // prune: the removed hosts it removed
 	restore  *restoreRun         // set by NewRestore: apply rebuilds the control plane from a snapshot

@@ -100,6 +100,9 @@ type Upload struct {
 	Bytes  int64    `json:"bytes"`
 	// Pin are images the host has that apply would pin (bundle.PinLabel): nothing to upload.
 	Pin []string `json:"pin,omitempty"`
+	// FromMasters says that the host takes the files and images from the masters' registries
+	// first: only what they lack is uploaded (Bytes is at most what that would be).
+	FromMasters bool `json:"fromMasters,omitempty"`
 }
 
 // RemovedHost is a host of the last apply that the inventory no longer lists.
@@ -332,7 +335,7 @@ func (p *Plan) diffHost(ctx context.Context, n inventory.Node, h remote.Host) (H
 		need.Runtime = fromBundle
 		hp := bundle.PlanHost(m, st, need)
 		if !hp.Empty() {
-			u := &Upload{Bytes: hp.Bytes()}
+			u := &Upload{Bytes: hp.Bytes(), FromMasters: len(a.mirrorsFor(n)) > 0}
 			for _, fl := range hp.Install {
 				u.Files = append(u.Files, fl.Install)
 				written = append(written, fl.Install) // a new kubelet binary restarts kubelet, as in ship
@@ -363,6 +366,9 @@ func (p *Plan) diffHost(ctx context.Context, n inventory.Node, h remote.Host) (H
 		d.Restarts = append(d.Restarts, hostpath.APIProxyUnit+" (re)starts")
 	case !a.inv.LocalAPIProxy() && hasUnit(f, hostpath.APIProxyUnitPath):
 		d.Restarts = append(d.Restarts, hostpath.APIProxyUnit+" stops (removed: the nodes use "+pki.NodeEndpoint(a.inv)+")")
+	}
+	if n.Role == inventory.RoleMaster && a.inv.BundleFromMasters() && wrote(registryRestarts) {
+		d.Restarts = append(d.Restarts, hostpath.RegistryUnit+" (re)starts")
 	}
 	switch {
 	case a.inv.ControlPlaneVIP != "" && n.Role == inventory.RoleMaster && vipRestarts(wrote):

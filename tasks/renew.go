@@ -330,7 +330,7 @@ func (x *CertsRenew) pushMasters(ctx context.Context, r progress.Reporter) error
 	if len(x.expired) > 0 {
 		r(progress.Event{Kind: progress.Info, Message: "expired: " + strings.Join(x.expired, ", ") + "; the control plane is down: every master at once"})
 		if err := x.fleet.Each(ctx, inventory.RoleMaster, func(ctx context.Context, n inventory.Node, h remote.Host) error {
-			if err := push(ctx, x.files, h, isCredential); err != nil {
+			if err := pushCredentials(ctx, x.files, h); err != nil {
 				return err
 			}
 			if !x.files.wrote(n.Name, func(p string) bool { return p == apiserverKubeletClient }) {
@@ -343,7 +343,7 @@ func (x *CertsRenew) pushMasters(ctx context.Context, r progress.Reporter) error
 		return x.waitMasters(ctx, r, masters, masters[0])
 	}
 	for i, n := range masters {
-		if err := push(ctx, x.files, x.fleet.Host(n.Name), isCredential); err != nil {
+		if err := pushCredentials(ctx, x.files, x.fleet.Host(n.Name)); err != nil {
 			return err
 		}
 		// Watch through another master than the one restarting, when there is one.

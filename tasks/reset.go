@@ -231,7 +231,8 @@ func resetFiles(role inventory.Role) []string {
 	}
 	return append(ps, hostpath.KubeletUnitPath, hostpath.KubeletDropInPath, hostpath.ServiceRouteUnitPath, hostpath.SysctlFile,
 		hostpath.APIProxyUnitPath, hostpath.APIProxyConfig, path.Dir(hostpath.APIProxyState),
-		hostpath.VIPUnitPath, hostpath.VIPConfig, path.Dir(hostpath.VIPState))
+		hostpath.VIPUnitPath, hostpath.VIPConfig, path.Dir(hostpath.VIPState),
+		hostpath.RegistryUnitPath, hostpath.RegistryConfig, hostpath.RegistryFillConfig, hostpath.RegistryDir)
 }
 
 // removeScript removes each of paths, then emptyDir if it is empty, and prints what it
@@ -271,7 +272,7 @@ func (x *Reset) removeFiles(ctx context.Context, r progress.Reporter) error {
 		if err != nil {
 			return "", err
 		}
-		for _, u := range [][2]string{{hostpath.VIPUnit, hostpath.VIPUnitPath}, {hostpath.APIProxyUnit, hostpath.APIProxyUnitPath}} {
+		for _, u := range [][2]string{{hostpath.VIPUnit, hostpath.VIPUnitPath}, {hostpath.APIProxyUnit, hostpath.APIProxyUnitPath}, {hostpath.RegistryUnit, hostpath.RegistryUnitPath}} {
 			unit, _, err := runReset(ctx, h, stopUnitScript(u[0], u[1]))
 			if err != nil {
 				return "", err

@@ -145,7 +145,7 @@ func (x *RotateCA) phase(ph pki.Phase) func(context.Context, progress.Reporter) 
 		masters := x.fleet.Nodes(inventory.RoleMaster)
 		for i, n := range masters {
 			h := x.fleet.Host(n.Name)
-			if err := push(ctx, x.files, h, isCredential); err != nil {
+			if err := pushCredentials(ctx, x.files, h); err != nil {
 				return err
 			}
 			if err := x.waitMasters(ctx, r, []inventory.Node{n}, masters[(i+1)%len(masters)]); err != nil {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -28,11 +29,6 @@ import (
 // and masters receive the rest of the bundle in the background (core-addons waits for it).
 func (a *Apply) stage(ctx context.Context, r progress.Reporter) error {
 	f := a.fleet
-	a.bg.start(stagedWorkers, func() error {
-		return fleet.EachOf(ctx, f, f.Nodes(inventory.RoleWorker), func(ctx context.Context, n inventory.Node, _ remote.Host) error {
-			return a.stageHost(ctx, n, r)
-		})
-	})
 	var fresh, joining []inventory.Node
 	for _, n := range f.Nodes(inventory.RoleMaster) {
 		if a.etcd.join[n.Name] {
@@ -41,9 +37,21 @@ func (a *Apply) stage(ctx context.Context, r progress.Reporter) error {
 			fresh = append(fresh, n)
 		}
 	}
+	// The workers wait for the registries of the masters staged together (a joining master
+	// comes later, one at a time); a failure staging the masters ends that wait.
+	a.fills = newRegistryFills(0)
+	if a.manifest != nil && a.inv.BundleFromMasters() {
+		a.fills = newRegistryFills(len(fresh))
+	}
+	a.bg.start(stagedWorkers, func() error {
+		return fleet.EachOf(ctx, f, f.Nodes(inventory.RoleWorker), func(ctx context.Context, n inventory.Node, _ remote.Host) error {
+			return a.stageHost(ctx, n, r)
+		})
+	})
 	if err := fleet.EachOf(ctx, f, fresh, func(ctx context.Context, n inventory.Node, _ remote.Host) error {
 		return a.stageHost(ctx, n, r)
 	}); err != nil {
+		a.fills.release()
 		return err
 	}
 	// Masters joining a running etcd cluster start one at a time: each new member must be up
@@ -72,9 +80,23 @@ func (a *Apply) stageHost(ctx context.Context, n inventory.Node, r progress.Repo
 	h := a.fleet.Host(n.Name)
 	start := a.o.Now()
 	var did []string
+	var mirrors []string
+	if a.manifest != nil {
+		mirrors = a.mirrorsFor(n)
+	}
+	if len(mirrors) > 0 {
+		// The bundle comes from the masters' registries: first what trusts them, then wait
+		// until they are filled.
+		if err := push(ctx, a.files, h, isRegistryClientFile); err != nil {
+			return err
+		}
+		if err := a.fills.wait(ctx); err != nil {
+			return err
+		}
+	}
 	installed := false
 	if a.manifest != nil && a.inv.ContainerRuntime.Install == inventory.RuntimeFromBundle {
-		p, msg, err := a.ship(ctx, h, bundle.Need{Runtime: true, Only: bundle.IsRuntime}, r)
+		p, msg, err := a.ship(ctx, h, bundle.Need{Runtime: true, Only: bundle.IsRuntime}, mirrors, r)
 		if err != nil {
 			return err
 		}
@@ -93,7 +115,7 @@ func (a *Apply) stageHost(ctx context.Context, n inventory.Node, r progress.Repo
 		if need.ControlPlane {
 			need.Only = controlPlaneFirst // the rest follows in the background
 		}
-		_, msg, err := a.ship(ctx, h, need, r)
+		_, msg, err := a.ship(ctx, h, need, mirrors, r)
 		if err != nil {
 			return err
 		}
@@ -121,9 +143,13 @@ func (a *Apply) stageHost(ctx context.Context, n inventory.Node, r progress.Repo
 		did = append(did, msg)
 		if a.manifest != nil {
 			a.bg.start(shippedMasters, func() error {
-				_, msg, err := a.ship(ctx, h, bundleNeed(a.inv, inventory.RoleMaster), r)
+				defer a.fills.done()
+				_, msg, err := a.ship(ctx, h, bundleNeed(a.inv, inventory.RoleMaster), nil, r)
 				if err == nil && msg != bundleUpToDate {
 					r(progress.Event{Kind: progress.HostDone, Host: n.Name, Message: "rest of the " + msg})
+				}
+				if err == nil && a.inv.BundleFromMasters() {
+					a.fillRegistry(ctx, n, h, r)
 				}
 				return remote.WithHost(n.Name, err)
 			})
@@ -157,21 +183,29 @@ func controlPlaneFirst(name string) bool {
 
 const bundleUpToDate = "bundle up to date"
 
-// ship brings h up to date with the part of the bundle need names and says what it did.
-func (a *Apply) ship(ctx context.Context, h remote.Host, need bundle.Need, r progress.Reporter) (bundle.HostPlan, string, error) {
+// ship brings h up to date with the part of the bundle need names, first from the masters'
+// registries when mirrors names them, and says what it did.
+func (a *Apply) ship(ctx context.Context, h remote.Host, need bundle.Need, mirrors []string, r progress.Reporter) (bundle.HostPlan, string, error) {
 	t := a.o.Now()
-	p, err := bundle.Ship(ctx, h, a.inv.Bundle, a.manifest, need, uploadProgress(r, a.o.Now))
-	for _, f := range p.Install {
+	p, got, err := bundle.ShipVia(ctx, h, a.inv.Bundle, a.manifest, need, uploadProgress(r, a.o.Now), mirrors, hostpath.CACert)
+	for _, f := range append(slices.Clone(p.Install), got.Files...) {
 		// A new binary is a written file: a new kubelet restarts kubelet (isKubeletInput).
 		a.files.noteWritten(h.Name(), templates.File{Path: f.Install}, true)
 	}
 	if err != nil {
 		return p, "", err
 	}
-	if p.Empty() {
+	if p.Empty() && got.Empty() {
 		return p, bundleUpToDate, nil
 	}
 	msg := fmt.Sprintf("bundle: %d files, %d images, %d MiB in %s", len(p.Install), len(p.Import), p.Bytes()>>20, a.o.Now().Sub(t).Round(100*time.Millisecond))
+	if !got.Empty() {
+		msg = fmt.Sprintf("bundle: %d files, %d images from the masters' registries, %d files, %d images (%d MiB) uploaded in %s",
+			len(got.Files), len(got.Images), len(p.Install), len(p.Import), p.Bytes()>>20, a.o.Now().Sub(t).Round(100*time.Millisecond))
+	}
+	if got.NoCurl && len(p.Install) > 0 {
+		msg += " (no curl on this host to take files from the masters)"
+	}
 	if len(p.Pin) > 0 {
 		msg += fmt.Sprintf("; %d images pinned against kubelet's image garbage collection", len(p.Pin))
 	}

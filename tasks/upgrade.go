@@ -368,7 +368,7 @@ func (a *Apply) stageAddonImages(ctx context.Context, r progress.Reporter, u *up
 	nodes := slices.DeleteFunc(a.fleet.Nodes(""), func(n inventory.Node) bool { _, ok := u.running[n.Name]; return !ok })
 	return fleet.EachOf(ctx, a.fleet, nodes, func(ctx context.Context, n inventory.Node, host remote.Host) error {
 		for _, h := range hops {
-			if _, msg, err := h.ship(ctx, host, bundle.Need{Only: addonImage}, r); err != nil {
+			if _, msg, err := h.ship(ctx, host, bundle.Need{Only: addonImage}, nil, r); err != nil {
 				return err
 			} else if msg != bundleUpToDate {
 				r(progress.Event{Kind: progress.HostDone, Host: n.Name, Message: "addon images of " + h.inv.KubernetesVersion + ": " + msg})
@@ -390,7 +390,7 @@ func (h *Apply) upgradeMaster(ctx context.Context, n inventory.Node, r progress.
 	host := h.fleet.Host(n.Name)
 	installed := false
 	if h.inv.ContainerRuntime.Install == inventory.RuntimeFromBundle {
-		p, _, err := h.ship(ctx, host, bundle.Need{Runtime: true, Only: bundle.IsRuntime}, r)
+		p, _, err := h.ship(ctx, host, bundle.Need{Runtime: true, Only: bundle.IsRuntime}, nil, r)
 		if err != nil {
 			return err
 		}
@@ -399,7 +399,7 @@ func (h *Apply) upgradeMaster(ctx context.Context, n inventory.Node, r progress.
 	if _, err := h.configureRuntime(ctx, n, host, installed); err != nil {
 		return err
 	}
-	if _, _, err := h.ship(ctx, host, bundleNeed(h.inv, inventory.RoleMaster), r); err != nil {
+	if _, _, err := h.ship(ctx, host, bundleNeed(h.inv, inventory.RoleMaster), nil, r); err != nil {
 		return err
 	}
 	if err := push(ctx, h.files, host, nil); err != nil {

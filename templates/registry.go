@@ -2,9 +2,14 @@ package templates
 
 import (
 	"encoding/base64"
+	"net"
 	"path"
+	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/kforge/kforge/hostpath"
+	"github.com/kforge/kforge/inventory"
 )
 
 // Registry is one registry's containerd configuration, as the inventory's
@@ -16,14 +21,19 @@ type Registry struct {
 	CA       []byte // PEM; nil: the system's roots
 	Username string // basic auth; empty: none
 	Password string // a secret: lands in hosts.toml (0600) only
+	// MasterMirrors are the masters' registries (https://ip:port, MasterRegistries), tried
+	// first: they hold the bundle's images under /v2/<Host>/ and are trusted through the
+	// cluster CA.
+	MasterMirrors []string
 }
 
-// hostsTOML is hosts.toml's template input.
+// hostsTOML is hosts.toml's template input: the registry's own settings when it has no
+// mirrors of the inventory's, then the mirrors in the order containerd tries them.
 type hostsTOML struct {
 	Server        string
-	Mirrors       []string
 	CA            string // path on the host
 	Authorization string
+	Mirrors       []registryMirror
 }
 
 // registryServer is the registry's own URL: docker.io's API lives at registry-1.docker.io.
@@ -35,21 +45,122 @@ func registryServer(host string) string {
 }
 
 // RegistryFiles are a registry's files under containerd's config_path: hosts.toml (0600, it may
-// hold credentials) and the CA it names.
+// hold credentials) and the CA it names. The masters' registries come first, then the
+// inventory's mirrors, then the registry itself.
 func RegistryFiles(r Registry) ([]File, error) {
 	dir := path.Join(hostpath.RegistryConfigDir, r.Host)
-	in := hostsTOML{Server: registryServer(r.Host), Mirrors: r.Mirrors}
 	var files []File
+	ca, auth := "", ""
 	if r.CA != nil {
-		in.CA = path.Join(dir, "ca.crt")
-		files = append(files, File{Path: in.CA, Mode: 0o644, Data: r.CA})
+		ca = path.Join(dir, "ca.crt")
+		files = append(files, File{Path: ca, Mode: 0o644, Data: r.CA})
 	}
 	if r.Username != "" {
-		in.Authorization = "Basic " + base64.StdEncoding.EncodeToString([]byte(r.Username+":"+r.Password))
+		auth = "Basic " + base64.StdEncoding.EncodeToString([]byte(r.Username+":"+r.Password))
+	}
+	in := hostsTOML{Server: registryServer(r.Host)}
+	if len(r.Mirrors) == 0 {
+		in.CA, in.Authorization = ca, auth
+	}
+	for _, u := range r.MasterMirrors {
+		in.Mirrors = append(in.Mirrors, registryMirror{URL: strings.TrimSuffix(u, "/") + "/v2/" + r.Host, CA: hostpath.CACert, OverridePath: true})
+	}
+	for _, u := range r.Mirrors {
+		in.Mirrors = append(in.Mirrors, registryMirror{URL: u, CA: ca, Authorization: auth})
 	}
 	data, err := render("hosts.toml.tmpl", in)
 	if err != nil {
 		return nil, err
 	}
 	return append(files, File{Path: path.Join(dir, "hosts.toml"), Mode: 0o600, Data: data}), nil
+}
+
+// registryMirror is one mirror of hosts.toml.
+type registryMirror struct {
+	URL           string
+	CA            string // path on the host; empty: the system's roots
+	Authorization string
+	OverridePath  bool // URL is the API's root (containerd does not add /v2)
+}
+
+// MasterRegistryFiles are master m's registry files: its unit, its read-only configuration
+// (TLS on the master's node IP) and the configuration of the writable instance, on loopback
+// only, through which kforge fills it. None when the masters do not serve the bundle.
+func MasterRegistryFiles(c *inventory.Cluster, m inventory.Host) ([]File, error) {
+	if !c.BundleFromMasters() {
+		return nil, nil
+	}
+	unit, err := render("kforge-registry.service.tmpl", struct{ Binary, Config string }{hostpath.RegistryPath, hostpath.RegistryConfig})
+	if err != nil {
+		return nil, err
+	}
+	type config struct {
+		Purpose, Dir, Addr, Cert, Key string
+		ReadOnly                      bool
+	}
+	serve, err := render("registry.yml.tmpl", config{
+		Purpose: "this master's registry (" + hostpath.RegistryUnit + "), from which the cluster's nodes\n# take the bundle. Read-only: kforge fills it through " + hostpath.RegistryFillConfig + ".",
+		Dir:     hostpath.RegistryDir, Addr: net.JoinHostPort(m.NodeIP(), strconv.Itoa(hostpath.RegistryPort)),
+		Cert: path.Join(hostpath.PKIDir, hostpath.RegistryCert+".crt"), Key: path.Join(hostpath.PKIDir, hostpath.RegistryCert+".key"), ReadOnly: true,
+	})
+	if err != nil {
+		return nil, err
+	}
+	fill, err := render("registry.yml.tmpl", config{
+		Purpose: "the writable instance of this master's registry, on loopback only, which kforge\n# runs while it fills the registry from this master's containerd and binaries.",
+		Dir:     hostpath.RegistryDir, Addr: hostpath.RegistryFillAddr,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return []File{
+		{Path: hostpath.RegistryUnitPath, Mode: 0o644, Data: unit},
+		{Path: hostpath.RegistryConfig, Mode: 0o644, Data: serve},
+		{Path: hostpath.RegistryFillConfig, Mode: 0o644, Data: fill},
+	}, nil
+}
+
+// MasterRegistries are the URLs of the masters' registries in the order node n tries them:
+// every master, starting at a different one for each node, so that a fleet's pulls spread over
+// the masters. None when the masters do not serve the bundle.
+func MasterRegistries(c *inventory.Cluster, n inventory.Node) []string {
+	if !c.BundleFromMasters() || len(c.Masters) == 0 {
+		return nil
+	}
+	start := slices.IndexFunc(c.Nodes(), func(o inventory.Node) bool { return o.Name == n.Name })
+	out := make([]string, len(c.Masters))
+	for i := range c.Masters {
+		m := c.Masters[(max(start, 0)+i)%len(c.Masters)]
+		out[i] = "https://" + net.JoinHostPort(m.NodeIP(), strconv.Itoa(hostpath.RegistryPort))
+	}
+	return out
+}
+
+// withMasterRegistries adds the masters' registries (urls) to the registries the bundle's
+// images are named after (origins: registry.k8s.io, ghcr.io), before the inventory's own
+// mirrors of those: the masters hold the bundle's images under /v2/<origin>/.
+func withMasterRegistries(regs []Registry, origins, urls []string) []Registry {
+	if len(urls) == 0 {
+		return regs
+	}
+	out := slices.Clone(regs)
+	for _, o := range origins {
+		i := slices.IndexFunc(out, func(r Registry) bool { return r.Host == o })
+		if i < 0 {
+			out = append(out, Registry{Host: o})
+			i = len(out) - 1
+		}
+		out[i].MasterMirrors = urls
+	}
+	return out
+}
+
+// ImageOrigin is the registry host an image is named after: registry.k8s.io of
+// registry.k8s.io/pause:3.10, docker.io of a short name.
+func ImageOrigin(image string) string {
+	first, _, ok := strings.Cut(image, "/")
+	if !ok || !strings.ContainsAny(first, ".:") && first != "localhost" {
+		return "docker.io"
+	}
+	return first
 }

@@ -170,6 +170,15 @@ func TestRegistryFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	golden(t, "hosts.toml-docker", plain[0].Data)
+
+	// The masters' registries come before the inventory's mirror, with the cluster CA, and
+	// their path names the registry they mirror.
+	masters, err := RegistryFiles(Registry{Host: "registry.k8s.io", Mirrors: []string{"https://mirror.lab:5000"}, CA: []byte("PEM"),
+		MasterMirrors: []string{"https://198.51.100.12:5000", "https://198.51.100.11:5000"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "hosts.toml-masters", masters[1].Data)
 }
 
 func TestServiceRouteUnit(t *testing.T) {

@@ -342,7 +342,11 @@ func masterFiles(c *inventory.Cluster, set *pki.Set, i int, o Options) ([]File, 
 	if err != nil {
 		return nil, err
 	}
-	fs = append(fs, vip...)
+	reg, err := MasterRegistryFiles(c, m)
+	if err != nil {
+		return nil, err
+	}
+	fs = append(append(fs, vip...), reg...)
 
 	cp, err := ControlPlaneFor(c, i, o)
 	if err != nil {
@@ -499,7 +503,12 @@ func nodeFiles(c *inventory.Cluster, n inventory.Node, o Options) ([]File, error
 			{Path: hostpath.ContainerdUnitPath, Mode: 0o644, Data: unit},
 			{Path: hostpath.ModulesLoadFile, Mode: 0o644, Data: []byte(ModulesLoad)},
 		}
-		for _, r := range o.Registries {
+		var origins []string
+		for _, name := range im.ByComponent() {
+			origins = append(origins, ImageOrigin(name))
+		}
+		slices.Sort(origins)
+		for _, r := range withMasterRegistries(o.Registries, slices.Compact(origins), MasterRegistries(c, n)) {
 			fs, err := RegistryFiles(r)
 			if err != nil {
 				return nil, err

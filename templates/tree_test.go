@@ -333,3 +333,79 @@ func TestControlPlaneVIP(t *testing.T) {
 		t.Errorf("admin kubeconfig with a VIP: %d contexts, AdminContexts %v:\n%s", len(cfg.Contexts), AdminContexts(c), data)
 	}
 }
+
+// TestMastersServeTheBundle: with a bundle and kforge's runtime, every master gets its
+// registry's unit, a read-only configuration on its node IP with the certificate the cluster CA
+// signed for it, and a loopback-only writable one; every node's containerd tries the masters'
+// registries first for each registry the bundle's images are named after, each node starting
+// at another master; without a bundle there is none of it.
+func TestMastersServeTheBundle(t *testing.T) {
+	c := haCluster()
+	c.Bundle = "/bundle"
+	c.ContainerRuntime.Install = inventory.RuntimeFromBundle
+	trees, _ := renderTree(t, c)
+	firsts := map[string]bool{}
+	for i, h := range trees {
+		files := filesByPath(h)
+		if h.Node.Role == inventory.RoleMaster {
+			serve := string(files[hostpath.RegistryConfig])
+			if !strings.Contains(serve, `addr: "`+h.Node.NodeIP()+`:5000"`) || !strings.Contains(serve, "readonly:\n      enabled: true") {
+				t.Errorf("%s: registry.yml:\n%s", h.Node.Name, serve)
+			}
+			fill := string(files[hostpath.RegistryFillConfig])
+			if !strings.Contains(fill, `addr: "127.0.0.1:5001"`) || strings.Contains(fill, "readonly") || strings.Contains(fill, "tls") {
+				t.Errorf("%s: registry-fill.yml:\n%s", h.Node.Name, fill)
+			}
+			certs, err := pki.ParseCerts(files[hostpath.PKIDir+"/"+hostpath.RegistryCert+".crt"])
+			if err != nil || certs[0].VerifyHostname(h.Node.NodeIP()) != nil {
+				t.Errorf("%s: the registry's certificate is not valid for %s: %v", h.Node.Name, h.Node.NodeIP(), err)
+			}
+			if i == 0 {
+				golden(t, "kforge-registry.service", files[hostpath.RegistryUnitPath])
+				golden(t, "registry.yml", files[hostpath.RegistryConfig])
+				golden(t, "registry-fill.yml", files[hostpath.RegistryFillConfig])
+			}
+		} else if _, ok := files[hostpath.RegistryUnitPath]; ok {
+			t.Errorf("%s: a worker got the registry", h.Node.Name)
+		}
+		for _, origin := range []string{"registry.k8s.io", "ghcr.io"} {
+			toml := string(files[hostpath.RegistryConfigDir+"/"+origin+"/hosts.toml"])
+			for _, m := range c.Masters {
+				u := `[host."https://` + m.NodeIP() + `:5000/v2/` + origin + `"]`
+				if !strings.Contains(toml, u) {
+					t.Errorf("%s: %s/hosts.toml lacks %s:\n%s", h.Node.Name, origin, u, toml)
+				}
+			}
+			if !strings.Contains(toml, "override_path = true") || !strings.Contains(toml, `ca = "`+hostpath.CACert+`"`) {
+				t.Errorf("%s: %s/hosts.toml:\n%s", h.Node.Name, origin, toml)
+			}
+			if origin == "registry.k8s.io" {
+				firsts[toml[strings.Index(toml, "[host."):][:40]] = true
+			}
+		}
+	}
+	if len(firsts) != len(c.Masters) {
+		t.Errorf("the nodes start at %d different masters, want %d: %v", len(firsts), len(c.Masters), firsts)
+	}
+
+	c.Bundle = ""
+	trees, _ = renderTree(t, c)
+	for _, h := range trees {
+		for _, f := range h.Files {
+			if f.Path == hostpath.RegistryUnitPath || strings.HasPrefix(f.Path, hostpath.RegistryConfigDir+"/") {
+				t.Errorf("%s: %s without a bundle", h.Node.Name, f.Path)
+			}
+		}
+	}
+}
+
+func TestImageOrigin(t *testing.T) {
+	for in, want := range map[string]string{
+		"registry.k8s.io/pause:3.10": "registry.k8s.io", "ghcr.io/flannel-io/flannel:v0.28.10": "ghcr.io",
+		"busybox:1.36": "docker.io", "library/busybox": "docker.io", "localhost/x:1": "localhost", "mirror:5000/x": "mirror:5000",
+	} {
+		if got := ImageOrigin(in); got != want {
+			t.Errorf("ImageOrigin(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

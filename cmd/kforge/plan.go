@@ -219,7 +219,11 @@ func diffText(d *tasks.Diff) string {
 			fmt.Fprintf(&b, "    node: %s\n", n)
 		}
 		if u := h.Upload; u != nil && len(u.Files)+len(u.Images) > 0 {
-			fmt.Fprintf(&b, "    upload from the bundle: %s\n", uploadSummary(u))
+			if u.FromMasters {
+				fmt.Fprintf(&b, "    from the masters' registries (uploaded only what they lack): %s\n", uploadSummary(u))
+			} else {
+				fmt.Fprintf(&b, "    upload from the bundle: %s\n", uploadSummary(u))
+			}
 		}
 		if u := h.Upload; u != nil && len(u.Pin) > 0 {
 			fmt.Fprintf(&b, "    pin %s against kubelet's image garbage collection: %s\n", plural(len(u.Pin), "image"), strings.Join(u.Pin, ", "))

@@ -1,0 +1,122 @@
+package tasks
+
+import (
+	"context"
+	"fmt"
+	"path"
+	"strings"
+	"sync"
+
+	"github.com/kforge/kforge/bundle"
+	"github.com/kforge/kforge/hostpath"
+	"github.com/kforge/kforge/inventory"
+	"github.com/kforge/kforge/progress"
+	"github.com/kforge/kforge/remote"
+	"github.com/kforge/kforge/templates"
+)
+
+// The masters serve the bundle to the other nodes (inventory BundleFromMasters): the workstation
+// uploads it to the masters only; each master runs a registry (kforge-registry.service) that
+// kforge fills from the master's own binaries and containerd; the workers take what they lack
+// from the masters' registries over the cluster network and get uploaded only what that left
+// missing (a registry not up, a node without curl).
+
+// registryFills is the run's wait for the masters' registries: the workers take the bundle from
+// them once every master staged in this run has filled its own, or failed to (the workers then
+// get uploaded what the registries lack).
+type registryFills struct {
+	ready chan struct{}
+	once  sync.Once
+	mu    sync.Mutex
+	left  int
+}
+
+func newRegistryFills(masters int) *registryFills {
+	f := &registryFills{ready: make(chan struct{}), left: masters}
+	if masters == 0 {
+		f.release()
+	}
+	return f
+}
+
+// done says that one master's fill ended, filled or not.
+func (f *registryFills) done() {
+	f.mu.Lock()
+	f.left--
+	last := f.left == 0
+	f.mu.Unlock()
+	if last {
+		f.release()
+	}
+}
+
+// release ends the wait whatever is left: staging the masters failed.
+func (f *registryFills) release() { f.once.Do(func() { close(f.ready) }) }
+
+func (f *registryFills) wait(ctx context.Context) error {
+	select {
+	case <-f.ready:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// fillRegistry starts master n's registry, restarted when its unit, configuration, certificate
+// or binary changed, and fills it with what the other nodes need of the bundle. A registry
+// that cannot be filled is reported, not fatal: the nodes then get the bundle uploaded.
+func (a *Apply) fillRegistry(ctx context.Context, n inventory.Node, h remote.Host, r progress.Reporter) {
+	need := bundleNeed(a.inv, inventory.RoleWorker)
+	need.Runtime = true // BundleFromMasters: the runtime is the bundle's
+	files, images := bundle.Served(a.manifest, need)
+	restart := a.files.wrote(n.Name, registryRestarts)
+	out, err := remote.Output(ctx, h, startUnitScript(hostpath.RegistryUnit, restart)+" && {\n"+bundle.FillCommand(files, images)+"\n}")
+	if err != nil {
+		r(progress.Event{Kind: progress.Info, Host: n.Name, Message: fmt.Sprintf("its registry was not filled (the nodes get the bundle uploaded instead): %v", err)})
+		return
+	}
+	if strings.Contains(string(out), bundle.Filled) {
+		r(progress.Event{Kind: progress.Info, Host: n.Name, Message: fmt.Sprintf("registry filled: %d files, %d images for the nodes", len(files), len(images))})
+	}
+}
+
+// registryRestarts says whether path p is an input of the masters' registry: a change restarts it.
+func registryRestarts(p string) bool {
+	switch p {
+	case hostpath.RegistryUnitPath, hostpath.RegistryConfig, hostpath.RegistryPath,
+		path.Join(hostpath.PKIDir, hostpath.RegistryCert+".crt"), path.Join(hostpath.PKIDir, hostpath.RegistryCert+".key"):
+		return true
+	}
+	return false
+}
+
+// isRegistryClientFile says whether p is a file a node needs before it takes the bundle from the
+// masters' registries: containerd's hosts.toml files and the cluster CA they trust.
+func isRegistryClientFile(p string) bool {
+	return p == hostpath.CACert || strings.HasPrefix(p, hostpath.RegistryConfigDir+"/")
+}
+
+// restartRegistryScript restarts a master's registry when it runs: after its certificate was
+// renewed or re-issued by certs renew or rotate-ca.
+const restartRegistryScript = "systemctl try-restart " + hostpath.RegistryUnit
+
+// pushCredentials pushes a master's credentials (isCredential) and restarts its registry when
+// its certificate changed: distribution reads it only when it starts.
+func pushCredentials(ctx context.Context, files *hostFiles, h remote.Host) error {
+	if err := push(ctx, files, h, isCredential); err != nil {
+		return err
+	}
+	if files.wrote(h.Name(), func(p string) bool { return strings.HasPrefix(p, path.Join(hostpath.PKIDir, hostpath.RegistryCert)+".") }) {
+		return h.Run(ctx, remote.Cmd{Command: restartRegistryScript})
+	}
+	return nil
+}
+
+// mirrorsFor are the masters' registries node n takes the bundle from, in its order; none for
+// masters, which get the bundle uploaded, and without BundleFromMasters.
+func (a *Apply) mirrorsFor(n inventory.Node) []string {
+	if n.Role == inventory.RoleMaster {
+		return nil
+	}
+	return templates.MasterRegistries(a.inv, n)
+}
