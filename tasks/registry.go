@@ -106,7 +106,9 @@ func pushCredentials(ctx context.Context, files *hostFiles, h remote.Host) error
 	if err := push(ctx, files, h, isCredential); err != nil {
 		return err
 	}
-	if files.wrote(h.Name(), func(p string) bool { return strings.HasPrefix(p, path.Join(hostpath.PKIDir, hostpath.RegistryCert)+".") }) {
+	if files.wrote(h.Name(), func(p string) bool {
+		return strings.HasPrefix(p, path.Join(hostpath.PKIDir, hostpath.RegistryCert)+".")
+	}) {
 		return h.Run(ctx, remote.Cmd{Command: restartRegistryScript})
 	}
 	return nil
