@@ -7,12 +7,14 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/kforge/kforge/bundle"
 	"github.com/kforge/kforge/internal/testenv"
 	"github.com/kforge/kforge/lab"
 	"github.com/kforge/kforge/release"
@@ -76,6 +78,8 @@ func bareHostsMinor(t *testing.T, version string) {
 		}
 	}
 
+	c.checkBundleFromMasters(ctx, out, h[0], w1, w2)
+
 	c.applyChangesNothing(ctx, h)
 	c.checkEtcdStatusAndSnapshot(ctx)
 
@@ -105,4 +109,53 @@ func bareHostsMinor(t *testing.T, version string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// fromMasters is apply's line for a worker that took every file and image it lacked from the
+// masters' registries and was uploaded none.
+var fromMasters = regexp.MustCompile(`bundle: [1-9][0-9]* files, [1-9][0-9]* images from the masters' registries, 0 files, 0 images \(0 MiB\) uploaded`)
+
+// checkBundleFromMasters checks issue 17's "each byte crosses the workstation's link about
+// once" on a cluster apply just made (out, its output): every worker took its kubelet, CNI
+// plugins, runtime and images from master's registry, not from the workstation, and holds them
+// as the bundle's, its images pinned. Then a registry that is not up: with master's masked, a
+// file missing on a worker is uploaded instead and apply converges; once unmasked, the next
+// apply starts the registry again.
+func (c *cluster) checkBundleFromMasters(ctx context.Context, out string, m lab.Host, workers ...string) {
+	c.t.Helper()
+	master := m.Name
+	for _, w := range workers {
+		if !regexp.MustCompile(regexp.QuoteMeta(w) + ` .*` + fromMasters.String()).MatchString(out) {
+			c.t.Errorf("%s did not take the bundle from the masters' registries; apply said:\n%s", w, out)
+		}
+		pinned := c.exec(ctx, w, "ctr -n k8s.io images ls | grep -c '^registry.k8s.io/kube-proxy:.*"+bundle.PinLabel+"'")
+		if strings.TrimSpace(pinned) != "1" {
+			c.t.Errorf("%s: kube-proxy's image, pulled from the masters, is not pinned", w)
+		}
+	}
+	catalog := c.exec(ctx, workers[0], "curl -fsS --cacert /etc/kubernetes/pki/ca.crt https://"+m.Address+":5000/v2/_catalog")
+	if !strings.Contains(catalog, "registry.k8s.io/kube-proxy") {
+		c.t.Errorf("%s's registry does not list kube-proxy: %s", master, catalog)
+	}
+	// Read-only for the cluster network: a push is refused.
+	if code := c.exec(ctx, workers[0], "curl -sS -o /dev/null -w '%{http_code}' --cacert /etc/kubernetes/pki/ca.crt -X POST https://"+m.Address+":5000/v2/e2e/blobs/uploads/"); code != "405" {
+		c.t.Errorf("a push to %s's registry answered %s, want 405 (read-only)", master, code)
+	}
+
+	w := workers[len(workers)-1]
+	c.exec(ctx, master, "systemctl mask --now kforge-registry.service")
+	c.exec(ctx, w, "rm -f /opt/cni/bin/portmap")
+	out, err := c.run("apply", "--timeout", "4m")
+	if err != nil {
+		c.t.Fatalf("apply with %s's registry masked: %v\n%s", master, err, out)
+	}
+	if !strings.Contains(out, "its registry was not filled") || !regexp.MustCompile(regexp.QuoteMeta(w)+` .*bundle: 1 files, 0 images, [0-9]+ MiB`).MatchString(out) {
+		c.t.Errorf("with %s's registry masked, apply did not say so and upload portmap to %s:\n%s", master, w, out)
+	}
+	c.exec(ctx, w, "test -x /opt/cni/bin/portmap")
+	c.exec(ctx, master, "systemctl unmask kforge-registry.service")
+	if out, err = c.run("apply", "--timeout", "4m"); err != nil {
+		c.t.Fatalf("apply with %s's registry unmasked: %v\n%s", master, err, out)
+	}
+	c.exec(ctx, master, "systemctl is-active -q kforge-registry.service")
 }

@@ -41,6 +41,7 @@ func FromInventory(c *inventory.Cluster) (Params, []Master, error) {
 		KeyAlgorithm:         alg,
 		CertValidity:         time.Duration(c.PKI.CertValidity),
 		CAValidity:           time.Duration(c.PKI.CAValidity),
+		MastersServeBundle:   c.BundleFromMasters(),
 	}
 	if p.CertValidity == 0 {
 		p.CertValidity = time.Duration(inventory.DefaultCertValidity)

@@ -285,7 +285,7 @@ func TestEnsureReusesAndReissuesWithReasons(t *testing.T) {
 			t.Errorf("%s: %q", k, got[k])
 		}
 	}
-	if _, ok := got["etcd-server@m1"]; ok || len(got) != 1+2*5 {
+	if _, ok := got["etcd-server@m1"]; ok || len(got) != 1+2*4 {
 		t.Errorf("unexpected changes: %v", got)
 	}
 
@@ -499,5 +499,31 @@ func TestDryRunWritesNothing(t *testing.T) {
 	}
 	if after := listing(); after != before {
 		t.Errorf("dry run changed the directory:\n%s\nwas\n%s", after, before)
+	}
+}
+
+// TestRegistryCertOnlyWhenMastersServeTheBundle: the kforge-registry row is issued, per master,
+// only for a cluster whose masters serve the bundle.
+func TestRegistryCertOnlyWhenMastersServeTheBundle(t *testing.T) {
+	for _, serve := range []bool{false, true} {
+		p := testParams()
+		p.MastersServeBundle = serve
+		reqs, err := Requests(p, testMasters)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, r := range reqs {
+			if r.Spec.Name == RegistryCert {
+				got = append(got, r.Key())
+			}
+		}
+		want := []string(nil)
+		if serve {
+			want = []string{"kforge-registry@m1", "kforge-registry@m2", "kforge-registry@m3"}
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("MastersServeBundle %v: %v, want %v", serve, got, want)
+		}
 	}
 }

@@ -47,6 +47,9 @@ type Params struct {
 	KeyAlgorithm      KeyAlgorithm
 	CertValidity      time.Duration
 	CAValidity        time.Duration
+	// MastersServeBundle issues the masters' registry certificates (RegistryCert): a cluster
+	// whose masters serve the bundle to the other nodes (inventory BundleFromMasters).
+	MastersServeBundle bool
 }
 
 // Master is one control-plane node: its node name, the IP it advertises and, when different,
@@ -315,10 +318,13 @@ func uniqueSANs(dns []string, ips []net.IP) ([]string, []net.IP) {
 }
 
 // Requests resolves every row for the cluster: Cluster rows once, PerMaster rows per master,
-// in table order.
+// in table order; RegistryCert only when the masters serve the bundle.
 func Requests(p Params, masters []Master) ([]Request, error) {
 	var out []Request
 	for _, s := range Table() {
+		if s.Name == RegistryCert && !p.MastersServeBundle {
+			continue
+		}
 		if s.Scope == Cluster {
 			r, err := s.Resolve(p, Master{})
 			if err != nil {

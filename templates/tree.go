@@ -269,7 +269,7 @@ func masterFiles(c *inventory.Cluster, set *pki.Set, i int, o Options) ([]File, 
 	m := c.Masters[i]
 	var fs []File
 	for _, s := range pki.Table() {
-		if s.BaseName == "" {
+		if s.BaseName == "" || s.Name == pki.RegistryCert && !c.BundleFromMasters() {
 			continue
 		}
 		node := ""
