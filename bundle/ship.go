@@ -69,9 +69,13 @@ func IsRuntime(name string) bool {
 	return false
 }
 
-// controlPlaneFiles are the masters' alone: the tools, binaries for people rather than for
-// running a node, and the registry the other nodes take the bundle from.
+// controlPlaneFiles are the masters' alone: the tools (IsTool) and the registry the other
+// nodes take the bundle from.
 var controlPlaneFiles = map[string]bool{"kubeadm": true, "kubectl": true, RegistryFile: true}
+
+// IsTool says whether the bundle file named name is a binary for people rather than for running
+// a node (kubeadm, kubectl): masters get them last.
+func IsTool(name string) bool { return name == "kubeadm" || name == "kubectl" }
 
 // wantsFile says whether a host with this need gets bundle file f.
 func (n Need) wantsFile(f File) bool {

@@ -143,15 +143,31 @@ func (a *Apply) stageHost(ctx context.Context, n inventory.Node, r progress.Repo
 		did = append(did, msg)
 		if a.manifest != nil {
 			a.bg.start(shippedMasters, func() error {
-				defer a.fills.done()
-				_, msg, err := a.ship(ctx, h, bundleNeed(a.inv, inventory.RoleMaster), nil, r)
-				if err == nil && msg != bundleUpToDate {
-					r(progress.Event{Kind: progress.HostDone, Host: n.Name, Message: "rest of the " + msg})
+				filled := sync.OnceFunc(a.fills.done) // the workers wait for it, whatever happens here
+				defer filled()
+				// With the masters serving the bundle, what the other nodes need comes first,
+				// then the registry is filled, then the tools for people (kubeadm, kubectl).
+				rest := bundleNeed(a.inv, inventory.RoleMaster)
+				parts := []bundle.Need{rest}
+				if a.inv.BundleFromMasters() {
+					served := rest
+					served.Only = func(name string) bool { return !bundle.IsTool(name) }
+					parts = []bundle.Need{served, rest}
 				}
-				if err == nil && a.inv.BundleFromMasters() {
-					a.fillRegistry(ctx, n, h, r)
+				for i, need := range parts {
+					_, msg, err := a.ship(ctx, h, need, nil, r)
+					if err != nil {
+						return remote.WithHost(n.Name, err)
+					}
+					if msg != bundleUpToDate {
+						r(progress.Event{Kind: progress.HostDone, Host: n.Name, Message: "rest of the " + msg})
+					}
+					if i == 0 && len(parts) > 1 {
+						a.fillRegistry(ctx, n, h, r)
+						filled()
+					}
 				}
-				return remote.WithHost(n.Name, err)
+				return nil
 			})
 		}
 	} else {
