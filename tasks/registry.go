@@ -23,7 +23,8 @@ import (
 
 // registryFills is the run's wait for the masters' registries: the workers take the bundle from
 // them once every master staged in this run has filled its own, or failed to (the workers then
-// get uploaded what the registries lack).
+// get uploaded what the registries lack). A nil one does not wait: an upgrade fills the
+// registries before it stages the workers.
 type registryFills struct {
 	ready chan struct{}
 	once  sync.Once
@@ -41,6 +42,9 @@ func newRegistryFills(masters int) *registryFills {
 
 // done says that one master's fill ended, filled or not.
 func (f *registryFills) done() {
+	if f == nil {
+		return
+	}
 	f.mu.Lock()
 	f.left--
 	last := f.left == 0
@@ -51,9 +55,16 @@ func (f *registryFills) done() {
 }
 
 // release ends the wait whatever is left: staging the masters failed.
-func (f *registryFills) release() { f.once.Do(func() { close(f.ready) }) }
+func (f *registryFills) release() {
+	if f != nil {
+		f.once.Do(func() { close(f.ready) })
+	}
+}
 
 func (f *registryFills) wait(ctx context.Context) error {
+	if f == nil {
+		return nil
+	}
 	select {
 	case <-f.ready:
 		return nil

@@ -114,6 +114,12 @@ func (a *Apply) upgrade(ctx context.Context, r progress.Reporter) error {
 		}
 	}
 	t := hops[len(hops)-1]
+	if t.inv.BundleFromMasters() && len(u.workers) > 0 {
+		// The workers take the new release from the masters' registries: fill them with it.
+		for _, n := range a.fleet.Nodes(inventory.RoleMaster) {
+			t.fillRegistry(ctx, n, a.fleet.Host(n.Name), r)
+		}
+	}
 	for batch := range slices.Chunk(u.workers, a.workerBatch()) {
 		g, gctx := errgroup.WithContext(ctx)
 		for _, n := range batch {
