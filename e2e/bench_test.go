@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -209,6 +210,46 @@ type side struct {
 	cpu       time.Duration       // kforge only: CPU time the hosts' own processes used meanwhile
 	sent      int64               // kforge only: bytes apply's SSH connections sent
 	received  int64               // kforge only: and received
+	memMaster int64               // kforge only: the first master's working set once applied
+	memWorker int64               // kforge only: the workers' mean working set once applied
+	memLeft   int64               // kforge only: this machine's MemAvailable once applied
+}
+
+// memAvailable is this machine's MemAvailable (/proc/meminfo).
+func memAvailable(b *testing.B) int64 {
+	b.Helper()
+	data, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, l := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(l, "MemAvailable:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return kb << 10
+		}
+	}
+	b.Fatal("no MemAvailable in /proc/meminfo")
+	return 0
+}
+
+// labMemory is the working set of l's first host (the master) and the mean of the others'.
+func labMemory(b *testing.B, l *lab.Lab) (master, worker int64) {
+	b.Helper()
+	for i, h := range l.Hosts {
+		m, err := l.Memory(h.Name)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if i == 0 {
+			master = m
+		} else {
+			worker += m / int64(len(l.Hosts)-1)
+		}
+	}
+	return master, worker
 }
 
 // labCPU is the CPU time every host of l has used so far.
@@ -590,6 +631,8 @@ func runKforge(ctx context.Context, b *testing.B, kforge, bundleDir, dir, name s
 	cpu := labCPU(b, l) - cpu0
 	sent, received := sshTraffic(b, log)
 	res := side{total: end.Sub(start), apply: applied.Sub(start), load: load, cpu: cpu, sent: sent, received: received}
+	res.memMaster, res.memWorker = labMemory(b, l)
+	res.memLeft = memAvailable(b)
 	sc := bufio.NewScanner(strings.NewReader(out))
 	sc.Buffer(nil, 1<<20)
 	var summary bool

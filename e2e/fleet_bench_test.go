@@ -147,9 +147,7 @@ func BenchmarkFleetScaling(b *testing.B) {
 		small, large := runs[0], runs[1]
 		for i, r := range runs {
 			n := []int{3, 21}[i]
-			floor := r.cpu / time.Duration(runtime.NumCPU())
-			b.Logf("%s, %d nodes: all Ready after %s (apply %s); floor %s (the nodes' CPU %s over %d cores); SSH sent %.1f MiB, received %.1f MiB; load at start %s; phases: %s",
-				link, n, secs(r.total), secs(r.apply), secs(floor), secs(r.cpu), runtime.NumCPU(), float64(r.sent)/(1<<20), float64(r.received)/(1<<20), r.load, stepLine(r.steps))
+			b.Logf("%s, %d nodes: %s", link, n, fleetLine(r))
 		}
 		ratio, bytesRatio := large.total.Seconds()/small.total.Seconds(), float64(large.sent)/float64(small.sent)
 		b.Logf("%s: 21 nodes / 3 nodes: time %.2fx (target <= 3), bytes sent %.2fx (target <= 1.5 with the link shaped)", link, ratio, bytesRatio)
@@ -163,4 +161,30 @@ func BenchmarkFleetScaling(b *testing.B) {
 		b.ReportMetric(bytesRatio, "21/3-bytes"+suffix)
 		b.ReportMetric((large.cpu / time.Duration(runtime.NumCPU())).Seconds(), "21-nodes-floor-s"+suffix)
 	}
+}
+
+// fleetLine is one fleet run's figures: time to all nodes Ready, the floor, bytes, memory, phases.
+func fleetLine(r side) string {
+	floor := r.cpu / time.Duration(runtime.NumCPU())
+	return fmt.Sprintf("all Ready after %s (apply %s); floor %s (the nodes' CPU %s over %d cores); SSH sent %.1f MiB, received %.1f MiB; working set: master %d MiB, workers %d MiB each (mean), this machine's MemAvailable then %d MiB; load at start %s; phases: %s",
+		secs(r.total), secs(r.apply), secs(floor), secs(r.cpu), runtime.NumCPU(), float64(r.sent)/(1<<20), float64(r.received)/(1<<20), r.memMaster>>20, r.memWorker>>20, r.memLeft>>20, r.load, stepLine(r.steps))
+}
+
+// BenchmarkFleet50 is issue 17's largest fleet: `kforge apply` of 1 master + 50 workers on
+// fresh bare lab hosts, with the figures of BenchmarkFleetScaling and what this machine had
+// left: whether 51 nodes fit, and what limits more.
+func BenchmarkFleet50(b *testing.B) {
+	testenv.Require(b, lab.Prerequisites())
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
+	defer cancel()
+	dir := b.TempDir()
+	kforge := buildKforge(b, dir)
+	bundleDir := buildBundle(ctx, b, dir, release.Default())
+	b.ResetTimer()
+	r := runKforge(ctx, b, kforge, bundleDir, filepath.Join(dir, "51"), fmt.Sprintf("f5%d", os.Getpid()%1000), 51, "")
+	b.Logf("1 master + 50 workers: %s", fleetLine(r))
+	b.ReportMetric(r.total.Seconds(), "51-nodes-s")
+	b.ReportMetric((r.cpu / time.Duration(runtime.NumCPU())).Seconds(), "51-nodes-floor-s")
+	b.ReportMetric(float64(r.memWorker>>20), "worker-MiB")
+	b.ReportMetric(float64(r.sent>>20), "sent-MiB")
 }

@@ -529,6 +529,25 @@ func TestLabFaults(t *testing.T) {
 		t.Errorf("a busy loop of %s in the host: its CPU time grew by %s", wall, d)
 	}
 
+	// Memory counts the host's processes: 64 MiB held by a process in it (started by its sshd)
+	// add about that much to its working set while it runs.
+	mem0, err := l.Memory(h.Name)
+	must(t, err)
+	mc, err := dialHost(t, l, h, l.KnownHostsFile)
+	must(t, err)
+	ms, err := mc.NewSession()
+	must(t, err)
+	hold, err := ms.StdinPipe()
+	must(t, err)
+	must(t, ms.Start(`x=$(head -c 67108864 /dev/zero | tr '\0' a); read y`))
+	var mem1 int64
+	waitFor(t, 10*time.Second, "the host's working set to grow by 64 MiB", func() bool {
+		mem1, err = l.Memory(h.Name)
+		return err == nil && mem1-mem0 > 48<<20
+	}, func() string { return fmt.Sprintf("%d MiB, then %d MiB (%v)", mem0>>20, mem1>>20, err) })
+	hold.Close()
+	mc.Close()
+
 	// ShapeUplink slows what this machine sends to the host to the rate, and its undo restores
 	// the link: 2 MiB over SSH at 8 Mbit/s take about 2.1 s.
 	send := func() time.Duration {

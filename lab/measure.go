@@ -81,3 +81,46 @@ func (l *Lab) ShapeUplink(ctx context.Context, rate string) (undo func() error, 
 	}
 	return undo, nil
 }
+
+// Memory is the working set of every process of host: what its cgroup charges, less the page
+// cache the kernel may drop at once (inactive files), as kubelet counts a container's memory
+// (cgroup v1 memory.usage_in_bytes and memory.stat total_inactive_file, else cgroup v2's
+// memory.current and inactive_file).
+func (l *Lab) Memory(host string) (int64, error) {
+	l.mu.Lock()
+	h, err := l.host(host)
+	var dirs []string
+	if err == nil {
+		dirs = slices.Clone(h.Cgroups)
+	}
+	l.mu.Unlock()
+	if err != nil {
+		return 0, err
+	}
+	for _, d := range dirs {
+		for _, files := range [][3]string{{"memory.usage_in_bytes", "memory.stat", "total_inactive_file "}, {"memory.current", "memory.stat", "inactive_file "}} {
+			b, err := os.ReadFile(filepath.Join(d, files[0]))
+			if err != nil {
+				continue
+			}
+			usage, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("lab host %s: %s: %w", host, filepath.Join(d, files[0]), err)
+			}
+			stat, err := os.ReadFile(filepath.Join(d, files[1]))
+			if err != nil {
+				return 0, fmt.Errorf("lab host %s: %w", host, err)
+			}
+			for _, line := range strings.Split(string(stat), "\n") {
+				if v, ok := strings.CutPrefix(line, files[2]); ok {
+					inactive, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+					if err == nil && inactive < usage {
+						usage -= inactive
+					}
+				}
+			}
+			return usage, nil
+		}
+	}
+	return 0, fmt.Errorf("lab host %s: no memory accounting in its cgroups %s", host, strings.Join(dirs, ", "))
+}
