@@ -2,6 +2,7 @@ package templates
 
 import (
 	"encoding/base64"
+	"hash/fnv"
 	"net"
 	"path"
 	"slices"
@@ -121,16 +122,19 @@ func MasterRegistryFiles(c *inventory.Cluster, m inventory.Host) ([]File, error)
 }
 
 // MasterRegistries are the URLs of the masters' registries in the order node n tries them:
-// every master, starting at a different one for each node, so that a fleet's pulls spread over
-// the masters. None when the masters do not serve the bundle.
+// every master, starting at one chosen by the node's name, so that a fleet's pulls spread over
+// the masters and a node's order does not change when other nodes come or go. None when the
+// masters do not serve the bundle.
 func MasterRegistries(c *inventory.Cluster, n inventory.Node) []string {
 	if !c.BundleFromMasters() || len(c.Masters) == 0 {
 		return nil
 	}
-	start := slices.IndexFunc(c.Nodes(), func(o inventory.Node) bool { return o.Name == n.Name })
+	h := fnv.New32a()
+	h.Write([]byte(n.Name))
+	start := int(h.Sum32() % uint32(len(c.Masters)))
 	out := make([]string, len(c.Masters))
 	for i := range c.Masters {
-		m := c.Masters[(max(start, 0)+i)%len(c.Masters)]
+		m := c.Masters[(start+i)%len(c.Masters)]
 		out[i] = "https://" + net.JoinHostPort(m.NodeIP(), strconv.Itoa(hostpath.RegistryPort))
 	}
 	return out

@@ -2,6 +2,7 @@ package templates
 
 import (
 	"crypto/rand"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -384,8 +385,24 @@ func TestMastersServeTheBundle(t *testing.T) {
 			}
 		}
 	}
-	if len(firsts) != len(c.Masters) {
-		t.Errorf("the nodes start at %d different masters, want %d: %v", len(firsts), len(c.Masters), firsts)
+	if len(firsts) == 0 {
+		t.Error("no node tries a master's registry first")
+	}
+	// Each node's order is a rotation of the masters chosen by its name alone: a fleet spreads
+	// over every master, and a node's order stays when others come or go.
+	starts := map[string]int{}
+	for i := range 30 {
+		n := inventory.Node{Host: inventory.Host{Name: fmt.Sprintf("worker-%d", i)}, Role: inventory.RoleWorker}
+		urls := MasterRegistries(c, n)
+		starts[urls[0]]++
+		c2 := *c
+		c2.Workers = append([]inventory.Host{{Name: "another", Address: "198.51.100.99"}}, c.Workers...)
+		if again := MasterRegistries(&c2, n); !slices.Equal(again, urls) {
+			t.Errorf("%s: %v, then %v with another worker listed first", n.Name, urls, again)
+		}
+	}
+	if len(starts) != len(c.Masters) {
+		t.Errorf("30 workers start at %d of %d masters: %v", len(starts), len(c.Masters), starts)
 	}
 
 	c.Bundle = ""
