@@ -16,13 +16,7 @@ import (
 // its systemd, sshd, containerd, kubelet and pods alike, from the accounting of its cgroup (v1
 // cpuacct.usage, else cgroup v2's cpu.stat usage_usec).
 func (l *Lab) CPUTime(host string) (time.Duration, error) {
-	l.mu.Lock()
-	h, err := l.host(host)
-	var dirs []string
-	if err == nil {
-		dirs = slices.Clone(h.Cgroups)
-	}
-	l.mu.Unlock()
+	dirs, err := l.cgroups(host)
 	if err != nil {
 		return 0, err
 	}
@@ -87,13 +81,7 @@ func (l *Lab) ShapeUplink(ctx context.Context, rate string) (undo func() error, 
 // (cgroup v1 memory.usage_in_bytes and memory.stat total_inactive_file, else cgroup v2's
 // memory.current and inactive_file).
 func (l *Lab) Memory(host string) (int64, error) {
-	l.mu.Lock()
-	h, err := l.host(host)
-	var dirs []string
-	if err == nil {
-		dirs = slices.Clone(h.Cgroups)
-	}
-	l.mu.Unlock()
+	dirs, err := l.cgroups(host)
 	if err != nil {
 		return 0, err
 	}
@@ -123,4 +111,15 @@ func (l *Lab) Memory(host string) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("lab host %s: no memory accounting in its cgroups %s", host, strings.Join(dirs, ", "))
+}
+
+// cgroups are host's cgroup directories, one per hierarchy.
+func (l *Lab) cgroups(host string) ([]string, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	h, err := l.host(host)
+	if err != nil {
+		return nil, err
+	}
+	return slices.Clone(h.Cgroups), nil
 }
