@@ -399,3 +399,49 @@ func TestInstalledRecordSkipsHashing(t *testing.T) {
 		t.Errorf("after replacing kubectl: %v (hashed %v)", s.Files, s.Hashed)
 	}
 }
+
+// TestShipViaChecksWhatTheMastersGave: a node that took a binary and an image from the masters'
+// registries gets uploaded only what they did not give right: the binary with the bundle's
+// sha256 is kept, the image pulled with another digest than the bundle's (a tampered registry)
+// is replaced by the bundle's archive, imported and pinned.
+func TestShipViaChecksWhatTheMastersGave(t *testing.T) {
+	dir, m := tinyBundle(t)
+	n := newFakeNode(t, "worker-1", m)
+	hello, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(m.Files[0].Path)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mirrors := []string{"https://198.51.100.2:5000"}
+	n.Handle(func(c string) bool {
+		return strings.Contains(c, "fetch() {") && strings.Contains(c, mirrors[0])
+	}, func(_ context.Context, c remote.Cmd) error {
+		n.SetFile(m.Files[0].Install, hello, 0o755)
+		n.mu.Lock()
+		n.images[m.Images[0].Name] = "sha256:0000000000000000000000000000000000000000000000000000000000000000"
+		n.pinned[m.Images[0].Name] = true
+		n.mu.Unlock()
+		fmt.Fprintf(c.Stdout, "file %s\nimage %s\n", m.Files[0].Install, m.Images[0].Name)
+		return nil
+	})
+	var plan HostPlan
+	var got Fetched
+	err = remote.Each(context.Background(), []remote.Host{n}, remote.Limits{}, func(ctx context.Context, h remote.Host) error {
+		plan, got, err = ShipVia(ctx, h, dir, m, Need{}, nil, mirrors, "/etc/kubernetes/pki/ca.crt")
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Files) != 1 || len(got.Images) != 1 {
+		t.Errorf("taken from the masters: %+v, want the binary and the image", got)
+	}
+	if len(plan.Install) != 0 || len(plan.Import) != 1 || plan.Import[0].Name != m.Images[0].Name {
+		t.Errorf("uploaded %+v, want only the image whose digest was not the bundle's", plan)
+	}
+	if len(n.Uploads()) != 1 || n.images[m.Images[0].Name] != m.Images[0].Digest || len(n.imports) != 1 {
+		t.Errorf("%d uploads, images %v after imports %v; want the bundle's image imported over the tampered one", len(n.Uploads()), n.images, n.imports)
+	}
+	if len(n.recorded) == 0 || !strings.Contains(n.recorded[len(n.recorded)-1], m.Files[0].Install) {
+		t.Errorf("the binary taken from the masters is not recorded as installed: %v", n.recorded)
+	}
+}
