@@ -49,11 +49,7 @@ func BenchmarkApplyVsKubeadm(b *testing.B) {
 			b.Fatalf("%s not on PATH (apt-get install openssh-client tar): %v", tool, err)
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
-	defer cancel()
-	dir := b.TempDir()
-	kforge := buildKforge(b, dir)
-	bundleDir := buildBundle(ctx, b, dir, release.Default())
+	ctx, dir, kforge, bundleDir := labBench(b, 25*time.Minute)
 	id := os.Getpid() % 100000
 
 	b.ResetTimer()
@@ -233,6 +229,17 @@ func memAvailable(b *testing.B) int64 {
 	}
 	b.Fatal("no MemAvailable in /proc/meminfo")
 	return 0
+}
+
+// labBench prepares a lab benchmark: a context that ends after timeout or with the benchmark, a
+// temporary directory, kforge built from this tree and the bundle of kforge's default release.
+func labBench(b *testing.B, timeout time.Duration) (ctx context.Context, dir, kforge, bundleDir string) {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	b.Cleanup(cancel)
+	dir = b.TempDir()
+	kforge = buildKforge(b, dir)
+	return ctx, dir, kforge, buildBundle(ctx, b, dir, release.Default())
 }
 
 // labMemory is the working set of l's first host (the master) and the mean of the others'.

@@ -28,11 +28,7 @@ func BenchmarkFleetPlanAndNoOpApply(b *testing.B) {
 	if _, err := exec.LookPath("ssh"); err != nil {
 		b.Fatalf("ssh not on PATH (apt-get install openssh-client): %v", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
-	defer cancel()
-	dir := b.TempDir()
-	kforge := buildKforge(b, dir)
-	bundleDir := buildBundle(ctx, b, dir, release.Default())
+	ctx, dir, kforge, bundleDir := labBench(b, 40*time.Minute)
 	name := fmt.Sprintf("flt%d", os.Getpid()%100000)
 	if old, err := lab.Open(name); err == nil {
 		_ = old.Down(ctx)
@@ -128,11 +124,7 @@ func durations(ds []time.Duration) string {
 // send at most 1.5x the bytes of 3.
 func BenchmarkFleetScaling(b *testing.B) {
 	testenv.Require(b, lab.Prerequisites())
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Minute)
-	defer cancel()
-	dir := b.TempDir()
-	kforge := buildKforge(b, dir)
-	bundleDir := buildBundle(ctx, b, dir, release.Default())
+	ctx, dir, kforge, bundleDir := labBench(b, 60*time.Minute)
 	id := os.Getpid() % 100000
 	b.ResetTimer()
 	for _, shape := range []string{"", "100mbit"} {
@@ -175,11 +167,7 @@ func fleetLine(r side) string {
 // left: whether 51 nodes fit, and what limits more.
 func BenchmarkFleet50(b *testing.B) {
 	testenv.Require(b, lab.Prerequisites())
-	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
-	defer cancel()
-	dir := b.TempDir()
-	kforge := buildKforge(b, dir)
-	bundleDir := buildBundle(ctx, b, dir, release.Default())
+	ctx, dir, kforge, bundleDir := labBench(b, 45*time.Minute)
 	b.ResetTimer()
 	r := runKforge(ctx, b, kforge, bundleDir, filepath.Join(dir, "51"), fmt.Sprintf("f5%d", os.Getpid()%1000), 51, "")
 	b.Logf("1 master + 50 workers: %s", fleetLine(r))
