@@ -515,6 +515,8 @@ func TestApplyLabClusterEndToEnd(t *testing.T) {
 		news := map[bool]string{true: "starts a new etcd cluster and control plane", false: "joins the cluster (TLS bootstrap)"}[h.Host == master]
 		if len(h.Files) < 5 || h.Upload == nil || !slices.Contains(h.Node, news) {
 			t.Errorf("plan before the first apply, %s: %d files, upload %v, node %v", h.Host, len(h.Files), h.Upload, h.Node)
+		} else if h.Upload.FromMasters != (h.Host != master) {
+			t.Errorf("plan before the first apply, %s: from the masters' registries %v, want it for the workers only", h.Host, h.Upload.FromMasters)
 		}
 		for _, f := range h.Files {
 			if f.Action != "create" {
