@@ -86,7 +86,7 @@ func (a *Apply) fillRegistry(ctx context.Context, n inventory.Node, h remote.Hos
 		r(progress.Event{Kind: progress.Info, Host: n.Name, Message: fmt.Sprintf("its registry was not filled (the nodes get the bundle uploaded instead): %v", err)})
 		return
 	}
-	if strings.Contains(string(out), bundle.Filled) {
+	if strings.HasSuffix(strings.TrimSpace(string(out)), bundle.Filled) {
 		r(progress.Event{Kind: progress.Info, Host: n.Name, Message: fmt.Sprintf("registry filled: %d files, %d images for the nodes", len(files), len(images))})
 	}
 }
