@@ -2,13 +2,16 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
 	"errors"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -23,6 +26,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kforge/kforge/bundle"
+	"github.com/kforge/kforge/hostpath"
 	"github.com/kforge/kforge/internal/testenv"
 	"github.com/kforge/kforge/lab"
 	"github.com/kforge/kforge/pki"
@@ -93,6 +97,11 @@ func TestExpiredCertificatesRenewed(t *testing.T) {
 		t.Errorf("certs check on expired certificates: exit %d, want 5 and EXPIRED rows\n%s", code, out)
 	}
 
+	// The master's registry serves its certificate of 3 minutes too: expired now.
+	if _, err := c.registryCert(ctx, t, h[0].Address); err == nil || !strings.Contains(err.Error(), "expired") {
+		t.Errorf("%s's registry after its certificate expired: %v, want a TLS error saying it expired", master, err)
+	}
+
 	// Another cluster's state dir (its own CA): refused, naming the host and the CA; nothing
 	// changes on the hosts.
 	before := map[string]string{master: c.snapshot(ctx, master), worker: c.snapshot(ctx, worker)}
@@ -137,6 +146,12 @@ func TestExpiredCertificatesRenewed(t *testing.T) {
 	if p := runPause(ctx, t, k, "survivor", worker); p != podBefore {
 		t.Errorf("the Deployment's pod is %s, was %s before the expiry", p, podBefore)
 	}
+	// The registry was restarted on its renewed certificate, which it now serves.
+	if cert, err := c.registryCert(ctx, t, h[0].Address); err != nil {
+		t.Errorf("%s's registry after certs renew: %v", master, err)
+	} else if want := c.stateCert(t, "pki/nodes/"+master+"/kforge-registry.crt"); !cert.Equal(want) {
+		t.Errorf("%s's registry serves a certificate valid until %s, not the renewed one (until %s)", master, cert.NotAfter, want.NotAfter)
+	}
 
 	c.compareWithKubeadm(ctx, master)
 	// Renew left the hosts as apply would have them.
@@ -179,6 +194,21 @@ func (c *cluster) stateCert(t *testing.T, rel string) *x509.Certificate {
 		t.Fatal(err)
 	}
 	return cert
+}
+
+// registryCert is the certificate the registry of the master at addr serves, verified now
+// against the state dir's cluster CA; the error says why it does not verify.
+func (c *cluster) registryCert(ctx context.Context, t *testing.T, addr string) (*x509.Certificate, error) {
+	t.Helper()
+	roots := x509.NewCertPool()
+	roots.AddCert(c.stateCert(t, "pki/ca.crt"))
+	d := tls.Dialer{Config: &tls.Config{RootCAs: roots}}
+	conn, err := d.DialContext(ctx, "tcp", net.JoinHostPort(addr, strconv.Itoa(hostpath.RegistryPort)))
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	return conn.(*tls.Conn).ConnectionState().PeerCertificates[0], nil
 }
 
 // hostCert reads the first certificate of a PEM file on a lab host.
