@@ -73,8 +73,11 @@ const (
 	// RegistryFilesRepo is the repository of the masters' registry that holds the bundle's
 	// binaries, as blobs named by their sha256.
 	RegistryFilesRepo = "kforge/files"
-	// RegistryCert is the base name, under PKIDir, of the registry's serving certificate.
-	RegistryCert = "kforge-registry"
+	// RegistryCert is the base name, under PKIDir, of the registry's serving certificate, and
+	// the certificate's and key's paths.
+	RegistryCert     = "kforge-registry"
+	RegistryCertPath = PKIDir + "/" + RegistryCert + ".crt"
+	RegistryKeyPath  = PKIDir + "/" + RegistryCert + ".key"
 	// RegistryConfigDir holds one directory per registry host with its hosts.toml.
 	RegistryConfigDir = "/etc/containerd/certs.d"
 	// ModulesLoadFile names the kernel modules Kubernetes networking and containerd need, loaded

@@ -3,7 +3,6 @@ package tasks
 import (
 	"context"
 	"fmt"
-	"path"
 	"strings"
 	"sync"
 
@@ -94,8 +93,7 @@ func (a *Apply) fillRegistry(ctx context.Context, n inventory.Node, h remote.Hos
 // registryRestarts says whether path p is an input of the masters' registry: a change restarts it.
 func registryRestarts(p string) bool {
 	switch p {
-	case hostpath.RegistryUnitPath, hostpath.RegistryConfig, hostpath.RegistryPath,
-		path.Join(hostpath.PKIDir, hostpath.RegistryCert+".crt"), path.Join(hostpath.PKIDir, hostpath.RegistryCert+".key"):
+	case hostpath.RegistryUnitPath, hostpath.RegistryConfig, hostpath.RegistryPath, hostpath.RegistryCertPath, hostpath.RegistryKeyPath:
 		return true
 	}
 	return false
@@ -107,20 +105,15 @@ func isRegistryClientFile(p string) bool {
 	return p == hostpath.CACert || strings.HasPrefix(p, hostpath.RegistryConfigDir+"/")
 }
 
-// restartRegistryScript restarts a master's registry when it runs: after its certificate was
-// renewed or re-issued by certs renew or rotate-ca.
-const restartRegistryScript = "systemctl try-restart " + hostpath.RegistryUnit
-
-// pushCredentials pushes a master's credentials (isCredential) and restarts its registry when
-// its certificate changed: distribution reads it only when it starts.
+// pushCredentials pushes a master's credentials (isCredential) and, when its registry's
+// certificate was among them (renewed, or re-issued by rotate-ca), restarts the registry if it
+// runs: distribution reads its certificate only when it starts.
 func pushCredentials(ctx context.Context, files *hostFiles, h remote.Host) error {
 	if err := push(ctx, files, h, isCredential); err != nil {
 		return err
 	}
-	if files.wrote(h.Name(), func(p string) bool {
-		return strings.HasPrefix(p, path.Join(hostpath.PKIDir, hostpath.RegistryCert)+".")
-	}) {
-		return h.Run(ctx, remote.Cmd{Command: restartRegistryScript})
+	if files.wrote(h.Name(), registryRestarts) {
+		return h.Run(ctx, remote.Cmd{Command: "systemctl try-restart " + hostpath.RegistryUnit})
 	}
 	return nil
 }

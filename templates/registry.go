@@ -102,7 +102,7 @@ func MasterRegistryFiles(c *inventory.Cluster, m inventory.Host) ([]File, error)
 	serve, err := render("registry.yml.tmpl", config{
 		Purpose: "this master's registry (" + hostpath.RegistryUnit + "), from which the cluster's nodes\n# take the bundle. Read-only: kforge fills it through " + hostpath.RegistryFillConfig + ".",
 		Dir:     hostpath.RegistryDir, Addr: net.JoinHostPort(m.NodeIP(), strconv.Itoa(hostpath.RegistryPort)),
-		Cert: path.Join(hostpath.PKIDir, hostpath.RegistryCert+".crt"), Key: path.Join(hostpath.PKIDir, hostpath.RegistryCert+".key"), ReadOnly: true,
+		Cert: hostpath.RegistryCertPath, Key: hostpath.RegistryKeyPath, ReadOnly: true,
 	})
 	if err != nil {
 		return nil, err

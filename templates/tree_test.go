@@ -357,7 +357,7 @@ func TestMastersServeTheBundle(t *testing.T) {
 			if !strings.Contains(fill, `addr: "127.0.0.1:5001"`) || strings.Contains(fill, "readonly") || strings.Contains(fill, "tls") {
 				t.Errorf("%s: registry-fill.yml:\n%s", h.Node.Name, fill)
 			}
-			certs, err := pki.ParseCerts(files[hostpath.PKIDir+"/"+hostpath.RegistryCert+".crt"])
+			certs, err := pki.ParseCerts(files[hostpath.RegistryCertPath])
 			if err != nil || certs[0].VerifyHostname(h.Node.NodeIP()) != nil {
 				t.Errorf("%s: the registry's certificate is not valid for %s: %v", h.Node.Name, h.Node.NodeIP(), err)
 			}
