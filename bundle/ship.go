@@ -183,11 +183,11 @@ func stateCommand(m *Manifest, record string) string {
 			`{p = $0; sub(/^[^ ]+ [^ ]+ [^ ]+ /, "", p); if ($0 in r) print "=" r[$0] "  " p; else print "?" p}' | ` +
 			`while IFS= read -r l; do case $l in =*) printf '%s\n' "$l";; "?"*) sha256sum -- "${l#?}";; esac; done; `
 	}
+	images := "command -v ctr >/dev/null || { echo " + remote.Quote(noRuntime) + "; exit 0; }; ctr -n k8s.io images ls"
 	if len(m.Images) == 0 {
-		// No image asked about: containerd is not asked either (it may not run yet).
-		return `echo "arch=$(uname -m)"; ` + hashes + `echo ` + remote.Quote(imagesMarker) + "; echo " + remote.Quote(noRuntime)
+		images = "echo " + remote.Quote(noRuntime) // no image asked about: containerd may not run yet
 	}
-	return `echo "arch=$(uname -m)"; ` + hashes + `echo ` + remote.Quote(imagesMarker) + "; command -v ctr >/dev/null || { echo " + remote.Quote(noRuntime) + "; exit 0; }; ctr -n k8s.io images ls"
+	return `echo "arch=$(uname -m)"; ` + hashes + `echo ` + remote.Quote(imagesMarker) + "; " + images
 }
 
 // recordInstalled records files in h's InstalledRecord; nothing to record, no command.
