@@ -39,10 +39,11 @@ func (a *Apply) stage(ctx context.Context, r progress.Reporter) error {
 	}
 	// The workers wait for the registries of the masters staged together (a joining master
 	// comes later, one at a time); a failure staging the masters ends that wait.
-	a.fills = newRegistryFills(0)
+	filling := 0
 	if a.manifest != nil && a.inv.BundleFromMasters() {
-		a.fills = newRegistryFills(len(fresh))
+		filling = len(fresh)
 	}
+	a.fills = newRegistryFills(filling)
 	a.bg.start(stagedWorkers, func() error {
 		return fleet.EachOf(ctx, f, f.Nodes(inventory.RoleWorker), func(ctx context.Context, n inventory.Node, _ remote.Host) error {
 			return a.stageHost(ctx, n, r)
@@ -145,29 +146,19 @@ func (a *Apply) stageHost(ctx context.Context, n inventory.Node, r progress.Repo
 			a.bg.start(shippedMasters, func() error {
 				filled := sync.OnceFunc(a.fills.done) // the workers wait for it, whatever happens here
 				defer filled()
-				// With the masters serving the bundle, what the other nodes need comes first,
-				// then the registry is filled, then the tools for people (kubeadm, kubectl).
 				rest := bundleNeed(a.inv, inventory.RoleMaster)
-				parts := []bundle.Need{rest}
 				if a.inv.BundleFromMasters() {
+					// What the other nodes need first, then the registry is filled, then the
+					// tools for people (kubeadm, kubectl).
 					served := rest
 					served.Only = func(name string) bool { return !bundle.IsTool(name) }
-					parts = []bundle.Need{served, rest}
+					if err := a.shipRest(ctx, n, h, served, r); err != nil {
+						return err
+					}
+					a.fillRegistry(ctx, n, h, r)
+					filled()
 				}
-				for i, need := range parts {
-					_, msg, err := a.ship(ctx, h, need, nil, r)
-					if err != nil {
-						return remote.WithHost(n.Name, err)
-					}
-					if msg != bundleUpToDate {
-						r(progress.Event{Kind: progress.HostDone, Host: n.Name, Message: "rest of the " + msg})
-					}
-					if i == 0 && len(parts) > 1 {
-						a.fillRegistry(ctx, n, h, r)
-						filled()
-					}
-				}
-				return nil
+				return a.shipRest(ctx, n, h, rest, r)
 			})
 		}
 	} else {
@@ -198,6 +189,19 @@ func controlPlaneFirst(name string) bool {
 }
 
 const bundleUpToDate = "bundle up to date"
+
+// shipRest ships master n the part of the bundle need names after its control plane started,
+// and reports it as the rest of the bundle.
+func (a *Apply) shipRest(ctx context.Context, n inventory.Node, h remote.Host, need bundle.Need, r progress.Reporter) error {
+	_, msg, err := a.ship(ctx, h, need, nil, r)
+	if err != nil {
+		return remote.WithHost(n.Name, err)
+	}
+	if msg != bundleUpToDate {
+		r(progress.Event{Kind: progress.HostDone, Host: n.Name, Message: "rest of the " + msg})
+	}
+	return nil
+}
 
 // ship brings h up to date with the part of the bundle need names, first from the masters'
 // registries when mirrors names them, and says what it did.
