@@ -63,7 +63,7 @@ func (l *Lab) prepareHost(h *hostState, hier []hierarchy) error {
 			return err
 		}
 	}
-	if l.st.Bare && h.Role != RoleLoadBalancer {
+	if l.st.Bare && h.Role != RoleLoadBalancer && !h.VM {
 		if err := whiteoutPackages(l.st.Rootfs, filepath.Join(h.Dir, "upper"), bareHidden...); err != nil {
 			return fmt.Errorf("bare host %s: %w", h.Name, err)
 		}
@@ -182,6 +182,9 @@ func (l *Lab) nspawnArgs(h *hostState) []string {
 
 // startHost starts the host's launcher and wires its network namespace to the bridge.
 func (l *Lab) startHost(ctx context.Context, h *hostState) error {
+	if h.VM {
+		return l.startVM(ctx, h)
+	}
 	for _, f := range []string{"net-ready", "nspawn.pid"} {
 		_ = os.Remove(filepath.Join(h.Dir, f))
 	}
@@ -350,8 +353,8 @@ func (e *ExecError) Details() []string {
 }
 
 // Command returns a command that runs argv inside the host — all its namespaces and its root,
-// via nsenter into its init, not SSH — with a clean root environment. The caller may set Stdin,
-// Stdout and Stderr.
+// via nsenter into its init, not SSH — with a clean root environment; on a VM host, over SSH
+// with the lab's key. The caller may set Stdin, Stdout and Stderr.
 func (l *Lab) Command(ctx context.Context, host string, argv ...string) (*exec.Cmd, error) {
 	h, err := l.host(host)
 	if err != nil {
@@ -359,6 +362,9 @@ func (l *Lab) Command(ctx context.Context, host string, argv ...string) (*exec.C
 	}
 	if len(argv) == 0 {
 		return nil, errors.New("lab: Command needs a command")
+	}
+	if h.VM {
+		return l.vmCommand(ctx, h, argv), nil
 	}
 	pid, err := l.leader(h)
 	if err != nil {

@@ -45,12 +45,16 @@ func (l *Lab) inventory() ([]byte, error) {
 	if l.st.VIP != "" && c.ControlPlaneEndpoint == "" && len(c.Masters) > 1 {
 		c.ControlPlaneVIP = l.st.VIP
 	}
-	// The hosts share this machine's kernel: kube-proxy must leave its conntrack table alone,
-	// and with cgroup v1 here, kubelet must be allowed it.
-	zero := 0
-	c.KubeProxy.ConntrackMaxPerCore = &zero
-	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err != nil {
-		c.Kubelet.AllowCgroupV1 = true
+	// nspawn hosts share this machine's kernel: kube-proxy must leave its conntrack table
+	// alone, and with cgroup v1 here, kubelet must be allowed it (kforge gives kubelet
+	// failCgroupV1: false only on hosts that are on cgroup v1: not on VM hosts). A lab of VMs
+	// only, each with its own kernel, needs neither.
+	if l.sharesKernel() {
+		zero := 0
+		c.KubeProxy.ConntrackMaxPerCore = &zero
+		if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err != nil {
+			c.Kubelet.AllowCgroupV1 = true
+		}
 	}
 	// They share this machine's disk too: kubelet's default eviction thresholds
 	// (imagefs.available<15%, nodefs.available<10%) would measure a disk that build caches and
@@ -68,4 +72,14 @@ func (l *Lab) inventory() ([]byte, error) {
 		return nil, err
 	}
 	return b.Bytes(), nil
+}
+
+// sharesKernel says whether a cluster host of the lab is an nspawn host, on this machine's kernel.
+func (l *Lab) sharesKernel() bool {
+	for _, h := range l.st.Hosts {
+		if h.Role != RoleLoadBalancer && !h.VM {
+			return true
+		}
+	}
+	return false
 }

@@ -62,6 +62,7 @@ type Host struct {
 	Address string `json:"address"` // IPv4 address on the lab bridge
 	Port    int    `json:"port"`    // SSH port (22)
 	Role    Role   `json:"role"`
+	VM      bool   `json:"vm,omitempty"` // a QEMU virtual machine with its own kernel, not an nspawn host
 }
 
 // Options say what lab to bring up.
@@ -91,6 +92,10 @@ type Options struct {
 	// rootfs carries, are hidden from them (overlay whiteouts of every file of those packages),
 	// so that an install of the runtime is proven on them.
 	Bare bool
+	// VMs is how many of the cluster hosts (the last ones: workers first) are QEMU virtual
+	// machines with their own kernel instead of nspawn hosts (vm.go). VM hosts have no container
+	// runtime, like Bare ones.
+	VMs int
 	// Report hears what Up does, for people: a task per stage — the hosts' base rootfs (with a
 	// heartbeat while debootstrap builds it), starting the hosts, waiting for them to boot —
 	// with a line per host, and the teardown of a failed Up. Down reports through it too.
@@ -129,7 +134,8 @@ type state struct {
 	Name    string       `json:"name"`
 	Dir     string       `json:"dir"`
 	Rootfs  string       `json:"rootfs"`
-	Bare    bool         `json:"bare,omitempty"` // cluster hosts without containerd and runc
+	Bare    bool         `json:"bare,omitempty"`    // cluster hosts without containerd and runc
+	VMImage string       `json:"vmImage,omitempty"` // the VM hosts' image directory
 	Created time.Time    `json:"created"`
 	Hosts   []*hostState `json:"hosts"` // cluster hosts then the load balancer
 	VIP     string       `json:"vip,omitempty"`
@@ -138,7 +144,7 @@ type state struct {
 type hostState struct {
 	Host
 	Dir     string   `json:"dir"`
-	Veth    string   `json:"veth"`    // root-side veth on the lab bridge
+	Veth    string   `json:"veth"`    // root-side veth on the lab bridge (a VM: its tap)
 	Cgroups []string `json:"cgroups"` // one directory per cgroup hierarchy
 	// The launcher (the host's process outside the container) identified by PID and start time.
 	LauncherPID   int    `json:"launcherPID,omitempty"`
@@ -211,6 +217,9 @@ func (o *Options) setDefaults() error {
 	if o.Masters < 1 || o.Masters > o.Hosts {
 		return invalidf("lab %s: masters must be between 1 and the number of hosts (%d), got %d", o.Name, o.Hosts, o.Masters)
 	}
+	if o.VMs < 0 || o.VMs > o.Hosts {
+		return invalidf("lab %s: VMs must be between 0 and the number of hosts (%d), got %d", o.Name, o.Hosts, o.VMs)
+	}
 	if o.CacheDir == "" {
 		o.CacheDir = DefaultCacheDir()
 	}
@@ -219,6 +228,9 @@ func (o *Options) setDefaults() error {
 	}
 	if o.BootTimeout == 0 {
 		o.BootTimeout = 60*time.Second + time.Duration(o.Hosts)*time.Second
+		if o.VMs > 0 { // emulated VMs boot in about 20 s alone, 70 s three together
+			o.BootTimeout += 2*time.Minute + time.Duration(o.VMs)*time.Minute
+		}
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -263,6 +275,11 @@ func Up(ctx context.Context, o Options) (_ *Lab, err error) {
 	if err := Prerequisites(); err != nil {
 		return nil, err
 	}
+	if o.VMs > 0 {
+		if err := vmPrerequisites(); err != nil {
+			return nil, err
+		}
+	}
 	log, r := o.Logger.With("lab", o.Name), o.Report
 	n := o.Hosts
 	hosts := fmt.Sprintf("%d hosts", n)
@@ -272,7 +289,7 @@ func Up(ctx context.Context, o Options) (_ *Lab, err error) {
 	}
 	if old, err := Open(o.Name); err == nil {
 		old.log, old.report = log, r
-		if len(old.st.Hosts) == n && (old.LoadBalancer != nil) == o.LoadBalancer && (old.VIP != "") == o.VIP && old.allRunning() {
+		if len(old.st.Hosts) == n && (old.LoadBalancer != nil) == o.LoadBalancer && (old.VIP != "") == o.VIP && old.vms() == o.VMs && old.allRunning() {
 			r(progress.Event{Kind: progress.Info, Task: "lab", Message: fmt.Sprintf("lab %s is already up with %s; nothing to do", o.Name, hosts)})
 			return old, nil
 		}
@@ -300,6 +317,20 @@ func Up(ctx context.Context, o Options) (_ *Lab, err error) {
 	}); err != nil {
 		return nil, err
 	}
+	var img vmImage
+	if o.VMs > 0 {
+		_, why := vmAccel()
+		if err := progress.Task(r, "vm-image", "the VM hosts' image; they run under "+why, func(r progress.Reporter) error {
+			defer progress.Every(r, heartbeat, func(el time.Duration) progress.Event {
+				return progress.Event{Kind: progress.Info, Duration: el, Message: fmt.Sprintf("the VM image: %s so far", progress.Round(el))}
+			})()
+			var err error
+			img, err = ensureVMImage(ctx, o.CacheDir, r)
+			return err
+		}); err != nil {
+			return nil, err
+		}
+	}
 	hier, err := cgroupHierarchies()
 	if err != nil {
 		return nil, err
@@ -307,6 +338,9 @@ func Up(ctx context.Context, o Options) (_ *Lab, err error) {
 
 	l := &Lab{Name: o.Name, Dir: o.Dir, log: log, report: r}
 	l.st = state{Name: o.Name, Dir: o.Dir, Rootfs: rootfs, Bare: o.Bare, Created: time.Now().UTC()}
+	if o.VMs > 0 {
+		l.st.VMImage = filepath.Dir(img.Root)
+	}
 	if err := l.register(ctx, o); err != nil {
 		return nil, err
 	}
@@ -330,6 +364,9 @@ func Up(ctx context.Context, o Options) (_ *Lab, err error) {
 				// The registry learns each cgroup and PID as soon as they exist, so that Down
 				// (from this process or another) finds them even if this one dies half-way.
 				err := l.prepareHost(h, hier)
+				if err == nil && h.VM {
+					err = prepareVM(gctx, h, vmImageAt(l.st.VMImage))
+				}
 				if serr := l.save(); err == nil {
 					err = serr
 				}
@@ -537,6 +574,7 @@ func (l *Lab) register(ctx context.Context, o Options) error {
 			h.Role = RoleMaster
 		}
 		h.Dir = filepath.Join(o.Dir, "hosts", h.Name)
+		h.VM = i < o.Hosts && i >= o.Hosts-o.VMs
 		h.Veth = "kflab" + strings.TrimPrefix(h.Address, subnetPrefix)
 		l.st.Hosts = append(l.st.Hosts, h)
 	}
@@ -675,6 +713,17 @@ func (l *Lab) writeFiles() error {
 		return err
 	}
 	return fsx.WriteFile(l.InventoryFile, inv, 0o644)
+}
+
+// vms counts the lab's VM hosts.
+func (l *Lab) vms() int {
+	n := 0
+	for _, h := range l.st.Hosts {
+		if h.VM {
+			n++
+		}
+	}
+	return n
 }
 
 // allRunning says whether every host's launcher is alive.

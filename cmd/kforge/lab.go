@@ -32,6 +32,7 @@ type LabUpCmd struct {
 	CacheDir     string        `env:"KFORGE_CACHE_DIR" placeholder:"DIR" help:"Where the base rootfs is cached (${env}; default /var/cache/kforge)."`
 	BootTimeout  time.Duration `placeholder:"DURATION" help:"How long to wait for every sshd (default 60s + 1s per host)."`
 	Bare         bool          `help:"Cluster hosts without a container runtime (containerd and runc hidden), to prove kforge installs it."`
+	VMs          int           `name:"vm" placeholder:"N" help:"Make the last N cluster hosts QEMU virtual machines with their own kernel and cgroup v2 (no container runtime; KVM where it works, else emulation)."`
 }
 
 func (c *LabUpCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Logger) error {
@@ -40,7 +41,7 @@ func (c *LabUpCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Lo
 	var timings progress.Timings
 	l, err := lab.Up(ctx, lab.Options{
 		Name: c.Name, Hosts: c.Hosts, Masters: c.Masters, LoadBalancer: c.LoadBalancer, VIP: c.VIP,
-		Dir: c.Dir, CacheDir: c.CacheDir, BootTimeout: c.BootTimeout, Bare: c.Bare,
+		Dir: c.Dir, CacheDir: c.CacheDir, BootTimeout: c.BootTimeout, Bare: c.Bare, VMs: c.VMs,
 		Report: timings.Report(p.Report), Logger: log,
 	})
 	if errors.Is(err, lab.ErrInvalidOptions) {
@@ -80,7 +81,7 @@ func (c *LabStatusCmd) Run(ctx context.Context, s *streams, g *Globals) error {
 	var labs []map[string]any
 	tw := tabwriter.NewWriter(s.Out, 0, 4, 2, ' ', 0)
 	if g.Output != "json" {
-		fmt.Fprintln(tw, "LAB\tHOST\tROLE\tADDRESS\tSTATE")
+		fmt.Fprintln(tw, "LAB\tHOST\tROLE\tKIND\tADDRESS\tSTATE")
 	}
 	for _, n := range names {
 		l, err := lab.Open(n)
@@ -103,9 +104,13 @@ func (c *LabStatusCmd) Run(ctx context.Context, s *streams, g *Globals) error {
 					st = o
 				}
 			}
-			hs = append(hs, map[string]any{"name": h.Name, "role": h.Role, "address": h.Address, "port": h.Port, "state": st})
+			kind := "nspawn"
+			if h.VM {
+				kind = "vm"
+			}
+			hs = append(hs, map[string]any{"name": h.Name, "role": h.Role, "kind": kind, "address": h.Address, "port": h.Port, "state": st})
 			if g.Output != "json" {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", l.Name, h.Name, h.Role, h.Address, st)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", l.Name, h.Name, h.Role, kind, h.Address, st)
 			}
 		}
 		m := labJSON(l)
