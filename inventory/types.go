@@ -184,7 +184,7 @@ type Kubelet struct {
 	CgroupDriver string `yaml:"cgroupDriver,omitempty" jsonschema:"enum=systemd,enum=cgroupfs"`
 	// Extra kubelet command-line flags, without the leading --, e.g. {max-pods: "200"}.
 	ExtraArgs map[string]string `yaml:"extraArgs,omitempty"`
-	// Allow hosts with cgroup v1. kubelet 1.35+ refuses cgroup v1 unless told otherwise and the Kubernetes project is removing support: opt in only where v2 is impossible.
+	// Allow hosts with cgroup v1: their kubelet gets failCgroupV1: false (hosts on cgroup v2 keep kubelet's default). kubelet 1.35+ refuses cgroup v1 unless told otherwise and the Kubernetes project is removing support: opt in only where v2 is impossible.
 	AllowCgroupV1 bool `yaml:"allowCgroupV1,omitempty"`
 	// resolv.conf (a path on the hosts) kubelet gives pods with the Default DNS policy and CoreDNS as its upstream. Default: the host's /etc/resolv.conf.
 	ResolvConf string `yaml:"resolvConf,omitempty"`

@@ -26,11 +26,12 @@ const sysctlConf = "# Written by kforge: what Kubernetes networking needs.\nnet.
 func (a *Apply) render(context.Context, progress.Reporter) (err error) {
 	o := templates.Options{
 		BootstrapToken: a.token.Value(), EtcdBoot: a.etcd.boot,
-		RestrictOOMScoreAdj: map[string]bool{}, HostCACertDirs: map[string][]string{},
+		RestrictOOMScoreAdj: map[string]bool{}, CgroupV2: map[string]bool{}, HostCACertDirs: map[string][]string{},
 		RetiringMasters: len(removedMasters(a.o.Removed)),
 	}
 	for name, f := range a.fleet.AllFacts() {
 		o.RestrictOOMScoreAdj[name] = !f.HasCapSysResource()
+		o.CgroupV2[name] = f.Cgroup.Version == facts.CgroupV2
 		o.HostCACertDirs[name] = f.Dirs
 	}
 	if o.Registries, err = registries(a.inv); err != nil {

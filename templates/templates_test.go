@@ -138,6 +138,23 @@ func TestKubeletLabChoicesAreOptIn(t *testing.T) {
 	}
 }
 
+// kubelet.allowCgroupV1 allows cgroup v1 where a host has it: a host on cgroup v2 (a VM beside
+// the lab's nspawn hosts) gets kubelet's default, failCgroupV1 true.
+func TestAllowCgroupV1OnlyWhereTheHostIsOnV1(t *testing.T) {
+	c := haCluster()
+	o := Options{CgroupV2: map[string]bool{"w1": true}}
+	for _, n := range c.Nodes() {
+		cfg, err := KubeletFor(c, n, o).Config()
+		if err != nil {
+			t.Fatal(err)
+		}
+		v1 := !o.CgroupV2[n.Name]
+		if got := cfg.FailCgroupV1 != nil && !*cfg.FailCgroupV1; got != v1 {
+			t.Errorf("%s (cgroup v2: %v): failCgroupV1: false is %v, want %v", n.Name, !v1, got, v1)
+		}
+	}
+}
+
 func TestTemplateMissingFieldFails(t *testing.T) {
 	if _, err := render("kubelet.service.tmpl", map[string]string{}); err == nil {
 		t.Error("a template rendered with a missing key")

@@ -47,6 +47,9 @@ type Options struct {
 	// RestrictOOMScoreAdj by host name: apply detects whether the host may set a negative
 	// oom_score_adj (false when unknown).
 	RestrictOOMScoreAdj map[string]bool
+	// CgroupV2 by host name: apply detects the hosts on cgroup v2, where kubelet.allowCgroupV1
+	// has nothing to allow and their kubelet gets no failCgroupV1: false.
+	CgroupV2 map[string]bool
 	// CACertDirs are the host CA directories mounted into the API server and controller
 	// manager; default DebianCACertDirs. HostCACertDirs, by host name, overrides it for a host
 	// (apply detects which of CACertDirCandidates exist on each master).
@@ -182,7 +185,7 @@ func KubeletFor(c *inventory.Cluster, n inventory.Node, o Options) Kubelet {
 		DNSDomain:          or(c.Networking.DNSDomain, inventory.DefaultDNSDomain),
 		CgroupDriver:       or(c.Kubelet.CgroupDriver, "systemd"),
 		CRIEndpoint:        or(c.ContainerRuntime.Endpoint, inventory.DefaultCRIEndpoint),
-		AllowCgroupV1:      c.Kubelet.AllowCgroupV1,
+		AllowCgroupV1:      c.Kubelet.AllowCgroupV1 && !o.CgroupV2[n.Name],
 		ResolvConf:         c.Kubelet.ResolvConf,
 		ExtraArgs:          c.Kubelet.ExtraArgs,
 	}
