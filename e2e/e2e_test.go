@@ -808,7 +808,9 @@ func (c *cluster) writeInventory(masters, workers []lab.Host) {
 	if len(pkiFields) > 0 {
 		fmt.Fprintf(&b, "pki: {%s}\n", strings.Join(pkiFields, ", "))
 	}
-	b.WriteString("kubeProxy: {conntrackMaxPerCore: 0}\n") // the lab's hosts share this machine's conntrack table
+	if p := skel.KubeProxy.ConntrackMaxPerCore; p != nil { // nspawn hosts share this machine's conntrack table
+		fmt.Fprintf(&b, "kubeProxy: {conntrackMaxPerCore: %d}\n", *p)
+	}
 	addon := filepath.Join(filepath.Dir(c.inventory), "addon.yaml")
 	if err := os.WriteFile(addon, []byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: e2e-addon, namespace: default}\ndata: {from: inventory}\n"), 0o600); err != nil {
 		c.t.Fatal(err)

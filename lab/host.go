@@ -491,8 +491,12 @@ func (l *Lab) StartHost(ctx context.Context, host string) error {
 	if err := l.save(); err != nil {
 		return err
 	}
-	if err := l.waitSSH(ctx, 2*time.Minute, []*hostState{h}); err != nil {
+	timeout := 2 * time.Minute
+	if h.VM { // an emulated VM boots slowly, and its kubelet and containerd start with it
+		timeout = 6 * time.Minute
+	}
+	if err := l.waitSSH(ctx, timeout, []*hostState{h}); err != nil {
 		return err
 	}
-	return l.waitRunning(ctx, 2*time.Minute, []*hostState{h}, l.report)
+	return l.waitRunning(ctx, timeout, []*hostState{h}, l.report)
 }

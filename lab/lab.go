@@ -33,6 +33,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -96,6 +97,8 @@ type Options struct {
 	// machines with their own kernel instead of nspawn hosts (vm.go). VM hosts have no container
 	// runtime, like Bare ones.
 	VMs int
+	// VMSuite is the Debian release of the VM hosts: one of VMSuites. Default Suite.
+	VMSuite string
 	// Report hears what Up does, for people: a task per stage — the hosts' base rootfs (with a
 	// heartbeat while debootstrap builds it), starting the hosts, waiting for them to boot —
 	// with a line per host, and the teardown of a failed Up. Down reports through it too.
@@ -220,6 +223,12 @@ func (o *Options) setDefaults() error {
 	if o.VMs < 0 || o.VMs > o.Hosts {
 		return invalidf("lab %s: VMs must be between 0 and the number of hosts (%d), got %d", o.Name, o.Hosts, o.VMs)
 	}
+	if o.VMSuite == "" {
+		o.VMSuite = VMSuites[0]
+	}
+	if !slices.Contains(VMSuites, o.VMSuite) {
+		return invalidf("lab %s: VM hosts run one of %s, not %q", o.Name, strings.Join(VMSuites, ", "), o.VMSuite)
+	}
 	if o.CacheDir == "" {
 		o.CacheDir = DefaultCacheDir()
 	}
@@ -276,7 +285,7 @@ func Up(ctx context.Context, o Options) (_ *Lab, err error) {
 		return nil, err
 	}
 	if o.VMs > 0 {
-		if err := vmPrerequisites(); err != nil {
+		if err := VMPrerequisites(); err != nil {
 			return nil, err
 		}
 	}
@@ -320,12 +329,12 @@ func Up(ctx context.Context, o Options) (_ *Lab, err error) {
 	var img vmImage
 	if o.VMs > 0 {
 		_, why := vmAccel()
-		if err := progress.Task(r, "vm-image", "the VM hosts' image; they run under "+why, func(r progress.Reporter) error {
+		if err := progress.Task(r, "vm-image", "the VM hosts' image, Debian "+o.VMSuite+"; they run under "+why, func(r progress.Reporter) error {
 			defer progress.Every(r, heartbeat, func(el time.Duration) progress.Event {
 				return progress.Event{Kind: progress.Info, Duration: el, Message: fmt.Sprintf("the VM image: %s so far", progress.Round(el))}
 			})()
 			var err error
-			img, err = ensureVMImage(ctx, o.CacheDir, r)
+			img, err = ensureVMImage(ctx, o.CacheDir, o.VMSuite, r)
 			return err
 		}); err != nil {
 			return nil, err

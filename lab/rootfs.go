@@ -62,7 +62,7 @@ func RootfsHash() string {
 // what it does (nil: nothing).
 func EnsureRootfs(ctx context.Context, cacheDir string, r progress.Reporter) (string, error) {
 	return ensureTree(ctx, debianTree{
-		name: "rootfs", dir: rootfsDir(cacheDir), packages: Packages,
+		name: "rootfs", dir: rootfsDir(cacheDir), suite: Suite, packages: Packages,
 		customize: customizeRootfs, ready: rootfsReady,
 	}, r)
 }
@@ -72,11 +72,16 @@ func EnsureRootfs(ctx context.Context, cacheDir string, r progress.Reporter) (st
 // lab's rootfs, and rebuilt beside the old one when recipe, the suite or packages change.
 // Test images start from one (package conformance).
 func EnsureDebianTree(ctx context.Context, cacheDir, name, recipe string, packages []string, customize func(dir string) error, r progress.Reporter) (string, error) {
+	return ensureSuiteTree(ctx, cacheDir, Suite, name, recipe, packages, customize, r)
+}
+
+// ensureSuiteTree is EnsureDebianTree of another Debian release (suite), from the same mirror.
+func ensureSuiteTree(ctx context.Context, cacheDir, suite, name, recipe string, packages []string, customize func(dir string) error, r progress.Reporter) (string, error) {
 	h := sha256.New()
-	fmt.Fprintf(h, "%s\n%s\n%s\n", recipe, Suite, strings.Join(packages, ","))
+	fmt.Fprintf(h, "%s\n%s\n%s\n", recipe, suite, strings.Join(packages, ","))
 	const marker = ".kforge-tree"
 	return ensureTree(ctx, debianTree{
-		name: name, dir: filepath.Join(cacheDir, "lab", name+"-"+hex.EncodeToString(h.Sum(nil))[:16]), packages: packages,
+		name: name, dir: filepath.Join(cacheDir, "lab", name+"-"+hex.EncodeToString(h.Sum(nil))[:16]), suite: suite, packages: packages,
 		customize: func(dir string) error {
 			if customize != nil {
 				if err := customize(dir); err != nil {
@@ -92,10 +97,10 @@ func EnsureDebianTree(ctx context.Context, cacheDir, name, recipe string, packag
 // debianTree is a debootstrapped tree in the cache: where, with what, how it is finished, and
 // how to tell that it was (customize's last write).
 type debianTree struct {
-	name, dir string
-	packages  []string
-	customize func(dir string) error
-	ready     func(dir string) bool
+	name, dir, suite string
+	packages         []string
+	customize        func(dir string) error
+	ready            func(dir string) bool
 }
 
 func ensureTree(ctx context.Context, t debianTree, r progress.Reporter) (string, error) {
@@ -132,14 +137,14 @@ func ensureTree(ctx context.Context, t debianTree, r progress.Reporter) (string,
 		return "", err
 	}
 	tmp := final + ".tmp"
-	r(progress.Event{Kind: progress.Info, Message: fmt.Sprintf("debootstrap %s from %s into %s (once; cached)", Suite, mirror, final)})
+	r(progress.Event{Kind: progress.Info, Message: fmt.Sprintf("debootstrap %s from %s into %s (once; cached)", t.suite, mirror, final)})
 	// A private mount namespace: debootstrap's /proc, /sys and /dev mounts inside the target die
 	// with it, so an interrupted build never leaves mounts that a later cleanup could recurse into.
 	cmd := exec.CommandContext(ctx, "unshare", "--mount", "--propagation", "private",
-		"debootstrap", "--variant=minbase", "--include="+strings.Join(t.packages, ","), Suite, tmp, mirror)
+		"debootstrap", "--variant=minbase", "--include="+strings.Join(t.packages, ","), t.suite, tmp, mirror)
 	cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("lab %s: debootstrap %s from %s into %s failed: %w\n%s", t.name, Suite, mirror, tmp, err, tail(out, 20))
+		return "", fmt.Errorf("lab %s: debootstrap %s from %s into %s failed: %w\n%s", t.name, t.suite, mirror, tmp, err, tail(out, 20))
 	}
 	if err := t.customize(tmp); err != nil {
 		return "", fmt.Errorf("lab %s: customizing %s: %w", t.name, tmp, err)
@@ -230,7 +235,8 @@ func customizeRootfs(r string) error {
 	return write("etc/kforge-lab/rootfs", []byte(RootfsHash()+"\n"), 0o644)
 }
 
-// aptMirror is the Debian mirror this machine's apt uses.
+// aptMirror is the Debian mirror this machine's apt uses for Suite; other suites (the VM hosts'
+// trixie) come from the same archive.
 func aptMirror() (string, error) {
 	srcs, _ := filepath.Glob("/etc/apt/sources.list.d/*.sources")
 	for _, s := range srcs { // deb822: "URIs: http://deb.debian.org/debian", first one for the main suite

@@ -57,11 +57,14 @@ func vmImageAt(dir string) vmImage {
 	return vmImage{Root: filepath.Join(dir, "root.img"), Kernel: filepath.Join(dir, "vmlinux"), Initrd: filepath.Join(dir, "initrd.img")}
 }
 
-// EnsureVMImage returns the VM image under cacheDir/lab, building it (debootstrap, then an ext4
+// VMSuites are the Debian releases VM hosts may run; the first is the default.
+var VMSuites = []string{Suite, "trixie"}
+
+// ensureVMImage returns the VM image of suite under cacheDir/lab, building it (debootstrap, then an ext4
 // image of the tree) when it is missing. Like the rootfs, it is built once into a temporary
 // directory renamed into place.
-func ensureVMImage(ctx context.Context, cacheDir string, r progress.Reporter) (vmImage, error) {
-	tree, err := EnsureDebianTree(ctx, cacheDir, "vm-"+Suite, vmRecipe, VMPackages, customizeVM, r)
+func ensureVMImage(ctx context.Context, cacheDir, suite string, r progress.Reporter) (vmImage, error) {
+	tree, err := ensureSuiteTree(ctx, cacheDir, suite, "vm-"+suite, vmRecipe, VMPackages, customizeVM, r)
 	if err != nil {
 		return vmImage{}, err
 	}
@@ -315,8 +318,8 @@ func (l *Lab) vmCommand(ctx context.Context, h *hostState, argv []string) *exec.
 	return cmd
 }
 
-// vmPrerequisites reports what this machine lacks to run VM hosts, or nil.
-func vmPrerequisites() error {
+// VMPrerequisites reports what this machine lacks to run VM hosts, or nil.
+func VMPrerequisites() error {
 	var missing []string
 	for _, t := range []string{"qemu-system-x86_64", "qemu-img", "mkfs.ext4", "xz", "ssh"} {
 		if _, err := exec.LookPath(t); err != nil {

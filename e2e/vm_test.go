@@ -1,0 +1,202 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/kforge/kforge/hostpath"
+	"github.com/kforge/kforge/internal/testenv"
+	"github.com/kforge/kforge/lab"
+	"github.com/kforge/kforge/release"
+)
+
+// TestVMWorker: a mixed lab — an nspawn master, an nspawn worker and a worker that is a QEMU
+// virtual machine with its own kernel and cgroup v2 — becomes one cluster. The VM gets none of
+// the lab's workarounds: kforge loads and persists the kernel modules and sysctls it needs, its
+// kubelet runs on cgroup v2 without failCgroupV1: false. A pod on the VM resolves DNS and
+// reaches a Service whose pod runs on the nspawn worker, over flannel. A second apply changes
+// nothing. Then the VM is rebooted, and later powered off hard and started again: each time it
+// comes back Ready with no kforge run, its DaemonSet pods running again.
+func TestVMWorker(t *testing.T) {
+	testenv.Require(t, lab.Prerequisites())
+	testenv.Require(t, lab.VMPrerequisites())
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
+	defer cancel()
+	c := newCluster(ctx, t, "vm", release.Default(), lab.Options{Hosts: 3, Bare: true, VMs: 1})
+	h := c.lab.Hosts
+	nw, vm := h[1].Name, h[2].Name
+	if h[0].VM || h[1].VM || !h[2].VM {
+		t.Fatalf("lab hosts %+v: want nspawn, nspawn, VM", h)
+	}
+	c.writeInventory(h[:1], h[1:])
+
+	start := time.Now()
+	out, err := c.run("apply", "--timeout", "15m")
+	if err != nil {
+		t.Fatalf("kforge apply: %v\n%s", err, out)
+	}
+	t.Logf("apply of a cluster with a VM worker took %s:\n%s", time.Since(start).Round(time.Second), out)
+
+	c.checkRuntime(ctx, h)
+	c.checkNodes(ctx, 3)
+	c.checkVMHost(ctx, vm)
+
+	// A pod on the VM resolves DNS and reaches the Service whose pod is on the nspawn worker.
+	agent := buildAgentImage(t, t.TempDir())
+	for _, w := range []string{nw, vm} {
+		c.importImage(ctx, w, agent)
+	}
+	c.checkWorkloads(ctx, workload{image: agentImage, pull: corev1.PullNever}, nw, vm)
+
+	c.applyChangesNothing(ctx, h)
+
+	// Back without kforge: a reboot from inside, then a power cut (QEMU killed) and a cold start.
+	c.vmComesBack(ctx, vm, "reboot", func() {
+		if _, err := c.lab.Exec(ctx, vm, "systemd-run", "--no-block", "--on-active=1", "systemctl", "reboot"); err != nil {
+			t.Fatalf("reboot %s: %v", vm, err)
+		}
+	})
+	c.vmComesBack(ctx, vm, "power cut", func() {
+		if err := c.lab.StopHost(ctx, vm); err != nil {
+			t.Fatalf("power off %s: %v", vm, err)
+		}
+		if err := c.lab.StartHost(ctx, vm); err != nil {
+			t.Fatalf("power on %s: %v", vm, err)
+		}
+	})
+	// And the workload still works across the two kinds of host.
+	eventually(ctx, t, "Service from the VM after its power cut", func() (bool, string) {
+		out, err := c.kubectl(ctx, "exec", "client-"+vm, "--", "/agent", "get", "http://server.default.svc.cluster.local/")
+		return err == nil && strings.TrimSpace(out) == "server", out
+	})
+}
+
+// checkVMHost: the VM runs its own kernel on cgroup v2 with none of the lab's workarounds, and
+// what kforge set up there is persisted for the next boot: modules in modules-load.d, sysctls in
+// sysctl.d, kubelet and containerd enabled.
+func (c *cluster) checkVMHost(ctx context.Context, vm string) {
+	c.t.Helper()
+	node, err := c.client().CoreV1().Nodes().Get(ctx, vm, metav1.GetOptions{})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Logf("%s: kernel %s, %s, boot %s", vm, node.Status.NodeInfo.KernelVersion, node.Status.NodeInfo.OSImage, node.Status.NodeInfo.BootID)
+	ours, err := os.ReadFile("/proc/sys/kernel/osrelease")
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if got := strings.TrimSpace(c.exec(ctx, vm, "uname -r")); got != node.Status.NodeInfo.KernelVersion || got == strings.TrimSpace(string(ours)) {
+		c.t.Errorf("%s runs kernel %s (node says %s), this machine %s: want its own", vm, got, node.Status.NodeInfo.KernelVersion, ours)
+	}
+	for _, chk := range []struct{ what, script, want string }{
+		{"cgroup file system", "stat -fc %T /sys/fs/cgroup", "cgroup2fs"},
+		{"failCgroupV1 in kubelet's config", "grep -c failCgroupV1 " + hostpath.KubeletConfigPath + " || true", "0"},
+		{"kubelet's cgroup driver", "grep '^cgroupDriver' " + hostpath.KubeletConfigPath, "cgroupDriver: systemd"},
+		{"modules loaded", "lsmod | awk '$1==\"br_netfilter\"||$1==\"overlay\"{print $1}' | sort | tr '\\n' ' '", "br_netfilter overlay "},
+		{"modules persisted", "cat " + hostpath.ModulesLoadFile + " | grep -v '^#' | tr '\\n' ' '", "overlay br_netfilter "},
+		{"sysctls applied", "sysctl -n net.ipv4.ip_forward net.bridge.bridge-nf-call-iptables | tr '\\n' ' '", "1 1 "},
+		{"sysctls persisted", "grep -c '= 1' " + hostpath.SysctlFile, "3"},
+		{"units enabled", "systemctl is-enabled containerd kubelet | tr '\\n' ' '", "enabled enabled "},
+		{"kubelet's cgroup", "systemctl show -p ControlGroup --value kubelet", "/system.slice/kubelet.service"},
+	} {
+		if got := strings.TrimSpace(c.exec(ctx, vm, chk.script)); got != strings.TrimSpace(chk.want) {
+			c.t.Errorf("%s, %s: got %q, want %q", vm, chk.what, got, chk.want)
+		}
+	}
+	// conntrack: kube-proxy leaves the table alone (kubeProxy.conntrackMaxPerCore: 0, for the
+	// nspawn hosts that share this machine's): the VM's own kernel sized it.
+	c.t.Logf("%s: nf_conntrack_max %s", vm, strings.TrimSpace(c.exec(ctx, vm, "cat /proc/sys/net/netfilter/nf_conntrack_max")))
+}
+
+// vmComesBack does something that takes the VM down (a reboot, a power cut), then waits, with
+// no kforge run, for its node to be Ready on a new boot and for the pods of every DaemonSet on
+// it (kube-proxy, flannel) to run again in containers started after it. It logs the time from
+// the start to Ready and to those pods.
+func (c *cluster) vmComesBack(ctx context.Context, vm, what string, down func()) {
+	c.t.Helper()
+	k := c.client()
+	n, err := k.CoreV1().Nodes().Get(ctx, vm, metav1.GetOptions{})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	boot := n.Status.NodeInfo.BootID
+	start := time.Now()
+	down()
+	var ready time.Duration
+	err = wait.PollUntilContextTimeout(ctx, 2*time.Second, 10*time.Minute, false, func(ctx context.Context) (bool, error) {
+		n, err := k.CoreV1().Nodes().Get(ctx, vm, metav1.GetOptions{})
+		if err != nil || n.Status.NodeInfo.BootID == boot || !nodeReady(n) {
+			return false, nil
+		}
+		ready = time.Since(start)
+		return true, nil
+	})
+	if err != nil {
+		n, _ := k.CoreV1().Nodes().Get(ctx, vm, metav1.GetOptions{})
+		c.t.Fatalf("%s after a %s: node not Ready on a new boot within 10m: %v; boot %s (was %s), conditions %+v", vm, what, err, n.Status.NodeInfo.BootID, boot, n.Status.Conditions)
+	}
+	var pods time.Duration
+	var names []string
+	err = wait.PollUntilContextTimeout(ctx, 2*time.Second, 10*time.Minute, true, func(ctx context.Context) (bool, error) {
+		ps, err := k.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + vm})
+		if err != nil {
+			return false, nil
+		}
+		names = names[:0]
+		for _, p := range ps.Items {
+			if len(p.OwnerReferences) == 0 || p.OwnerReferences[0].Kind != "DaemonSet" {
+				continue
+			}
+			if !podReadySince(&p, start) {
+				return false, nil
+			}
+			names = append(names, p.Name)
+		}
+		pods = time.Since(start)
+		return len(names) >= 2, nil // kube-proxy and flannel at least
+	})
+	if err != nil {
+		c.t.Fatalf("%s after a %s: its DaemonSet pods did not run again within 10m (%v): %v", vm, what, names, err)
+	}
+	c.t.Logf("%s after a %s: node Ready on a new boot %s after it began, DaemonSet pods %v running again after %s",
+		vm, what, ready.Round(time.Second), names, pods.Round(time.Second))
+	c.checkVMHost(ctx, vm)
+}
+
+// podReadySince says whether every container of p is ready and was started after t.
+func podReadySince(p *corev1.Pod, t time.Time) bool {
+	if p.Status.Phase != corev1.PodRunning || len(p.Status.ContainerStatuses) == 0 {
+		return false
+	}
+	for _, s := range p.Status.ContainerStatuses {
+		if !s.Ready || s.State.Running == nil || s.State.Running.StartedAt.Time.Before(t.Truncate(time.Second)) {
+			return false
+		}
+	}
+	return true
+}
+
+// eventually retries ok every 2 s for up to 2 minutes and fails the test with ok's last output.
+func eventually(ctx context.Context, t *testing.T, what string, ok func() (bool, string)) {
+	t.Helper()
+	var out string
+	for try := 1; try <= 60; try++ {
+		var good bool
+		if good, out = ok(); good {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s: %v", what, ctx.Err())
+		case <-time.After(2 * time.Second):
+		}
+	}
+	t.Errorf("%s: still failing after 2 minutes: %s", what, out)
+}
