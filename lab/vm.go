@@ -331,3 +331,9 @@ func VMPrerequisites() error {
 	}
 	return nil
 }
+
+// VMAcceleration says how this machine runs VM hosts (KVM or emulation) and why.
+func VMAcceleration() string {
+	_, why := vmAccel()
+	return why
+}

@@ -1,0 +1,96 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kforge/kforge/hostpath"
+	"github.com/kforge/kforge/internal/testenv"
+	"github.com/kforge/kforge/lab"
+	"github.com/kforge/kforge/release"
+)
+
+// BenchmarkVMCluster: a one-master cluster entirely on VM hosts (a master and a worker, each
+// with its own kernel and cgroup v2, no lab workaround in the inventory), once per Debian
+// release the VMs may run. It prints what a VM costs here — boot to systemd running, QEMU's
+// memory, idle CPU, before and after the cluster — the apply's time, and whether KVM was
+// usable. Run it with:
+//
+//	KFORGE_REQUIRE_INTEGRATION=1 go test -run '^$' -bench BenchmarkVMCluster -benchtime 1x -timeout 90m ./e2e
+func BenchmarkVMCluster(b *testing.B) {
+	testenv.Require(b, lab.Prerequisites())
+	testenv.Require(b, lab.VMPrerequisites())
+	ctx, dir, kforge, bundleDir := labBench(b, 80*time.Minute)
+	b.Logf("VMs run under %s", lab.VMAcceleration())
+	for _, suite := range lab.VMSuites {
+		b.Run(suite, func(b *testing.B) {
+			for range b.N {
+				name := "vmb" + suite[:3]
+				if old, err := lab.Open(name); err == nil { // a leftover of a killed run
+					if err := old.Down(ctx); err != nil {
+						b.Fatal(err)
+					}
+				}
+				start := time.Now()
+				l, err := lab.Up(ctx, lab.Options{Name: name, Hosts: 2, Bare: true, VMs: 2, VMSuite: suite})
+				if err != nil {
+					b.Fatalf("lab up: %v", err)
+				}
+				b.Cleanup(func() {
+					if err := l.Down(ctx); err != nil {
+						b.Errorf("lab down: %v", err)
+					}
+				})
+				boot := time.Since(start)
+				idle := func() (master, worker int64, cpu time.Duration) {
+					master, worker = labMemory(b, l)
+					cpu0 := labCPU(b, l)
+					time.Sleep(30 * time.Second)
+					return master, worker, (labCPU(b, l) - cpu0) / 30
+				}
+				mm0, mw0, cpu0 := idle()
+
+				c := &cluster{t: b, lab: l, kforge: kforge, bundle: bundleDir, version: release.Default(),
+					state: filepath.Join(dir, suite, "state"), inventory: filepath.Join(dir, suite, "kforge.yaml")}
+				if err := os.MkdirAll(filepath.Join(dir, suite), 0o700); err != nil {
+					b.Fatal(err)
+				}
+				c.writeInventory(l.Hosts[:1], l.Hosts[1:])
+				applyStart := time.Now()
+				out, err := c.run("apply", "--timeout", "40m")
+				if err != nil {
+					b.Fatalf("kforge apply on VMs: %v\n%s", err, out)
+				}
+				apply := time.Since(applyStart)
+				c.checkNodes(ctx, 2)
+				master := l.Hosts[0].Name
+				for _, chk := range []struct{ what, script, want string }{
+					{"the master's cgroup file system", "stat -fc %T /sys/fs/cgroup", "cgroup2fs"},
+					{"failCgroupV1 in the master's kubelet config", "grep -c failCgroupV1 " + hostpath.KubeletConfigPath + " || true", "0"},
+					{"kube-apiserver's cgroup on the master", "cat /proc/$(pgrep -xo kube-apiserver)/cgroup", "0::/kubepods.slice/"},
+					// kube-proxy sizes conntrack (no conntrackMaxPerCore: 0 on a lab of VMs):
+					// max(32768 per core × 2, 131072).
+					{"nf_conntrack_max set by kube-proxy", "cat /proc/sys/net/netfilter/nf_conntrack_max", "131072"},
+				} {
+					if got := strings.TrimSpace(c.exec(ctx, master, chk.script)); !strings.HasPrefix(got, chk.want) {
+						b.Errorf("%s: %s is %q, want %q", master, chk.what, got, chk.want)
+					}
+				}
+				osImage := strings.TrimSpace(c.exec(ctx, master, ". /etc/os-release; echo $PRETTY_NAME; uname -r"))
+				mm1, mw1, cpu1 := idle()
+				b.ReportMetric(boot.Seconds(), "s/lab-up")
+				b.ReportMetric(apply.Seconds(), "s/apply")
+				fmt.Printf("\nVM cluster (%s; %s), 1 master (%d MiB, %d vCPUs) + 1 worker (%d MiB): under %s\n",
+					suite, strings.ReplaceAll(osImage, "\n", ", kernel "), lab.VMMasterMemoryMiB, lab.VMCPUs, lab.VMWorkerMemoryMiB, lab.VMAcceleration())
+				fmt.Printf("  lab up (both VMs booted, systemd running): %s\n", secs(boot))
+				fmt.Printf("  idle before the cluster: master VM %d MiB, worker VM %d MiB resident, %.0f%% of a core for both\n", mm0>>20, mw0>>20, 100*cpu0.Seconds())
+				fmt.Printf("  kforge apply to a Ready cluster: %s\n", secs(apply))
+				fmt.Printf("  idle with the cluster:   master VM %d MiB, worker VM %d MiB resident, %.0f%% of a core for both\n", mm1>>20, mw1>>20, 100*cpu1.Seconds())
+			}
+		})
+	}
+}
