@@ -2,7 +2,11 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -76,6 +80,49 @@ func TestVMWorker(t *testing.T) {
 		out, err := c.kubectl(ctx, "exec", "client-"+vm, "--", "/agent", "get", "http://server.default.svc.cluster.local/")
 		return err == nil && strings.TrimSpace(out) == "server", out
 	})
+
+	// lab down leaves nothing of the VM: no QEMU, no tap, no overlay.
+	qemu := vmProcesses(t, vm)
+	if len(qemu) != 1 {
+		t.Errorf("%d QEMU processes run %s, want 1: %v", len(qemu), vm, qemu)
+	}
+	tap := "/sys/class/net/kflab" + strings.TrimPrefix(h[2].Address, "198.51.100.")
+	if _, err := os.Stat(tap); err != nil {
+		t.Errorf("%s's tap: %v", vm, err)
+	}
+	if err := c.lab.Down(ctx); err != nil {
+		t.Fatalf("lab down: %v", err)
+	}
+	if left := vmProcesses(t, vm); len(left) > 0 {
+		t.Errorf("QEMU of %s still runs after lab down: %v", vm, left)
+	}
+	for _, p := range []string{tap, c.lab.Dir} {
+		if _, err := os.Stat(p); err == nil {
+			t.Errorf("%s is still there after lab down", p)
+		}
+	}
+}
+
+// vmProcesses are the PIDs of the QEMU processes running the VM host named name.
+func vmProcesses(t testing.TB, name string) []int {
+	t.Helper()
+	dirs, err := filepath.Glob("/proc/[0-9]*/cmdline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []int
+	for _, d := range dirs {
+		b, err := os.ReadFile(d)
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(b), "\x00")
+		if strings.HasPrefix(filepath.Base(args[0]), "qemu-system") && slices.Contains(args, "-name") && slices.Index(args, name) == slices.Index(args, "-name")+1 {
+			pid, _ := strconv.Atoi(strings.Split(d, "/")[2])
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }
 
 // checkVMHost: the VM runs its own kernel on cgroup v2 with none of the lab's workarounds, and
@@ -199,4 +246,28 @@ func eventually(ctx context.Context, t *testing.T, what string, ok func() (bool,
 		}
 	}
 	t.Errorf("%s: still failing after 2 minutes: %s", what, out)
+}
+
+// vmRSS is the resident memory of the QEMU process running the VM host named name.
+func vmRSS(t testing.TB, name string) int64 {
+	t.Helper()
+	pids := vmProcesses(t, name)
+	if len(pids) != 1 {
+		t.Fatalf("%d QEMU processes run %s, want 1", len(pids), name)
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pids[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return kb << 10
+		}
+	}
+	t.Fatalf("no VmRSS for QEMU %d", pids[0])
+	return 0
 }
