@@ -188,21 +188,11 @@ func (l *Lab) startHost(ctx context.Context, h *hostState) error {
 	for _, f := range []string{"net-ready", "nspawn.pid"} {
 		_ = os.Remove(filepath.Join(h.Dir, f))
 	}
-	args := []string{"-c", `"$@" </dev/null >>"$KFORGE_LAB_CONSOLE" 2>&1 & echo $!`, "sh",
-		"unshare", "--mount", "--propagation", "private", "--net",
-		"/bin/sh", "-c", launcherScript, "kforge-lab-host", h.Dir, l.st.Rootfs}
-	args = append(args, l.nspawnArgs(h)...)
-	cmd := exec.Command("/bin/sh", args...)
-	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-		"SYSTEMD_NSPAWN_LOCK=0", "KFORGE_LAB_CONSOLE=" + filepath.Join(h.Dir, "console.log")}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true} // outlives `kforge lab up`
-	out, err := cmd.Output()
+	argv := append([]string{"unshare", "--mount", "--propagation", "private", "--net",
+		"/bin/sh", "-c", launcherScript, "kforge-lab-host", h.Dir, l.st.Rootfs}, l.nspawnArgs(h)...)
+	pid, err := spawn(h, []string{"SYSTEMD_NSPAWN_LOCK=0"}, argv...)
 	if err != nil {
 		return fmt.Errorf("starting the launcher: %w", err)
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(out)))
-	if err != nil {
-		return fmt.Errorf("starting the launcher: got %q for its PID", out)
 	}
 	// The PID is unshare's until it has made the namespaces and exec'd the script.
 	self, _ := os.Readlink("/proc/self/ns/net")
@@ -227,6 +217,25 @@ func (l *Lab) startHost(ctx context.Context, h *hostState) error {
 		return err
 	}
 	return os.WriteFile(filepath.Join(h.Dir, "net-ready"), nil, 0o644)
+}
+
+// spawn starts argv in the background, in a session of its own (it outlives `kforge lab up`),
+// stdin from /dev/null, its output appended to the host's console.log, with env added to a
+// clean PATH; it returns argv's PID.
+func spawn(h *hostState, env []string, argv ...string) (int, error) {
+	cmd := exec.Command("/bin/sh", append([]string{"-c", `"$@" </dev/null >>"$KFORGE_LAB_CONSOLE" 2>&1 & echo $!`, "sh"}, argv...)...)
+	cmd.Env = append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"KFORGE_LAB_CONSOLE=" + filepath.Join(h.Dir, "console.log")}, env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	out, err := cmd.Output()
+	if err != nil {
+		return 0, err
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil {
+		return 0, fmt.Errorf("got %q for its PID", out)
+	}
+	return pid, nil
 }
 
 // waitSSH waits until every host's sshd sends its banner.

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/kforge/kforge/internal/fsx"
@@ -273,20 +272,11 @@ func (l *Lab) startVM(ctx context.Context, h *hostState) error {
 	if err := runInput(ctx, fmt.Sprintf("tuntap add dev %s mode tap\nlink set %s master %s up\n", h.Veth, h.Veth, Bridge), "ip", "-batch", "-"); err != nil {
 		return err
 	}
+	// QEMU joins the host's cgroups, then takes the shell's PID.
 	script := `while read -r cg; do echo $$ > "$cg/cgroup.procs" || exit 97; done < "$1/cgroups"; shift; exec "$@"`
-	args := []string{"-c", `"$@" </dev/null >>"$KFORGE_LAB_CONSOLE" 2>&1 & echo $!`, "sh",
-		"/bin/sh", "-c", script, "kforge-lab-vm", h.Dir, "qemu-system-x86_64"}
-	args = append(args, l.qemuArgs(h, img, accel)...)
-	cmd := exec.Command("/bin/sh", args...)
-	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "KFORGE_LAB_CONSOLE=" + filepath.Join(h.Dir, "console.log")}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true} // outlives `kforge lab up`
-	out, err := cmd.Output()
+	pid, err := spawn(h, nil, append([]string{"/bin/sh", "-c", script, "kforge-lab-vm", h.Dir, "qemu-system-x86_64"}, l.qemuArgs(h, img, accel)...)...)
 	if err != nil {
 		return fmt.Errorf("starting QEMU: %w", err)
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(out)))
-	if err != nil {
-		return fmt.Errorf("starting QEMU: got %q for its PID", out)
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for !strings.HasPrefix(comm(pid), "qemu-system") {
