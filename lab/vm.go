@@ -59,9 +59,9 @@ func vmImageAt(dir string) vmImage {
 // VMSuites are the Debian releases VM hosts may run; the first is the default.
 var VMSuites = []string{Suite, "trixie"}
 
-// ensureVMImage returns the VM image of suite under cacheDir/lab, building it (debootstrap, then an ext4
-// image of the tree) when it is missing. Like the rootfs, it is built once into a temporary
-// directory renamed into place.
+// ensureVMImage returns the VM image of suite under cacheDir/lab, building it (debootstrap,
+// then an ext4 image of the tree) when it is missing. Like the rootfs, it is built once into a
+// temporary directory renamed into place.
 func ensureVMImage(ctx context.Context, cacheDir, suite string, r progress.Reporter) (vmImage, error) {
 	tree, err := ensureSuiteTree(ctx, cacheDir, suite, "vm-"+suite, vmRecipe, VMPackages, customizeVM, r)
 	if err != nil {
@@ -87,7 +87,8 @@ func ensureVMImage(ctx context.Context, cacheDir, suite string, r progress.Repor
 	img := vmImageAt(tmp)
 	r(progress.Event{Kind: progress.Info, Message: fmt.Sprintf("making the VM image from %s (once; cached)", tree)})
 	// The kernel uncompressed: QEMU boots the ELF vmlinux through its PVH entry point, which
-	// skips the bzImage's decompression (very slow under emulation).
+	// skips the bzImage's decompression (very slow under emulation). bookworm's kernel is
+	// xz-compressed, trixie's zstd.
 	extract := `set -eu
 off=$(LC_ALL=C grep -obUaP '\xfd7zXZ\x00' "$1" | head -1 | cut -d: -f1)
 if [ -n "$off" ]; then tail -c +$((off+1)) "$1" | xz -dc 2>/dev/null > "$2" || true
@@ -311,13 +312,13 @@ func (l *Lab) vmCommand(ctx context.Context, h *hostState, argv []string) *exec.
 // VMPrerequisites reports what this machine lacks to run VM hosts, or nil.
 func VMPrerequisites() error {
 	var missing []string
-	for _, t := range []string{"qemu-system-x86_64", "qemu-img", "mkfs.ext4", "xz", "ssh"} {
+	for _, t := range []string{"qemu-system-x86_64", "qemu-img", "mkfs.ext4", "xz", "zstd", "ssh"} {
 		if _, err := exec.LookPath(t); err != nil {
 			missing = append(missing, t)
 		}
 	}
 	if len(missing) > 0 {
-		return errors.New("kforge lab VM hosts need " + strings.Join(missing, ", ") + " on PATH: apt-get install qemu-system-x86 qemu-utils e2fsprogs xz-utils openssh-client (or run hack/deps.sh)")
+		return errors.New("kforge lab VM hosts need " + strings.Join(missing, ", ") + " on PATH: apt-get install qemu-system-x86 qemu-utils e2fsprogs xz-utils zstd openssh-client (or run hack/deps.sh)")
 	}
 	return nil
 }
