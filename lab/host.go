@@ -77,10 +77,7 @@ func (l *Lab) prepareHost(h *hostState, hier []hierarchy) error {
 	if err := os.WriteFile(filepath.Join(etc, "machine-id"), []byte(hex.EncodeToString(id)+"\n"), 0o444); err != nil {
 		return err
 	}
-	// A nameserver nothing answers on, inside the lab: CoreDNS needs an upstream to start, and
-	// its queries for outside names then end at the lab bridge, never off the machine.
-	resolv := fmt.Sprintf("# kforge lab: no DNS server answers at %s; hosts have no route off the lab.\nnameserver %s\n", BridgeAddr, BridgeAddr)
-	if err := os.WriteFile(filepath.Join(etc, "resolv.conf"), []byte(resolv), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(etc, "resolv.conf"), []byte(resolvConf), 0o644); err != nil {
 		return err
 	}
 	var hosts strings.Builder

@@ -166,21 +166,8 @@ func rootfsReady(dir string) bool {
 // customizeRootfs adds what every host shares: the boot-time fixes, sshd settings, sysctl
 // values, and masks units that are useless in a container.
 func customizeRootfs(r string) error {
-	write := func(p string, data []byte, mode os.FileMode) error {
-		p = filepath.Join(r, p)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return err
-		}
-		return os.WriteFile(p, data, mode)
-	}
-	symlink := func(target, p string) error {
-		p = filepath.Join(r, p)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return err
-		}
-		_ = os.Remove(p)
-		return os.Symlink(target, p)
-	}
+	write := func(p string, data []byte, mode os.FileMode) error { return writeInTree(r, p, data, mode) }
+	symlink := func(target, p string) error { return linkInTree(r, target, p) }
 	for _, u := range []string{"kforge-lab-cgroup-rw.service", "kforge-lab-procsys-net-rw.service"} {
 		b, _ := files.ReadFile("files/" + u)
 		if err := write("etc/systemd/system/"+u, b, 0o644); err != nil {
@@ -234,6 +221,30 @@ func customizeRootfs(r string) error {
 	}
 	return write("etc/kforge-lab/rootfs", []byte(RootfsHash()+"\n"), 0o644)
 }
+
+// writeInTree writes the file p (relative to the tree r), making its directory.
+func writeInTree(r, p string, data []byte, mode os.FileMode) error {
+	p = filepath.Join(r, p)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(p, data, mode)
+}
+
+// linkInTree makes p (relative to the tree r) a symlink to target, replacing what was there.
+func linkInTree(r, target, p string) error {
+	p = filepath.Join(r, p)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return err
+	}
+	_ = os.Remove(p)
+	return os.Symlink(target, p)
+}
+
+// resolvConf is every lab host's /etc/resolv.conf: a nameserver nothing answers on, inside the
+// lab. CoreDNS needs an upstream to start, and its queries for outside names then end at the lab
+// bridge, never off the machine.
+var resolvConf = fmt.Sprintf("# kforge lab: no DNS server answers at %s; hosts have no route off the lab.\nnameserver %s\n", BridgeAddr, BridgeAddr)
 
 // aptMirror is the Debian mirror this machine's apt uses for Suite; other suites (the VM hosts'
 // trixie) come from the same archive.

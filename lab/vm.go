@@ -114,21 +114,6 @@ else off=$(LC_ALL=C grep -obUaP '\x28\xb5\x2f\xfd' "$1" | head -1 | cut -d: -f1)
 // by key only, and the unit that takes the VM's identity from fw_cfg before sshd starts.
 // Nothing Kubernetes needs (modules, sysctls, a runtime) is set here: kforge does that.
 func customizeVM(r string) error {
-	write := func(p, data string, mode os.FileMode) error {
-		p = filepath.Join(r, p)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return err
-		}
-		return os.WriteFile(p, []byte(data), mode)
-	}
-	link := func(target, p string) error {
-		p = filepath.Join(r, p)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return err
-		}
-		_ = os.Remove(p)
-		return os.Symlink(target, p)
-	}
 	for _, f := range []struct {
 		path, data string
 		mode       os.FileMode
@@ -136,11 +121,11 @@ func customizeVM(r string) error {
 		{"etc/fstab", "/dev/vda / ext4 defaults,errors=remount-ro 0 1\n", 0o644},
 		{"etc/hosts", "127.0.0.1\tlocalhost\n", 0o644},
 		{"etc/machine-id", "", 0o444}, // empty: each VM makes its own at first boot
-		{"etc/resolv.conf", fmt.Sprintf("# kforge lab: no DNS server answers at %s; hosts have no route off the lab.\nnameserver %s\n", BridgeAddr, BridgeAddr), 0o644},
+		{"etc/resolv.conf", resolvConf, 0o644},
 		{"etc/ssh/sshd_config.d/kforge-lab.conf", "PermitRootLogin prohibit-password\nPasswordAuthentication no\nUseDNS no\nHostKey /etc/ssh/ssh_host_ed25519_key\n", 0o644},
 		{"etc/systemd/system/kforge-lab-identity.service", vmIdentityUnit, 0o644},
 	} {
-		if err := write(f.path, f.data, f.mode); err != nil {
+		if err := writeInTree(r, f.path, []byte(f.data), f.mode); err != nil {
 			return err
 		}
 	}
@@ -165,7 +150,7 @@ func customizeVM(r string) error {
 		{"/dev/null", "etc/systemd/system/man-db.timer"},
 		{"/dev/null", "etc/systemd/system/dpkg-db-backup.timer"},
 	} {
-		if err := link(l[0], l[1]); err != nil {
+		if err := linkInTree(r, l[0], l[1]); err != nil {
 			return err
 		}
 	}
