@@ -145,7 +145,8 @@ func TestResetLabCluster(t *testing.T) {
 	// 1. Hosts apply never touched: nothing to do.
 	assertNothingDone("reset of fresh hosts", r.run(ctx, "reset of fresh hosts", reset))
 
-	// 2. A cluster, with a pod on the worker so it has cni0, a network namespace and mounts.
+	// 2. A cluster, with a pod on every host so each has cni0, a network namespace and mounts
+	// (where CoreDNS lands is the scheduler's choice, so the test does not count on it).
 	r.run(ctx, "apply", apply)
 	cfg, err := clientcmd.BuildConfigFromFlags("", state.At(r.state).AdminKubeconfig())
 	if err != nil {
@@ -156,24 +157,32 @@ func TestResetLabCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	pause := "registry.k8s.io/pause:3.10.2"
-	if _, err := k.CoreV1().Pods("default").Create(ctx, &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "sleeper"},
-		Spec: corev1.PodSpec{NodeName: worker, Containers: []corev1.Container{{
-			Name: "pause", Image: pause, ImagePullPolicy: corev1.PullNever,
-		}}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+	for _, h := range hosts {
+		if _, err := k.CoreV1().Pods("default").Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "sleeper-" + h},
+			Spec: corev1.PodSpec{
+				NodeName:    h,
+				Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+				Containers: []corev1.Container{{
+					Name: "pause", Image: pause, ImagePullPolicy: corev1.PullNever,
+				}},
+			},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		p, err := k.CoreV1().Pods("default").Get(ctx, "sleeper", metav1.GetOptions{})
-		if err == nil && p.Status.Phase == corev1.PodRunning {
-			break
+	for _, h := range hosts {
+		for {
+			p, err := k.CoreV1().Pods("default").Get(ctx, "sleeper-"+h, metav1.GetOptions{})
+			if err == nil && p.Status.Phase == corev1.PodRunning {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("pod on %s not running: %v %+v", h, err, p.Status)
+			}
+			time.Sleep(time.Second)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pod on %s not running: %v %+v", worker, err, p.Status)
-		}
-		time.Sleep(time.Second)
 	}
 	kept := map[string]string{}
 	for _, h := range hosts {
