@@ -24,6 +24,7 @@ import (
 var Binaries = []string{
 	"kubelet", "kubeadm", "kubectl", "containerd", "runc", "ctr", "iptables", "ip6tables", "conntrack",
 	"socat", "ebtables", "ethtool", "nsenter", "mount", "losetup", "ip", "cp", "sha256sum", "systemctl",
+	"curl",
 }
 
 // versionArgs are the arguments that make a binary print its version (default --version).

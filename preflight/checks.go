@@ -2,6 +2,7 @@ package preflight
 
 import (
 	"fmt"
+	"net/netip"
 	"regexp"
 	"slices"
 	"strings"
@@ -96,6 +97,7 @@ const (
 	CheckUpgradeRoute   = "UpgradeRoute"
 	CheckServiceRoute   = "ServiceRoute"
 	CheckAPIProxyPort   = "APIProxyPort"
+	CheckRegistryPort   = "RegistryPort"
 	CheckVIP            = "ControlPlaneVIP"
 	// CheckFacts is a host whose facts could not be gathered; it cannot be ignored.
 	CheckFacts = "Facts"
@@ -117,7 +119,7 @@ func CheckNames() []string {
 	for _, p := range Ports {
 		names = append(names, PortCheck(p.Port))
 	}
-	return append(names, CheckManifestsDir, CheckEtcdDataDir, CheckKernelModules, CheckIPForward, CheckBridgeNF, CheckClockSkew, CheckArch, CheckEtcdQuorum, CheckUpgradeRoute, CheckServiceRoute, CheckAPIProxyPort, CheckVIP)
+	return append(names, CheckManifestsDir, CheckEtcdDataDir, CheckKernelModules, CheckIPForward, CheckBridgeNF, CheckClockSkew, CheckArch, CheckEtcdQuorum, CheckUpgradeRoute, CheckServiceRoute, CheckAPIProxyPort, CheckRegistryPort, CommandCheck("curl"), CheckVIP)
 }
 
 type hostCheck func(c *inventory.Cluster, n inventory.Node, f *facts.Facts) []Finding
@@ -125,7 +127,7 @@ type hostCheck func(c *inventory.Cluster, n inventory.Node, f *facts.Facts) []Fi
 // hostChecks run on every host, in this order (kubeadm's, roughly).
 var hostChecks = []hostCheck{
 	checkPrivilegedUser, checkSystem, checkInitSystem, checkCPUAndMemory, checkSwap, checkCommands,
-	checkCRI, checkKubeletVersion, checkHostname, checkPorts, checkAPIProxyPort, checkManifestsDir, checkEtcdDataDir,
+	checkCRI, checkKubeletVersion, checkHostname, checkPorts, checkAPIProxyPort, checkBundleFromMasters, checkManifestsDir, checkEtcdDataDir,
 	checkSysctls, checkServiceRoute, checkClockSkew, checkCapSysResource, checkEtcdQuorum, checkUpgradeRoute,
 }
 
@@ -264,10 +266,10 @@ var bundledRuntime = map[string]bool{"containerd": true, "runc": true, "ctr": tr
 var (
 	debPackages = map[string]string{"containerd": "containerd", "runc": "runc", "ctr": "containerd", "mount": "mount", "losetup": "mount",
 		"cp": "coreutils", "sha256sum": "coreutils", "iptables": "iptables", "conntrack": "conntrack", "socat": "socat",
-		"ebtables": "ebtables", "ethtool": "ethtool", "ip": "iproute2", "nsenter": "util-linux"}
+		"ebtables": "ebtables", "ethtool": "ethtool", "ip": "iproute2", "nsenter": "util-linux", "curl": "curl"}
 	rpmPackages = map[string]string{"containerd": "containerd.io", "runc": "runc", "ctr": "containerd.io", "mount": "util-linux", "losetup": "util-linux",
 		"cp": "coreutils", "sha256sum": "coreutils", "iptables": "iptables", "conntrack": "conntrack-tools", "socat": "socat",
-		"ebtables": "ebtables", "ethtool": "ethtool", "ip": "iproute", "nsenter": "util-linux"}
+		"ebtables": "ebtables", "ethtool": "ethtool", "ip": "iproute", "nsenter": "util-linux", "curl": "curl"}
 )
 
 func installHint(f *facts.Facts, cmd string) string {
@@ -446,6 +448,60 @@ func checkAPIProxyPort(c *inventory.Cluster, n inventory.Node, f *facts.Facts) [
 	return []Finding{finding(n, CheckAPIProxyPort, Error,
 		fmt.Sprintf("stop what listens on port %d, or choose another port for the node-local API proxy (apiProxy.port in the inventory)", c.APIProxy.Port),
 		"port %d, the node-local API proxy's (several masters, no controlPlaneEndpoint), is in use: %s", c.APIProxy.Port, strings.Join(held, ", "))}
+}
+
+// registryCommand is the masters' registry's /proc/PID/comm (hostpath.RegistryPath's base name,
+// 15 characters: not cut), for both its instances.
+const registryCommand = "kforge-registry"
+
+// checkBundleFromMasters warns, when the masters serve the bundle to the other nodes
+// (BundleFromMasters), of what keeps a host out of that: on a master, another process on the
+// registry's port or on the loopback address its writable instance is filled through; on any
+// host, no curl (masters fill their registry with it, the other nodes fetch with it). Apply
+// still converges, uploading from the workstation what the registries could not give, so these
+// are warnings.
+func checkBundleFromMasters(c *inventory.Cluster, n inventory.Node, f *facts.Facts) []Finding {
+	if !c.BundleFromMasters() {
+		return nil
+	}
+	var out []Finding
+	if f.Binaries["curl"].Path == "" {
+		role := "take the bundle from the masters' registries"
+		if n.Role == inventory.RoleMaster {
+			role = "fill its registry, from which the other nodes take the bundle"
+		}
+		out = append(out, finding(n, CommandCheck("curl"), Warning, "install it: "+installHint(f, "curl"),
+			"curl not found in system path: this host cannot %s, so the workstation uploads to it instead", role))
+	}
+	if n.Role != inventory.RoleMaster {
+		return out
+	}
+	fill := netip.MustParseAddrPort(hostpath.RegistryFillAddr)
+	for _, port := range []int{hostpath.RegistryPort, int(fill.Port())} {
+		var held []string
+		for _, l := range f.ListenersOn(port) {
+			// The registry listens on the node's address, its writable instance on loopback: a
+			// socket on another address of the host is no conflict.
+			clash := l.Addr.IsUnspecified() || l.Addr == fill.Addr()
+			if port == hostpath.RegistryPort {
+				clash = l.Addr.IsUnspecified() || !l.Addr.IsLoopback()
+			}
+			if clash && l.Command != registryCommand {
+				held = append(held, l.String())
+			}
+		}
+		if len(held) == 0 {
+			continue
+		}
+		what := "the registry's, from which the other nodes take the bundle"
+		if port != hostpath.RegistryPort {
+			what = "where kforge fills the registry (" + hostpath.RegistryFillAddr + ")"
+		}
+		out = append(out, finding(n, CheckRegistryPort, Warning,
+			fmt.Sprintf("stop what listens on port %d; meanwhile the workstation uploads the bundle to every node", port),
+			"port %d, %s, is in use: %s", port, what, strings.Join(held, ", ")))
+	}
+	return out
 }
 
 // ownsComponent says whether kforge set up port p's component on this host for this cluster:

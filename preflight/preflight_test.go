@@ -45,6 +45,11 @@ func healthy(name string) *facts.Facts {
 	}
 }
 
+// bundleFromMasters makes the masters serve the bundle to the other nodes.
+func bundleFromMasters(c *inventory.Cluster) {
+	c.Bundle, c.ContainerRuntime.Install = "b", inventory.RuntimeFromBundle
+}
+
 func healthyHosts() map[string]*facts.Facts {
 	return map[string]*facts.Facts{"m1": healthy("m1"), "w1": healthy("w1")}
 }
@@ -177,6 +182,24 @@ func TestChecks(t *testing.T) {
 			c.Masters = append(c.Masters, inventory.Host{Name: "w1", Address: "198.51.100.11"})
 			c.ControlPlaneEndpoint, c.APIProxy.Port = "lb:6443", 6444
 		}, CheckAPIProxyPort, Error, ""},
+		{"registry port taken", "m1", func(f *facts.Facts) { f.Listeners = []facts.Listener{listener(5000, 41, "docker-proxy")} }, bundleFromMasters,
+			CheckRegistryPort, Warning, "port 5000, the registry's, from which the other nodes take the bundle, is in use: 0.0.0.0:5000 by PID 41 (docker-proxy)"},
+		{"registry port ours", "m1", func(f *facts.Facts) { f.Listeners = []facts.Listener{listener(5000, 41, "kforge-registry")} }, bundleFromMasters, CheckRegistryPort, Warning, ""},
+		{"registry port on loopback", "m1", func(f *facts.Facts) {
+			f.Listeners = []facts.Listener{{Addr: netip.MustParseAddr("127.0.0.1"), Port: 5000, PID: 41, Command: "python3"}}
+		}, bundleFromMasters, CheckRegistryPort, Warning, ""},
+		{"registry fill port taken", "m1", func(f *facts.Facts) {
+			f.Listeners = []facts.Listener{{Addr: netip.MustParseAddr("127.0.0.1"), Port: 5001, PID: 42, Command: "python3"}}
+		}, bundleFromMasters, CheckRegistryPort, Warning, "port 5001, where kforge fills the registry (127.0.0.1:5001), is in use: 127.0.0.1:5001 by PID 42 (python3)"},
+		{"registry fill port elsewhere", "m1", func(f *facts.Facts) {
+			f.Listeners = []facts.Listener{{Addr: netip.MustParseAddr("198.51.100.10"), Port: 5001, PID: 42, Command: "python3"}}
+		}, bundleFromMasters, CheckRegistryPort, Warning, ""},
+		{"registry port without the masters' registry", "m1", func(f *facts.Facts) { f.Listeners = []facts.Listener{listener(5000, 41, "docker-proxy")} }, nil, CheckRegistryPort, Warning, ""},
+		{"registry port on worker", "w1", func(f *facts.Facts) { f.Listeners = []facts.Listener{listener(5000, 41, "docker-proxy")} }, bundleFromMasters, CheckRegistryPort, Warning, ""},
+		{"no curl on a master", "m1", nil, bundleFromMasters, CommandCheck("curl"), Warning, "curl not found in system path: this host cannot fill its registry"},
+		{"no curl on a worker", "w1", nil, bundleFromMasters, CommandCheck("curl"), Warning, "this host cannot take the bundle from the masters' registries, so the workstation uploads to it instead"},
+		{"curl", "w1", func(f *facts.Facts) { f.Binaries["curl"] = facts.Binary{Path: "/usr/bin/curl", Version: "7.88.1"} }, bundleFromMasters, CommandCheck("curl"), Warning, ""},
+		{"no curl without the masters' registry", "w1", nil, nil, CommandCheck("curl"), Warning, ""},
 		{"master port on worker", "w1", func(f *facts.Facts) { f.Listeners = []facts.Listener{listener(6443, 812, "nginx")} }, nil, PortCheck(6443), Error, ""},
 		{"kubelet port on worker", "w1", func(f *facts.Facts) { f.Listeners = []facts.Listener{listener(10250, 99, "kubelet")} }, nil, PortCheck(10250), Error, "port 10250 is in use"},
 		{"kforge's kubelet", "w1", func(f *facts.Facts) {
