@@ -53,17 +53,26 @@ func FillKey(files []File, images []Image) string {
 // registry.k8s.io/pause:3.10 is registry.k8s.io/pause:3.10 under /v2/.
 func mirrorRef(addr, image string) string { return addr + "/" + image }
 
-// Fill outcomes, the last line of FillCommand's output.
+// Fill outcomes, the last line of FillCommand's output; FillReplaced is a line before Filled
+// when an earlier fill (another release, say) was removed first.
 const (
 	Filled       = "filled"
 	FillUpToDate = "up to date"
+	FillReplaced = "replaced the earlier fill"
 )
+
+// registryStorage is where distribution's filesystem driver keeps repositories and blobs under
+// its root directory (hostpath.RegistryDir).
+const registryStorage = hostpath.RegistryDir + "/docker"
 
 // FillCommand fills a master's registry with files and images (Served) from the master's own
 // installed binaries and containerd: it runs the registry's writable instance
 // (hostpath.RegistryFillConfig, on hostpath.RegistryFillAddr only) while it uploads each file
 // as a blob (the registry checks its sha256) and pushes each image, then records FillKey in
-// hostpath.RegistryFilled. It does nothing when the record holds that key already. It prints
+// hostpath.RegistryFilled. It does nothing when the record holds that key already. A record of
+// another key (the bundle of an earlier release, or of another cluster) makes it empty the
+// storage first, so the registry holds exactly what the nodes may take now and does not grow
+// with every upgrade; what is the same is pushed again from the master, over loopback. It prints
 // Filled or FillUpToDate; it fails saying why (no curl on the master, the port taken, the
 // registry not starting, a push refused).
 func FillCommand(files []File, images []Image) string {
@@ -77,6 +86,10 @@ r=%s
 log=/var/log/kforge-registry-fill.log
 if curl -fsS -o /dev/null --max-time 2 "$r/v2/" 2>/dev/null; then
   echo "%s is taken by another process: the registry's writable instance listens there while kforge fills it" >&2; exit 1
+fi
+if [ -f "$rec" ]; then
+  rm -f -- "$rec" && rm -rf --one-file-system -- %s || exit 1
+  echo %s
 fi
 mkdir -p %s
 %s serve %s >"$log" 2>&1 &
@@ -96,7 +109,7 @@ blob() {
   curl -fsS -o /dev/null -T "$2" -H 'Content-Type: application/octet-stream' "${loc}digest=sha256:$1" || { echo "upload $2 to the registry: refused (is it the bundle's, sha256 $1?)" >&2; return 1; }
 }
 `, FillKey(files, images), remote.Quote(hostpath.RegistryFilled), FillUpToDate, fill, hostpath.RegistryFillAddr,
-		remote.Quote(hostpath.RegistryDir), remote.Quote(hostpath.RegistryPath), remote.Quote(hostpath.RegistryFillConfig),
+		remote.Quote(registryStorage), remote.Quote(FillReplaced), remote.Quote(hostpath.RegistryDir), remote.Quote(hostpath.RegistryPath), remote.Quote(hostpath.RegistryFillConfig),
 		hostpath.RegistryFilesRepo, hostpath.RegistryFilesRepo)
 	for _, f := range files {
 		fmt.Fprintf(&b, "blob %s %s || exit 1\n", f.SHA256, remote.Quote(f.Install))

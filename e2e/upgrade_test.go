@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/kforge/kforge/hostpath"
 	"github.com/kforge/kforge/internal/testenv"
 	"github.com/kforge/kforge/lab"
 	"github.com/kforge/kforge/release"
@@ -54,6 +55,7 @@ func TestUpgradeAcrossTwoMinors(t *testing.T) {
 	if out, err := c.run("apply", "--timeout", "4m"); err != nil {
 		t.Fatalf("apply at %s: %v\n%s", from, err, out)
 	}
+	registryBefore := registryContents(ctx, c, master)
 	k := c.client()
 	agent := buildAgentImage(t, t.TempDir())
 	for _, n := range h {
@@ -176,6 +178,13 @@ func TestUpgradeAcrossTwoMinors(t *testing.T) {
 		if v := strings.TrimSpace(c.exec(ctx, w, "kubelet --version")); v != "Kubernetes "+to {
 			t.Errorf("%s: kubelet --version says %q", w, v)
 		}
+	}
+	// The master's registry, from which the workers took the new release, holds that release
+	// only: its fill emptied what the old release's left, so it does not grow with upgrades.
+	registryAfter := registryContents(ctx, c, master)
+	t.Logf("%s's registry: %s before the upgrade, %s after", master, registryBefore, registryAfter)
+	if registryAfter.kubeProxyTags != to {
+		t.Errorf("%s's registry holds kube-proxy %q after the upgrade; want %s alone (before: %q)", master, registryAfter.kubeProxyTags, to, registryBefore.kubeProxyTags)
 	}
 	c.checkNodes(ctx, 3)
 	// Back down is refused (preflight), with the way back: a snapshot of before.
@@ -522,3 +531,19 @@ func (p *apiProbe) stop() (int64, time.Duration) {
 
 // longestOutage is the longest run of failed probes, from the first to the last.
 func (p *apiProbe) longestOutage() time.Duration { return time.Duration(p.longest.Load()) }
+
+// registryState is what a master's registry (the masters serve the bundle) holds.
+type registryState struct {
+	kubeProxyTags string // the tags of registry.k8s.io/kube-proxy, space-separated
+	mib           string // its storage, in MiB
+}
+
+func (r registryState) String() string {
+	return fmt.Sprintf("kube-proxy %s, %s MiB", r.kubeProxyTags, r.mib)
+}
+
+func registryContents(ctx context.Context, c *cluster, host string) registryState {
+	const dir = hostpath.RegistryDir
+	tags := c.exec(ctx, host, "ls "+dir+"/docker/registry/v2/repositories/registry.k8s.io/kube-proxy/_manifests/tags")
+	return registryState{kubeProxyTags: strings.Join(strings.Fields(tags), " "), mib: strings.TrimSpace(c.exec(ctx, host, "du -sm "+dir+" | cut -f1"))}
+}

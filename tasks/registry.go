@@ -3,6 +3,7 @@ package tasks
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 
@@ -86,7 +87,11 @@ func (a *Apply) fillRegistry(ctx context.Context, n inventory.Node, h remote.Hos
 		return
 	}
 	if strings.HasSuffix(strings.TrimSpace(string(out)), bundle.Filled) {
-		r(progress.Event{Kind: progress.Info, Host: n.Name, Message: fmt.Sprintf("registry filled: %d files, %d images for the nodes", len(files), len(images))})
+		msg := fmt.Sprintf("registry filled: %d files, %d images for the nodes", len(files), len(images))
+		if slices.Contains(strings.Split(string(out), "\n"), bundle.FillReplaced) {
+			msg += " (what an earlier fill left was removed first)"
+		}
+		r(progress.Event{Kind: progress.Info, Host: n.Name, Message: msg})
 	}
 }
 
