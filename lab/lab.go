@@ -309,22 +309,25 @@ func Up(ctx context.Context, o Options) (_ *Lab, err error) {
 	if err := checkDirFS(filepath.Dir(o.Dir)); err != nil {
 		return nil, err
 	}
-	// debootstrap says nothing for a minute or more: a heartbeat says it runs.
+	// The nspawn hosts' rootfs (none when every host is a VM). debootstrap says nothing for a
+	// minute or more: a heartbeat says it runs.
 	var rootfs string
 	what := "Debian " + Suite + " from the cache"
 	if !rootfsReady(rootfsDir(o.CacheDir)) {
 		what = "Debian " + Suite + ", not in the cache: building it with debootstrap (once; a minute or more)"
 	}
-	if err := progress.Task(r, "rootfs", what, func(r progress.Reporter) error {
-		defer progress.Every(r, heartbeat, func(el time.Duration) progress.Event {
-			return progress.Event{Kind: progress.Info, Duration: el, Message: fmt.Sprintf("building the hosts' base rootfs with debootstrap: %s so far; left: start %s, wait for them to boot",
-				progress.Round(el), hosts)}
-		})()
-		var err error
-		rootfs, err = EnsureRootfs(ctx, o.CacheDir, r)
-		return err
-	}); err != nil {
-		return nil, err
+	if o.VMs < o.Hosts || o.LoadBalancer {
+		if err := progress.Task(r, "rootfs", what, func(r progress.Reporter) error {
+			defer progress.Every(r, heartbeat, func(el time.Duration) progress.Event {
+				return progress.Event{Kind: progress.Info, Duration: el, Message: fmt.Sprintf("building the hosts' base rootfs with debootstrap: %s so far; left: start %s, wait for them to boot",
+					progress.Round(el), hosts)}
+			})()
+			var err error
+			rootfs, err = EnsureRootfs(ctx, o.CacheDir, r)
+			return err
+		}); err != nil {
+			return nil, err
+		}
 	}
 	var img vmImage
 	if o.VMs > 0 {
