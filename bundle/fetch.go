@@ -61,21 +61,43 @@ const (
 	FillReplaced = "replaced the earlier fill"
 )
 
+// FillMode says what a fill does with what a master's registry already holds.
+type FillMode int
+
+const (
+	// FillReplace leaves the registry holding exactly what it fills (recorded in
+	// hostpath.RegistryFilled): a record of other content (the bundle of an earlier release, or
+	// of another cluster) makes it empty the storage first, so the registry does not grow with
+	// every upgrade; what is the same is pushed again from the master, over loopback.
+	FillReplace FillMode = iota
+	// FillAdd adds beside what is there, recorded apart (an upgrade's addon images of each
+	// minor on its way, which the nodes take before the release itself is filled); the next
+	// FillReplace of other content removes it too.
+	FillAdd
+)
+
 // registryStorage is where distribution's filesystem driver keeps repositories and blobs under
-// its root directory (hostpath.RegistryDir).
-const registryStorage = hostpath.RegistryDir + "/docker"
+// its root directory (hostpath.RegistryDir), and addedRecord FillAdd's record.
+const (
+	registryStorage = hostpath.RegistryDir + "/docker"
+	addedRecord     = hostpath.RegistryFilled + "-added"
+)
 
 // FillCommand fills a master's registry with files and images (Served) from the master's own
 // installed binaries and containerd: it runs the registry's writable instance
 // (hostpath.RegistryFillConfig, on hostpath.RegistryFillAddr only) while it uploads each file
-// as a blob (the registry checks its sha256) and pushes each image, then records FillKey in
-// hostpath.RegistryFilled. It does nothing when the record holds that key already. A record of
-// another key (the bundle of an earlier release, or of another cluster) makes it empty the
-// storage first, so the registry holds exactly what the nodes may take now and does not grow
-// with every upgrade; what is the same is pushed again from the master, over loopback. It prints
-// Filled or FillUpToDate; it fails saying why (no curl on the master, the port taken, the
+// as a blob (the registry checks its sha256) and pushes each image, then records FillKey. It
+// does nothing when the record holds that key already; mode says what becomes of the rest. It
+// prints Filled or FillUpToDate; it fails saying why (no curl on the master, the port taken, the
 // registry not starting, a push refused).
-func FillCommand(files []File, images []Image) string {
+func FillCommand(files []File, images []Image, mode FillMode) string {
+	rec, replace := hostpath.RegistryFilled, `if [ -f "$rec" ]; then
+  rm -f -- "$rec" `+addedRecord+` && rm -rf --one-file-system -- `+registryStorage+` || exit 1
+  echo `+remote.Quote(FillReplaced)+`
+fi`
+	if mode == FillAdd {
+		rec, replace = addedRecord, ""
+	}
 	fill := "http://" + hostpath.RegistryFillAddr
 	var b strings.Builder
 	fmt.Fprintf(&b, `key=%s
@@ -87,10 +109,7 @@ log=/var/log/kforge-registry-fill.log
 if curl -fsS -o /dev/null --max-time 2 "$r/v2/" 2>/dev/null; then
   echo "%s is taken by another process: the registry's writable instance listens there while kforge fills it" >&2; exit 1
 fi
-if [ -f "$rec" ]; then
-  rm -f -- "$rec" && rm -rf --one-file-system -- %s || exit 1
-  echo %s
-fi
+%s
 mkdir -p %s
 %s serve %s >"$log" 2>&1 &
 pid=$!
@@ -108,8 +127,8 @@ blob() {
   case $loc in *\?*) loc="$loc&";; *) loc="$loc?";; esac
   curl -fsS -o /dev/null -T "$2" -H 'Content-Type: application/octet-stream' "${loc}digest=sha256:$1" || { echo "upload $2 to the registry: refused (is it the bundle's, sha256 $1?)" >&2; return 1; }
 }
-`, FillKey(files, images), remote.Quote(hostpath.RegistryFilled), FillUpToDate, fill, hostpath.RegistryFillAddr,
-		remote.Quote(registryStorage), remote.Quote(FillReplaced), remote.Quote(hostpath.RegistryDir), remote.Quote(hostpath.RegistryPath), remote.Quote(hostpath.RegistryFillConfig),
+`, FillKey(files, images), remote.Quote(rec), FillUpToDate, fill, hostpath.RegistryFillAddr,
+		replace, remote.Quote(hostpath.RegistryDir), remote.Quote(hostpath.RegistryPath), remote.Quote(hostpath.RegistryFillConfig),
 		hostpath.RegistryFilesRepo, hostpath.RegistryFilesRepo)
 	for _, f := range files {
 		fmt.Fprintf(&b, "blob %s %s || exit 1\n", f.SHA256, remote.Quote(f.Install))

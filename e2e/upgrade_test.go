@@ -103,6 +103,15 @@ func TestUpgradeAcrossTwoMinors(t *testing.T) {
 		t.Fatalf("the first upgrade run ended before its master reached %s:\n%s", via, out)
 	}
 	t.Logf("first run killed after %s, its master at %s:\n%s", time.Since(start).Round(time.Second), via, out)
+	// The addon images of each hop went to the master only; the workers took them from its
+	// registry, nothing uploaded to them.
+	for _, w := range []string{w1, w2} {
+		for _, v := range []string{via, to} {
+			if !regexp.MustCompile(regexp.QuoteMeta(w) + ` .*addon images of ` + regexp.QuoteMeta(v) + `: bundle: 0 files, [1-9][0-9]* images from the masters' registries, 0 files, 0 images \(0 MiB\) uploaded`).MatchString(out) {
+				t.Errorf("%s did not take the addon images of %s from the master's registry; apply said:\n%s", w, v, linesWith(out, w))
+			}
+		}
+	}
 
 	// A drain that a PodDisruptionBudget blocks: the next run moves the master on to the
 	// target, then stops at w1 within --drain-timeout, naming the pod and the budget, and leaves

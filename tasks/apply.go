@@ -158,7 +158,7 @@ func (a *Apply) Steps() []Step {
 	}
 	l.add("etcd-members", OnHosts, masters, a.planEtcd, "keep running etcd members as they started; masters without data join the running cluster one at a time")
 	if a.restore == nil && c.Bundle != "" {
-		l.add("upgrade", OnHosts, all, a.kubeletsSay(a.upgrade), "when nodes run an older Kubernetes than %s: check the cluster's health, save an etcd snapshot, give every node the addons' images, move the control plane one minor at a time, one master at a time, the addons with it, then the workers one at a time (cordon, drain, kubelet, uncordon); nothing otherwise", c.KubernetesVersion)
+		l.add("upgrade", OnHosts, all, a.kubeletsSay(a.upgrade), "when nodes run an older Kubernetes than %s: check the cluster's health, save an etcd snapshot, give every node the addons' images (the workers from the masters' registries when they serve the bundle), move the control plane one minor at a time, one master at a time, the addons with it, then the workers one at a time (cordon, drain, kubelet, uncordon); nothing otherwise", c.KubernetesVersion)
 	}
 	l.add("render", OnWorkstation, nil, a.render, "render static-pod manifests, kubelet and containerd configuration for every host")
 	stageWhat := "configure containerd (" + c.Kubelet.CgroupDriver + " cgroup driver) and kernel settings, push its files"

@@ -81,7 +81,7 @@ func (a *Apply) fillRegistry(ctx context.Context, n inventory.Node, h remote.Hos
 	need.Runtime = true // BundleFromMasters: the runtime is the bundle's
 	files, images := bundle.Served(a.manifest, need)
 	restart := a.files.wrote(n.Name, registryRestarts)
-	out, err := remote.Output(ctx, h, startUnitScript(hostpath.RegistryUnit, restart)+" && {\n"+bundle.FillCommand(files, images)+"\n}")
+	out, err := remote.Output(ctx, h, startUnitScript(hostpath.RegistryUnit, restart)+" && {\n"+bundle.FillCommand(files, images, bundle.FillReplace)+"\n}")
 	if err != nil {
 		r(progress.Event{Kind: progress.Info, Host: n.Name, Message: fmt.Sprintf("its registry was not filled (the nodes get the bundle uploaded instead): %v", err)})
 		return

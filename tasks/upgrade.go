@@ -369,18 +369,55 @@ func addonImage(name string) bool {
 }
 
 // stageAddonImages imports every hop's addon images on every node of the cluster, in parallel
-// (new hosts get their images when they are staged).
+// (new hosts get their images when they are staged). When the masters serve the bundle
+// (BundleFromMasters), the workstation uploads them to the masters only: each master adds them
+// to its registry, and the other nodes take them from there (what they cannot take is uploaded,
+// as at stage).
 func (a *Apply) stageAddonImages(ctx context.Context, r progress.Reporter, u *upgradeRoute, hops []*Apply) error {
 	nodes := slices.DeleteFunc(a.fleet.Nodes(""), func(n inventory.Node) bool { _, ok := u.running[n.Name]; return !ok })
-	return fleet.EachOf(ctx, a.fleet, nodes, func(ctx context.Context, n inventory.Node, host remote.Host) error {
+	need := bundle.Need{Only: addonImage}
+	ship := func(ctx context.Context, n inventory.Node, host remote.Host, mirrors []string) error {
 		for _, h := range hops {
-			if _, msg, err := h.ship(ctx, host, bundle.Need{Only: addonImage}, nil, r); err != nil {
+			if _, msg, err := h.ship(ctx, host, need, mirrors, r); err != nil {
 				return err
 			} else if msg != bundleUpToDate {
 				r(progress.Event{Kind: progress.HostDone, Host: n.Name, Message: "addon images of " + h.inv.KubernetesVersion + ": " + msg})
 			}
 		}
 		return nil
+	}
+	if !a.inv.BundleFromMasters() {
+		return fleet.EachOf(ctx, a.fleet, nodes, func(ctx context.Context, n inventory.Node, host remote.Host) error {
+			return ship(ctx, n, host, nil)
+		})
+	}
+	var images []bundle.Image
+	for _, h := range hops {
+		_, ims := bundle.Served(h.manifest, need)
+		for _, im := range ims {
+			if !slices.ContainsFunc(images, func(o bundle.Image) bool { return o.Name == im.Name && o.Digest == im.Digest }) {
+				images = append(images, im)
+			}
+		}
+	}
+	masters := slices.DeleteFunc(slices.Clone(nodes), func(n inventory.Node) bool { return n.Role != inventory.RoleMaster })
+	if err := fleet.EachOf(ctx, a.fleet, masters, func(ctx context.Context, n inventory.Node, host remote.Host) error {
+		if err := ship(ctx, n, host, nil); err != nil {
+			return err
+		}
+		// Not fatal: the other nodes then get them uploaded.
+		if out, err := remote.Output(ctx, host, bundle.FillCommand(nil, images, bundle.FillAdd)); err != nil {
+			r(progress.Event{Kind: progress.Info, Host: n.Name, Message: fmt.Sprintf("the addon images were not added to its registry (the nodes get them uploaded instead): %v", err)})
+		} else if strings.HasSuffix(strings.TrimSpace(string(out)), bundle.Filled) {
+			r(progress.Event{Kind: progress.Info, Host: n.Name, Message: fmt.Sprintf("registry: %d addon images added for the nodes", len(images))})
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	others := slices.DeleteFunc(nodes, func(n inventory.Node) bool { return n.Role == inventory.RoleMaster })
+	return fleet.EachOf(ctx, a.fleet, others, func(ctx context.Context, n inventory.Node, host remote.Host) error {
+		return ship(ctx, n, host, a.mirrorsFor(n))
 	})
 }
 
