@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"path"
 	"slices"
 	"strings"
 
@@ -76,36 +77,48 @@ const (
 	FillAdd
 )
 
-// registryStorage is where distribution's filesystem driver keeps repositories and blobs under
-// its root directory (hostpath.RegistryDir), and addedRecord FillAdd's record.
-const (
-	registryStorage = hostpath.RegistryDir + "/docker"
-	addedRecord     = hostpath.RegistryFilled + "-added"
-)
+// registryPaths are where a master's registry lives; masterRegistry is the hosts' (hostpath),
+// tests fill one of their own.
+type registryPaths struct {
+	Dir        string // its storage's root directory; Dir/docker is distribution's, Dir/kforge-filled* kforge's records
+	Binary     string
+	FillConfig string // the writable instance's configuration, which listens on FillAddr
+	FillAddr   string
+	FillLog    string
+}
+
+var masterRegistry = registryPaths{Dir: hostpath.RegistryDir, Binary: hostpath.RegistryPath, FillConfig: hostpath.RegistryFillConfig,
+	FillAddr: hostpath.RegistryFillAddr, FillLog: "/var/log/kforge-registry-fill.log"}
 
 // FillCommand fills a master's registry with files and images (Served) from the master's own
 // installed binaries and containerd: it runs the registry's writable instance
 // (hostpath.RegistryFillConfig, on hostpath.RegistryFillAddr only) while it uploads each file
-// as a blob (the registry checks its sha256) and pushes each image, then records FillKey. It
-// does nothing when the record holds that key already; mode says what becomes of the rest. It
-// prints Filled or FillUpToDate; it fails saying why (no curl on the master, the port taken, the
-// registry not starting, a push refused).
+// as a blob (the registry checks its sha256) and pushes each image, then records FillKey
+// (hostpath.RegistryFilled, or beside it for FillAdd). It does nothing when the record holds
+// that key already; mode says what becomes of the rest. It prints Filled or FillUpToDate; it
+// fails saying why (no curl on the master, the port taken, the registry not starting, a push
+// refused).
 func FillCommand(files []File, images []Image, mode FillMode) string {
-	rec, replace := hostpath.RegistryFilled, `if [ -f "$rec" ]; then
-  rm -f -- "$rec" `+addedRecord+` && rm -rf --one-file-system -- `+registryStorage+` || exit 1
+	return masterRegistry.fillCommand(files, images, mode)
+}
+
+func (p registryPaths) fillCommand(files []File, images []Image, mode FillMode) string {
+	filled, added := path.Join(p.Dir, path.Base(hostpath.RegistryFilled)), path.Join(p.Dir, path.Base(hostpath.RegistryFilled)+"-added")
+	rec, replace := filled, `if [ -f "$rec" ]; then
+  rm -f -- "$rec" `+remote.Quote(added)+` && rm -rf --one-file-system -- `+remote.Quote(path.Join(p.Dir, "docker"))+` || exit 1
   echo `+remote.Quote(FillReplaced)+`
 fi`
 	if mode == FillAdd {
-		rec, replace = addedRecord, ""
+		rec, replace = added, ""
 	}
-	fill := "http://" + hostpath.RegistryFillAddr
+	fill := "http://" + p.FillAddr
 	var b strings.Builder
 	fmt.Fprintf(&b, `key=%s
 rec=%s
 [ "$(cat "$rec" 2>/dev/null)" != "$key" ] || { echo %s; exit 0; }
 command -v curl >/dev/null || { echo "this master has no curl, which fills its registry: install curl (the nodes get the bundle from the workstation meanwhile)" >&2; exit 1; }
 r=%s
-log=/var/log/kforge-registry-fill.log
+log=%s
 if curl -fsS -o /dev/null --max-time 2 "$r/v2/" 2>/dev/null; then
   echo "%s is taken by another process: the registry's writable instance listens there while kforge fills it" >&2; exit 1
 fi
@@ -127,15 +140,15 @@ blob() {
   case $loc in *\?*) loc="$loc&";; *) loc="$loc?";; esac
   curl -fsS -o /dev/null -T "$2" -H 'Content-Type: application/octet-stream' "${loc}digest=sha256:$1" || { echo "upload $2 to the registry: refused (is it the bundle's, sha256 $1?)" >&2; return 1; }
 }
-`, FillKey(files, images), remote.Quote(rec), FillUpToDate, fill, hostpath.RegistryFillAddr,
-		replace, remote.Quote(hostpath.RegistryDir), remote.Quote(hostpath.RegistryPath), remote.Quote(hostpath.RegistryFillConfig),
+`, FillKey(files, images), remote.Quote(rec), FillUpToDate, fill, remote.Quote(p.FillLog), p.FillAddr,
+		replace, remote.Quote(p.Dir), remote.Quote(p.Binary), remote.Quote(p.FillConfig),
 		hostpath.RegistryFilesRepo, hostpath.RegistryFilesRepo)
 	for _, f := range files {
 		fmt.Fprintf(&b, "blob %s %s || exit 1\n", f.SHA256, remote.Quote(f.Install))
 	}
 	for _, im := range images {
 		fmt.Fprintf(&b, "%s >/dev/null || { echo \"push image %s to the registry: failed\" >&2; exit 1; }\n",
-			remote.Command("ctr", "-n", "k8s.io", "images", "push", "--plain-http", mirrorRef(hostpath.RegistryFillAddr, im.Name), im.Name), im.Name)
+			remote.Command("ctr", "-n", "k8s.io", "images", "push", "--plain-http", mirrorRef(p.FillAddr, im.Name), im.Name), im.Name)
 	}
 	fmt.Fprintf(&b, `printf '%%s\n' "$key" > "$rec.tmp" && mv -f "$rec.tmp" "$rec" && echo %s`, Filled)
 	return b.String()
