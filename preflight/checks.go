@@ -476,17 +476,15 @@ func checkBundleFromMasters(c *inventory.Cluster, n inventory.Node, f *facts.Fac
 	if n.Role != inventory.RoleMaster {
 		return out
 	}
+	// The registry listens on the node's address, its writable instance on loopback: a socket
+	// on another address of the host is no conflict.
 	fill := netip.MustParseAddrPort(hostpath.RegistryFillAddr)
-	for _, port := range []int{hostpath.RegistryPort, int(fill.Port())} {
+	nodeIP, _ := netip.ParseAddr(n.NodeIP())
+	for _, at := range []netip.AddrPort{netip.AddrPortFrom(nodeIP, hostpath.RegistryPort), fill} {
+		port := int(at.Port())
 		var held []string
 		for _, l := range f.ListenersOn(port) {
-			// The registry listens on the node's address, its writable instance on loopback: a
-			// socket on another address of the host is no conflict.
-			clash := l.Addr.IsUnspecified() || l.Addr == fill.Addr()
-			if port == hostpath.RegistryPort {
-				clash = l.Addr.IsUnspecified() || !l.Addr.IsLoopback()
-			}
-			if clash && l.Command != registryCommand {
+			if (l.Addr.IsUnspecified() || l.Addr.Unmap() == at.Addr()) && l.Command != registryCommand {
 				held = append(held, l.String())
 			}
 		}

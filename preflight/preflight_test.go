@@ -188,6 +188,12 @@ func TestChecks(t *testing.T) {
 		{"registry port on loopback", "m1", func(f *facts.Facts) {
 			f.Listeners = []facts.Listener{{Addr: netip.MustParseAddr("127.0.0.1"), Port: 5000, PID: 41, Command: "python3"}}
 		}, bundleFromMasters, CheckRegistryPort, Warning, ""},
+		{"registry port on the node's address", "m1", func(f *facts.Facts) {
+			f.Listeners = []facts.Listener{{Addr: netip.MustParseAddr("198.51.100.10"), Port: 5000, PID: 41, Command: "nginx"}}
+		}, bundleFromMasters, CheckRegistryPort, Warning, "is in use: 198.51.100.10:5000 by PID 41 (nginx)"},
+		{"registry port on another address", "m1", func(f *facts.Facts) {
+			f.Listeners = []facts.Listener{{Addr: netip.MustParseAddr("198.51.100.99"), Port: 5000, PID: 41, Command: "nginx"}}
+		}, bundleFromMasters, CheckRegistryPort, Warning, ""},
 		{"registry fill port taken", "m1", func(f *facts.Facts) {
 			f.Listeners = []facts.Listener{{Addr: netip.MustParseAddr("127.0.0.1"), Port: 5001, PID: 42, Command: "python3"}}
 		}, bundleFromMasters, CheckRegistryPort, Warning, "port 5001, where kforge fills the registry (127.0.0.1:5001), is in use: 127.0.0.1:5001 by PID 42 (python3)"},
