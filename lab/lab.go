@@ -312,11 +312,11 @@ func Up(ctx context.Context, o Options) (_ *Lab, err error) {
 	// The nspawn hosts' rootfs (none when every host is a VM). debootstrap says nothing for a
 	// minute or more: a heartbeat says it runs.
 	var rootfs string
-	what := "Debian " + Suite + " from the cache"
-	if !rootfsReady(rootfsDir(o.CacheDir)) {
-		what = "Debian " + Suite + ", not in the cache: building it with debootstrap (once; a minute or more)"
-	}
 	if o.VMs < o.Hosts || o.LoadBalancer {
+		what := "Debian " + Suite + " from the cache"
+		if !rootfsReady(rootfsDir(o.CacheDir)) {
+			what = "Debian " + Suite + ", not in the cache: building it with debootstrap (once; a minute or more)"
+		}
 		if err := progress.Task(r, "rootfs", what, func(r progress.Reporter) error {
 			defer progress.Every(r, heartbeat, func(el time.Duration) progress.Event {
 				return progress.Event{Kind: progress.Info, Duration: el, Message: fmt.Sprintf("building the hosts' base rootfs with debootstrap: %s so far; left: start %s, wait for them to boot",

@@ -62,7 +62,12 @@ func TestHealthyClusterHasNoFindings(t *testing.T) {
 }
 
 func listener(port int, pid int, comm string) facts.Listener {
-	return facts.Listener{Addr: netip.MustParseAddr("0.0.0.0"), Port: port, Inode: uint64(port), PID: pid, Command: comm}
+	return listenerAt("0.0.0.0", port, pid, comm)
+}
+
+// listenerAt is a socket listening on addr only.
+func listenerAt(addr string, port int, pid int, comm string) facts.Listener {
+	return facts.Listener{Addr: netip.MustParseAddr(addr), Port: port, Inode: uint64(port), PID: pid, Command: comm}
 }
 
 func kforgeMarker(cluster string) facts.Manifests {
@@ -185,21 +190,11 @@ func TestChecks(t *testing.T) {
 		{"registry port taken", "m1", func(f *facts.Facts) { f.Listeners = []facts.Listener{listener(5000, 41, "docker-proxy")} }, bundleFromMasters,
 			CheckRegistryPort, Warning, "port 5000, the registry's, from which the other nodes take the bundle, is in use: 0.0.0.0:5000 by PID 41 (docker-proxy)"},
 		{"registry port ours", "m1", func(f *facts.Facts) { f.Listeners = []facts.Listener{listener(5000, 41, "kforge-registry")} }, bundleFromMasters, CheckRegistryPort, Warning, ""},
-		{"registry port on loopback", "m1", func(f *facts.Facts) {
-			f.Listeners = []facts.Listener{{Addr: netip.MustParseAddr("127.0.0.1"), Port: 5000, PID: 41, Command: "python3"}}
-		}, bundleFromMasters, CheckRegistryPort, Warning, ""},
-		{"registry port on the node's address", "m1", func(f *facts.Facts) {
-			f.Listeners = []facts.Listener{{Addr: netip.MustParseAddr("198.51.100.10"), Port: 5000, PID: 41, Command: "nginx"}}
-		}, bundleFromMasters, CheckRegistryPort, Warning, "is in use: 198.51.100.10:5000 by PID 41 (nginx)"},
-		{"registry port on another address", "m1", func(f *facts.Facts) {
-			f.Listeners = []facts.Listener{{Addr: netip.MustParseAddr("198.51.100.99"), Port: 5000, PID: 41, Command: "nginx"}}
-		}, bundleFromMasters, CheckRegistryPort, Warning, ""},
-		{"registry fill port taken", "m1", func(f *facts.Facts) {
-			f.Listeners = []facts.Listener{{Addr: netip.MustParseAddr("127.0.0.1"), Port: 5001, PID: 42, Command: "python3"}}
-		}, bundleFromMasters, CheckRegistryPort, Warning, "port 5001, where kforge fills the registry (127.0.0.1:5001), is in use: 127.0.0.1:5001 by PID 42 (python3)"},
-		{"registry fill port elsewhere", "m1", func(f *facts.Facts) {
-			f.Listeners = []facts.Listener{{Addr: netip.MustParseAddr("198.51.100.10"), Port: 5001, PID: 42, Command: "python3"}}
-		}, bundleFromMasters, CheckRegistryPort, Warning, ""},
+		{"registry port on loopback", "m1", func(f *facts.Facts) { f.Listeners = []facts.Listener{listenerAt("127.0.0.1", 5000, 41, "python3")} }, bundleFromMasters, CheckRegistryPort, Warning, ""},
+		{"registry port on the node's address", "m1", func(f *facts.Facts) { f.Listeners = []facts.Listener{listenerAt("198.51.100.10", 5000, 41, "nginx")} }, bundleFromMasters, CheckRegistryPort, Warning, "is in use: 198.51.100.10:5000 by PID 41 (nginx)"},
+		{"registry port on another address", "m1", func(f *facts.Facts) { f.Listeners = []facts.Listener{listenerAt("198.51.100.99", 5000, 41, "nginx")} }, bundleFromMasters, CheckRegistryPort, Warning, ""},
+		{"registry fill port taken", "m1", func(f *facts.Facts) { f.Listeners = []facts.Listener{listenerAt("127.0.0.1", 5001, 42, "python3")} }, bundleFromMasters, CheckRegistryPort, Warning, "port 5001, where kforge fills the registry (127.0.0.1:5001), is in use: 127.0.0.1:5001 by PID 42 (python3)"},
+		{"registry fill port elsewhere", "m1", func(f *facts.Facts) { f.Listeners = []facts.Listener{listenerAt("198.51.100.10", 5001, 42, "python3")} }, bundleFromMasters, CheckRegistryPort, Warning, ""},
 		{"registry port without the masters' registry", "m1", func(f *facts.Facts) { f.Listeners = []facts.Listener{listener(5000, 41, "docker-proxy")} }, nil, CheckRegistryPort, Warning, ""},
 		{"registry port on worker", "w1", func(f *facts.Facts) { f.Listeners = []facts.Listener{listener(5000, 41, "docker-proxy")} }, bundleFromMasters, CheckRegistryPort, Warning, ""},
 		{"no curl on a master", "m1", nil, bundleFromMasters, CommandCheck("curl"), Warning, "curl not found in system path: this host cannot fill its registry"},

@@ -81,17 +81,24 @@ func (a *Apply) fillRegistry(ctx context.Context, n inventory.Node, h remote.Hos
 	need.Runtime = true // BundleFromMasters: the runtime is the bundle's
 	files, images := bundle.Served(a.manifest, need)
 	restart := a.files.wrote(n.Name, registryRestarts)
-	out, err := remote.Output(ctx, h, startUnitScript(hostpath.RegistryUnit, restart)+" && {\n"+bundle.FillCommand(files, images, bundle.FillReplace)+"\n}")
+	runFill(ctx, n, h, startUnitScript(hostpath.RegistryUnit, restart)+" && {\n"+bundle.FillCommand(files, images, bundle.FillReplace)+"\n}",
+		fmt.Sprintf("registry filled: %d files, %d images for the nodes", len(files), len(images)), "its registry was not filled (the nodes get the bundle uploaded instead)", r)
+}
+
+// runFill runs script, which ends in a bundle.FillCommand, on master n and reports done when it
+// filled (saying so when what an earlier fill left was removed first). A fill that fails is
+// reported with failed, not fatal: the nodes then get uploaded what the registry lacks.
+func runFill(ctx context.Context, n inventory.Node, h remote.Host, script, done, failed string, r progress.Reporter) {
+	out, err := remote.Output(ctx, h, script)
 	if err != nil {
-		r(progress.Event{Kind: progress.Info, Host: n.Name, Message: fmt.Sprintf("its registry was not filled (the nodes get the bundle uploaded instead): %v", err)})
+		r(progress.Event{Kind: progress.Info, Host: n.Name, Message: fmt.Sprintf("%s: %v", failed, err)})
 		return
 	}
 	if strings.HasSuffix(strings.TrimSpace(string(out)), bundle.Filled) {
-		msg := fmt.Sprintf("registry filled: %d files, %d images for the nodes", len(files), len(images))
 		if slices.Contains(strings.Split(string(out), "\n"), bundle.FillReplaced) {
-			msg += " (what an earlier fill left was removed first)"
+			done += " (what an earlier fill left was removed first)"
 		}
-		r(progress.Event{Kind: progress.Info, Host: n.Name, Message: msg})
+		r(progress.Event{Kind: progress.Info, Host: n.Name, Message: done})
 	}
 }
 

@@ -405,12 +405,8 @@ func (a *Apply) stageAddonImages(ctx context.Context, r progress.Reporter, u *up
 		if err := ship(ctx, n, host, nil); err != nil {
 			return err
 		}
-		// Not fatal: the other nodes then get them uploaded.
-		if out, err := remote.Output(ctx, host, bundle.FillCommand(nil, images, bundle.FillAdd)); err != nil {
-			r(progress.Event{Kind: progress.Info, Host: n.Name, Message: fmt.Sprintf("the addon images were not added to its registry (the nodes get them uploaded instead): %v", err)})
-		} else if strings.HasSuffix(strings.TrimSpace(string(out)), bundle.Filled) {
-			r(progress.Event{Kind: progress.Info, Host: n.Name, Message: fmt.Sprintf("registry: %d addon images added for the nodes", len(images))})
-		}
+		runFill(ctx, n, host, bundle.FillCommand(nil, images, bundle.FillAdd), fmt.Sprintf("registry: %d addon images added for the nodes", len(images)),
+			"the addon images were not added to its registry (the nodes get them uploaded instead)", r)
 		return nil
 	}); err != nil {
 		return err
