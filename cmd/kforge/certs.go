@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -36,7 +35,7 @@ func (c *CertsCheckCmd) Run(ctx context.Context, s *streams, g *Globals, log *sl
 	if err != nil {
 		return usageError{fmt.Errorf("--warn: %v", err)}
 	}
-	run, err := startClusterRun("certs-check", s, g, log, dl)
+	run, err := startClusterRun("certs-check", s.queryProgress(), g, log, dl)
 	if err != nil {
 		return err
 	}
@@ -51,8 +50,8 @@ func (c *CertsCheckCmd) Run(ctx context.Context, s *streams, g *Globals, log *sl
 	now := time.Now()
 	expiring := x.Expiring(now, time.Duration(warn))
 	if g.Output == "json" {
-		// The last object of the event stream on stdout.
-		if err := json.NewEncoder(s.Out).Encode(map[string]any{"event": "certs-check", "certificates": x.Report, "unreachable": x.Unreachable, "expiring": len(expiring)}); err != nil {
+		doc := map[string]any{"certificates": x.Report, "unreachable": x.Unreachable, "expiring": len(expiring)}
+		if err := writeDocument(s, doc); err != nil {
 			return err
 		}
 	} else {

@@ -45,7 +45,8 @@ func (c *EtcdSnapshotCmd) Run(ctx context.Context, s *streams, g *Globals, log *
 	}
 	snap := x.Saved
 	if g.Output == "json" {
-		// The last object of the event stream on stdout.
+		// snapshot changes the state dir: its events are its output on stdout, as apply's are,
+		// and the snapshot's record is the last of them.
 		return json.NewEncoder(s.Out).Encode(map[string]any{"event": "etcd-snapshot", "snapshot": snap})
 	}
 	where := snap.File
@@ -63,7 +64,7 @@ type EtcdStatusCmd struct {
 }
 
 func (c *EtcdStatusCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Logger, dl *debugLog) error {
-	run, err := startClusterRun("etcd-status", s, g, log, dl)
+	run, err := startClusterRun("etcd-status", s.queryProgress(), g, log, dl)
 	if err != nil {
 		return err
 	}
@@ -77,8 +78,7 @@ func (c *EtcdStatusCmd) Run(ctx context.Context, s *streams, g *Globals, log *sl
 	}
 	rep := x.Report
 	if g.Output == "json" {
-		// The last object of the event stream on stdout.
-		if err := json.NewEncoder(s.Out).Encode(map[string]any{"event": "etcd-status", "report": rep}); err != nil {
+		if err := writeDocument(s, rep); err != nil {
 			return err
 		}
 	} else {

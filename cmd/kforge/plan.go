@@ -82,8 +82,8 @@ func (p PlanCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Logg
 	if !p.Offline && p.Restore == "" {
 		plan := tasks.NewPlan(c, o)
 		defer plan.Close()
-		// Progress goes to stderr (as JSON lines with --output json): stdout is the plan.
-		printer := progress.NewPrinter(s.Err, s.Err, g.Output == "json", log)
+		q := s.queryProgress()
+		printer := progress.NewPrinter(q.Out, q.Err, g.Output == "json", log)
 		if _, err := tasks.Run(ctx, plan.Steps(), printer.Report, time.Now); err != nil {
 			return err
 		}
@@ -111,7 +111,7 @@ func (p PlanCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Logg
 		if diff != nil {
 			doc["diff"], doc["changes"], doc["complete"] = diff, diff.Changes(), diff.Complete()
 		}
-		if err := json.NewEncoder(s.Out).Encode(doc); err != nil {
+		if err := writeDocument(s, doc); err != nil {
 			return err
 		}
 		return p.exit(diff)
@@ -149,6 +149,16 @@ func (p PlanCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Logg
 	_, err = io.WriteString(s.Out, stepTable(steps, terminalWidth(s.Out)))
 	return err
 }
+
+// queryProgress are the streams a query command (plan, certs check, etcd status) reports its
+// steps' progress to: stderr for both. Its stdout carries its answer alone, with --output json
+// one JSON document (writeDocument), as kubectl's -o json: a program decodes stdout as one
+// value. Commands that change a cluster (apply, reset, etcd snapshot, …) print their events on
+// stdout instead: there the events are the output.
+func (s *streams) queryProgress() *streams { return &streams{Out: s.Err, Err: s.Err} }
+
+// writeDocument prints a query command's answer with --output json: one JSON document on stdout.
+func writeDocument(s *streams, doc any) error { return json.NewEncoder(s.Out).Encode(doc) }
 
 // wouldStop ends a plan --detailed-exitcode whose preflight found errors: apply would stop
 // there (preflight.ExitCode), so "no changes" would be a false promise.
