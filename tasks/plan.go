@@ -351,12 +351,19 @@ func (p *Plan) diffHost(ctx context.Context, n inventory.Node, h remote.Host) (H
 		}
 	}
 
-	if containerdRestarts(wrote, installed) {
-		verb := "restarts"
-		if !f.Runtime.Answering {
-			verb = "starts"
+	stale := ""
+	if !installed {
+		stale = runtimeStale(a.inv, f)
+	}
+	if containerdRestarts(wrote, installed || stale != "") {
+		what := "containerd restarts"
+		switch {
+		case !f.Runtime.Answering:
+			what = "containerd starts"
+		case stale != "":
+			what += " (" + stale + ")"
 		}
-		d.Restarts = append(d.Restarts, "containerd "+verb)
+		d.Restarts = append(d.Restarts, what)
 	}
 	if wrote(func(p string) bool { return p == hostpath.ServiceRouteUnitPath }) {
 		d.Restarts = append(d.Restarts, hostpath.ServiceRouteUnit+" (re)starts")

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -101,7 +102,7 @@ func (a *Apply) stageHost(ctx context.Context, n inventory.Node, r progress.Repo
 		if err != nil {
 			return err
 		}
-		installed = len(p.Install) > 0
+		installed = p.installed()
 		if installed {
 			did = append(did, "runtime "+msg)
 		}
@@ -203,20 +204,33 @@ func (a *Apply) shipRest(ctx context.Context, n inventory.Node, h remote.Host, n
 	return nil
 }
 
+// shipment is what ship did on a host: uploaded (HostPlan) and taken from the masters'
+// registries (got).
+type shipment struct {
+	bundle.HostPlan
+	got bundle.Fetched
+}
+
+// installed says whether the shipment put a new binary in place, however it reached the host
+// (uploaded or taken from the masters' registries): with the runtime's part, containerd
+// restarts on it.
+func (s shipment) installed() bool { return len(s.Install)+len(s.got.Files) > 0 }
+
 // ship brings h up to date with the part of the bundle need names, first from the masters'
 // registries when mirrors names them, and says what it did.
-func (a *Apply) ship(ctx context.Context, h remote.Host, need bundle.Need, mirrors []string, r progress.Reporter) (bundle.HostPlan, string, error) {
+func (a *Apply) ship(ctx context.Context, h remote.Host, need bundle.Need, mirrors []string, r progress.Reporter) (shipment, string, error) {
 	t := a.o.Now()
 	p, got, err := bundle.ShipVia(ctx, h, a.inv.Bundle, a.manifest, need, uploadProgress(r, a.o.Now), mirrors, hostpath.CACert)
+	s := shipment{HostPlan: p, got: got}
 	for _, f := range append(slices.Clone(p.Install), got.Files...) {
 		// A new binary is a written file: a new kubelet restarts kubelet (isKubeletInput).
 		a.files.noteWritten(h.Name(), templates.File{Path: f.Install}, true)
 	}
 	if err != nil {
-		return p, "", err
+		return s, "", err
 	}
 	if p.Empty() && got.Empty() {
-		return p, bundleUpToDate, nil
+		return s, bundleUpToDate, nil
 	}
 	msg := fmt.Sprintf("bundle: %d files, %d images, %d MiB in %s", len(p.Install), len(p.Import), p.Bytes()>>20, a.o.Now().Sub(t).Round(100*time.Millisecond))
 	if !got.Empty() {
@@ -229,7 +243,7 @@ func (a *Apply) ship(ctx context.Context, h remote.Host, need bundle.Need, mirro
 	if len(p.Pin) > 0 {
 		msg += fmt.Sprintf("; %d images pinned against kubelet's image garbage collection", len(p.Pin))
 	}
-	return p, msg, nil
+	return s, msg, nil
 }
 
 // uploadProgress reports a host's large uploads at most every two seconds.
@@ -256,12 +270,17 @@ const loadModulesScript = `{ grep -qw overlay /proc/filesystems || modprobe over
 
 // configureRuntime configures containerd and the kernel settings on one host; containerd
 // restarts only when its config, its unit or (installed from the bundle) its binaries
-// changed. It says what it did.
+// changed, or when the containerd that runs is not its installed binary (runtimeStale). It
+// says what it did.
 func (a *Apply) configureRuntime(ctx context.Context, n inventory.Node, h remote.Host, installed bool) (string, error) {
 	if err := push(ctx, a.files, h, isRuntimeFile); err != nil {
 		return "", err
 	}
 	f := a.fleet.Facts(n.Name)
+	stale := ""
+	if !installed {
+		stale = runtimeStale(a.inv, f)
+	}
 	wrote := func(pred func(string) bool) bool { return a.files.wrote(n.Name, pred) }
 	cmds := []string{loadModulesScript}
 	if wrote(func(p string) bool { return p == hostpath.SysctlFile }) ||
@@ -272,7 +291,7 @@ func (a *Apply) configureRuntime(ctx context.Context, n inventory.Node, h remote
 	if routeUnit || wrote(func(p string) bool { return p == hostpath.ContainerdUnitPath }) {
 		cmds = append(cmds, "systemctl daemon-reload")
 	}
-	restart := containerdRestarts(wrote, installed)
+	restart := containerdRestarts(wrote, installed || stale != "")
 	if restart {
 		cmds = append(cmds, "systemctl restart containerd")
 	}
@@ -286,6 +305,8 @@ func (a *Apply) configureRuntime(ctx context.Context, n inventory.Node, h remote
 	switch {
 	case installed:
 		what = "containerd (re)started on the bundle's binaries"
+	case stale != "":
+		what = "containerd restarted: " + stale
 	case restart:
 		what = "containerd restarted"
 	default:
@@ -355,6 +376,31 @@ rm -f ` + unitPath + ` ` + strings.Join(files, " ") + ` && systemctl daemon-relo
 func containerdRestarts(wrote func(pred func(string) bool) bool, installed bool) bool {
 	return installed || wrote(func(p string) bool { return p == hostpath.ContainerdConfigPath || p == hostpath.ContainerdUnitPath })
 }
+
+// runtimeStale says why the containerd that runs on a host is not the bundle's binary installed
+// there ("it runs 2.3.7, its binary is 2.4.2"): the binary was replaced and containerd not
+// restarted, by an earlier run that failed in between or by anything else. "" when they agree,
+// when containerd does not answer (it starts anyway), or when the runtime is the host's own.
+func runtimeStale(c *inventory.Cluster, f *facts.Facts) string {
+	if f == nil || c.ContainerRuntime.Install != inventory.RuntimeFromBundle || !f.Runtime.Answering {
+		return ""
+	}
+	b := f.Binaries["containerd"]
+	if b.Path != path.Join(hostpath.RuntimeBinDir, "containerd") {
+		return ""
+	}
+	running, installed := versionNumber(f.Runtime.Version), versionNumber(b.Version)
+	if running == "" || installed == "" || running == installed {
+		return ""
+	}
+	return fmt.Sprintf("it ran %s, its binary is %s", running, installed)
+}
+
+// versionNumberRE finds a version number (2.4.2) in a version string (v2.4.2, containerd
+// github.com/containerd/containerd/v2 v2.4.2 abc123).
+var versionNumberRE = regexp.MustCompile(`\d+\.\d+(?:\.\d+)?(?:-[0-9A-Za-z.-]+)?`)
+
+func versionNumber(s string) string { return versionNumberRE.FindString(s) }
 
 // kubeletRestarts says whether kubelet restarts on a host: when one of its inputs was written.
 func kubeletRestarts(wrote func(pred func(string) bool) bool) bool { return wrote(isKubeletInput) }

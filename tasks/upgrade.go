@@ -433,7 +433,7 @@ func (h *Apply) upgradeMaster(ctx context.Context, n inventory.Node, r progress.
 		if err != nil {
 			return err
 		}
-		installed = len(p.Install) > 0
+		installed = p.installed()
 	}
 	if _, err := h.configureRuntime(ctx, n, host, installed); err != nil {
 		return err
