@@ -613,6 +613,19 @@ func checkEtcdQuorum(c *inventory.Cluster, n inventory.Node, _ *facts.Facts) []F
 		m, m, m/2+1, (m-1)/2, m-1)}
 }
 
+// Route runs the upgrade-route check alone on every node that has facts: apply asks it before
+// it looks in the bundle, so a downgrade is refused as one even when the bundle lacks the
+// inventory's release (building that bundle would not help).
+func Route(c *inventory.Cluster, hosts map[string]*facts.Facts) Findings {
+	var out Findings
+	for _, n := range c.Nodes() {
+		if f := hosts[n.Name]; f != nil {
+			out = append(out, checkUpgradeRoute(c, n, f)...)
+		}
+	}
+	return out
+}
+
 // checkUpgradeRoute compares a master's running kubelet (kforge's, at the bundle's path) with
 // the inventory's version: a downgrade, or a change of major version, is refused before
 // anything changes. Upgrades of one minor or several are apply's upgrade step's (it walks each
@@ -630,8 +643,8 @@ func checkUpgradeRoute(c *inventory.Cluster, n inventory.Node, f *facts.Facts) [
 		return nil
 	}
 	if tv.LessThan(fv) {
-		return []Finding{finding(n, CheckUpgradeRoute, Error, "set kubernetesVersion back to "+from+" (Kubernetes does not support downgrades; restore an etcd snapshot taken before the upgrade instead)",
-			"the cluster runs %s; the inventory's %s is a downgrade", from, to)}
+		return []Finding{finding(n, CheckUpgradeRoute, Error, "set kubernetesVersion back to "+from+"; to go back to "+to+", restore an etcd snapshot taken before the upgrade instead (kforge restore --snapshot FILE, onto hosts set up at "+to+"; the snapshots are listed in the state dir's snapshots/)",
+			"the cluster runs %s; the inventory's %s is a downgrade, and a downgrade is not supported (Kubernetes has no downgrade path)", from, to)}
 	}
 	if fv.Major() != tv.Major() {
 		return []Finding{finding(n, CheckUpgradeRoute, Error, "stay on a v"+fmt.Sprint(fv.Major())+".x release",

@@ -3,6 +3,7 @@ package tasks
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"io"
 	"log/slog"
 	"strings"
@@ -224,6 +225,13 @@ func (a *Apply) Close() {
 // version fails here, before anything changes, saying which bundle to build.
 func (a *Apply) readBundle(context.Context, progress.Reporter) error {
 	m, err := bundle.LoadRelease(a.inv.Bundle, a.inv.KubernetesVersion)
+	var missing *bundle.MissingReleaseError
+	if errors.As(err, &missing) {
+		// A downgrade is refused as one: a bundle with that release would be refused too.
+		if route := preflight.Route(a.inv, a.fleet.AllFacts()).Err(); route != nil {
+			return route
+		}
+	}
 	if err != nil {
 		return err
 	}

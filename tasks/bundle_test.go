@@ -11,6 +11,11 @@ import (
 	"testing"
 
 	"github.com/kforge/kforge/bundle"
+	"github.com/kforge/kforge/inventory"
+	"github.com/kforge/kforge/preflight"
+	"github.com/kforge/kforge/progress"
+	"github.com/kforge/kforge/remote"
+	"github.com/kforge/kforge/remote/remotetest"
 )
 
 // writeManifest writes a bundle directory holding only a manifest of the given releases.
@@ -72,5 +77,35 @@ func TestBundleWithoutTheInventorysVersionIsRefused(t *testing.T) {
 	if err := a.readBundle(context.Background(), nil); err == nil || !strings.Contains(err.Error(), "does not hold Kubernetes v1.36.3 (it holds v1.35.4)") ||
 		!strings.Contains(err.Error(), "kforge bundle build --kubernetes v1.35.4,v1.36.3 -o") {
 		t.Errorf("a bundle without the default version: %v", err)
+	}
+}
+
+// TestDowngradeRefusedBeforeTheBundle: a cluster at v1.37.2 set back to v1.35.4 with a bundle
+// that lacks v1.35.4 is refused as a downgrade, with the way back (a snapshot), not with a
+// hint to build a bundle that would then be refused as a downgrade too.
+func TestDowngradeRefusedBeforeTheBundle(t *testing.T) {
+	dir := t.TempDir()
+	writeManifest(t, dir, "v1.37.2")
+	c := cluster(t, "kubernetesVersion: v1.35.4\nbundle: "+dir+"\n")
+	h := remotetest.New("m1")
+	h.OnPrefix("sh -c ", remotetest.Result{Stdout: "kforge-facts 1\nclock=1\nuid=0\nhostname=m1\narch=x86_64\nkernel=6.1.0\ncpus=2\nmeminfo MemTotal: 4000000\ncapeff=000001ffffffffff\nbin kubelet /usr/bin/kubelet\nver kubelet Kubernetes v1.37.2\nkubeletdropin=1\nkforge-facts end\n"})
+	a := NewApply(c, Options{Connect: func(context.Context, inventory.Node) (remote.Host, error) { return h, nil }})
+	defer a.Close()
+	if err := a.fleet.Connect(context.Background(), func(progress.Event) {}); err != nil {
+		t.Fatal(err)
+	}
+	err := a.readBundle(context.Background(), nil)
+	var failed *preflight.FailedError
+	if !errors.As(err, &failed) || len(failed.Findings) != 1 {
+		t.Fatalf("readBundle = %v; want the upgrade-route finding alone", err)
+	}
+	f := failed.Findings[0]
+	wantSeen := "the cluster runs v1.37.2; the inventory's v1.35.4 is a downgrade, and a downgrade is not supported (Kubernetes has no downgrade path)"
+	wantFix := "set kubernetesVersion back to v1.37.2; to go back to v1.35.4, restore an etcd snapshot taken before the upgrade instead (kforge restore --snapshot FILE, onto hosts set up at v1.35.4; the snapshots are listed in the state dir's snapshots/)"
+	if f.Host != "m1" || f.Check != preflight.CheckUpgradeRoute || f.Seen != wantSeen || f.Fix != wantFix {
+		t.Errorf("finding %+v\nwant seen %q\nand fix %q", f, wantSeen, wantFix)
+	}
+	if strings.Contains(err.Error(), "bundle build") {
+		t.Errorf("the refusal of a downgrade says to build a bundle: %v", err)
 	}
 }
