@@ -50,7 +50,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	var cli CLI
 	parser, err := kong.New(&cli,
 		kong.Name("kforge"),
-		kong.Description("Create and grow Kubernetes clusters from a workstation, over SSH."),
+		kong.Description("Create, grow, upgrade, back up, restore and reset Kubernetes clusters, and renew their certificates, from a workstation over SSH."),
 		kong.UsageOnError(),
 		kong.Writers(stdout, stderr),
 		kong.Exit(func(int) {}), // --help: kong prints, we return below

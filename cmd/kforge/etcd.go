@@ -16,7 +16,7 @@ import (
 // EtcdCmd groups the commands on the cluster's etcd.
 type EtcdCmd struct {
 	Snapshot EtcdSnapshotCmd `cmd:"" help:"Stream a snapshot of etcd from a healthy member into the state dir, verify it and record it; keeps the newest --keep."`
-	Status   EtcdStatusCmd   `cmd:"" help:"Each master's etcd member: health, leader, database size, revision; the member list, alarms and quorum. Exits 1 unless all is healthy."`
+	Status   EtcdStatusCmd   `cmd:"" help:"Each master's etcd member (health, leader, version, database size, revision, raft index), members outside the inventory, alarms and quorum. Exits 1 unless all is healthy."`
 }
 
 // EtcdSnapshotCmd is kforge etcd snapshot.
