@@ -74,6 +74,39 @@ func (c *Cluster) validate(lookupEnv func(string) (string, bool)) Errors {
 	return v.errs
 }
 
+// Warnings are what Load accepts but a person should hear before the cluster depends on it,
+// each at the file:line of its field, with why and what to do: today an even number of masters
+// (EtcdQuorumWarning). `kforge inventory validate` prints them; preflight repeats each as a
+// WARNING of apply and plan.
+func (c *Cluster) Warnings() []*Error {
+	var ws []*Error
+	if w := c.EtcdQuorumWarning(); w != nil {
+		ws = append(ws, w)
+	}
+	return ws
+}
+
+// EtcdQuorumWarning is the warning of an even number of masters (2, 4, …), or nil. Their
+// stacked etcd members need a majority to work: N members tolerate (N-1)/2 failures, rounded
+// down, so 2 tolerate none, as 1 does, and lose quorum when either fails; 4 tolerate 1, as 3 do.
+// An even number adds a host that can fail and no tolerance.
+func (c *Cluster) EtcdQuorumWarning() *Error {
+	m := len(c.Masters)
+	if m < 2 || m%2 != 0 {
+		return nil
+	}
+	tolerate, as, lose := "none", "as 1 does", "either master fails"
+	if m > 2 {
+		tolerate, as, lose = fmt.Sprint((m-1)/2), fmt.Sprintf("as %d do", m-1), fmt.Sprintf("%d masters fail", (m-1)/2+1)
+	}
+	msg := fmt.Sprintf("%d masters run %d stacked etcd members, and N members tolerate (N-1)/2 failures, rounded down: %d tolerate %s, %s, and lose quorum when %s", m, m, m, tolerate, as, lose)
+	const hint = "use an odd number: 1, 3 or 5 masters"
+	if c.src == nil { // not loaded from a file: no position to name
+		return &Error{Field: "masters", Msg: msg, Hint: hint}
+	}
+	return c.errorAt("masters", msg, hint)
+}
+
 func (v *validator) header() {
 	c := v.c
 	switch c.APIVersion {

@@ -602,15 +602,19 @@ func checkServiceRoute(c *inventory.Cluster, n inventory.Node, f *facts.Facts) [
 
 // checkEtcdQuorum warns, on the first master, about an even number of masters: stacked etcd
 // needs a majority of its members, so 2 members tolerate no failure (as 1 does) and 4 tolerate
-// one (as 3 do), with one more member that can fail.
+// one (as 3 do), with one more member that can fail. The message is the inventory's own
+// (inventory.EtcdQuorumWarning, which `kforge inventory validate` prints), with the file:line
+// of the masters list and what to do in one line, as apply prints a warning.
 func checkEtcdQuorum(c *inventory.Cluster, n inventory.Node, _ *facts.Facts) []Finding {
-	m := len(c.Masters)
-	if m < 2 || m%2 != 0 || n.Name != c.Masters[0].Name {
+	w := c.EtcdQuorumWarning()
+	if w == nil || n.Name != c.Masters[0].Name {
 		return nil
 	}
-	return []Finding{finding(n, CheckEtcdQuorum, Warning, fmt.Sprintf("use %d or %d masters", m-1, m+1),
-		"%d masters run %d etcd members, whose quorum is %d: they tolerate %d lost master(s), no more than %d masters would, and one more host can fail",
-		m, m, m/2+1, (m-1)/2, m-1)}
+	seen := w.Msg + "; " + w.Hint
+	if c.File() != "" {
+		seen = w.Error()
+	}
+	return []Finding{finding(n, CheckEtcdQuorum, Warning, "", "%s", seen)}
 }
 
 // Route runs the upgrade-route check alone on every node that has facts: apply asks it before

@@ -144,7 +144,7 @@ func TestChecks(t *testing.T) {
 		{"two masters", "m1", nil, func(c *inventory.Cluster) {
 			c.Masters = append(c.Masters, inventory.Host{Name: "w1", Address: "198.51.100.11"}) // a second master (with w1's facts)
 			c.ControlPlaneEndpoint = "lb:6443"
-		}, CheckEtcdQuorum, Warning, "2 masters run 2 etcd members, whose quorum is 2: they tolerate 0 lost master(s)"},
+		}, CheckEtcdQuorum, Warning, "2 masters run 2 stacked etcd members, and N members tolerate (N-1)/2 failures, rounded down: 2 tolerate none, as 1 does, and lose quorum when either master fails; use an odd number: 1, 3 or 5 masters"},
 		{"one master", "m1", nil, nil, CheckEtcdQuorum, Warning, ""},
 		{"containerd 1.x on 1.37", "w1", func(f *facts.Facts) { f.Runtime.Version = "1.7.24" },
 			func(c *inventory.Cluster) { c.KubernetesVersion = "v1.37.2" }, CheckRuntimeVersion, Error, "containerd 1.7.24: kubelet v1.37 needs containerd 2.0 or later"},

@@ -34,7 +34,15 @@ func (c *InventoryValidateCmd) Run(s *streams, g *Globals) error {
 			}
 			return err
 		}
-		results = append(results, map[string]any{"file": f, "valid": true, "cluster": cl.Name, "masters": len(cl.Masters), "workers": len(cl.Workers)})
+		r := map[string]any{"file": f, "valid": true, "cluster": cl.Name, "masters": len(cl.Masters), "workers": len(cl.Workers)}
+		var warnings []string
+		for _, w := range cl.Warnings() {
+			warnings = append(warnings, w.Error())
+		}
+		if warnings != nil {
+			r["warnings"] = warnings
+		}
+		results = append(results, r)
 	}
 	if len(invalid) > 0 {
 		return invalidInventory{invalid}
@@ -47,6 +55,11 @@ func (c *InventoryValidateCmd) Run(s *streams, g *Globals) error {
 			continue
 		}
 		fmt.Fprintf(s.Out, "%s: valid (cluster %s: %s, %s)\n", r["file"], r["cluster"], plural(r["masters"].(int), "master"), plural(r["workers"].(int), "worker"))
+		if ws, ok := r["warnings"].([]string); ok {
+			for _, w := range ws {
+				fmt.Fprintf(s.Err, "warning: %s\n", w)
+			}
+		}
 	}
 	return nil
 }
