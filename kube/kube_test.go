@@ -775,3 +775,71 @@ func TestBootstrapAllowsTheVIPItsLease(t *testing.T) {
 		t.Errorf("role %s without a VIP", VIPRole)
 	}
 }
+
+// TestWaitForReadySettles: a pod that is ready for a moment between its restarts (CoreDNS
+// forwarding to itself) does not end the wait: every pod must stay ready for Settle, and when
+// it does not, the error names the pod and quotes the end of its last run's log. A pod ready
+// since long before the wait ends it at once.
+func TestWaitForReadySettles(t *testing.T) {
+	now := time.Now()
+	pod := func(restarts int32, readySince time.Time) *corev1.Pod {
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "crashy-dns-1", Namespace: "kube-system", UID: "u1"},
+			Spec:       corev1.PodSpec{NodeName: "m1", Containers: []corev1.Container{{Name: "coredns"}}},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(readySince)}},
+				ContainerStatuses: []corev1.ContainerStatus{{Name: "coredns", Ready: true, RestartCount: restarts, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}},
+		}
+		if restarts > 0 {
+			p.Status.ContainerStatuses[0].LastTerminationState.Terminated = &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error"}
+		}
+		return p
+	}
+	// Ready for an hour: no wait.
+	c := fake.NewClientset(readyNode("m1", true), pod(0, now.Add(-time.Hour)))
+	start := time.Now()
+	if err := WaitForReady(context.Background(), c, WaitReadyInput{Nodes: []string{"m1"}, Interval: 10 * time.Millisecond, Settle: time.Minute}); err != nil || time.Since(start) > time.Second {
+		t.Errorf("a pod ready for an hour: %v after %s; want nil at once", err, time.Since(start))
+	}
+
+	// Ready a moment ago: the wait ends once it has stayed ready for Settle.
+	c = fake.NewClientset(readyNode("m1", true), pod(0, time.Now()))
+	start = time.Now()
+	if err := WaitForReady(context.Background(), c, WaitReadyInput{Nodes: []string{"m1"}, Interval: 10 * time.Millisecond, Settle: 300 * time.Millisecond}); err != nil || time.Since(start) < 250*time.Millisecond {
+		t.Errorf("a pod ready a moment ago: %v after %s; want nil after the settle time", err, time.Since(start))
+	}
+
+	// Ready again after each restart, never for long: the wait fails naming it, with its log.
+	c = fake.NewClientset(readyNode("m1", true), pod(3, time.Now()))
+	ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
+	defer cancel()
+	stop := make(chan struct{})
+	go func() { // the kubelet restarting it every 100 ms
+		for r := int32(4); ; r++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			_, _ = c.CoreV1().Pods("kube-system").UpdateStatus(context.Background(), pod(r, time.Now()), metav1.UpdateOptions{})
+		}
+	}()
+	err := WaitForReady(ctx, c, WaitReadyInput{Nodes: []string{"m1"}, Interval: 10 * time.Millisecond, Settle: time.Second})
+	close(stop)
+	var nre *NotReadyError
+	if !errors.As(err, &nre) {
+		t.Fatalf("a pod restarting every 100 ms: %v; want a *NotReadyError", err)
+	}
+	if !strings.Contains(err.Error(), "1 pod(s) not ready (kube-system/crashy-dns-1; kubectl get pods -A)") {
+		t.Errorf("the error does not name the pod: %v", err)
+	}
+	d := strings.Join(nre.Details(), "\n")
+	for _, want := range []string{
+		"pod kube-system/crashy-dns-1 on m1: ready for 0s only; waiting until it has stayed so for 1s (its containers restarted",
+		"  kube-system/crashy-dns-1, container coredns, log (kubectl logs -n kube-system crashy-dns-1 -c coredns):",
+		"    fake logs", // what the fake clientset answers for a log
+	} {
+		if !strings.Contains(d, want) {
+			t.Errorf("details lack %q:\n%s", want, d)
+		}
+	}
+}

@@ -24,6 +24,10 @@ type WaitReadyInput struct {
 	Namespaces []string
 	// Interval between checks; default 1 s.
 	Interval time.Duration
+	// Settle is how long every pod must have stayed ready, its containers not restarted, before
+	// the wait ends: a crash-looping pod is Running and even ready for a moment between its
+	// restarts. 0: ready once is enough.
+	Settle time.Duration
 	// Progress, when set, is called after every check.
 	Progress func(ReadyStatus)
 }
@@ -36,6 +40,28 @@ type ReadyStatus struct {
 	Nodes      []string // "name: why"
 	Pods       []string // "namespace/name on node: why"
 	Workloads  []string // "Kind namespace/name: n of m ready"
+	// Settling are the pods that are ready now, and since when: WaitForReady waits until each
+	// has stayed ready for WaitReadyInput.Settle.
+	Settling []SettlingPod
+	// Unready are the pods of Pods, to read their logs.
+	Unready []PodRef
+}
+
+// PodRef names a pod and the container whose log tells what is wrong with it.
+type PodRef struct {
+	Namespace, Name, Container string
+	// Previous: the container has restarted; its last run's log tells why it ended.
+	Previous bool
+}
+
+// SettlingPod is a ready pod: its identity (UID and restarts: a restart is a new run) and when
+// it became ready, by its Ready condition.
+type SettlingPod struct {
+	Key      string // "namespace/name on node"
+	UID      string
+	Restarts int32
+	Since    time.Time
+	Ref      PodRef
 }
 
 // Ready reports whether nothing is left waiting.
@@ -55,6 +81,8 @@ type NotReadyError struct {
 	Waited time.Duration
 	Last   ReadyStatus
 	Cause  error
+	// Logs are the ends of the logs of the pods that were not ready.
+	Logs []PodLog
 }
 
 func (e *NotReadyError) Error() string {
@@ -68,14 +96,22 @@ func (e *NotReadyError) Error() string {
 	if n := len(e.Last.Workloads); n > 0 {
 		what = append(what, fmt.Sprintf("%d workload(s)", n))
 	}
+	var pods []string
+	for _, p := range e.Last.Unready {
+		pods = append(pods, p.Namespace+"/"+p.Name)
+	}
+	if len(pods) > 0 && len(pods) <= logPods {
+		return fmt.Sprintf("cluster not ready after %s: %s not ready (%s; kubectl get pods -A)", e.Waited.Round(time.Second), strings.Join(what, ", "), strings.Join(pods, ", "))
+	}
 	return fmt.Sprintf("cluster not ready after %s: %s not ready (kubectl get nodes; kubectl get pods -A)", e.Waited.Round(time.Second), strings.Join(what, ", "))
 }
 
 func (e *NotReadyError) Unwrap() error { return e.Cause }
 
-// Details lists every node, pod and workload that was not ready and why.
+// Details lists every node, pod and workload that was not ready and why, and the last lines of
+// the logs of the pods that were not.
 func (e *NotReadyError) Details() []string {
-	var d []string
+	d := []string{e.Error()}
 	for _, l := range e.Last.Nodes {
 		d = append(d, "node "+l)
 	}
@@ -85,7 +121,67 @@ func (e *NotReadyError) Details() []string {
 	for _, l := range e.Last.Workloads {
 		d = append(d, l)
 	}
+	for _, l := range e.Logs {
+		d = append(d, l.lines()...)
+	}
 	return d
+}
+
+// PodLog is the end of a container's log, as kforge quotes it in an error.
+type PodLog struct {
+	Pod   PodRef
+	Lines []string
+	Err   error // the log could not be read
+}
+
+func (l PodLog) lines() []string {
+	which := "log"
+	if l.Pod.Previous {
+		which = "log of its last run"
+	}
+	head := fmt.Sprintf("  %s/%s, container %s, %s (kubectl logs -n %s %s -c %s", l.Pod.Namespace, l.Pod.Name, l.Pod.Container, which, l.Pod.Namespace, l.Pod.Name, l.Pod.Container)
+	if l.Pod.Previous {
+		head += " --previous"
+	}
+	head += "):"
+	if l.Err != nil {
+		return []string{head + " not read: " + l.Err.Error()}
+	}
+	if len(l.Lines) == 0 {
+		return []string{head + " empty"}
+	}
+	out := []string{head}
+	for _, line := range l.Lines {
+		out = append(out, "    "+line)
+	}
+	return out
+}
+
+// logLines and logPods bound what a NotReadyError quotes.
+const (
+	logLines = 10
+	logPods  = 5
+)
+
+// TailLogs reads the last lines of each pod's container log (its last run's when it has
+// restarted), for up to logPods pods.
+func TailLogs(ctx context.Context, c kubernetes.Interface, pods []PodRef) []PodLog {
+	var out []PodLog
+	tail := int64(logLines)
+	for _, p := range pods[:min(len(pods), logPods)] {
+		if p.Container == "" {
+			continue
+		}
+		b, err := c.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: p.Container, Previous: p.Previous, TailLines: &tail}).DoRaw(ctx)
+		l := PodLog{Pod: p, Err: err}
+		if err == nil {
+			if s := strings.TrimRight(string(b), "\n"); s != "" {
+				l.Lines = strings.Split(s, "\n")
+			}
+		}
+		out = append(out, l)
+	}
+	return out
 }
 
 // WaitForReady waits until every node in in.Nodes is Ready and every pod, Deployment and
@@ -101,9 +197,14 @@ func WaitForReady(ctx context.Context, c kubernetes.Interface, in WaitReadyInput
 		in.Namespaces = []string{metav1.NamespaceSystem}
 	}
 	start := time.Now()
+	seen := map[string]time.Time{} // by pod UID and restarts: when this wait first saw it ready
 	for {
 		st, err := CheckReady(ctx, c, in.Nodes, in.Namespaces)
 		st.Elapsed = time.Since(start)
+		if err == nil {
+			st.Pods = append(st.Pods, unsettled(&st, seen, time.Now(), in.Settle)...)
+			sort.Strings(st.Pods)
+		}
 		if err == nil && in.Progress != nil {
 			in.Progress(st)
 		}
@@ -115,7 +216,10 @@ func WaitForReady(ctx context.Context, c kubernetes.Interface, in WaitReadyInput
 			if err != nil {
 				return fmt.Errorf("wait for cluster: %w (last check failed)", err)
 			}
-			nre := &NotReadyError{Waited: time.Since(start), Last: st, Cause: context.Cause(ctx)}
+			lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			logs := TailLogs(lctx, c, st.Unready)
+			cancel()
+			nre := &NotReadyError{Waited: time.Since(start), Last: st, Cause: context.Cause(ctx), Logs: logs}
 			if nodes := notReadyNodes(st.Nodes); len(nodes) > 0 {
 				return &NodesError{Nodes: nodes, Err: nre}
 			}
@@ -123,6 +227,37 @@ func WaitForReady(ctx context.Context, c kubernetes.Interface, in WaitReadyInput
 		case <-time.After(in.Interval):
 		}
 	}
+}
+
+// unsettled are the ready pods of st that have not stayed ready for settle yet, each as a line
+// of ReadyStatus.Pods (and added to st.Unready): ready since their Ready condition says (a
+// restart makes the pod unready, and ready again later), or, when it says nothing, since this
+// wait first saw that run of the pod ready (seen keeps it across checks, by UID and restarts).
+func unsettled(st *ReadyStatus, seen map[string]time.Time, now time.Time, settle time.Duration) []string {
+	if settle <= 0 {
+		return nil
+	}
+	var out []string
+	for _, p := range st.Settling {
+		since := p.Since
+		if since.IsZero() {
+			id := fmt.Sprintf("%s/%d", p.UID, p.Restarts)
+			if _, ok := seen[id]; !ok {
+				seen[id] = now
+			}
+			since = seen[id]
+		}
+		if now.Sub(since) >= settle {
+			continue
+		}
+		why := fmt.Sprintf("ready for %s only; waiting until it has stayed so for %s", max(now.Sub(since), 0).Round(time.Second), settle)
+		if p.Restarts > 0 {
+			why += fmt.Sprintf(" (its containers restarted %d times)", p.Restarts)
+		}
+		out = append(out, p.Key+": "+why)
+		st.Unready = append(st.Unready, p.Ref)
+	}
+	return out
 }
 
 // CheckReady checks once what WaitForReady waits for. Pods on nodes that are not in nodes
@@ -167,12 +302,16 @@ func CheckReady(ctx context.Context, c kubernetes.Interface, nodes, namespaces [
 				elsewhere = append(elsewhere, p.Labels)
 				continue
 			}
+			where := p.Spec.NodeName
+			if where == "" {
+				where = "no node"
+			}
+			key := fmt.Sprintf("%s/%s on %s", p.Namespace, p.Name, where)
 			if why := podNotReady(p); why != "" {
-				where := p.Spec.NodeName
-				if where == "" {
-					where = "no node"
-				}
-				st.Pods = append(st.Pods, fmt.Sprintf("%s/%s on %s: %s", p.Namespace, p.Name, where, why))
+				st.Pods = append(st.Pods, key+": "+why)
+				st.Unready = append(st.Unready, podRef(p))
+			} else if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+				st.Settling = append(st.Settling, SettlingPod{Key: key, UID: string(p.UID), Restarts: restarts(p), Since: readySince(p), Ref: podRef(p)})
 			}
 		}
 		deps, err := c.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
@@ -203,6 +342,52 @@ func CheckReady(ctx context.Context, c kubernetes.Interface, nodes, namespaces [
 	}
 	sort.Strings(st.Pods)
 	return st, nil
+}
+
+// podRef is the pod and the container whose log says most: the first that is not ready, else
+// the first that restarted, else the first.
+func podRef(p *corev1.Pod) PodRef {
+	r := PodRef{Namespace: p.Namespace, Name: p.Name}
+	all := append(slices.Clone(p.Status.InitContainerStatuses), p.Status.ContainerStatuses...)
+	pick := func(c corev1.ContainerStatus) {
+		r.Container = c.Name
+		r.Previous = c.RestartCount > 0 && c.LastTerminationState.Terminated != nil && c.State.Running == nil
+	}
+	for _, c := range all {
+		if !c.Ready && !(c.State.Terminated != nil && c.State.Terminated.ExitCode == 0) {
+			pick(c)
+			return r
+		}
+	}
+	for _, c := range all {
+		if c.RestartCount > 0 {
+			pick(c)
+			return r
+		}
+	}
+	if len(p.Spec.Containers) > 0 {
+		r.Container = p.Spec.Containers[0].Name
+	}
+	return r
+}
+
+// restarts is the sum of a pod's containers' restarts.
+func restarts(p *corev1.Pod) int32 {
+	var n int32
+	for _, c := range p.Status.ContainerStatuses {
+		n += c.RestartCount
+	}
+	return n
+}
+
+// readySince is when a pod's Ready condition last became true (zero when unknown).
+func readySince(p *corev1.Pod) time.Time {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.LastTransitionTime.Time
+		}
+	}
+	return time.Time{}
 }
 
 // selected counts the label sets sel matches.

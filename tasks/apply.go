@@ -42,6 +42,9 @@ type Options struct {
 	Ignore preflight.Ignore
 	// Timeout bounds each wait on the cluster (API server, nodes, pods); default 5 minutes.
 	Timeout time.Duration
+	// Settle is how long apply's last wait wants every pod ready before it ends (a
+	// crash-looping pod is ready for a moment between restarts); default readySettle.
+	Settle time.Duration
 	// DrainTimeout bounds each drain (an upgraded worker, a pruned host); Timeout when 0.
 	DrainTimeout time.Duration
 	// Removed are the hosts of the last apply the inventory no longer lists (Removed); with
@@ -74,6 +77,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Timeout == 0 {
 		o.Timeout = 5 * time.Minute
+	}
+	if o.Settle == 0 {
+		o.Settle = readySettle
 	}
 	if o.DrainTimeout == 0 {
 		o.DrainTimeout = o.Timeout
@@ -124,6 +130,9 @@ type Apply struct {
 	fills    *registryFills      // stage: the masters' registries filled, which the workers wait for
 	api      apiClients          // made by wait-apiserver from set and the first master's connection
 	pruned   []string            // prune: the removed hosts it removed
+	// kubeconfigWritten: the kubeconfig step wrote (or found) the admin kubeconfig, so Explain
+	// names it when a later step fails.
+	kubeconfigWritten bool
 	restore  *restoreRun         // set by NewRestore: apply rebuilds the control plane from a snapshot
 }
 
@@ -168,6 +177,7 @@ func (a *Apply) Steps() []Step {
 	}
 	l.add("stage", OnHosts, all, a.stage, "on every host in parallel: %s; masters then start kubelet and the static-pod control plane (%s), workers finish staging meanwhile", stageWhat, strings.Join(masters, ", "))
 	l.add("wait-apiserver", ThroughAPI, nil, a.kubeletsSay(a.waitAPIServer), "wait until the API server answers, through an SSH tunnel to %s, and for control-plane pods this run replaced", masters[0])
+	l.add("kubeconfig", OnWorkstation, nil, a.writeKubeconfig, "write the admin kubeconfig to the state dir: from here on the cluster can be looked at, even when a later step fails")
 	removed := fleet.Names(a.o.Removed)
 	if a.restore != nil && len(removed) > 0 {
 		// Right away: the restored cluster still holds the lost hosts' nodes and pods, which
@@ -191,7 +201,7 @@ func (a *Apply) Steps() []Step {
 		l.add("addons", ThroughAPI, nil, a.addons, "apply %s (server-side)", count(len(c.Addons), "user manifest"))
 	}
 	if c.Networking.Plugin != "none" {
-		l.add("wait-ready", ThroughAPI, nil, a.kubeletsSay(a.waitReady), "wait until every node is Ready and kube-system pods run")
+		l.add("wait-ready", ThroughAPI, nil, a.kubeletsSay(a.waitReady), "wait until every node is Ready and every pod of kube-system and kube-flannel ready, and stayed so for %s (a crash-looping pod fails apply, its log quoted)", a.o.Settle)
 	}
 	if len(workers) > 0 {
 		l.add("forget-token", OnHosts, workers, a.forgetBootstrapToken, "remove %s from workers whose kubelet has its own credentials (kubelet.conf), as kubeadm does after TLS bootstrap", hostpath.BootstrapKubeletConfig)
@@ -207,7 +217,6 @@ func (a *Apply) Steps() []Step {
 		}
 	}
 	l.add("record-hosts", OnWorkstation, nil, a.recordHosts, "record the cluster's hosts in the state dir, to find hosts later removed from the inventory")
-	l.add("kubeconfig", OnWorkstation, nil, a.writeKubeconfig, "write the admin kubeconfig to the state dir")
 	return l
 }
 

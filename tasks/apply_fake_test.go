@@ -65,6 +65,7 @@ func TestApplyOnFakeHostsThenNothingToDo(t *testing.T) {
 	o := Options{
 		State:   dir,
 		Timeout: 5 * time.Second, // every wait on the simulated cluster ends within milliseconds
+		Settle:  time.Millisecond,
 		Connect: func(_ context.Context, n inventory.Node) (remote.Host, error) { return sim.hosts[n.Name], nil },
 		API: func(identity string) (kube.Clients, error) {
 			identities = append(identities, identity)

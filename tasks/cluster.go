@@ -414,7 +414,7 @@ func (a *Apply) waitReady(ctx context.Context, r progress.Reporter) error {
 		ns = append(ns, "kube-flannel")
 	}
 	last, nodesReady := time.Time{}, false
-	return kube.WaitForReady(ctx, a.api.Typed, kube.WaitReadyInput{Nodes: a.fleet.Names(""), Namespaces: ns, Progress: func(s kube.ReadyStatus) {
+	return kube.WaitForReady(ctx, a.api.Typed, kube.WaitReadyInput{Nodes: a.fleet.Names(""), Namespaces: ns, Settle: a.o.Settle, Progress: func(s kube.ReadyStatus) {
 		if !nodesReady && s.ReadyNodes == s.TotalNodes {
 			nodesReady = true
 			r(progress.Event{Kind: progress.Info, Message: fmt.Sprintf("%s Ready %s after the run started", count(s.TotalNodes, "node"), a.o.Now().Sub(a.started).Round(100*time.Millisecond))})
@@ -426,6 +426,11 @@ func (a *Apply) waitReady(ctx context.Context, r progress.Reporter) error {
 	}})
 }
 
+// readySettle is how long apply's last wait wants, by default, every pod of the cluster's
+// namespaces to have stayed ready: a crash-looping pod (CoreDNS forwarding to itself) is ready for a moment
+// between its restarts.
+const readySettle = 10 * time.Second
+
 // writeKubeconfig writes the user's admin kubeconfig into the state dir.
 func (a *Apply) writeKubeconfig(_ context.Context, r progress.Reporter) error {
 	admin, err := templates.AdminKubeconfig(a.inv, a.set)
@@ -434,6 +439,7 @@ func (a *Apply) writeKubeconfig(_ context.Context, r progress.Reporter) error {
 	}
 	p := a.o.State.AdminKubeconfig()
 	if old, err := os.ReadFile(p); err == nil && slices.Equal(old, admin) {
+		a.kubeconfigWritten = true
 		r(progress.Event{Kind: progress.Info, Message: p + " unchanged"})
 		return nil
 	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -442,8 +448,39 @@ func (a *Apply) writeKubeconfig(_ context.Context, r progress.Reporter) error {
 	if err := a.o.State.Write(p, admin, 0o600); err != nil {
 		return err
 	}
+	a.kubeconfigWritten = true
 	r(progress.Event{Kind: progress.Info, Message: "wrote " + p})
 	return nil
+}
+
+// Explain adds to an error of apply's steps what the user can do with the cluster as it is:
+// once the API server has answered, the admin kubeconfig is in the state dir (kubeadm, too,
+// writes admin.conf before it waits), so the cluster that failed can be looked at.
+func (a *Apply) Explain(err error) error {
+	if err == nil || !a.kubeconfigWritten {
+		return err
+	}
+	return &LookError{Err: err, Kubeconfig: a.o.State.AdminKubeconfig()}
+}
+
+// LookError is a run that failed after the API server answered: the cluster can be looked at
+// with the admin kubeconfig it names.
+type LookError struct {
+	Err        error
+	Kubeconfig string
+}
+
+func (e *LookError) Error() string { return e.Err.Error() }
+func (e *LookError) Unwrap() error { return e.Err }
+
+// Details are the error's own, then how to look at the cluster.
+func (e *LookError) Details() []string {
+	d := []string{"kforge: error: " + e.Err.Error()}
+	var inner interface{ Details() []string }
+	if errors.As(e.Err, &inner) {
+		d = inner.Details()
+	}
+	return append(d, "  the API server answers: look at the cluster with kubectl --kubeconfig "+e.Kubeconfig+" get pods -A (kforge kubeconfig prints it)")
 }
 
 // repointKubeletScript points a joined worker's kubelet.conf (written by its kubelet at TLS

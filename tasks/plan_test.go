@@ -29,6 +29,7 @@ func TestPlanAgreesWithApply(t *testing.T) {
 	o := Options{
 		State:   dir,
 		Timeout: 5 * time.Second,
+		Settle:  time.Millisecond,
 		Connect: func(_ context.Context, n inventory.Node) (remote.Host, error) {
 			if down[n.Name] {
 				return nil, errors.New("dial tcp: connection refused")

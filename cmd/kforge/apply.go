@@ -69,7 +69,7 @@ func (c *ApplyCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Lo
 	defer a.Close()
 	timings, err := run.run(ctx, a.Steps())
 	if err != nil {
-		return err
+		return a.Explain(err)
 	}
 	sent, received := a.Traffic()
 	log.Debug("ssh traffic", "sent", sent, "received", received)

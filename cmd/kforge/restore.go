@@ -41,7 +41,7 @@ func (c *RestoreCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.
 	defer a.Close()
 	timings, err := run.run(ctx, a.Steps())
 	if err != nil {
-		return err
+		return a.Explain(err)
 	}
 	run.printer.Summary(fmt.Sprintf("cluster %s restored from %s onto %d masters: %d nodes; admin kubeconfig %s", run.inv.Name, c.Snapshot, len(run.inv.Masters), len(run.inv.Nodes()), run.state.AdminKubeconfig()), time.Since(run.start), timings)
 	return nil
