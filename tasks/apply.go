@@ -133,7 +133,7 @@ type Apply struct {
 	// kubeconfigWritten: the kubeconfig step wrote (or found) the admin kubeconfig, so Explain
 	// names it when a later step fails.
 	kubeconfigWritten bool
-	restore  *restoreRun         // set by NewRestore: apply rebuilds the control plane from a snapshot
+	restore           *restoreRun // set by NewRestore: apply rebuilds the control plane from a snapshot
 }
 
 // NewApply prepares an apply of c; nothing is read or touched until its steps run.

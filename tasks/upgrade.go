@@ -337,7 +337,11 @@ func (e *UnhealthyError) Unwrap() error { return e.Err }
 func (e *UnhealthyError) Details() []string {
 	var d interface{ Details() []string }
 	if errors.As(e.Err, &d) {
-		return append([]string{e.Error()}, d.Details()...)
+		more := d.Details()
+		if len(more) > 0 && more[0] == e.Err.Error() {
+			more = more[1:] // the headline, which this one already says
+		}
+		return append([]string{e.Error()}, more...)
 	}
 	return []string{e.Error()}
 }
