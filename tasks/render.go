@@ -27,7 +27,12 @@ func (a *Apply) render(context.Context, progress.Reporter) (err error) {
 	o := templates.Options{
 		BootstrapToken: a.token.Value(), EtcdBoot: a.etcd.boot,
 		RestrictOOMScoreAdj: map[string]bool{}, CgroupV2: map[string]bool{}, HostCACertDirs: map[string][]string{},
-		RetiringMasters: len(removedMasters(a.o.Removed)),
+	}
+	if a.restore == nil {
+		// Removed masters run until apply --prune drains them; a restore's lost masters are not
+		// in the restored etcd cluster and are pruned in the same run: the control plane is the
+		// inventory's alone, and the files restore writes are those the next apply wants.
+		o.RetiringMasters = len(removedMasters(a.o.Removed))
 	}
 	for name, f := range a.fleet.AllFacts() {
 		o.RestrictOOMScoreAdj[name] = !f.HasCapSysResource()
