@@ -21,7 +21,8 @@ import (
 // them all, in order.
 
 // checkRuntime: containerd and runc on every host are the ones the bundle's release of the
-// cluster's version names.
+// cluster's version names, and the containerd that runs is that binary: the server's version
+// through its socket (ctr version) and the runtime version its node reports.
 func (c *cluster) checkRuntime(ctx context.Context, hosts []lab.Host) {
 	c.t.Helper()
 	m, err := bundle.LoadRelease(c.bundle, c.version)
@@ -32,11 +33,37 @@ func (c *cluster) checkRuntime(ctx context.Context, hosts []lab.Host) {
 	for _, h := range hosts {
 		got := c.exec(ctx, h.Name, "containerd --version; runc --version | head -1")
 		if !strings.Contains(got, "containerd/v2 "+rel.Containerd+" ") || !strings.Contains(got, "runc version "+strings.TrimPrefix(rel.Runc, "v")) {
-			c.t.Errorf("%s runs %q, want the bundle's containerd %s and runc %s", h.Name, got, rel.Containerd, rel.Runc)
+			c.t.Errorf("%s has %q, want the bundle's containerd %s and runc %s", h.Name, got, rel.Containerd, rel.Runc)
 		} else {
 			c.t.Logf("%s: %s", h.Name, strings.ReplaceAll(strings.TrimSpace(got), "\n", "; "))
 		}
+		if server := c.runningContainerd(ctx, h.Name); server != rel.Containerd {
+			c.t.Errorf("%s: the containerd that runs is %q (ctr version's server), want the bundle's %s", h.Name, server, rel.Containerd)
+		}
 	}
+	// kubelet reports the runtime's version with its node status, every 10 s or so.
+	k := c.client()
+	want := "containerd://" + strings.TrimPrefix(rel.Containerd, "v")
+	for _, h := range hosts {
+		var seen string
+		err := wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
+			n, err := k.CoreV1().Nodes().Get(ctx, h.Name, metav1.GetOptions{})
+			if err != nil {
+				return false, nil
+			}
+			seen = n.Status.NodeInfo.ContainerRuntimeVersion
+			return seen == want, nil
+		})
+		if err != nil {
+			c.t.Errorf("node %s reports container runtime %q, want %s", h.Name, seen, want)
+		}
+	}
+}
+
+// runningContainerd is the version of the containerd that answers on a host's socket.
+func (c *cluster) runningContainerd(ctx context.Context, host string) string {
+	c.t.Helper()
+	return strings.TrimSpace(c.exec(ctx, host, `ctr version | sed -n '/^Server:/,$ s/^ *Version: *//p'`))
 }
 
 // checkNodes: want nodes, every one Ready and running the cluster's kubelet version, and every

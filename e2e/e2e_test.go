@@ -79,6 +79,8 @@ type cluster struct {
 	labels      map[string]map[string]string
 	// certValidity is the inventory's pki.certValidity ("" for the default).
 	certValidity string
+	// extraAddon, when set, is one more addon manifest of the inventory (YAML).
+	extraAddon string
 }
 
 const agentImage = "kforge.test/e2e-agent:v1"
@@ -816,6 +818,12 @@ func (c *cluster) writeInventory(masters, workers []lab.Host) {
 		c.t.Fatal(err)
 	}
 	b.WriteString("addons:\n  - path: addon.yaml\n")
+	if c.extraAddon != "" {
+		if err := os.WriteFile(filepath.Join(filepath.Dir(c.inventory), "extra-addon.yaml"), []byte(c.extraAddon), 0o600); err != nil {
+			c.t.Fatal(err)
+		}
+		b.WriteString("  - path: extra-addon.yaml\n")
+	}
 	for _, group := range []struct {
 		key   string
 		hosts []lab.Host

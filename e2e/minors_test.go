@@ -82,6 +82,9 @@ func bareHostsMinor(t *testing.T, version string) {
 
 	c.applyChangesNothing(ctx, h)
 	c.checkEtcdStatusAndSnapshot(ctx)
+	if version == release.All()[0].Kubernetes { // once: the oldest minor's cluster
+		c.checkLateFailureLeavesAKubeconfig(ctx)
+	}
 
 	// The credentials are in hosts.toml on the nodes and nowhere on the workstation: not in
 	// apply's output, its debug log, or the state dir (run records included).

@@ -37,9 +37,11 @@ func TestRestoreOntoANewMaster(t *testing.T) {
 	c := newCluster(ctx, t, "rst", release.Default(), lab.Options{Hosts: 4, Bare: true})
 	h := c.lab.Hosts // h[0] the master, h[1..2] workers, h[3] the new master
 	c.writeInventory(h[:1], h[1:3])
+	applyStart := time.Now()
 	if out, err := c.run("apply", "--timeout", "4m"); err != nil {
 		t.Fatalf("apply: %v\n%s", err, out)
 	}
+	applyTook := time.Since(applyStart)
 	agent := buildAgentImage(t, t.TempDir())
 	for _, w := range h[1:3] {
 		c.importImage(ctx, w.Name, agent)
@@ -117,7 +119,13 @@ func TestRestoreOntoANewMaster(t *testing.T) {
 	if err != nil {
 		t.Fatalf("kforge restore: %v\n%s", err, out)
 	}
-	t.Logf("restore onto %s took %s (to all nodes Ready):\n%s", h[3].Name, time.Since(start).Round(time.Second), out)
+	restoreTook := time.Since(start)
+	t.Logf("restore onto %s took %s (to all nodes Ready); the fresh apply of the cluster took %s:\n%s", h[3].Name, restoreTook.Round(time.Second), applyTook.Round(time.Second), out)
+	// Restore ends converged: what it wrote is what the next apply wants (the inventory's one
+	// master: no leader election, no shutdown delay), so no apply remains.
+	if plan, code := c.plan(); code != 0 {
+		t.Errorf("plan right after the restore: exit %d, want 0 (no changes):\n%s", code, plan)
+	}
 
 	admin, err := os.ReadFile(filepath.Join(c.state, "admin.conf"))
 	if err != nil || !strings.Contains(string(admin), "server: https://"+h[3].Address+":6443") {

@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/kforge/kforge/bundle"
 	"github.com/kforge/kforge/hostpath"
 	"github.com/kforge/kforge/internal/testenv"
 	"github.com/kforge/kforge/lab"
@@ -166,6 +167,9 @@ func TestUpgradeAcrossTwoMinors(t *testing.T) {
 			t.Errorf("node %s: kubelet %s, Ready %v, unschedulable %v; want %s, Ready, schedulable", n.Name, n.Status.NodeInfo.KubeletVersion, nodeReady(&n), n.Spec.Unschedulable, to)
 		}
 	}
+	// Every node runs the new release's containerd, not only has its binary: the workers took
+	// it from the master's registry and restarted it while drained.
+	c.checkRuntime(ctx, h)
 	// The addons follow the new release.
 	rel, _ := release.For(to)
 	im := rel.Images("")
@@ -205,7 +209,62 @@ func TestUpgradeAcrossTwoMinors(t *testing.T) {
 	c.version = to
 	c.writeInventory(h[:1], h[1:])
 	c.checkEtcdStatusAndSnapshot(ctx) // etcd at the new release's version, healthy
+	c.checkStaleRuntimeConverges(ctx, h[2], via)
 	c.applyChangesNothing(ctx, h)
+}
+
+// checkStaleRuntimeConverges replaces the containerd binary behind a running containerd (as an
+// interrupted run, or a hand, would leave it): host runs the containerd of release old while its
+// binary is the cluster's. plan shows containerd restarting (exit 4), apply restarts it, and the
+// containerd that runs is the cluster's again.
+func (c *cluster) checkStaleRuntimeConverges(ctx context.Context, host lab.Host, old string) {
+	c.t.Helper()
+	oldM, err := bundle.LoadRelease(c.bundle, old)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	cur, err := bundle.LoadRelease(c.bundle, c.version)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	var oldBin string
+	for _, f := range oldM.Files {
+		if f.Name == "containerd" {
+			oldBin = filepath.Join(c.bundle, filepath.FromSlash(f.Path))
+		}
+	}
+	bin, err := os.Open(oldBin)
+	if err != nil {
+		c.t.Fatalf("containerd of %s in the bundle: %v", old, err)
+	}
+	defer bin.Close()
+	cmd, err := c.lab.Command(ctx, host.Name, "sh", "-c", "cat > /usr/local/bin/containerd.e2e-old && chmod 755 /usr/local/bin/containerd.e2e-old")
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	cmd.Stdin = bin
+	if out, err := cmd.CombinedOutput(); err != nil {
+		c.t.Fatalf("%s: copy containerd of %s: %v\n%s", host.Name, old, err, out)
+	}
+	// Start the old binary, then put the cluster's back in place without a restart.
+	c.exec(ctx, host.Name, `set -e; cd /usr/local/bin; cp -p containerd containerd.e2e-new; mv -f containerd.e2e-old containerd; systemctl restart containerd; mv -f containerd.e2e-new containerd`)
+	from, to := oldM.Releases[0].Containerd, cur.Releases[0].Containerd
+	if running := c.runningContainerd(ctx, host.Name); running != from {
+		c.t.Fatalf("%s runs containerd %q after the swap, want %s", host.Name, running, from)
+	}
+	why := fmt.Sprintf("it ran %s, its binary is %s", strings.TrimPrefix(from, "v"), strings.TrimPrefix(to, "v"))
+	plan, code := c.plan()
+	if code != 4 || !strings.Contains(plan, "containerd restarts ("+why+")") {
+		c.t.Errorf("plan with containerd %s running behind binary %s on %s: exit %d; want 4 and %q:\n%s", from, to, host.Name, code, "containerd restarts ("+why+")", plan)
+	}
+	out, err := c.run("apply", "--timeout", "4m")
+	if err != nil {
+		c.t.Fatalf("apply with a stale containerd on %s: %v\n%s", host.Name, err, out)
+	}
+	if !strings.Contains(out, "containerd restarted: "+why) {
+		c.t.Errorf("apply did not restart the stale containerd on %s:\n%s", host.Name, linesWith(out, host.Name))
+	}
+	c.checkRuntime(ctx, []lab.Host{host})
 }
 
 // runUntil runs kforge with args and kills it (SIGKILL, by its PID) once a line of its output

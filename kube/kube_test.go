@@ -835,7 +835,7 @@ func TestWaitForReadySettles(t *testing.T) {
 	d := strings.Join(nre.Details(), "\n")
 	for _, want := range []string{
 		"pod kube-system/crashy-dns-1 on m1: ready for 0s only; waiting until it has stayed so for 1s (its containers restarted",
-		"  kube-system/crashy-dns-1, container coredns, log (kubectl logs -n kube-system crashy-dns-1 -c coredns):",
+		"  kube-system/crashy-dns-1, container coredns, log of its last run (kubectl logs -n kube-system crashy-dns-1 -c coredns --previous):",
 		"    fake logs", // what the fake clientset answers for a log
 	} {
 		if !strings.Contains(d, want) {

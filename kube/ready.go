@@ -50,7 +50,8 @@ type ReadyStatus struct {
 // PodRef names a pod and the container whose log tells what is wrong with it.
 type PodRef struct {
 	Namespace, Name, Container string
-	// Previous: the container has restarted; its last run's log tells why it ended.
+	// Previous: the container has restarted; its last run's log tells why it ended (a
+	// crash-looping container's current run has often not said it yet).
 	Previous bool
 }
 
@@ -351,7 +352,7 @@ func podRef(p *corev1.Pod) PodRef {
 	all := append(slices.Clone(p.Status.InitContainerStatuses), p.Status.ContainerStatuses...)
 	pick := func(c corev1.ContainerStatus) {
 		r.Container = c.Name
-		r.Previous = c.RestartCount > 0 && c.LastTerminationState.Terminated != nil && c.State.Running == nil
+		r.Previous = c.RestartCount > 0 && c.LastTerminationState.Terminated != nil
 	}
 	for _, c := range all {
 		if !c.Ready && !(c.State.Terminated != nil && c.State.Terminated.ExitCode == 0) {
