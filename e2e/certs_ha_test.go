@@ -3,8 +3,11 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os/exec"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -32,7 +35,10 @@ func (c *cluster) certificatesUnderLoad(ctx context.Context, hosts []lab.Host) {
 		t.Fatalf("kforge kubeconfig --user alice: %v\n%s", err, stderrOf(err))
 	}
 
-	// Renew every certificate, one master at a time.
+	// Renew every certificate, one master at a time, while kubectl logs runs every second, and
+	// for a minute after: each API server's new kubelet client certificate cuts its connections
+	// to kubelets when it loads it, which renew makes happen on its own request.
+	logs := c.probeLogs(ctx, "default", "prober")
 	api := probeAPIWith(ctx, c.adminClient)
 	start := time.Now()
 	out, err := c.run("certs", "renew", "--all")
@@ -40,6 +46,15 @@ func (c *cluster) certificatesUnderLoad(ctx context.Context, hosts []lab.Host) {
 	failed, down := api.stop()
 	if err != nil {
 		c.fatalWithMasters(ctx, hosts, "certs renew --all: %v\n%s", err, out)
+	}
+	time.Sleep(time.Minute)
+	logsOK, logsFailed := logs.stop()
+	t.Logf("kubectl logs every second during certs renew --all and for 60 s after: %d answered, %d failed%s", logsOK, len(logsFailed), strings.Join(logsFailed, ""))
+	if len(logsFailed) > 0 || logsOK < 60 {
+		t.Errorf("kubectl logs failed %d times during or after certs renew --all (and answered %d); want none", len(logsFailed), logsOK)
+	}
+	if strings.Count(out, "kube-apiserver reaches kubelets with its new client certificate") != 3 {
+		t.Errorf("certs renew --all did not make each API server load its new kubelet client certificate:\n%s", out)
 	}
 	t.Logf("certs renew --all on 3 masters took %s; API probes through the load balancer: %d failed (about %s), the longest outage %s:\n%s",
 		took.Round(100*time.Millisecond), failed, down.Round(100*time.Millisecond), api.longestOutage().Round(100*time.Millisecond), out)
@@ -145,4 +160,49 @@ func (c *cluster) adminClient() kubernetes.Interface {
 		return nil
 	}
 	return k
+}
+
+// logsProbe runs kubectl logs of one pod every second and counts what answered and what failed.
+type logsProbe struct {
+	ok     atomic.Int64
+	mu     sync.Mutex
+	failed []string // when and what each failed run said
+	done   chan struct{}
+	ended  chan struct{}
+}
+
+// probeLogs starts kubectl logs of pod ns/name every second, with the state dir's admin
+// kubeconfig, until stop.
+func (c *cluster) probeLogs(ctx context.Context, ns, name string) *logsProbe {
+	p := &logsProbe{done: make(chan struct{}), ended: make(chan struct{})}
+	go func() {
+		defer close(p.ended)
+		for {
+			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			out, err := c.kubectl(rctx, "logs", "-n", ns, name, "--tail", "1")
+			cancel()
+			if err != nil {
+				p.mu.Lock()
+				p.failed = append(p.failed, fmt.Sprintf("\n  %s: %v: %s", time.Now().Format("15:04:05.000"), err, strings.TrimSpace(out)))
+				p.mu.Unlock()
+			} else {
+				p.ok.Add(1)
+			}
+			select {
+			case <-p.done:
+				return
+			case <-time.After(time.Second):
+			}
+		}
+	}()
+	return p
+}
+
+// stop ends the probe and returns how many runs answered and the failed runs.
+func (p *logsProbe) stop() (int64, []string) {
+	close(p.done)
+	<-p.ended
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.ok.Load(), p.failed
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"path"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/rest"
 
 	"github.com/kforge/kforge/fleet"
 	"github.com/kforge/kforge/hostpath"
@@ -175,4 +177,70 @@ func serves(ctx context.Context, d remote.Dialer, addr string, want []byte) stri
 		return "it serves the previous certificate"
 	}
 	return ""
+}
+
+// kubeletClientReloaded is what kube-apiserver answers an upgrade request to a kubelet's
+// /healthz once it has reached the kubelet: the TLS handshake, with the client certificate it
+// just read, completed, and the kubelet answered 200 instead of switching protocols.
+const kubeletClientReloaded = "invalid upgrade response: status code 200"
+
+// reloadKubeletClient makes master n's kube-apiserver load its kubelet client certificate from
+// disk now, and waits until it has; it returns how many requests that took.
+//
+// client-go reads that certificate again at every TLS handshake with a kubelet (and every 5
+// minutes), and when it changed closes every connection to every kubelet, the one in its
+// handshake included (k8s.io/client-go/transport: certRotatingDialer). Left to itself, the first
+// kubectl logs or exec that opens a connection after a renewal fails with "use of closed network
+// connection". An upgrade request through the API server always dials a new connection
+// (k8s.io/apimachinery's UpgradeAwareHandler), so kforge sends one to n's own kubelet: the
+// first takes the cut, the next completes a handshake with the new certificate.
+func reloadKubeletClient(ctx context.Context, c *inventory.Cluster, set *pki.Set, f *fleet.Fleet, n inventory.Node, timeout time.Duration) (int, error) {
+	cfg, err := restConfigVia(c, set, f, "super-admin.conf", n.Host)
+	if err != nil {
+		return 0, err
+	}
+	cfg.TLSClientConfig.NextProtos = []string{"http/1.1"} // a Connection header is HTTP/1.1's
+	rt, err := rest.TransportFor(cfg)
+	if err != nil {
+		return 0, err
+	}
+	url := strings.TrimSuffix(cfg.Host, "/") + "/api/v1/nodes/" + n.Name + "/proxy/healthz"
+	tries, err := upgradeUntilReloaded(ctx, rt, url, timeout)
+	if err != nil {
+		return tries, fmt.Errorf("kube-apiserver did not reach its kubelet with its new kubelet client certificate within %s: %w", timeout, err)
+	}
+	return tries, nil
+}
+
+// upgradeUntilReloaded sends upgrade requests to url (a kubelet's /healthz through the API
+// server) until the answer says a handshake with the kubelet completed, every 250 ms within
+// timeout; it returns how many it sent.
+func upgradeUntilReloaded(ctx context.Context, rt http.RoundTripper, url string, timeout time.Duration) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	last := ""
+	for tries := 1; ; tries++ {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return tries, err
+		}
+		req.Header.Set("Connection", "Upgrade")
+		req.Header.Set("Upgrade", "kforge-reload")
+		res, err := rt.RoundTrip(req)
+		if err == nil {
+			body, _ := io.ReadAll(io.LimitReader(res.Body, 4096))
+			res.Body.Close()
+			if strings.Contains(string(body), kubeletClientReloaded) {
+				return tries, nil
+			}
+			last = fmt.Sprintf("%s: %s", res.Status, strings.TrimSpace(string(body)))
+		} else {
+			last = err.Error()
+		}
+		select {
+		case <-ctx.Done():
+			return tries, fmt.Errorf("%d upgrade requests to %s, the last answered: %s", tries, url, last)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
 }

@@ -310,9 +310,10 @@ func newKubeletClientCert(ctx context.Context, h remote.Host, set *pki.Set, o Op
 }
 
 // apiserverKubeletClient is kube-apiserver's client certificate for kubelets. The API server
-// reloads it only every 5 minutes (templates.Reloaded); when it had expired, kubectl logs and
-// exec would fail until then, so renew restarts the API server at once
-// (restartAPIServerScript): the control plane is down anyway.
+// reads it again at its next handshake with a kubelet, or every 5 minutes (templates.Reloaded):
+// renew makes it do so at once (reloadKubeletClient), so that no kubectl logs or exec of a user
+// opens the connection whose handshake cuts every other. When it had expired, renew restarts
+// the API server at once (restartAPIServerScript): the control plane is down anyway.
 var apiserverKubeletClient = path.Join(hostpath.PKIDir, "apiserver-kubelet-client.crt")
 
 // restartAPIServerScript kills the kube-apiserver container (its image is …/kube-apiserver:TAG);
@@ -390,6 +391,18 @@ func (x *CertsRenew) waitMasters(ctx context.Context, r progress.Reporter, maste
 	if err := waitServed(ctx, x.fleet, x.files, masters, x.o.Timeout); err != nil {
 		return err
 	}
+	kubeletClient := map[string]string{}
+	for _, n := range masters {
+		if !x.files.wrote(n.Name, func(p string) bool { return p == apiserverKubeletClient }) {
+			continue
+		}
+		t := x.o.Now()
+		tries, err := reloadKubeletClient(ctx, x.inv, x.set, x.fleet, n, x.o.Timeout)
+		if err != nil {
+			return remote.WithHost(n.Name, err)
+		}
+		kubeletClient[n.Name] = fmt.Sprintf("; kube-apiserver reaches kubelets with its new client certificate (after %s, %s)", x.o.Now().Sub(t).Round(100*time.Millisecond), count(tries, "request"))
+	}
 	for _, n := range masters {
 		var names []string
 		for _, p := range pods {
@@ -406,6 +419,7 @@ func (x *CertsRenew) waitMasters(ctx context.Context, r progress.Reporter, maste
 			if rl := servedNew(x.files, n.Name); len(rl) > 0 {
 				msg += fmt.Sprintf("; new certificates served without a restart by %s (after %s)", strings.Join(rl, ", "), x.o.Now().Sub(start).Round(100*time.Millisecond))
 			}
+			msg += kubeletClient[n.Name]
 		}
 		r(progress.Event{Kind: progress.HostDone, Host: n.Name, Message: msg})
 	}
