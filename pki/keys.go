@@ -150,6 +150,16 @@ func EncodePublicKey(pub crypto.PublicKey) ([]byte, error) {
 	return pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), nil
 }
 
+// PEM returns the pair's certificate and key as PEM (EncodeCert, EncodeKey): the two files
+// a component is started with.
+func (kp *KeyPair) PEM() (cert, key []byte, err error) {
+	key, err = EncodeKey(kp.Key)
+	if err != nil {
+		return nil, nil, err
+	}
+	return EncodeCert(kp.Cert), key, nil
+}
+
 // EncodeCert returns c as a PEM "CERTIFICATE".
 func EncodeCert(c *x509.Certificate) []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})

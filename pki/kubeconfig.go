@@ -14,13 +14,13 @@ const BootstrapTokenUser = "tls-bootstrap-token-user"
 // cluster named clusterName, user named after the certificate's CN, context "<user>@<cluster>".
 // caPEM is the CA certificates the client trusts (one, or two while a CA is rotated).
 func Kubeconfig(clusterName, server string, caPEM []byte, client *KeyPair) ([]byte, error) {
-	key, err := EncodeKey(client.Key)
+	cert, key, err := client.PEM()
 	if err != nil {
 		return nil, err
 	}
 	user := client.Cert.Subject.CommonName
 	cfg := basic(clusterName, server, caPEM, user)
-	cfg.AuthInfos[user] = &clientcmdapi.AuthInfo{ClientCertificateData: EncodeCert(client.Cert), ClientKeyData: key}
+	cfg.AuthInfos[user] = &clientcmdapi.AuthInfo{ClientCertificateData: cert, ClientKeyData: key}
 	return clientcmd.Write(*cfg)
 }
 

@@ -194,7 +194,7 @@ func TestSPKIPinAndKeyRoundTrip(t *testing.T) {
 		if SPKIPin(other.Cert) == pin {
 			t.Error("two CAs share a pin")
 		}
-		pemKey, err := EncodeKey(kp.Key)
+		pemCert, pemKey, err := kp.PEM()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -202,7 +202,7 @@ func TestSPKIPinAndKeyRoundTrip(t *testing.T) {
 		if err != nil || !samePublicKey(kp.Cert, k) {
 			t.Errorf("%s: key round trip: %v", alg, err)
 		}
-		c, err := ParseCert(EncodeCert(kp.Cert))
+		c, err := ParseCert(pemCert)
 		if err != nil || !c.Equal(kp.Cert) {
 			t.Errorf("%s: cert round trip: %v", alg, err)
 		}

@@ -472,7 +472,7 @@ func LoadPair(certFile, keyFile string) (*KeyPair, error) {
 }
 
 func savePair(base string, kp *KeyPair) error {
-	k, err := EncodeKey(kp.Key)
+	c, k, err := kp.PEM()
 	if err != nil {
 		return err
 	}
@@ -481,7 +481,7 @@ func savePair(base string, kp *KeyPair) error {
 	if err := fsx.WriteFile(base+".key", k, 0o600); err != nil {
 		return err
 	}
-	return fsx.WriteFile(base+".crt", EncodeCert(kp.Cert), 0o644)
+	return fsx.WriteFile(base+".crt", c, 0o644)
 }
 
 // lockDir takes an exclusive lock on dir/.lock so two kforge runs never issue into the same

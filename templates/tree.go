@@ -258,12 +258,12 @@ func Tree(c *inventory.Cluster, set *pki.Set, o Options) ([]HostFiles, error) {
 }
 
 func pairFiles(base string, kp *pki.KeyPair) ([]File, error) {
-	key, err := pki.EncodeKey(kp.Key)
+	cert, key, err := kp.PEM()
 	if err != nil {
 		return nil, err
 	}
 	return []File{
-		{Path: path.Join(hostpath.PKIDir, base+".crt"), Mode: 0o644, Data: pki.EncodeCert(kp.Cert)},
+		{Path: path.Join(hostpath.PKIDir, base+".crt"), Mode: 0o644, Data: cert},
 		{Path: path.Join(hostpath.PKIDir, base+".key"), Mode: 0o600, Data: key},
 	}, nil
 }

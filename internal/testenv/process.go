@@ -10,8 +10,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/kforge/kforge/pki"
 )
 
 // SyncBuffer is a buffer several goroutines may write to (a process's stdout and stderr, a
@@ -87,11 +85,16 @@ func FreePort(t testing.TB) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
+// A Pair is a certificate and its private key as PEM; *pki.KeyPair is one.
+type Pair interface {
+	PEM() (cert, key []byte, err error)
+}
+
 // WritePair writes kp as dir/base.crt and dir/base.key (0600) and returns both paths, for a
 // real component started with kforge's PKI.
-func WritePair(t testing.TB, dir, base string, kp *pki.KeyPair) (crt, key string) {
+func WritePair(t testing.TB, dir, base string, kp Pair) (crt, key string) {
 	t.Helper()
-	k, err := pki.EncodeKey(kp.Key)
+	c, k, err := kp.PEM()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +102,7 @@ func WritePair(t testing.TB, dir, base string, kp *pki.KeyPair) (crt, key string
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(crt, pki.EncodeCert(kp.Cert), 0o600); err != nil {
+	if err := os.WriteFile(crt, c, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(key, k, 0o600); err != nil {
