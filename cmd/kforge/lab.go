@@ -19,6 +19,8 @@ type LabCmd struct {
 	Up     LabUpCmd     `cmd:"" help:"Bring up N local systemd hosts reachable over SSH, and write an inventory skeleton for them."`
 	Status LabStatusCmd `cmd:"" help:"Show the labs on this machine and their hosts."`
 	Down   LabDownCmd   `cmd:"" help:"Stop a lab's hosts and remove everything it created."`
+	Stop   LabStopCmd   `cmd:"" help:"Cut the power of one lab host: its processes killed at once, what its kernel held wiped."`
+	Start  LabStartCmd  `cmd:"" help:"Boot a stopped lab host again (same disk, keys and address) and wait until it runs."`
 }
 
 // LabUpCmd is `kforge lab up`.
@@ -161,6 +163,95 @@ func (c *LabDownCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// LabStopCmd is `kforge lab stop`: a power cut of one host.
+type LabStopCmd struct {
+	Name string `default:"kforge" env:"KFORGE_LAB_NAME" help:"Lab name (${env})."`
+	Host string `arg:"" help:"The host to power off (kforge lab status lists them)."`
+}
+
+func (c *LabStopCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Logger) error {
+	l, err := openLabHost(c.Name, c.Host)
+	if err != nil {
+		return err
+	}
+	l.SetLogger(log)
+	p := progress.NewPrinter(s.Out, s.Err, g.Output == "json", log)
+	return progress.Task(p.Report, "stop", fmt.Sprintf("cut the power of lab %s's host %s", l.Name, c.Host), func(r progress.Reporter) error {
+		if !l.Running(c.Host) {
+			r(progress.Event{Kind: progress.Info, Host: c.Host, Message: "already stopped (nothing to do)"})
+			return nil
+		}
+		start := time.Now()
+		if err := l.StopHost(ctx, c.Host); err != nil {
+			return err
+		}
+		r(progress.Event{Kind: progress.HostDone, Host: c.Host, Message: "powered off", Duration: time.Since(start)})
+		return nil
+	})
+}
+
+// LabStartCmd is `kforge lab start`.
+type LabStartCmd struct {
+	Name string `default:"kforge" env:"KFORGE_LAB_NAME" help:"Lab name (${env})."`
+	Host string `arg:"" help:"The host to boot (kforge lab status lists them)."`
+}
+
+func (c *LabStartCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Logger) error {
+	l, err := openLabHost(c.Name, c.Host)
+	if err != nil {
+		return err
+	}
+	l.SetLogger(log)
+	p := progress.NewPrinter(s.Out, s.Err, g.Output == "json", log)
+	return progress.Task(p.Report, "start", fmt.Sprintf("boot lab %s's host %s and wait until sshd answers and systemd runs", l.Name, c.Host), func(r progress.Reporter) error {
+		if l.Running(c.Host) {
+			r(progress.Event{Kind: progress.Info, Host: c.Host, Message: "already running (nothing to do)"})
+			return nil
+		}
+		l.SetReport(r)
+		return l.StartHost(ctx, c.Host)
+	})
+}
+
+// openLabHost opens the lab called name and checks that it has the host; either missing is a
+// usage error that lists what there is.
+func openLabHost(name, host string) (*lab.Lab, error) {
+	l, err := lab.Open(name)
+	if errors.Is(err, lab.ErrNotFound) {
+		names, lerr := lab.List()
+		if lerr != nil {
+			return nil, err
+		}
+		if len(names) == 0 {
+			return nil, labUsageError{fmt.Errorf("lab %s not found: there is no lab on this machine (kforge lab up)", name)}
+		}
+		return nil, labUsageError{fmt.Errorf("lab %s not found: the labs on this machine are %s (choose one with --name)", name, strings.Join(names, ", "))}
+	}
+	if err != nil {
+		return nil, labUsageError{err}
+	}
+	if err := labHasHost(l, host); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// labHasHost returns nil when the lab has the host, else a usage error listing its hosts.
+func labHasHost(l *lab.Lab, host string) error {
+	hosts := l.Hosts
+	if l.LoadBalancer != nil {
+		hosts = append(hosts[:len(hosts):len(hosts)], *l.LoadBalancer)
+	}
+	var names []string
+	for _, h := range hosts {
+		if h.Name == host {
+			return nil
+		}
+		names = append(names, h.Name)
+	}
+	return labUsageError{fmt.Errorf("lab %s has no host %q: its hosts are %s", l.Name, host, strings.Join(names, ", "))}
 }
 
 // labUsageError exits with exitInvalid: the command line was wrong and nothing was changed.
