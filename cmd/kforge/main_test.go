@@ -112,10 +112,8 @@ func TestPlan(t *testing.T) {
 // changes", and --detailed-exitcode gives apply's preflight code (it gave 0: a CI gate passed a
 // cluster that apply would refuse to touch).
 func TestPlanThatPreflightWouldStop(t *testing.T) {
+	// Its text is tested beside it: tasks.TestDiffTextThatPreflightWouldStop.
 	d := &tasks.Diff{Preflight: []string{"[ERROR FileContent--proc-sys-net-ipv4-ip_forward] w1: /proc/sys/net/ipv4/ip_forward is 0"}}
-	if txt := diffText(d); !strings.Contains(txt, "Apply would stop at preflight (1 error above)") || strings.Contains(txt, "No changes") {
-		t.Errorf("diff text:\n%s", txt)
-	}
 	err := PlanCmd{DetailedExitcode: true}.exit(d)
 	if exitCode(err) != preflight.ExitCode || !strings.Contains(fmt.Sprint(err), "apply would stop at preflight: 1 error") {
 		t.Errorf("--detailed-exitcode: %v (code %d), want preflight's code %d", err, exitCode(err), preflight.ExitCode)
@@ -125,26 +123,6 @@ func TestPlanThatPreflightWouldStop(t *testing.T) {
 	}
 	if err := (PlanCmd{DetailedExitcode: true}).exit(&tasks.Diff{}); err != nil {
 		t.Errorf("no changes: %v", err)
-	}
-}
-
-// TestStepTableFits: plan's steps fit the width they are given (descriptions wrap under their
-// step, hosts stay on one line); they used to run to about 250 columns.
-func TestStepTableFits(t *testing.T) {
-	steps := []tasks.Task{
-		{Name: "connect", Scope: tasks.OnHosts, Hosts: []string{"m1", "w1"}, Description: strings.Repeat("connect to the hosts over SSH and gather facts ", 5)},
-		{Name: "kubeconfig", Scope: tasks.OnWorkstation, Description: "write the admin kubeconfig"},
-	}
-	for _, width := range []int{60, 100} {
-		out := stepTable(steps, width)
-		for _, l := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
-			if len(l) > width {
-				t.Errorf("width %d: line of %d columns: %q", width, len(l), l)
-			}
-		}
-		if !strings.Contains(out, "  1. connect     connect to") || !strings.Contains(out, "[m1, w1]") || !strings.Contains(out, "  2. kubeconfig  write the admin kubeconfig [workstation]\n") {
-			t.Errorf("width %d:\n%s", width, out)
-		}
 	}
 }
 
