@@ -1,5 +1,6 @@
 # kforge — see README.md. `make demo` and `make test` are the two commands the README starts with.
 GO       ?= go
+SHELL    := bash
 BIN      := bin/kforge
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -s -w -X main.version=$(VERSION)
@@ -21,8 +22,10 @@ deps:
 	hack/deps.sh
 
 ## test: every test — unit, golden, fake-host, and integration/end-to-end on real parts (needs root).
+## Prints what go test prints, then each e2e test's duration (hack/testreport), so growth is seen.
 test: deps
-	$(TESTENV) $(GO) test -count=1 -timeout $(TESTTIME) ./...
+	$(GO) build -o bin/testreport ./hack/testreport
+	set -o pipefail; $(TESTENV) $(GO) test -json -count=1 -timeout $(TESTTIME) ./... | bin/testreport
 
 ## test-quick: unit, golden and fake-host tests only (no root, no network namespaces).
 test-quick:

@@ -1,0 +1,161 @@
+// Command testreport reads `go test -json` on stdin and prints what plain `go test` prints (each
+// package's result line, and the output of the tests that failed), then a table of the
+// duration of every top-level test of the e2e package, longest first, and their total, so the
+// growth of the suite is seen at the end of every `make test`. It exits 1 when a test or a
+// package failed (or the input ended without a package result), 0 otherwise.
+package main
+
+import (
+	"bufio"
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+	"time"
+)
+
+// event is one line of test2json's output.
+type event struct {
+	Action  string
+	Package string
+	Test    string
+	Elapsed float64
+	Output  string
+}
+
+// report is what the stream said: the packages' results and each test's output and outcome.
+type report struct {
+	out      io.Writer
+	failed   bool
+	pending  map[string]bool               // packages started without a result yet
+	output   map[string][]string           // by package and test: output lines, kept until it ends
+	duration map[string]map[string]float64 // by package: top-level tests' seconds
+}
+
+func newReport(out io.Writer) *report {
+	return &report{out: out, pending: map[string]bool{}, output: map[string][]string{}, duration: map[string]map[string]float64{}}
+}
+
+func (r *report) add(e event) {
+	key := e.Package + "\x00" + e.Test
+	switch e.Action {
+	case "start":
+		r.pending[e.Package] = true
+	case "output":
+		if e.Test == "" {
+			// Package-level lines: the result line ("ok", "FAIL", "?"), build errors, panics.
+			if isNoise(e.Output) {
+				return
+			}
+			fmt.Fprint(r.out, e.Output)
+			return
+		}
+		r.output[key] = append(r.output[key], e.Output)
+	case "pass", "skip":
+		if e.Test == "" {
+			delete(r.pending, e.Package)
+			return
+		}
+		r.ended(e)
+		delete(r.output, key)
+	case "fail":
+		r.failed = true
+		if e.Test == "" {
+			// A package that failed with tests still running (a timeout, a panic): their
+			// output holds the why.
+			for _, k := range slices.Sorted(maps.Keys(r.output)) {
+				if strings.HasPrefix(k, e.Package+"\x00") {
+					for _, l := range r.output[k] {
+						fmt.Fprint(r.out, l)
+					}
+					delete(r.output, k)
+				}
+			}
+			delete(r.pending, e.Package)
+			return
+		}
+		r.ended(e)
+		for _, l := range r.output[key] {
+			fmt.Fprint(r.out, l)
+		}
+		delete(r.output, key)
+	}
+}
+
+// ended records a top-level test's duration.
+func (r *report) ended(e event) {
+	if strings.Contains(e.Test, "/") {
+		return
+	}
+	if r.duration[e.Package] == nil {
+		r.duration[e.Package] = map[string]float64{}
+	}
+	r.duration[e.Package][e.Test] = e.Elapsed
+}
+
+// isNoise says whether a package-level line is what -json adds to plain go test's output.
+func isNoise(line string) bool {
+	return strings.HasPrefix(line, "=== ") || strings.HasPrefix(line, "PASS\n") || line == "PASS\n" || strings.HasPrefix(line, "--- ")
+}
+
+// table prints the durations of pkg's top-level tests, longest first, and their total.
+func (r *report) table(pkg string) {
+	tests := r.duration[pkg]
+	if len(tests) == 0 {
+		return
+	}
+	names := make([]string, 0, len(tests))
+	var total float64
+	for n, d := range tests {
+		names = append(names, n)
+		total += d
+	}
+	slices.SortFunc(names, func(a, b string) int { return cmp.Or(cmp.Compare(tests[b], tests[a]), strings.Compare(a, b)) })
+	fmt.Fprintf(r.out, "\n%s: duration of each test\n", pkg)
+	for _, n := range names {
+		fmt.Fprintf(r.out, "  %-60s %8s\n", n, seconds(tests[n]))
+	}
+	fmt.Fprintf(r.out, "  %-60s %8s\n", "total", seconds(total))
+}
+
+func seconds(s float64) string {
+	return (time.Duration(s * float64(time.Second))).Round(time.Second).String()
+}
+
+func run(in io.Reader, out io.Writer, tablePkgs []string) int {
+	r := newReport(out)
+	sc := bufio.NewScanner(in)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		var e event
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			fmt.Fprintln(out, sc.Text()) // not test2json's: a build error of go test itself
+			r.failed = true
+			continue
+		}
+		r.add(e)
+	}
+	for _, p := range tablePkgs {
+		r.table(p)
+	}
+	if len(r.pending) > 0 {
+		fmt.Fprintf(out, "testreport: no result for %s (the run was cut short)\n", strings.Join(slices.Sorted(maps.Keys(r.pending)), ", "))
+		return 1
+	}
+	if r.failed {
+		return 1
+	}
+	return 0
+}
+
+func main() {
+	pkgs := os.Args[1:]
+	if len(pkgs) == 0 {
+		pkgs = []string{"github.com/kforge/kforge/e2e"}
+	}
+	os.Exit(run(os.Stdin, os.Stdout, pkgs))
+}

@@ -1,0 +1,57 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestReport: plain go test's lines come through (result lines, a failed test's output, not a
+// passing test's), the e2e table lists each top-level test longest first with the total, and
+// the exit code says whether anything failed or was cut short.
+func TestReport(t *testing.T) {
+	const e2e = "github.com/kforge/kforge/e2e"
+	in := strings.Join([]string{
+		`{"Action":"start","Package":"` + e2e + `"}`,
+		`{"Action":"run","Package":"` + e2e + `","Test":"TestA"}`,
+		`{"Action":"output","Package":"` + e2e + `","Test":"TestA","Output":"=== RUN   TestA\n"}`,
+		`{"Action":"output","Package":"` + e2e + `","Test":"TestA","Output":"    a_test.go:1: quiet\n"}`,
+		`{"Action":"pass","Package":"` + e2e + `","Test":"TestA","Elapsed":61.4}`,
+		`{"Action":"run","Package":"` + e2e + `","Test":"TestB"}`,
+		`{"Action":"output","Package":"` + e2e + `","Test":"TestB/sub","Output":"    b_test.go:2: it broke\n"}`,
+		`{"Action":"fail","Package":"` + e2e + `","Test":"TestB/sub","Elapsed":100}`,
+		`{"Action":"fail","Package":"` + e2e + `","Test":"TestB","Elapsed":120.6}`,
+		`{"Action":"output","Package":"` + e2e + `","Output":"FAIL\n"}`,
+		`{"Action":"output","Package":"` + e2e + `","Output":"FAIL\t` + e2e + `\t182.1s\n"}`,
+		`{"Action":"fail","Package":"` + e2e + `","Elapsed":182.1}`,
+	}, "\n")
+	var out strings.Builder
+	code := run(strings.NewReader(in), &out, []string{e2e})
+	got := out.String()
+	for _, want := range []string{"    b_test.go:2: it broke\n", "FAIL\t" + e2e + "\t182.1s\n", "  TestB", "2m1s", "  TestA", "1m1s", "  total", "3m2s"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("report lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "quiet") || strings.Index(got, "TestB ") > strings.Index(got, "TestA ") {
+		t.Errorf("a passing test's output printed, or the table not longest first:\n%s", got)
+	}
+	if code != 1 {
+		t.Errorf("exit %d with a failed test, want 1", code)
+	}
+
+	out.Reset()
+	timeout := `{"Action":"run","Package":"p","Test":"TestSlow"}` + "\n" + `{"Action":"output","Package":"p","Test":"TestSlow","Output":"panic: test timed out after 1m0s\n"}` + "\n" + `{"Action":"fail","Package":"p","Elapsed":60}`
+	if code := run(strings.NewReader(timeout), &out, nil); code != 1 || !strings.Contains(out.String(), "panic: test timed out") {
+		t.Errorf("a package that timed out: exit %d, the running test's output lost:\n%s", code, out.String())
+	}
+	out.Reset()
+	cut := `{"Action":"start","Package":"p"}` + "\n" + `{"Action":"run","Package":"p","Test":"TestX"}`
+	if code := run(strings.NewReader(cut), &out, nil); code != 1 || !strings.Contains(out.String(), "no result for p") {
+		t.Errorf("a run cut short: exit %d\n%s", code, out.String())
+	}
+	out.Reset()
+	ok := `{"Action":"start","Package":"p"}` + "\n" + `{"Action":"output","Package":"p","Output":"ok  \tp\t0.1s\n"}` + "\n" + `{"Action":"pass","Package":"p","Elapsed":0.1}`
+	if code := run(strings.NewReader(ok), &out, nil); code != 0 || out.String() != "ok  \tp\t0.1s\n" {
+		t.Errorf("a passing package: exit %d, printed %q", code, out.String())
+	}
+}
