@@ -1,7 +1,9 @@
 // Package facts learns what kforge needs to know about a host before changing it, in one round
 // trip: Script is one POSIX shell script run with remote.Host.Run, Parse (a pure function)
-// turns its output into a typed Facts. Nothing here decides whether a host is fit: package
-// preflight judges Facts centrally.
+// turns its output into a typed Facts. Both come from one table (table.go) whose rows each hold
+// a fact's shell command (inline, or a script of package scripts) and the Go that reads that
+// command's lines. Nothing here decides whether a host is fit: package preflight judges Facts
+// centrally.
 package facts
 
 import (
@@ -25,14 +27,6 @@ var Binaries = []string{
 	"kubelet", "kubeadm", "kubectl", "containerd", "runc", "ctr", "iptables", "ip6tables", "conntrack",
 	"socat", "ebtables", "ethtool", "nsenter", "mount", "losetup", "ip", "cp", "sha256sum", "systemctl",
 	"curl",
-}
-
-// versionArgs are the arguments that make a binary print its version (default --version).
-var versionArgs = map[string]string{
-	"kubeadm": "version -o short",
-	"kubectl": "version --client",
-	"socat":   "-V",
-	"ip":      "-V",
 }
 
 // Facts are one host's facts, as gathered by Script and parsed by Parse.
@@ -302,128 +296,25 @@ const (
 	trailer = "kforge-facts end"
 )
 
-// Script returns the shell script that prints a host's facts. It is plain POSIX sh with
-// coreutils and grep; awk (for the processes holding listening sockets), timeout and
-// sha256sum are used when present. Every line it prints is "key=value" or "section rest".
+// preamble starts the script: a known locale, the usual sbin directories on PATH, the header.
+const preamble = `export LC_ALL=C PATH="$PATH:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+echo '` + header + `'
+`
+
+// Script returns the shell script that prints a host's facts: the commands of the facts table's
+// rows (table.go) between the header and the trailer. It is plain POSIX sh with coreutils and
+// grep; awk (for the processes holding listening sockets), timeout and sha256sum are used when
+// present. Every line it prints is "key=value" or "key rest".
 func Script(o Options) string {
 	var b strings.Builder
-	b.WriteString(`export LC_ALL=C PATH="$PATH:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-printf '%s\nclock=%s\n' '` + header + `' "$(date +%s%N)"
-set -- $(uname -nrm)
-printf 'uid=%s\nhostname=%s\narch=%s\nkernel=%s\n' "$(id -u)" "$1" "$3" "$2"
-l=; [ -r /etc/machine-id ] && { read -r l || [ -n "$l" ]; } </etc/machine-id && printf 'machineid=%s\n' "$l"
-if [ -d /run/systemd/system ]; then echo systemd=1; else echo systemd=0; fi
-osr=/etc/os-release; [ -r $osr ] || osr=/usr/lib/os-release
-[ -r $osr ] && while IFS= read -r l || [ -n "$l" ]; do printf 'os %s\n' "$l"; done <$osr
-printf 'cpus=%s\n' "$(nproc 2>/dev/null || grep -c '^processor' /proc/cpuinfo)"
-while read -r k v _; do case $k in MemTotal:|SwapTotal:) printf 'meminfo %s %s\n' "$k" "$v";; esac; done </proc/meminfo
-[ -r /proc/swaps ] && { read -r _; while read -r dev _ size _; do printf 'swap %s %s\n' "$dev" "$size"; done; } </proc/swaps
-while read -r k v; do [ "$k" = CapEff: ] && printf 'capeff=%s\n' "$v"; done </proc/self/status
-grep -E '^[^ ]+ [^ ]+ cgroup2? ' /proc/self/mounts | while IFS= read -r l; do printf 'mount %s\n' "$l"; done
-for d in /sys/fs/cgroup /sys/fs/cgroup/unified; do [ -r $d/cgroup.controllers ] && { l=; read -r l <$d/cgroup.controllers; printf 'cgroup2 %s %s\n' $d "$l"; }; done
-km() { if eval "$2"; then echo "kmod $1 loaded"; elif modprobe -nq "$1" 2>/dev/null; then echo "kmod $1 loadable"; else echo "kmod $1 missing"; fi; }
-km overlay 'grep -qw overlay /proc/filesystems'; km br_netfilter '[ -d /proc/sys/net/bridge ]'
-for k in net/ipv4/ip_forward net/bridge/bridge-nf-call-iptables net/bridge/bridge-nf-call-ip6tables; do [ -r /proc/sys/$k ] && { l=; read -r l || [ -n "$l" ]; } </proc/sys/$k && printf 'sysctl %s %s\n' $k "$l"; done
-for f in /proc/net/tcp /proc/net/tcp6; do [ -r $f ] && grep -E '^ *[0-9]+: [0-9A-Fa-f]+:[0-9A-Fa-f]+ [0-9A-Fa-f]+:[0-9A-Fa-f]+ 0A ' $f | while IFS= read -r l; do printf '%s %s\n' ${f#/proc/net/} "$l"; done; done
-if command -v ss >/dev/null && command -v awk >/dev/null; then
-  ss -Hltnpe 2>/dev/null | awk '{
-    i = ""; p = ""; c = ""
-    if (match($0, / ino:[0-9]+/)) i = substr($0, RSTART + 5, RLENGTH - 5)
-    if (match($0, /\(\("[^"]*",pid=[0-9]+/)) { u = substr($0, RSTART + 3, RLENGTH - 3); n = index(u, "\""); c = substr(u, 1, n - 1); p = substr(u, n + 6) }
-    if (i != "" && i != "0" && p != "") print "sock", i, p, c }'
-elif command -v awk >/dev/null; then
-  inodes=$(cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | awk '$4=="0A"{printf " %s", $10}')
-  [ -n "$inodes" ] && ls -l /proc/[0-9]*/fd 2>/dev/null | awk -v want="$inodes " '
-    /^\/proc\/[0-9]+\/fd:$/ { split($0, a, "/"); pid = a[3]; next }
-    /socket:\[/ { i = $NF; gsub(/[^0-9]/, "", i); if (index(want, " " i " ")) print i, pid }' |
-    while read -r i p; do printf 'sock %s %s %s\n' "$i" "$p" "$(cat /proc/$p/comm 2>/dev/null)"; done
-fi
-T=; command -v timeout >/dev/null && T="timeout 5"
-set --
-for b in ` + strings.Join(Binaries, " ") + `; do
-  p=$(command -v $b) || continue
-  printf 'bin %s %s\n' $b "$p"
-  set -- "$@" "$p"
-done
-C=` + remote.Quote(o.cacheDir()) + `
-[ -d "$C" ] || mkdir -m 0700 -p "$C" 2>/dev/null || C=
-[ $# -gt 0 ] || C=
-if [ -n "$C" ]; then s=$(stat -L -c '%n %s.%.9Y.%.9Z.%i.%d' -- "$@" 2>/dev/null) || C=; fi
-[ -n "$C" ] || s=$(printf '%s -\n' "$@")
-[ $# -gt 0 ] && printf '%s\n' "$s" | while read -r p k; do
-  b=${p##*/}
-  if [ -n "$C" ] && [ -f "$C/$b" ] && { IFS= read -r c; [ "$c" = "$p $k" ]; } <"$C/$b"; then
-    { read -r _; while IFS= read -r l; do printf 'ver %s %s\n' $b "$l"; done; } <"$C/$b"
-    continue
-  fi
-  case $b in
-`)
-	for _, name := range Binaries {
-		if a, ok := versionArgs[name]; ok {
-			fmt.Fprintf(&b, "  %s) a=%s;;\n", name, remote.Quote(a))
+	b.WriteString(preamble)
+	for _, r := range table {
+		if c := r.command(o); c != "" {
+			b.WriteString(c + "\n")
 		}
-	}
-	b.WriteString(`  *) a=--version;;
-  esac
-  out=$($T "$p" $a 2>&1 </dev/null | head -n 3)
-  [ -n "$out" ] && printf '%s\n' "$out" | while IFS= read -r l; do printf 'ver %s %s\n' $b "$l"; done
-  [ -n "$C" ] && { printf '%s\n' "$p $k"; [ -z "$out" ] || printf '%s\n' "$out"; } >"$C/$b.tmp" && mv -f "$C/$b.tmp" "$C/$b"
-done
-sock=` + remote.Quote(o.socket()) + `
-printf 'runtime socket %s\n' "$sock"
-if [ -S "$sock" ]; then
-  echo 'runtime exists'
-  if command -v ctr >/dev/null; then
-    if out=$($T ctr --address "$sock" version 2>&1 </dev/null); then echo 'runtime answering'; fi
-    printf '%s\n' "$out" | tail -n 12 | while IFS= read -r l; do printf 'ctr %s\n' "$l"; done
-  fi
-fi
-d=` + hostpath.ManifestsDir + `
-if [ -d $d ]; then
-  echo 'manifests exists'
-  ls -A $d | while IFS= read -r e; do printf 'manifest %s\n' "$e"; done
-  [ -f ` + hostpath.ManifestsMarkerPath + ` ] && while IFS= read -r l || [ -n "$l" ]; do printf 'marker %s\n' "$l"; done <` + hostpath.ManifestsMarkerPath + `
-fi
-[ -d ` + hostpath.EtcdDataDir + ` ] && ls -A ` + hostpath.EtcdDataDir + ` | head -n 5 | while IFS= read -r e; do printf 'etcd %s\n' "$e"; done
-[ -f ` + hostpath.KubeletDropInPath + ` ] && echo kubeletdropin=1
-set --
-`)
-	if o.ServiceAddress != "" {
-		b.WriteString("if ip route get " + remote.Quote(o.ServiceAddress) + " >/dev/null 2>&1; then echo svcroute=" + string(RouteCovered) + "; else echo svcroute=" + string(RouteMissing) + "; fi\n")
-	}
-	if o.VIP != "" {
-		// An ARP request for the VIP (the kernel's, for a TCP connection attempt to the API
-		// server's port), then whatever answered it, as the neighbour table says.
-		b.WriteString("v=" + remote.Quote(o.VIP) + `
-if ip -o -4 addr show 2>/dev/null | grep -q " inet $v/"; then echo viphere=1
-else
-  r=$(ip -o -4 route get "$v" 2>/dev/null)
-  case "$r" in *" via "*|"") ;; *) d=${r#* dev }; echo "vipdev=${d%% *}";; esac
-  command -v bash >/dev/null 2>&1 && timeout 2 bash -c 'exec 3<>"/dev/tcp/$1/6443"' sh "$v" >/dev/null 2>&1
-  n=$(ip neigh show "$v" 2>/dev/null)
-  case "$n" in *lladdr*REACHABLE*) m=${n#*lladdr }; echo "vipmac=${m%% *}";; esac
-fi
-`)
-	}
-	if len(o.Dirs) > 0 {
-		b.WriteString("for d in " + quoteAll(o.Dirs) + `; do [ -d "$d" ] && printf 'dir %s\n' "$d"; done
-`)
-	}
-	if len(o.Hash) > 0 {
-		b.WriteString("for f in " + quoteAll(o.Hash) + `; do [ -f "$f" ] && set -- "$@" "$f"; done
-[ $# -gt 0 ] && sha256sum -- "$@" | while read -r s p; do printf 'sum %s %s\n' "$s" "$p"; done
-`)
 	}
 	b.WriteString("echo '" + trailer + "'\n")
 	return b.String()
-}
-
-func quoteAll(ps []string) string {
-	q := make([]string, len(ps))
-	for i, p := range ps {
-		q[i] = remote.Quote(p)
-	}
-	return strings.Join(q, " ")
 }
 
 // Gather runs Script on h and parses its output. Sent and Received frame the run by the

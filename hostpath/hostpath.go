@@ -86,6 +86,12 @@ const (
 	DefaultCNIBinDir = "/opt/cni/bin"
 	// CNIConfFile is the pod network config kforge writes on each node.
 	CNIConfFile = "/etc/cni/net.d/10-kforge.conflist"
+	// CNIStateDir keeps the CNI plugins' IP allocations (networks/) and cached results
+	// (results/), FlannelRunDir flannel's subnet lease, CNINetnsPrefix the pods' network
+	// namespaces: reset removes them.
+	CNIStateDir    = "/var/lib/cni"
+	FlannelRunDir  = "/run/flannel"
+	CNINetnsPrefix = "/run/netns/cni-"
 	// ServiceRouteUnit routes the Service subnet on hosts where no route covers it; the marker
 	// (tmpfs: gone at reboot, with the route) names the interface of the route it added.
 	ServiceRouteUnit     = "kforge-service-route.service"
