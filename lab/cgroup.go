@@ -100,23 +100,45 @@ func makeCgroups(hier []hierarchy, name string) ([]string, error) {
 	var dirs []string
 	for _, h := range hier {
 		d := filepath.Join(h.dir, name)
-		if err := os.Mkdir(d, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
-			return dirs, fmt.Errorf("creating cgroup %s: %w", d, err)
-		}
 		dirs = append(dirs, d)
-		if h.cpuset { // a new cpuset cgroup starts empty: no process could join it
-			for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
-				b, err := os.ReadFile(filepath.Join(h.dir, f))
-				if err != nil {
-					return dirs, err
-				}
-				if err := os.WriteFile(filepath.Join(d, f), b, 0o644); err != nil {
-					return dirs, fmt.Errorf("setting %s: %w", filepath.Join(d, f), err)
-				}
-			}
+		if err := makeCgroup(d, h.cpuset); err != nil {
+			return dirs, err
 		}
 	}
 	return dirs, nil
+}
+
+// remakeCgroups creates again the cgroups makeCgroups made (a host's, which StopHost removed).
+func remakeCgroups(dirs []string) error {
+	for _, d := range dirs {
+		_, err := os.Stat(filepath.Join(filepath.Dir(d), "cpuset.cpus"))
+		if err := makeCgroup(d, err == nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// makeCgroup creates the cgroup d (an existing one is kept); in a cpuset hierarchy it gets its
+// parent's CPUs and memory nodes, since a new cpuset cgroup starts with none and no process
+// could join it.
+func makeCgroup(d string, cpuset bool) error {
+	if err := os.Mkdir(d, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("creating cgroup %s: %w", d, err)
+	}
+	if !cpuset {
+		return nil
+	}
+	for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+		b, err := os.ReadFile(filepath.Join(filepath.Dir(d), f))
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(d, f), b, 0o644); err != nil {
+			return fmt.Errorf("setting %s: %w", filepath.Join(d, f), err)
+		}
+	}
+	return nil
 }
 
 // cgroupPIDs lists the processes in the given cgroups and all their descendants.

@@ -427,18 +427,24 @@ func (l *Lab) removeHost(ctx context.Context, h *hostState, deadline time.Time, 
 	return errors.Join(errs...)
 }
 
-// stopProcesses ends every process of the host and returns once none is left; r hears when a
-// host has to be killed.
+// stopProcesses ends every process of the host and returns once none is left: a clean shutdown
+// until deadline, then SIGKILL; a deadline that has passed (the zero time) kills at once, with
+// no shutdown at all. r hears when a host that was asked to shut down has to be killed.
 func (l *Lab) stopProcesses(h *hostState, deadline time.Time, r progress.Reporter) error {
 	if np := l.nspawnPID(h); np != 0 {
-		// systemd-nspawn turns SIGTERM into a clean shutdown of the host.
-		_ = syscall.Kill(np, syscall.SIGTERM)
+		clean := time.Now().Before(deadline)
+		if clean {
+			// systemd-nspawn turns SIGTERM into a clean shutdown of the host.
+			_ = syscall.Kill(np, syscall.SIGTERM)
+		}
 		for time.Now().Before(deadline) && l.nspawnPID(h) != 0 {
 			time.Sleep(50 * time.Millisecond)
 		}
 		if pid, err := l.leader(h); err == nil {
-			l.log.Debug("host did not shut down in time; killing it", "host", h.Name, "pid", pid)
-			r(progress.Event{Kind: progress.Info, Host: h.Name, Message: "did not shut down in time; killing it"})
+			if clean {
+				l.log.Debug("host did not shut down in time; killing it", "host", h.Name, "pid", pid)
+				r(progress.Event{Kind: progress.Info, Host: h.Name, Message: "did not shut down in time; killing it"})
+			}
 			_ = syscall.Kill(pid, syscall.SIGKILL) // ends its whole PID namespace
 		}
 	}
@@ -464,24 +470,39 @@ func (l *Lab) stopProcesses(h *hostState, deadline time.Time, r progress.Reporte
 	}
 }
 
-// StopHost powers the host off abruptly (SIGKILL of its init, like pulling the plug). Its
-// network namespace and link go with it; StartHost boots it again.
+// StopHost cuts the host's power: SIGKILL of its init (a VM: of QEMU) and of every process left
+// in its cgroups, with no shutdown. What the host's kernel held goes with it, as on a real
+// machine: its network namespace and link, its mounts, its /run. And its cgroups: an nspawn host
+// shares this machine's kernel, where the cgroups its previous boot made (kubelet's kubepods,
+// one per container) would outlive it, and kubelet, once booted again, would wait on each of
+// those containers, whose tasks containerd no longer has, before it reports Ready. So they are
+// removed, the host's own included (StartHost makes them anew). Its disk stays: the overlay,
+// /var/lib/containerd, the journal. StartHost boots it again.
 func (l *Lab) StopHost(ctx context.Context, host string) error {
 	h, err := l.host(host)
 	if err != nil {
 		return err
 	}
-	if err := l.stopProcesses(h, time.Now(), progress.Discard); err != nil { // killing it is the point
+	if err := l.powerOff(h); err != nil {
 		return fmt.Errorf("lab host %s: %w", host, err)
+	}
+	return l.save()
+}
+
+// powerOff kills every process of the host at once and removes its cgroups.
+func (l *Lab) powerOff(h *hostState) error {
+	if err := l.stopProcesses(h, time.Time{}, progress.Discard); err != nil {
+		return err
 	}
 	l.mu.Lock()
 	h.LauncherPID, h.LauncherStart = 0, 0
 	l.mu.Unlock()
-	return l.save()
+	return removeCgroups(h.Cgroups)
 }
 
-// StartHost boots a stopped host again (same disk, keys and address) and waits until its sshd
-// answers and systemd runs.
+// StartHost boots a stopped host again (same disk, keys and address) as from a cold start, and
+// waits until its sshd answers and systemd runs. A host that went down otherwise than by
+// StopHost (its launcher killed, say) is first wiped as StopHost would.
 func (l *Lab) StartHost(ctx context.Context, host string) error {
 	h, err := l.host(host)
 	if err != nil {
@@ -489,6 +510,12 @@ func (l *Lab) StartHost(ctx context.Context, host string) error {
 	}
 	if l.Running(host) {
 		return nil
+	}
+	if err := l.powerOff(h); err != nil {
+		return fmt.Errorf("lab host %s: %w", host, err)
+	}
+	if err := remakeCgroups(h.Cgroups); err != nil {
+		return fmt.Errorf("lab host %s: %w", host, err)
 	}
 	_ = deleteLink(ctx, h.Veth)
 	if err := l.startHost(ctx, h); err != nil {

@@ -572,9 +572,21 @@ func TestLabFaults(t *testing.T) {
 		t.Errorf("2 MiB to the host: %s unshaped, %s at 8mbit, %s after the undo; want under 1s, about 2.1s, under 1s", fast, slow, again)
 	}
 
+	// A power cut takes what the host's kernel held: a cgroup its boot made (as kubelet makes
+	// one per container) does not outlive it, nor do the host's own cgroups.
+	if out, err := l.Exec(ctx, h.Name, "mkdir", "/sys/fs/cgroup/memory/kforge-previous-boot"); err != nil {
+		t.Fatalf("making a cgroup in the host: %q %v", out, err)
+	}
+	cgs, err := l.cgroups(h.Name)
+	must(t, err)
 	must(t, l.StopHost(ctx, h.Name))
 	if l.Running(h.Name) {
 		t.Fatal("host still running after StopHost")
+	}
+	for _, d := range cgs {
+		if _, err := os.Stat(d); err == nil {
+			t.Errorf("cgroup %s is still there after StopHost", d)
+		}
 	}
 	if err := dial(); err == nil {
 		t.Fatal("sshd answers on a stopped host")
@@ -586,6 +598,12 @@ func TestLabFaults(t *testing.T) {
 	sshOK("StartHost") // same host key: known_hosts still matches
 	if out, err := l.Exec(ctx, h.Name, "systemctl", "is-system-running", "--wait"); err != nil || string(out) != "running\n" {
 		t.Fatalf("after StartHost: %q %v", out, err)
+	}
+	if out, err := l.Exec(ctx, h.Name, "ls", "/sys/fs/cgroup/memory"); err != nil || strings.Contains(string(out), "kforge-previous-boot") {
+		t.Errorf("after StartHost, the host's memory cgroup holds the previous boot's cgroup (or cannot be read): %v\n%s", err, out)
+	}
+	if len(cgroupPIDs(cgs)) == 0 {
+		t.Errorf("after StartHost, no process in the host's cgroups %v", cgs)
 	}
 }
 

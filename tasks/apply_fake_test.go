@@ -637,7 +637,7 @@ func (h *simHost) DialContext(ctx context.Context, network, addr string) (net.Co
 	return client, nil
 }
 
-// repointKubelet does what repointKubeletScript does, on the host's files.
+// repointKubelet does what scripts/repoint-kubelet.sh does, on the host's files.
 func (h *simHost) repointKubelet(_ context.Context, c remote.Cmd) error {
 	line, _, _ := strings.Cut(strings.TrimPrefix(c.Command, "server="), "\n")
 	server := strings.Trim(line, "'")

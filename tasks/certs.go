@@ -16,6 +16,7 @@ import (
 	"github.com/kforge/kforge/pki"
 	"github.com/kforge/kforge/progress"
 	"github.com/kforge/kforge/remote"
+	"github.com/kforge/kforge/scripts"
 )
 
 // CertsCheck is one `kforge certs check`: every certificate the cluster depends on, in the
@@ -216,18 +217,15 @@ func (hc hostCerts) first(p string) *x509.Certificate {
 // (a kubeconfig's client-certificate-data, decoded) leave the host, never a key. A file that
 // is missing or holds no certificate is absent from the result.
 func readHostCerts(ctx context.Context, h remote.Host, files []hostCertFile) (hostCerts, error) {
-	var b strings.Builder
+	var list []string
 	for _, f := range files {
-		q := remote.Quote(f.Path)
-		fmt.Fprintf(&b, "echo '==> '%s; ", q)
+		kind := "cert"
 		if f.kubeconfig {
-			fmt.Fprintf(&b, "sed -n 's/^ *client-certificate-data: *//p' %s 2>/dev/null | base64 -d 2>/dev/null; ", q)
-		} else {
-			fmt.Fprintf(&b, "sed -n '/-BEGIN CERTIFICATE-/,/-END CERTIFICATE-/p' %s 2>/dev/null; ", q)
+			kind = "kubeconfig"
 		}
+		list = append(list, kind+" "+f.Path)
 	}
-	b.WriteString("true")
-	out, err := remote.Output(ctx, h, b.String())
+	out, err := remote.Output(ctx, h, scripts.Command("read-certs", "files", scripts.Lines(list)))
 	if err != nil {
 		return nil, err
 	}

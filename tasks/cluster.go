@@ -29,6 +29,7 @@ import (
 	"github.com/kforge/kforge/progress"
 	"github.com/kforge/kforge/release"
 	"github.com/kforge/kforge/remote"
+	"github.com/kforge/kforge/scripts"
 	"github.com/kforge/kforge/templates"
 )
 
@@ -483,23 +484,14 @@ func (e *LookError) Details() []string {
 	return append(d, "  the API server answers: look at the cluster with kubectl --kubeconfig "+e.Kubeconfig+" get pods -A (kforge kubeconfig prints it)")
 }
 
-// repointKubeletScript points a joined worker's kubelet.conf (written by its kubelet at TLS
-// bootstrap, with the bootstrap kubeconfig's server) at $server when it names another API
+// repointKubelet points a joined worker's kubelet.conf (written by its kubelet at TLS
+// bootstrap, with the bootstrap kubeconfig's server) at server when it names another API
 // server, as after a restore onto new masters or a changed controlPlaneEndpoint, and restarts
-// kubelet; it prints the old server when it did. The client certificate stays: it is the
-// kubelet's own, signed by the same CA.
-const repointKubeletScript = `f=` + hostpath.KubeletKubeconfig + `
-[ -f "$f" ] || exit 0
-cur=$(sed -n 's/^ *server: *//p' "$f" | head -n 1)
-[ "$cur" = "$server" ] && exit 0
-sed "s#^\\( *server:\\).*#\\1 $server#" "$f" > "$f.kforge-tmp" && chmod 600 "$f.kforge-tmp" && mv "$f.kforge-tmp" "$f" || exit 1
-systemctl is-active -q kubelet && { systemctl restart kubelet || exit 1; }
-echo "$cur"`
-
-// repointKubelet runs repointKubeletScript on h and returns the server kubelet.conf named
-// before, or "" when it was right (or absent: the worker has not joined yet).
+// kubelet. The client certificate stays: it is the kubelet's own, signed by the same CA. It
+// returns the server kubelet.conf named before, or "" when it was right (or absent: the worker
+// has not joined yet).
 func repointKubelet(ctx context.Context, h remote.Host, server string) (string, error) {
-	out, err := remote.Output(ctx, h, "server="+remote.Quote(server)+"\n"+repointKubeletScript)
+	out, err := remote.Output(ctx, h, scripts.Command("repoint-kubelet", "server", server, "kubeconfig", hostpath.KubeletKubeconfig))
 	if err != nil {
 		return "", fmt.Errorf("point kubelet.conf at %s: %w", server, err)
 	}
@@ -529,20 +521,11 @@ func (a *Apply) forgetBootstrapToken(ctx context.Context, r progress.Reporter) e
 // logged (_SYSTEMD_UNIT: not systemd's own lines about the unit, such as "Failed with result"):
 // the last one about any of pods ("namespace/name", as kubelet logs pod="..."), when there is one.
 func kubeletSaysScript(pods []string) string {
-	script := `echo "kubelet $(systemctl is-active kubelet 2>/dev/null)"
-errors=$(journalctl _SYSTEMD_UNIT=kubelet.service -n 2000 --no-pager -o cat 2>/dev/null | grep -E '^E[0-9]{4} |[Ee]rror|[Ff]ailed')
-line=
-`
 	var quoted []string
 	for _, p := range pods {
 		quoted = append(quoted, regexp.QuoteMeta(`pod="`+p+`"`))
 	}
-	if len(quoted) > 0 {
-		script += `line=$(printf '%s\n' "$errors" | grep -E ` + remote.Quote(strings.Join(quoted, "|")) + ` | tail -n 1)
-`
-	}
-	return script + `[ -n "$line" ] || line=$(printf '%s\n' "$errors" | tail -n 1)
-printf '%s\n' "$line" | cut -c1-400`
+	return scripts.Command("kubelet-says", "pods", strings.Join(quoted, "|"))
 }
 
 // kubeletsSay wraps a step that waits on nodes: when it fails with nodes at fault

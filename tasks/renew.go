@@ -19,6 +19,7 @@ import (
 	"github.com/kforge/kforge/pki"
 	"github.com/kforge/kforge/progress"
 	"github.com/kforge/kforge/remote"
+	"github.com/kforge/kforge/scripts"
 	"github.com/kforge/kforge/templates"
 
 	corev1 "k8s.io/api/core/v1"
@@ -318,10 +319,7 @@ var apiserverKubeletClient = path.Join(hostpath.PKIDir, "apiserver-kubelet-clien
 
 // restartAPIServerScript kills the kube-apiserver container (its image is …/kube-apiserver:TAG);
 // kubelet starts it again with the same manifest, and it reads every file anew.
-const restartAPIServerScript = `for id in $(ctr -n k8s.io containers ls 2>/dev/null | awk '$2 ~ /\/kube-apiserver:/ {print $1}'); do
-  ctr -n k8s.io tasks kill -s SIGKILL "$id" >/dev/null 2>&1
-done
-true`
+var restartAPIServerScript = scripts.Command("restart-apiserver")
 
 // pushMasters pushes each master's credentials and waits until the static pods kubelet
 // restarts for them run and are Ready: one master at a time, the API watched through another

@@ -15,6 +15,7 @@ import (
 	"github.com/kforge/kforge/inventory"
 	"github.com/kforge/kforge/progress"
 	"github.com/kforge/kforge/remote"
+	"github.com/kforge/kforge/scripts"
 	"github.com/kforge/kforge/state"
 )
 
@@ -95,14 +96,7 @@ func (x *Reset) eachReset(ctx context.Context, r progress.Reporter, fn func(ctx 
 // stopKubeletScript stops and disables kubelet.service when systemd knows it, including a
 // kubelet waiting to be restarted after a crash, then names any kubelet still running in the
 // host's own PID namespace (kubelets of nested nodes, kind's say, are not the host's).
-const stopKubeletScript = `if [ "$(systemctl show -p LoadState --value kubelet.service 2>/dev/null)" = loaded ]; then
-  s=$(systemctl show -p ActiveState --value kubelet.service)
-  systemctl stop kubelet.service || exit 1
-  case "$s" in inactive|failed) ;; *) echo "changed kubelet stopped" ;; esac
-  if systemctl is-enabled -q kubelet.service 2>/dev/null; then systemctl disable -q kubelet.service || exit 1; echo "changed kubelet disabled"; fi
-fi
-self=$(readlink /proc/self/ns/pid)
-for p in $(pgrep -x kubelet 2>/dev/null); do [ "$(readlink /proc/$p/ns/pid)" = "$self" ] && echo "note kubelet-pid $p"; done; true`
+var stopKubeletScript = scripts.Command("reset-stop-kubelet")
 
 func (x *Reset) stopKubelet(ctx context.Context, r progress.Reporter) error {
 	return x.eachReset(ctx, r, func(ctx context.Context, n inventory.Node, h remote.Host) (string, error) {
@@ -122,38 +116,7 @@ func (x *Reset) stopKubelet(ctx context.Context, r progress.Reporter) error {
 // keeps apart from containers, and stops any shim of the namespace still running. Images stay.
 // A host without containerd running (apply stopped before starting it) has nothing to remove,
 // unless shims of the namespace still run.
-const containersScript = `command -v ctr >/dev/null 2>&1 || { echo "note ctr not installed"; exit 0; }
-k8s_shims() {
-  self=$(readlink /proc/self/ns/pid)
-  for p in $(pgrep -x containerd-shim 2>/dev/null); do
-    [ "$(readlink /proc/$p/ns/pid)" = "$self" ] && tr '\0' ' ' </proc/$p/cmdline 2>/dev/null | grep -q -- '-namespace k8s.io' && echo $p
-  done
-}
-if ! ctr --connect-timeout 5s version >/dev/null 2>&1; then
-  if [ -n "$(k8s_shims)" ]; then
-    echo "containerd is not answering but containerd-shim processes run (pods may still run): start containerd (systemctl start containerd), then run kforge reset again" >&2; exit 1
-  fi
-  echo "note containerd not running"; exit 0
-fi
-ids=$(ctr -n k8s.io containers ls -q) || exit 1
-for id in $ids; do ctr -n k8s.io tasks kill -s SIGKILL "$id" >/dev/null 2>&1 & done; wait
-n=0
-for id in $ids; do
-  ctr -n k8s.io tasks rm -f "$id" >/dev/null 2>&1
-  ctr -n k8s.io containers rm "$id" >/dev/null || exit 1
-  n=$((n+1))
-done
-[ "$n" = 0 ] || echo "changed $n containers removed"
-if ctr sandboxes --help >/dev/null 2>&1; then
-  s=0
-  for id in $(ctr -n k8s.io sandboxes ls 2>/dev/null | awk 'NR > 1 {print $1}'); do
-    ctr -n k8s.io sandboxes rm -f "$id" >/dev/null 2>&1 && s=$((s+1))
-  done
-  [ "$s" = 0 ] || echo "changed $s sandboxes removed"
-fi
-k=0
-for p in $(k8s_shims); do kill -9 "$p" 2>/dev/null && k=$((k+1)); done
-[ "$k" = 0 ] || echo "changed $k shims stopped"`
+var containersScript = scripts.Command("reset-containers")
 
 // containerdEnv points ctr at the inventory's runtime socket when it is not containerd's default.
 func (x *Reset) containerdEnv() string {
@@ -195,18 +158,7 @@ func (x *Reset) removeContainers(ctx context.Context, r progress.Reporter) error
 // unmountScript unmounts, deepest first, every mount below /var/lib/kubelet/ (pod volumes;
 // also below its target when it is a symlink, as kubeadm resolves it) and the pods' network
 // namespaces (/run/netns/cni-*), then deletes those namespace files.
-const unmountScript = `kd=` + hostpath.KubeletDir + `
-n=0
-k=$(readlink -f "$kd" 2>/dev/null); [ -n "$k" ] || k=$kd
-for m in $(awk -v kd="$kd/" -v k="$k/" 'index($2, kd) == 1 || index($2, k) == 1 || index($2, "/run/netns/cni-") == 1 {print $2}' /proc/mounts | sort -r); do
-  m=$(printf '%b' "$m")
-  umount -- "$m" 2>/dev/null || umount -l -- "$m" 2>/dev/null || ! awk -v m="$m" '$2 == m {f=1} END {exit !f}' /proc/mounts || { echo "cannot unmount $m" >&2; exit 1; }
-  n=$((n+1))
-done
-[ "$n" = 0 ] || echo "changed $n mounts unmounted"
-k=0
-for f in /run/netns/cni-*; do [ -e "$f" ] || continue; rm -f -- "$f" || exit 1; k=$((k+1)); done
-[ "$k" = 0 ] || echo "changed $k network namespaces removed"`
+var unmountScript = scripts.Command("reset-unmount", "kubelet_dir", hostpath.KubeletDir, "netns_prefix", hostpath.CNINetnsPrefix)
 
 func (x *Reset) unmountKubelet(ctx context.Context, r progress.Reporter) error {
 	return x.eachReset(ctx, r, func(ctx context.Context, n inventory.Node, h remote.Host) (string, error) {
@@ -217,9 +169,8 @@ func (x *Reset) unmountKubelet(ctx context.Context, r progress.Reporter) error {
 
 // stopServiceRouteScript stops and disables the service-route unit, which removes the route it
 // added, before its file goes.
-const stopServiceRouteScript = `[ -f ` + hostpath.ServiceRouteUnitPath + ` ] || exit 0
-systemctl disable -q --now ` + hostpath.ServiceRouteUnit + ` || exit 1
-echo "changed ` + hostpath.ServiceRouteUnit + ` stopped (its route removed) and disabled"`
+var stopServiceRouteScript = scripts.Command("stop-unit", "unit", hostpath.ServiceRouteUnit, "unit_path", hostpath.ServiceRouteUnitPath,
+	"said", "stopped (its route removed) and disabled")
 
 // resetFiles are the paths reset removes on a node: everything kforge wrote there except the
 // bundle's binaries and containerd's config. Directories that are mount points or symlinks
@@ -240,30 +191,8 @@ func resetFiles(role inventory.Role) []string {
 // connect writes it, reset's own included. A directory that is a mount point, or a symlink to a directory (the user's layout:
 // /var/lib/kubelet on another disk, say), is emptied and kept, as kubeadm's CleanDir does.
 func removeScript(paths []string, emptyDir string) string {
-	var b strings.Builder
-	b.WriteString(`kd=` + hostpath.KubeletDir + `
-k=$(readlink -f "$kd" 2>/dev/null); [ -n "$k" ] || k=$kd
-if awk -v kd="$kd/" -v k="$k/" 'index($2, kd) == 1 || index($2, k) == 1 {f=1} END {exit !f}' /proc/mounts; then
-  echo "mounts remain under $kd: run kforge reset again, or unmount them" >&2; exit 1
-fi
-`)
-	b.WriteString("for p in")
-	for _, p := range paths {
-		b.WriteString(" " + remote.Quote(p))
-	}
-	b.WriteString(`; do
-  if [ -d "$p" ] && { [ -L "$p" ] || mountpoint -q "$p" 2>/dev/null; }; then
-    [ -z "$(ls -A "$p/")" ] && continue
-    find "$p/" -mindepth 1 -maxdepth 1 -exec rm -rf --one-file-system -- {} + || exit 1
-    echo "changed emptied $p"
-  elif [ -e "$p" ] || [ -L "$p" ]; then
-    rm -rf --one-file-system -- "$p" || exit 1
-    echo "changed removed $p"
-  fi
-done
-d=` + remote.Quote(emptyDir) + `; [ -d "$d" ] && rmdir "$d" 2>/dev/null && echo "changed removed $d"
-rm -rf -- ` + hostpath.FactsCacheDir + `; true`)
-	return b.String()
+	return scripts.Command("reset-remove", "kubelet_dir", hostpath.KubeletDir, "paths", scripts.Lines(paths), "empty_dir", emptyDir,
+		"facts_cache", hostpath.FactsCacheDir)
 }
 
 func (x *Reset) removeFiles(ctx context.Context, r progress.Reporter) error {
@@ -300,31 +229,13 @@ const cniNetwork = "kforge"
 
 // networkScript deletes the pod network's links, config and state. Pods were killed without
 // a CNI DEL, so their IP allocations and cached results are removed here too.
-const networkScript = `for l in cni0 flannel.1; do
-  if ip link show dev "$l" >/dev/null 2>&1; then ip link delete dev "$l" || exit 1; echo "changed link $l deleted"; fi
-done
-for p in ` + hostpath.CNIConfFile + ` /run/flannel /var/lib/cni/networks/` + cniNetwork + ` /var/lib/cni/results/` + cniNetwork + `-* /var/lib/cni/results/cni-loopback-*; do
-  [ -e "$p" ] || continue
-  rm -rf -- "$p" || exit 1
-  case "$p" in /var/lib/cni/results/*) r=1 ;; *) echo "changed removed $p" ;; esac
-done
-[ -z "$r" ] || echo "changed removed CNI results"
-if command -v nft >/dev/null 2>&1; then
-  for f in ip ip6; do nft list table $f kube-proxy >/dev/null 2>&1 && { nft delete table $f kube-proxy || exit 1; echo "changed nft table $f kube-proxy deleted"; }; done
-fi; true`
+var networkScript = scripts.Command("reset-network", "cni_conf", hostpath.CNIConfFile, "cni_network", cniNetwork,
+	"cni_state", hostpath.CNIStateDir, "flannel_run", hostpath.FlannelRunDir)
 
 // iptablesDumpScript prints the rules of every iptables variant on the host, each after a
 // "#kforge-iptables NAME" line: legacy and nft, IPv4 and IPv6 where present, else whatever
 // plain iptables-save is.
-const iptablesDumpScript = `found=
-for t in iptables-legacy iptables-nft ip6tables-legacy ip6tables-nft; do
-  command -v $t-save >/dev/null 2>&1 || continue
-  found=1; echo "#kforge-iptables $t"; $t-save 2>/dev/null
-done
-if [ -z "$found" ]; then for t in iptables ip6tables; do
-  command -v $t-save >/dev/null 2>&1 || continue
-  echo "#kforge-iptables $t"; $t-save 2>/dev/null
-done; fi; true`
+var iptablesDumpScript = scripts.Command("reset-iptables-dump")
 
 // resetChainPrefixes name the iptables chains kube-proxy, kubelet, flannel and the portmap CNI
 // plugin make; reset deletes them and every rule that jumps to them, in every table.

@@ -16,6 +16,7 @@ import (
 	"github.com/kforge/kforge/inventory"
 	"github.com/kforge/kforge/progress"
 	"github.com/kforge/kforge/remote"
+	"github.com/kforge/kforge/scripts"
 	"github.com/kforge/kforge/templates"
 )
 
@@ -158,16 +159,7 @@ func stopControlPlane(ctx context.Context, c *inventory.Cluster, h remote.Host) 
 
 // swapDataDirScript unpacks the restored member directory beside etcd's data directory, then
 // swaps it in: the old member directory goes only once the new one is complete.
-const swapDataDirScript = `set -e
-d=` + hostpath.EtcdDataDir + `
-rm -rf "$d.kforge-restore"
-mkdir -p -m 0700 "$d.kforge-restore" "$d"
-tar -xzf - -C "$d.kforge-restore"
-rm -rf "$d/member"
-mv "$d.kforge-restore/member" "$d/member"
-rmdir "$d.kforge-restore"
-chmod 0700 "$d"
-sync`
+var swapDataDirScript = scripts.Command("restore-etcd-data", "dir", hostpath.EtcdDataDir)
 
 // pushDataDir streams dir's member directory to the host's etcd data directory.
 func pushDataDir(ctx context.Context, h remote.Host, dir string) error {

@@ -20,6 +20,7 @@ import (
 	"github.com/kforge/kforge/inventory"
 	"github.com/kforge/kforge/progress"
 	"github.com/kforge/kforge/remote"
+	"github.com/kforge/kforge/scripts"
 	"github.com/kforge/kforge/templates"
 )
 
@@ -357,17 +358,13 @@ func hasUnit(f *facts.Facts, unitPath string) bool {
 // stopUnitScript stops and disables one of kforge's units (the node-local API proxy,
 // kforge-vip, which releases the virtual IP) before its files go.
 func stopUnitScript(unit, unitPath string) string {
-	return `[ -f ` + unitPath + ` ] || exit 0
-systemctl disable -q --now ` + unit + ` || exit 1
-echo "changed ` + unit + ` stopped and disabled"`
+	return scripts.Command("stop-unit", "unit", unit, "unit_path", unitPath, "said", "stopped and disabled")
 }
 
 // retireUnitScript stops, disables and removes one of kforge's units and its files, printing
 // "removed" when the unit was there.
 func retireUnitScript(unit, unitPath string, files ...string) string {
-	return `[ -f ` + unitPath + ` ] || exit 0
-systemctl disable -q --now ` + unit + ` || exit 1
-rm -f ` + unitPath + ` ` + strings.Join(files, " ") + ` && systemctl daemon-reload && echo removed`
+	return scripts.Command("retire-unit", "unit", unit, "unit_path", unitPath, "files", scripts.Lines(files))
 }
 
 // containerdRestarts says whether containerd restarts on a host: when its binaries were
