@@ -186,3 +186,33 @@ func TestDurationParse(t *testing.T) {
 		}
 	}
 }
+
+// TestReleaseIsReadOnceAtLoad: the inventory keeps its version's row of the release catalogue
+// ("1.35.0" read as v1.35.0), and a copy at another version (an upgrade's hop) carries that
+// version's row while the original keeps its own; a version this kforge does not install is
+// refused. A cluster that Parse did not make has no row to hand out.
+func TestReleaseIsReadOnceAtLoad(t *testing.T) {
+	c, err := Parse("t.yaml", []byte(minimal+"kubernetesVersion: 1.35.0\n"), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := c.Release(); r.Kubernetes != "v1.35.0" || r.Minor != "v1.35" || r.Etcd != "v3.6.6" || r.Semver.Minor != 35 {
+		t.Errorf("Release() = %+v", r)
+	}
+	hop, err := c.AtVersion("v1.36.2")
+	if err != nil || hop.KubernetesVersion != "v1.36.2" || hop.Release().Kubernetes != "v1.36.2" || hop.Release().Minor != "v1.36" || hop.Name != "t" {
+		t.Errorf("AtVersion(v1.36.2) = %+v, %v", hop, err)
+	}
+	if c.KubernetesVersion != "v1.35.0" || c.Release().Kubernetes != "v1.35.0" {
+		t.Errorf("AtVersion changed the original: %s, %s", c.KubernetesVersion, c.Release().Kubernetes)
+	}
+	if _, err := c.AtVersion("v1.29.0"); err == nil || !strings.Contains(err.Error(), "not supported by this kforge") {
+		t.Errorf("AtVersion(v1.29.0): %v", err)
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("Release of a cluster literal did not panic")
+		}
+	}()
+	(&Cluster{KubernetesVersion: "v1.36.3"}).Release()
+}

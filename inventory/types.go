@@ -73,7 +73,32 @@ type Cluster struct {
 	// Kubernetes manifests applied (server-side) after the cluster is up, in order.
 	Addons []Addon `yaml:"addons,omitempty"`
 
-	src *source // where each field came from; set by Parse
+	src *source         // where each field came from; set by Parse
+	rel release.Release // KubernetesVersion's row of the release catalogue; set by Parse and AtVersion
+}
+
+// Release is the release catalogue's row of the cluster's Kubernetes version (release.For):
+// the version as numbers, its components' versions and images. It is read once, when the
+// inventory is loaded; everything else reads it here. A Cluster that neither Parse nor
+// AtVersion made has none, and Release panics (a test builds its cluster with one of them).
+func (c *Cluster) Release() release.Release {
+	if c.rel.Minor == "" {
+		panic("inventory: Release of a Cluster that neither Parse nor AtVersion made")
+	}
+	return c.rel
+}
+
+// AtVersion is a copy of c at Kubernetes version v, with v's release row: an upgrade's hop.
+// v must be a version this kforge installs (release.For's error says why not). The copy shares
+// c's hosts, slices and maps, which nothing changes after Load.
+func (c *Cluster) AtVersion(v string) (*Cluster, error) {
+	r, err := release.For(v)
+	if err != nil {
+		return nil, err
+	}
+	cp := *c
+	cp.KubernetesVersion, cp.rel = v, r
+	return &cp, nil
 }
 
 // Networking describes the cluster's address space.

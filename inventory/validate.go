@@ -41,12 +41,13 @@ func (v *validator) add(path, hint, format string, args ...any) {
 	v.errs = append(v.errs, v.c.errorAt(path, fmt.Sprintf(format, args...), hint))
 }
 
-// Validate checks a defaulted inventory; Parse and Load call it. lookupEnv tells whether the
-// environment variables the inventory names are set.
+// Validate checks a defaulted inventory and keeps its version's release row (Release); Parse
+// and Load call it. lookupEnv tells whether the environment variables the inventory names are
+// set.
 func (c *Cluster) validate(lookupEnv func(string) (string, bool)) Errors {
 	v := &validator{c: c, lookupEnv: lookupEnv}
 	v.header()
-	v.version()
+	c.rel = v.version()
 	v.networking()
 	v.pki()
 	v.ssh("ssh", &c.SSH, true)
@@ -130,10 +131,10 @@ func (v *validator) header() {
 	}
 }
 
-// version checks that this kforge installs the Kubernetes version (release.For: a row of the
-// release catalogue).
-func (v *validator) version() {
-	_, err := release.For(v.c.KubernetesVersion)
+// version checks that this kforge installs the Kubernetes version and returns its row of the
+// release catalogue (release.For).
+func (v *validator) version() release.Release {
+	r, err := release.For(v.c.KubernetesVersion)
 	var ve *release.VersionError
 	switch {
 	case errors.As(err, &ve):
@@ -141,6 +142,7 @@ func (v *validator) version() {
 	case err != nil:
 		v.add("kubernetesVersion", "", "%v", err)
 	}
+	return r
 }
 
 func (v *validator) networking() {

@@ -15,7 +15,6 @@ import (
 	"github.com/kforge/kforge/hostpath"
 	"github.com/kforge/kforge/inventory"
 	"github.com/kforge/kforge/pki"
-	"github.com/kforge/kforge/release"
 	"github.com/kforge/kforge/templates"
 )
 
@@ -95,7 +94,7 @@ func ClusterConfigurationFor(c *inventory.Cluster) (ClusterConfiguration, error)
 		EncryptionAlgorithm:         p.KeyAlgorithm.KubeadmName(),
 		Etcd:                        Etcd{Local: LocalEtcd{DataDir: hostpath.EtcdDataDir}},
 		ImageRepository:             orDefault(c.ImageRepository, inventory.DefaultImageRepository),
-		KubernetesVersion:           orDefault(c.KubernetesVersion, release.Default()),
+		KubernetesVersion:           c.Release().Kubernetes,
 		Networking: Networking{
 			DNSDomain:     orDefault(c.Networking.DNSDomain, inventory.DefaultDNSDomain),
 			PodSubnet:     orDefault(c.Networking.PodSubnet, inventory.DefaultPodSubnet),

@@ -79,17 +79,20 @@ type controlPlane struct {
 // name 127.0.0.1, where the test's API server listens. Nothing is ever sent to the hosts'
 // addresses.
 func integrationCluster() *inventory.Cluster {
-	return &inventory.Cluster{
+	c, err := (&inventory.Cluster{
 		APIVersion: inventory.APIVersion, Kind: inventory.Kind, Name: "kube-it",
-		KubernetesVersion: release.Default(),
-		Networking:        inventory.Networking{PodSubnet: "10.244.0.0/16", ServiceSubnet: "10.96.0.0/12", DNSDomain: "cluster.local"},
+		Networking: inventory.Networking{PodSubnet: "10.244.0.0/16", ServiceSubnet: "10.96.0.0/12", DNSDomain: "cluster.local"},
 		PKI: inventory.PKI{KeyAlgorithm: "ecdsa-p256", CertValidity: inventory.DefaultCertValidity, CAValidity: inventory.DefaultCAValidity,
 			APIServerCertSANs: []string{"127.0.0.1"}},
 		Kubelet: inventory.Kubelet{CgroupDriver: "systemd", AllowCgroupV1: true},
 		Masters: []inventory.Host{{Name: "m1", Address: "198.51.100.10", Labels: map[string]string{"tier": "control"}}},
 		Workers: []inventory.Host{{Name: "w1", Address: "198.51.100.11", Labels: map[string]string{"gpu": "yes"},
 			Taints: []inventory.Taint{{Key: "dedicated", Value: "ml", Effect: "NoSchedule"}}}},
+	}).AtVersion(release.Default())
+	if err != nil {
+		panic(err)
 	}
+	return c
 }
 
 // startControlPlane starts etcd and kube-apiserver for cluster c with the PKI kept in

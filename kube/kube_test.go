@@ -105,18 +105,21 @@ func actions(cs []Change) map[string]Action {
 
 func testCluster(t *testing.T) *inventory.Cluster {
 	t.Helper()
-	return &inventory.Cluster{
+	c, err := (&inventory.Cluster{
 		APIVersion: inventory.APIVersion, Kind: inventory.Kind, Name: "lab",
-		KubernetesVersion: "v1.36.3",
-		Networking:        inventory.Networking{PodSubnet: "10.244.0.0/16", ServiceSubnet: "10.96.0.0/12", DNSDomain: "cluster.local"},
-		PKI:               inventory.PKI{KeyAlgorithm: "ecdsa-p256", CertValidity: inventory.DefaultCertValidity, CAValidity: inventory.DefaultCAValidity},
-		Kubelet:           inventory.Kubelet{CgroupDriver: "systemd", AllowCgroupV1: true},
+		Networking: inventory.Networking{PodSubnet: "10.244.0.0/16", ServiceSubnet: "10.96.0.0/12", DNSDomain: "cluster.local"},
+		PKI:        inventory.PKI{KeyAlgorithm: "ecdsa-p256", CertValidity: inventory.DefaultCertValidity, CAValidity: inventory.DefaultCAValidity},
+		Kubelet:    inventory.Kubelet{CgroupDriver: "systemd", AllowCgroupV1: true},
 		Masters: []inventory.Host{{Name: "m1", Address: "198.51.100.11",
 			Labels: map[string]string{"zone": "a"}}},
 		Workers: []inventory.Host{{Name: "w1", Address: "198.51.100.12",
 			Labels: map[string]string{"gpu": "yes"},
 			Taints: []inventory.Taint{{Key: "dedicated", Value: "ml", Effect: "NoSchedule"}}}},
+	}).AtVersion("v1.36.3")
+	if err != nil {
+		t.Fatal(err)
 	}
+	return c
 }
 
 func TestClusterConfigurationIsKubeadmV1beta4(t *testing.T) {

@@ -14,7 +14,6 @@ import (
 	"github.com/kforge/kforge/facts"
 	"github.com/kforge/kforge/hostpath"
 	"github.com/kforge/kforge/inventory"
-	"github.com/kforge/kforge/release"
 )
 
 // kubeadm's numbers (cmd/kubeadm/app/constants/constants.go, v1.36).
@@ -305,8 +304,7 @@ func checkCRI(c *inventory.Cluster, n inventory.Node, f *facts.Facts) []Finding 
 	if err != nil {
 		return nil
 	}
-	rel, err := release.For(c.KubernetesVersion)
-	if err == nil && int(v.Major()) < rel.HostContainerdMajor {
+	if rel := c.Release(); int(v.Major()) < rel.HostContainerdMajor {
 		return []Finding{finding(n, CheckRuntimeVersion, Error,
 			fmt.Sprintf("upgrade the host's containerd to %d.x, or set containerRuntime.install: bundle so that kforge installs containerd %s from the bundle", rel.HostContainerdMajor, rel.Containerd),
 			"containerd %s: kubelet %s needs containerd %d.0 or later", v, rel.Minor, rel.HostContainerdMajor)}
@@ -341,10 +339,7 @@ func checkKubeletVersion(c *inventory.Cluster, n inventory.Node, f *facts.Facts)
 	if b.Path == "" {
 		return nil // FileExisting-kubelet, or the bundle installs it
 	}
-	want, err := version.ParseSemantic(c.KubernetesVersion)
-	if err != nil {
-		return []Finding{finding(n, CheckKubeletVersion, Error, "set kubernetesVersion to vMAJOR.MINOR.PATCH", "cannot read the cluster version %q", c.KubernetesVersion)}
-	}
+	want := c.Release().Semver
 	if c.Bundle != "" {
 		if b.Path != hostpath.DefaultKubeletPath {
 			return []Finding{finding(n, CheckKubeletVersion, Warning, fmt.Sprintf("remove %s, or make sure the kubelet unit runs %s", b.Path, hostpath.DefaultKubeletPath),
@@ -358,15 +353,15 @@ func checkKubeletVersion(c *inventory.Cluster, n inventory.Node, f *facts.Facts)
 			"cannot read the version of %s (it printed %q)", b.Path, b.Output)}
 	}
 	fix := fmt.Sprintf("install kubelet %s (or use a bundle)", c.KubernetesVersion)
-	if have.Major() != want.Major() || have.Minor() > want.Minor() {
+	if int(have.Major()) != want.Major || int(have.Minor()) > want.Minor {
 		return []Finding{finding(n, CheckKubeletVersion, Error, fix,
 			"the kubelet version v%s is higher than the control plane version %s: not a supported version skew", have, c.KubernetesVersion)}
 	}
-	if have.Minor()+KubeletSkew < want.Minor() {
+	if int(have.Minor())+KubeletSkew < want.Minor {
 		return []Finding{finding(n, CheckKubeletVersion, Error, fix,
 			"kubelet v%s is more than %d minors older than the control plane %s", have, KubeletSkew, c.KubernetesVersion)}
 	}
-	if have.Minor() != want.Minor() || have.Patch() != want.Patch() {
+	if int(have.Minor()) != want.Minor || int(have.Patch()) != want.Patch {
 		return []Finding{finding(n, CheckKubeletVersion, Info, "", "kubelet v%s with control plane %s: a supported skew", have, c.KubernetesVersion)}
 	}
 	return nil

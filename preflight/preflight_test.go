@@ -16,13 +16,23 @@ import (
 var t0 = time.Date(2026, 11, 21, 21, 0, 0, 0, time.UTC)
 
 func cluster() *inventory.Cluster {
-	return &inventory.Cluster{
-		Name:              "demo",
-		KubernetesVersion: "v1.36.3",
-		SSH:               inventory.SSH{User: "root", Sudo: "auto"},
-		Masters:           []inventory.Host{{Name: "m1", Address: "198.51.100.10"}},
-		Workers:           []inventory.Host{{Name: "w1", Address: "198.51.100.11"}},
+	c := &inventory.Cluster{
+		Name:    "demo",
+		SSH:     inventory.SSH{User: "root", Sudo: "auto"},
+		Masters: []inventory.Host{{Name: "m1", Address: "198.51.100.10"}},
+		Workers: []inventory.Host{{Name: "w1", Address: "198.51.100.11"}},
 	}
+	at(c, "v1.36.3")
+	return c
+}
+
+// at puts c at Kubernetes version v, with v's release row (inventory.AtVersion).
+func at(c *inventory.Cluster, v string) {
+	cv, err := c.AtVersion(v)
+	if err != nil {
+		panic(err)
+	}
+	*c = *cv
 }
 
 // healthy returns the facts of a host every check passes.
@@ -134,7 +144,7 @@ func TestChecks(t *testing.T) {
 		}, func(c *inventory.Cluster) { c.Bundle = "b" }, CheckUpgradeRoute, Warning, ""},
 		{"upgrade two minors", "m1", func(f *facts.Facts) {
 			f.KubeletDropIn, f.Binaries["kubelet"] = true, facts.Binary{Path: "/usr/bin/kubelet", Version: "1.35.4"}
-		}, func(c *inventory.Cluster) { c.Bundle, c.KubernetesVersion = "b", "v1.37.2" }, CheckUpgradeRoute, Error, ""},
+		}, func(c *inventory.Cluster) { c.Bundle = "b"; at(c, "v1.37.2") }, CheckUpgradeRoute, Error, ""},
 		{"downgrade", "m1", func(f *facts.Facts) {
 			f.KubeletDropIn, f.Binaries["kubelet"] = true, facts.Binary{Path: "/usr/bin/kubelet", Version: "1.37.2"}
 		}, func(c *inventory.Cluster) { c.Bundle = "b" }, CheckUpgradeRoute, Error, "the cluster runs v1.37.2; the inventory's v1.36.3 is a downgrade"},
@@ -147,9 +157,9 @@ func TestChecks(t *testing.T) {
 		}, CheckEtcdQuorum, Warning, "2 masters run 2 stacked etcd members, and N members tolerate (N-1)/2 failures, rounded down: 2 tolerate none, as 1 does, and lose quorum when either master fails; use an odd number: 1, 3 or 5 masters"},
 		{"one master", "m1", nil, nil, CheckEtcdQuorum, Warning, ""},
 		{"containerd 1.x on 1.37", "w1", func(f *facts.Facts) { f.Runtime.Version = "1.7.24" },
-			func(c *inventory.Cluster) { c.KubernetesVersion = "v1.37.2" }, CheckRuntimeVersion, Error, "containerd 1.7.24: kubelet v1.37 needs containerd 2.0 or later"},
+			func(c *inventory.Cluster) { at(c, "v1.37.2") }, CheckRuntimeVersion, Error, "containerd 1.7.24: kubelet v1.37 needs containerd 2.0 or later"},
 		{"containerd 2 on 1.37", "w1", func(f *facts.Facts) { f.Runtime.Version = "2.1.4" },
-			func(c *inventory.Cluster) { c.KubernetesVersion = "v1.37.2" }, CheckRuntimeVersion, Error, ""},
+			func(c *inventory.Cluster) { at(c, "v1.37.2") }, CheckRuntimeVersion, Error, ""},
 		{"kubelet newer", "w1", func(f *facts.Facts) {
 			f.Binaries["kubelet"] = facts.Binary{Path: "/usr/bin/kubelet", Version: "1.37.0"}
 		}, nil, CheckKubeletVersion, Error, "v1.37.0 is higher than the control plane version v1.36.3"},

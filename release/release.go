@@ -20,6 +20,8 @@ type Release struct {
 	// Kubernetes is the Kubernetes version. In the table it is the minor's default patch
 	// release (e.g. "v1.36.3"); For sets it to the version asked for.
 	Kubernetes string
+	// Semver is Kubernetes as numbers (v1.36.3: 1, 36, 3), set with it by For and All.
+	Semver Semver
 	// Etcd is the etcd release kubeadm of this minor pins (constants.DefaultEtcdVersion),
 	// e.g. "v3.6.8"; EtcdImageTag is the tag kubeadm gives its image, e.g. "3.6.8-0".
 	Etcd         string
@@ -84,7 +86,13 @@ func Supported() []string {
 
 // All returns a copy of the catalogue, one release per supported minor, oldest first, each
 // with its minor's default Kubernetes version.
-func All() []Release { return slices.Clone(releases) }
+func All() []Release {
+	out := slices.Clone(releases)
+	for i := range out {
+		out[i].Semver, _ = parseSemver(out[i].Kubernetes)
+	}
+	return out
+}
 
 // Default returns the Kubernetes version kforge installs when none is named, e.g. "v1.36.3".
 func Default() string {
@@ -118,6 +126,7 @@ func For(version string) (Release, error) {
 	for _, r := range releases {
 		if r.Minor == v.minorString() {
 			r.Kubernetes = version
+			r.Semver, _ = parseSemver(version) // parse checked it
 			return r, nil
 		}
 	}

@@ -20,7 +20,7 @@ func TestSupportedAndDefault(t *testing.T) {
 		t.Errorf("Default() = %q, want v1.36.3", got)
 	}
 	all := All()
-	if len(all) != 3 || all[0].Kubernetes != "v1.35.4" || all[1].Kubernetes != "v1.36.3" || all[2].Kubernetes != "v1.37.2" {
+	if len(all) != 3 || all[0].Kubernetes != "v1.35.4" || all[1].Kubernetes != "v1.36.3" || all[2].Kubernetes != "v1.37.2" || all[2].Semver != (Semver{1, 37, 2, ""}) {
 		t.Errorf("All() = %+v", all)
 	}
 	all[0].Etcd = "v0.0.0"
@@ -100,13 +100,13 @@ func TestFor(t *testing.T) {
 		want    Release // zero: an error
 		err     string
 	}{
-		{version: "v1.36.3", want: Release{Minor: "v1.36", Kubernetes: "v1.36.3", Etcd: "v3.6.8", EtcdImageTag: "3.6.8-0", CoreDNS: "v1.14.2", Pause: "3.10.2", CNIPlugins: "v1.9.1", Flannel: "v0.28.10", Containerd: "v2.3.7", Runc: "v1.5.2", HostContainerdMajor: 1}},
-		{version: "v1.36.0", want: Release{Minor: "v1.36", Kubernetes: "v1.36.0", Etcd: "v3.6.8", EtcdImageTag: "3.6.8-0", CoreDNS: "v1.14.2", Pause: "3.10.2", CNIPlugins: "v1.9.1", Flannel: "v0.28.10", Containerd: "v2.3.7", Runc: "v1.5.2", HostContainerdMajor: 1}},
-		{version: "v1.36.1-rc.0", want: Release{Minor: "v1.36", Kubernetes: "v1.36.1-rc.0", Etcd: "v3.6.8", EtcdImageTag: "3.6.8-0", CoreDNS: "v1.14.2", Pause: "3.10.2", CNIPlugins: "v1.9.1", Flannel: "v0.28.10", Containerd: "v2.3.7", Runc: "v1.5.2", HostContainerdMajor: 1}},
-		{version: "v1.35.4", want: Release{Minor: "v1.35", Kubernetes: "v1.35.4", Etcd: "v3.6.6", EtcdImageTag: "3.6.6-0", CoreDNS: "v1.13.1", Pause: "3.10.1", CNIPlugins: "v1.9.1", Flannel: "v0.28.10", Containerd: "v2.2.9", Runc: "v1.3.6", HostContainerdMajor: 1}},
-		{version: "v1.35.0", want: Release{Minor: "v1.35", Kubernetes: "v1.35.0", Etcd: "v3.6.6", EtcdImageTag: "3.6.6-0", CoreDNS: "v1.13.1", Pause: "3.10.1", CNIPlugins: "v1.9.1", Flannel: "v0.28.10", Containerd: "v2.2.9", Runc: "v1.3.6", HostContainerdMajor: 1}},
-		{version: "v1.37.2", want: Release{Minor: "v1.37", Kubernetes: "v1.37.2", Etcd: "v3.7.0", EtcdImageTag: "3.7.0-0", CoreDNS: "v1.14.6", Pause: "3.10.2", CNIPlugins: "v1.9.1", Flannel: "v0.28.10", Containerd: "v2.4.2", Runc: "v1.5.2", HostContainerdMajor: 2}},
-		{version: "v1.37.0-rc.1", want: Release{Minor: "v1.37", Kubernetes: "v1.37.0-rc.1", Etcd: "v3.7.0", EtcdImageTag: "3.7.0-0", CoreDNS: "v1.14.6", Pause: "3.10.2", CNIPlugins: "v1.9.1", Flannel: "v0.28.10", Containerd: "v2.4.2", Runc: "v1.5.2", HostContainerdMajor: 2}},
+		{version: "v1.36.3", want: Release{Minor: "v1.36", Kubernetes: "v1.36.3", Semver: Semver{1, 36, 3, ""}, Etcd: "v3.6.8", EtcdImageTag: "3.6.8-0", CoreDNS: "v1.14.2", Pause: "3.10.2", CNIPlugins: "v1.9.1", Flannel: "v0.28.10", Containerd: "v2.3.7", Runc: "v1.5.2", HostContainerdMajor: 1}},
+		{version: "v1.36.0", want: Release{Minor: "v1.36", Kubernetes: "v1.36.0", Semver: Semver{1, 36, 0, ""}, Etcd: "v3.6.8", EtcdImageTag: "3.6.8-0", CoreDNS: "v1.14.2", Pause: "3.10.2", CNIPlugins: "v1.9.1", Flannel: "v0.28.10", Containerd: "v2.3.7", Runc: "v1.5.2", HostContainerdMajor: 1}},
+		{version: "v1.36.1-rc.0", want: Release{Minor: "v1.36", Kubernetes: "v1.36.1-rc.0", Semver: Semver{1, 36, 1, "rc.0"}, Etcd: "v3.6.8", EtcdImageTag: "3.6.8-0", CoreDNS: "v1.14.2", Pause: "3.10.2", CNIPlugins: "v1.9.1", Flannel: "v0.28.10", Containerd: "v2.3.7", Runc: "v1.5.2", HostContainerdMajor: 1}},
+		{version: "v1.35.4", want: Release{Minor: "v1.35", Kubernetes: "v1.35.4", Semver: Semver{1, 35, 4, ""}, Etcd: "v3.6.6", EtcdImageTag: "3.6.6-0", CoreDNS: "v1.13.1", Pause: "3.10.1", CNIPlugins: "v1.9.1", Flannel: "v0.28.10", Containerd: "v2.2.9", Runc: "v1.3.6", HostContainerdMajor: 1}},
+		{version: "v1.35.0", want: Release{Minor: "v1.35", Kubernetes: "v1.35.0", Semver: Semver{1, 35, 0, ""}, Etcd: "v3.6.6", EtcdImageTag: "3.6.6-0", CoreDNS: "v1.13.1", Pause: "3.10.1", CNIPlugins: "v1.9.1", Flannel: "v0.28.10", Containerd: "v2.2.9", Runc: "v1.3.6", HostContainerdMajor: 1}},
+		{version: "v1.37.2", want: Release{Minor: "v1.37", Kubernetes: "v1.37.2", Semver: Semver{1, 37, 2, ""}, Etcd: "v3.7.0", EtcdImageTag: "3.7.0-0", CoreDNS: "v1.14.6", Pause: "3.10.2", CNIPlugins: "v1.9.1", Flannel: "v0.28.10", Containerd: "v2.4.2", Runc: "v1.5.2", HostContainerdMajor: 2}},
+		{version: "v1.37.0-rc.1", want: Release{Minor: "v1.37", Kubernetes: "v1.37.0-rc.1", Semver: Semver{1, 37, 0, "rc.1"}, Etcd: "v3.7.0", EtcdImageTag: "3.7.0-0", CoreDNS: "v1.14.6", Pause: "3.10.2", CNIPlugins: "v1.9.1", Flannel: "v0.28.10", Containerd: "v2.4.2", Runc: "v1.5.2", HostContainerdMajor: 2}},
 		{version: "v1.29.0", err: "Kubernetes v1.29.0 is not supported by this kforge; use v1.35.x, v1.36.x or v1.37.x (default v1.36.3)"},
 		{version: "v1.34.9", err: "Kubernetes v1.34.9 is not supported by this kforge; use v1.35.x, v1.36.x or v1.37.x (default v1.36.3)"},
 		{version: "v1.38.0", err: "Kubernetes v1.38.0 is not supported by this kforge; use v1.35.x, v1.36.x or v1.37.x (default v1.36.3)"},

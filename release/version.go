@@ -43,8 +43,8 @@ func parse(s string) (version, error) {
 // newer. A pre-release is older than its release (v1.37.0-rc.1 < v1.37.0); pre-releases of one
 // patch compare as text. Versions that do not parse sort after those that do, as text.
 func Compare(a, b string) int {
-	ka, okA := sortKey(a)
-	kb, okB := sortKey(b)
+	ka, okA := parseSemver(a)
+	kb, okB := parseSemver(b)
 	switch {
 	case !okA && !okB:
 		return strings.Compare(a, b)
@@ -53,42 +53,41 @@ func Compare(a, b string) int {
 	case !okB:
 		return -1
 	}
-	for i := range 3 {
-		if c := cmp.Compare(ka.n[i], kb.n[i]); c != 0 {
-			return c
-		}
+	if c := cmp.Or(cmp.Compare(ka.Major, kb.Major), cmp.Compare(ka.Minor, kb.Minor), cmp.Compare(ka.Patch, kb.Patch)); c != 0 {
+		return c
 	}
 	switch {
-	case ka.pre == kb.pre:
+	case ka.Pre == kb.Pre:
 		return 0
-	case ka.pre == "":
+	case ka.Pre == "":
 		return 1
-	case kb.pre == "":
+	case kb.Pre == "":
 		return -1
 	}
-	return strings.Compare(ka.pre, kb.pre)
+	return strings.Compare(ka.Pre, kb.Pre)
 }
 
-type versionKey struct {
-	n   [3]int
-	pre string
+// Semver is a Kubernetes version as numbers: v1.37.0-rc.1 is {1, 37, 0, "rc.1"}.
+type Semver struct {
+	Major, Minor, Patch int
+	Pre                 string // the pre-release, without its '-'; "" for a release
 }
 
-func sortKey(s string) (versionKey, bool) {
+// parseSemver reads a Kubernetes version (versionRE) into its numbers.
+func parseSemver(s string) (Semver, bool) {
 	m := versionRE.FindStringSubmatch(s)
 	if m == nil {
-		return versionKey{}, false
+		return Semver{}, false
 	}
-	var k versionKey
-	for i := range 3 {
-		n, err := strconv.Atoi(m[i+1])
+	var n [3]int
+	for i := range n {
+		v, err := strconv.Atoi(m[i+1])
 		if err != nil {
-			return versionKey{}, false
+			return Semver{}, false
 		}
-		k.n[i] = n
+		n[i] = v
 	}
-	k.pre = strings.TrimPrefix(m[4], "-")
-	return k, true
+	return Semver{Major: n[0], Minor: n[1], Patch: n[2], Pre: strings.TrimPrefix(m[4], "-")}, true
 }
 
 // SortVersions returns Kubernetes versions oldest first (Compare), each once.

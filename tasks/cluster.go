@@ -278,10 +278,7 @@ func (a *Apply) joinWorkers(ctx context.Context, r progress.Reporter) error {
 // them (under registry.k8s.io) and holds them (readBundle took the bundle's release of the
 // inventory's version); without, under the inventory's image repository.
 func (a *Apply) images() (release.Images, error) {
-	r, err := release.For(a.inv.KubernetesVersion)
-	if err != nil {
-		return release.Images{}, err
-	}
+	r := a.inv.Release()
 	if a.manifest == nil {
 		return r.Images(a.inv.ImageRepository), nil
 	}

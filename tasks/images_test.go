@@ -12,7 +12,10 @@ import (
 // image repository; with one, its images as the bundle names them, and a
 // bundle that lacks one of them is refused before anything is deployed.
 func TestAddonImages(t *testing.T) {
-	inv := &inventory.Cluster{KubernetesVersion: "v1.36.2", ImageRepository: "mirror.example/k8s", Bundle: "/b"}
+	inv, err := (&inventory.Cluster{ImageRepository: "mirror.example/k8s", Bundle: "/b"}).AtVersion("v1.36.2")
+	if err != nil {
+		t.Fatal(err)
+	}
 	im, err := (&Apply{inv: inv}).images()
 	want := release.Images{CoreDNS: "mirror.example/k8s/coredns/coredns:v1.14.2", KubeProxy: "mirror.example/k8s/kube-proxy:v1.36.2", Flannel: "ghcr.io/flannel-io/flannel:v0.28.10"}
 	if err != nil || im.CoreDNS != want.CoreDNS || im.KubeProxy != want.KubeProxy || im.Flannel != want.Flannel {
@@ -25,7 +28,9 @@ func TestAddonImages(t *testing.T) {
 		{Component: "flannel", Name: "ghcr.io/flannel-io/flannel:v0.28.10"},
 	}}
 	// readBundle took the bundle's release of the inventory's version.
-	inv.KubernetesVersion = "v1.36.3"
+	if inv, err = inv.AtVersion("v1.36.3"); err != nil {
+		t.Fatal(err)
+	}
 	im, err = (&Apply{inv: inv, manifest: m}).images()
 	if err != nil || im.CoreDNS != m.Images[0].Name || im.KubeProxy != m.Images[1].Name || im.Flannel != m.Images[2].Name {
 		t.Errorf("with a bundle: %+v, %v; want the bundle's %+v", im, err, m.Images)

@@ -1,6 +1,7 @@
 package tasks
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -41,6 +42,9 @@ type SnapshotOptions struct {
 	Keep int
 	// Out, when set, is where a copy of the verified snapshot is also written (-o FILE).
 	Out string
+	// Kubernetes is the version the snapshot is recorded with, when the cluster does not run
+	// the inventory's yet (before an upgrade, what it runs still); "" is the inventory's.
+	Kubernetes string
 }
 
 // DefaultSnapshotKeep is how many snapshots the state dir keeps unless told.
@@ -139,7 +143,7 @@ func (x *EtcdSnapshot) save(ctx context.Context, r progress.Reporter) error {
 	}
 	x.Saved = state.Snapshot{
 		File: filepath.Join(x.o.State.Snapshots(), name+".db"), Time: start.UTC(), Member: x.member, Etcd: x.status.Version,
-		Kubernetes: x.inv.KubernetesVersion, Revision: info.Revision, TotalKeys: info.TotalKeys, Size: info.Size, SHA256: info.SHA256,
+		Kubernetes: cmp.Or(x.so.Kubernetes, x.inv.KubernetesVersion), Revision: info.Revision, TotalKeys: info.TotalKeys, Size: info.Size, SHA256: info.SHA256,
 	}
 	if err := x.o.State.RecordSnapshot(x.Saved); err != nil {
 		return err

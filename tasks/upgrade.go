@@ -283,16 +283,19 @@ func routeText(hops []string) string {
 	return "→ " + strings.Join(hops, " → ")
 }
 
-// atVersion is a copy of a for one hop of an upgrade: the inventory at version v, the bundle's
-// release of it, files of its own; the fleet, PKI, token, etcd plan and API clients are a's.
+// atVersion is a copy of a for one hop of an upgrade: the inventory at version v (with its
+// release row), the bundle's release of it, files of its own; the fleet, PKI, token, etcd plan
+// and API clients are a's.
 func (a *Apply) atVersion(v string) (*Apply, error) {
-	inv := *a.inv
-	inv.KubernetesVersion = v
+	inv, err := a.inv.AtVersion(v)
+	if err != nil {
+		return nil, err
+	}
 	m, err := bundle.LoadRelease(inv.Bundle, v)
 	if err != nil {
 		return nil, err
 	}
-	return &Apply{inv: &inv, o: a.o, fleet: a.fleet, started: a.started, manifest: m, set: a.set, token: a.token, etcd: a.etcd, files: newHostFiles(), api: a.api}, nil
+	return &Apply{inv: inv, o: a.o, fleet: a.fleet, started: a.started, manifest: m, set: a.set, token: a.token, etcd: a.etcd, files: newHostFiles(), api: a.api}, nil
 }
 
 // upgradeHealthy refuses to start upgrading a cluster that is not healthy (apply --force
@@ -349,9 +352,7 @@ func (e *UnhealthyError) Details() []string {
 // snapshotBeforeUpgrade saves and verifies an etcd snapshot in the state dir, recorded with the
 // version the cluster runs.
 func (a *Apply) snapshotBeforeUpgrade(ctx context.Context, r progress.Reporter, running string) error {
-	inv := *a.inv
-	inv.KubernetesVersion = running
-	x := NewEtcdSnapshot(&inv, a.o, SnapshotOptions{})
+	x := NewEtcdSnapshot(a.inv, a.o, SnapshotOptions{Kubernetes: running})
 	defer x.Close()
 	for _, s := range x.Steps() {
 		if err := s.Run(ctx, r); err != nil {

@@ -35,7 +35,9 @@ func TestMinorsDifferOnlyAsTheTableSays(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c.KubernetesVersion = r.Kubernetes
+		if c, err = c.AtVersion(r.Kubernetes); err != nil {
+			t.Fatal(err)
+		}
 		cp, err := ControlPlaneFor(c, 0, Options{})
 		if err != nil {
 			t.Fatal(err)

@@ -44,7 +44,7 @@ var DebianCACertDirs = []string{"/etc/ca-certificates", "/usr/local/share/ca-cer
 type ControlPlane struct {
 	ClusterName string
 	// Images are the images of the cluster's release under its image repository
-	// (release.For(kubernetesVersion).Images(imageRepository)).
+	// (the inventory's Release().Images(imageRepository)).
 	Images           release.Images
 	ServiceSubnet    string
 	PodSubnet        string

@@ -38,11 +38,10 @@ func golden(t *testing.T, name string, got []byte) {
 	}
 }
 
-// haCluster is a defaulted three-master inventory with workers.
+// haCluster is a defaulted three-master inventory with workers, at the default version.
 func haCluster() *inventory.Cluster {
-	return &inventory.Cluster{
+	c, err := (&inventory.Cluster{
 		APIVersion: inventory.APIVersion, Kind: inventory.Kind, Name: "lab",
-		KubernetesVersion:    release.Default(),
 		ImageRepository:      inventory.DefaultImageRepository,
 		ControlPlaneEndpoint: "198.51.100.10:6443",
 		Networking: inventory.Networking{PodSubnet: inventory.DefaultPodSubnet, ServiceSubnet: inventory.DefaultServiceSubnet,
@@ -57,7 +56,11 @@ func haCluster() *inventory.Cluster {
 		},
 		Workers: []inventory.Host{{Name: "w1", Address: "198.51.100.21", Taints: []inventory.Taint{
 			{Key: "node.example.com/gpu", Value: "true", Effect: "NoSchedule"}, {Key: "dedicated", Effect: "NoExecute"}}}},
+	}).AtVersion(release.Default())
+	if err != nil {
+		panic(err)
 	}
+	return c
 }
 
 func TestStaticPodGoldens(t *testing.T) {

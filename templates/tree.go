@@ -110,10 +110,7 @@ type EtcdBootstrap struct {
 // never active at once.
 func ControlPlaneFor(c *inventory.Cluster, i int, o Options) (ControlPlane, error) {
 	o = o.withDefaults()
-	r, err := clusterRelease(c)
-	if err != nil {
-		return ControlPlane{}, err
-	}
+	r := c.Release()
 	km, err := minorOf(r)
 	if err != nil {
 		return ControlPlane{}, err
@@ -153,18 +150,9 @@ func ControlPlaneFor(c *inventory.Cluster, i int, o Options) (ControlPlane, erro
 	return cp, nil
 }
 
-// clusterRelease is the cluster's release (release.For of its Kubernetes version).
-func clusterRelease(c *inventory.Cluster) (release.Release, error) {
-	return release.For(or(c.KubernetesVersion, release.Default()))
-}
-
 // images are the images of the cluster's release under its image repository.
-func images(c *inventory.Cluster) (release.Images, error) {
-	r, err := clusterRelease(c)
-	if err != nil {
-		return release.Images{}, err
-	}
-	return r.Images(or(c.ImageRepository, inventory.DefaultImageRepository)), nil
+func images(c *inventory.Cluster) release.Images {
+	return c.Release().Images(or(c.ImageRepository, inventory.DefaultImageRepository))
 }
 
 // KubeletFor is the kubelet input of a node. Workers register with their inventory taints, as
@@ -484,10 +472,7 @@ func nodeFiles(c *inventory.Cluster, n inventory.Node, o Options) ([]File, error
 	if err != nil {
 		return nil, err
 	}
-	im, err := images(c)
-	if err != nil {
-		return nil, err
-	}
+	im := images(c)
 	runtime := Containerd{
 		ConfigVersion:       2,
 		SandboxImage:        im.Pause,
