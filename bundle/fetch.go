@@ -3,13 +3,12 @@ package bundle
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
 	"path"
 	"slices"
 	"strings"
 
 	"github.com/kforge/kforge/hostpath"
-	"github.com/kforge/kforge/remote"
+	"github.com/kforge/kforge/scripts"
 )
 
 // The masters serve the bundle to the other nodes: each master's registry (CNCF distribution,
@@ -49,10 +48,6 @@ func FillKey(files []File, images []Image) string {
 	sum := sha256.Sum256([]byte(strings.Join(lines, "\n")))
 	return hex.EncodeToString(sum[:])
 }
-
-// mirrorRef is where an image is in the masters' registries, behind their address:
-// registry.k8s.io/pause:3.10 is registry.k8s.io/pause:3.10 under /v2/.
-func mirrorRef(addr, image string) string { return addr + "/" + image }
 
 // Fill outcomes, the last line of FillCommand's output; FillReplaced is a line before Filled
 // when an earlier fill (another release, say) was removed first.
@@ -104,54 +99,21 @@ func FillCommand(files []File, images []Image, mode FillMode) string {
 
 func (p registryPaths) fillCommand(files []File, images []Image, mode FillMode) string {
 	filled, added := path.Join(p.Dir, path.Base(hostpath.RegistryFilled)), path.Join(p.Dir, path.Base(hostpath.RegistryFilled)+"-added")
-	rec, replace := filled, `if [ -f "$rec" ]; then
-  rm -f -- "$rec" `+remote.Quote(added)+` && rm -rf --one-file-system -- `+remote.Quote(path.Join(p.Dir, "docker"))+` || exit 1
-  echo `+remote.Quote(FillReplaced)+`
-fi`
+	rec, replace := filled, "1"
 	if mode == FillAdd {
 		rec, replace = added, ""
 	}
-	fill := "http://" + p.FillAddr
-	var b strings.Builder
-	fmt.Fprintf(&b, `key=%s
-rec=%s
-[ "$(cat "$rec" 2>/dev/null)" != "$key" ] || { echo %s; exit 0; }
-command -v curl >/dev/null || { echo "this master has no curl, which fills its registry: install curl (the nodes get the bundle from the workstation meanwhile)" >&2; exit 1; }
-r=%s
-log=%s
-if curl -fsS -o /dev/null --max-time 2 "$r/v2/" 2>/dev/null; then
-  echo "%s is taken by another process: the registry's writable instance listens there while kforge fills it" >&2; exit 1
-fi
-%s
-mkdir -p %s
-%s serve %s >"$log" 2>&1 &
-pid=$!
-trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null' EXIT
-i=0
-until curl -fsS -o /dev/null --max-time 2 "$r/v2/" 2>/dev/null; do
-  kill -0 $pid 2>/dev/null || { echo "the registry's writable instance exited: $(tail -n 3 "$log")" >&2; exit 1; }
-  i=$((i+1)); [ $i -le 150 ] || { echo "the registry's writable instance did not answer on $r within 15 s: $(tail -n 3 "$log")" >&2; exit 1; }
-  sleep 0.1
-done
-blob() {
-  curl -fsS -o /dev/null -I "$r/v2/%s/blobs/sha256:$1" 2>/dev/null && return 0
-  loc=$(curl -fsS -X POST -D - -o /dev/null "$r/v2/%s/blobs/uploads/" | tr -d '\r' | sed -n 's/^[Ll]ocation: *//p') || return 1
-  case $loc in /*) loc=$r$loc;; esac
-  case $loc in *\?*) loc="$loc&";; *) loc="$loc?";; esac
-  curl -fsS -o /dev/null -T "$2" -H 'Content-Type: application/octet-stream' "${loc}digest=sha256:$1" || { echo "upload $2 to the registry: refused (is it the bundle's, sha256 $1?)" >&2; return 1; }
-}
-`, FillKey(files, images), remote.Quote(rec), FillUpToDate, fill, remote.Quote(p.FillLog), p.FillAddr,
-		replace, remote.Quote(p.Dir), remote.Quote(p.Binary), remote.Quote(p.FillConfig),
-		hostpath.RegistryFilesRepo, hostpath.RegistryFilesRepo)
+	var fs, ims []string
 	for _, f := range files {
-		fmt.Fprintf(&b, "blob %s %s || exit 1\n", f.SHA256, remote.Quote(f.Install))
+		fs = append(fs, f.SHA256+" "+f.Install)
 	}
 	for _, im := range images {
-		fmt.Fprintf(&b, "%s >/dev/null || { echo \"push image %s to the registry: failed\" >&2; exit 1; }\n",
-			remote.Command("ctr", "-n", "k8s.io", "images", "push", "--plain-http", mirrorRef(p.FillAddr, im.Name), im.Name), im.Name)
+		ims = append(ims, im.Name)
 	}
-	fmt.Fprintf(&b, `printf '%%s\n' "$key" > "$rec.tmp" && mv -f "$rec.tmp" "$rec" && echo %s`, Filled)
-	return b.String()
+	return scripts.Command("registry-fill", "key", FillKey(files, images), "rec", rec, "replace", replace, "added", added,
+		"dir", p.Dir, "binary", p.Binary, "fill_config", p.FillConfig, "fill_addr", p.FillAddr, "log", p.FillLog,
+		"repo", hostpath.RegistryFilesRepo, "files", scripts.Lines(fs), "images", scripts.Lines(ims),
+		"filled", Filled, "up_to_date", FillUpToDate, "replaced", FillReplaced)
 }
 
 // Fetched is what a node took from the masters' registries.
@@ -172,38 +134,18 @@ func (f Fetched) Empty() bool { return len(f.Files) == 0 && len(f.Images) == 0 }
 // master cannot give is asked of the next; what none gives is left for the upload that follows.
 // It prints "file <path>" and "image <name>" for what it took.
 func FetchCommand(files []File, images []Image, mirrors []string, ca string) string {
-	var b strings.Builder
-	var ms []string
+	var ms, fs, ims []string
 	for _, m := range mirrors {
-		ms = append(ms, remote.Quote(strings.TrimSuffix(m, "/")))
+		ms = append(ms, strings.TrimSuffix(m, "/"))
 	}
-	if len(files) > 0 {
-		fmt.Fprintf(&b, `if command -v curl >/dev/null; then
-fetch() {
-  tmp="$3.kforge-fetch"
-  mkdir -p "$(dirname "$3")" || return 0
-  for m in %s; do
-    if curl -fsS --cacert %s --connect-timeout 5 -o "$tmp" "$m/v2/%s/blobs/sha256:$1" 2>/dev/null &&
-      printf '%%s  %%s\n' "$1" "$tmp" | sha256sum -c --status 2>/dev/null; then
-      chmod "$2" "$tmp" && sync "$tmp" && mv -f "$tmp" "$3" && echo "file $3"
-      return 0
-    fi
-  done
-  rm -f "$tmp"
-}
-`, strings.Join(ms, " "), remote.Quote(ca), hostpath.RegistryFilesRepo)
-		for _, f := range files {
-			fmt.Fprintf(&b, "fetch %s %s %s\n", f.SHA256, f.Mode, remote.Quote(f.Install))
-		}
-		b.WriteString("else echo no-curl; fi\n")
+	for _, f := range files {
+		fs = append(fs, f.SHA256+" "+f.Mode+" "+f.Install)
 	}
 	for _, im := range images {
-		fmt.Fprintf(&b, "%s >/dev/null 2>&1 && %s >/dev/null && echo %s\n",
-			remote.Command("ctr", "-n", "k8s.io", "images", "pull", "--hosts-dir", hostpath.RegistryConfigDir, im.Name),
-			remote.Command("ctr", "-n", "k8s.io", "images", "label", im.Name, PinLabel), remote.Quote("image "+im.Name))
+		ims = append(ims, im.Name)
 	}
-	b.WriteString("true")
-	return b.String()
+	return scripts.Command("registry-fetch", "mirrors", strings.Join(ms, " "), "ca", ca, "repo", hostpath.RegistryFilesRepo,
+		"files", scripts.Lines(fs), "images", scripts.Lines(ims), "hosts_dir", hostpath.RegistryConfigDir, "pin_label", PinLabel)
 }
 
 // parseFetched reads FetchCommand's output against what was asked.
