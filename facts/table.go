@@ -50,6 +50,17 @@ func always(sh string) func(Options) string { return func(Options) string { retu
 
 func script(name string) func(Options) string { return always(scripts.Command(name)) }
 
+// whenAsked runs script name with its one input set to value, when the options ask for it
+// (value is not empty).
+func whenAsked(name, input string, value func(Options) string) func(Options) string {
+	return func(o Options) string {
+		if v := value(o); v != "" {
+			return scripts.Command(name, input, v)
+		}
+		return ""
+	}
+}
+
 // table is the facts kforge gathers, in the order the script prints them (clock first).
 var table = []fact{
 	{keys: []string{"clock="}, need: []string{"clock"},
@@ -334,12 +345,7 @@ km overlay 'grep -qw overlay /proc/filesystems'; km br_netfilter '[ -d /proc/sys
 		},
 		parse: func(p *parsing, _, v string) error { p.f.ServiceRoute = Route(v); return nil }},
 	{keys: []string{"viphere=", "vipdev=", "vipmac="},
-		command: func(o Options) string {
-			if o.VIP == "" {
-				return ""
-			}
-			return scripts.Command("facts-vip", "vip", o.VIP)
-		},
+		command: whenAsked("facts-vip", "vip", func(o Options) string { return o.VIP }),
 		parse: func(p *parsing, k, v string) error {
 			switch k {
 			case "viphere":
@@ -352,12 +358,7 @@ km overlay 'grep -qw overlay /proc/filesystems'; km br_netfilter '[ -d /proc/sys
 			return nil
 		}},
 	{keys: []string{"dir "},
-		command: func(o Options) string {
-			if len(o.Dirs) == 0 {
-				return ""
-			}
-			return scripts.Command("facts-dirs", "dirs", scripts.Lines(o.Dirs))
-		},
+		command: whenAsked("facts-dirs", "dirs", func(o Options) string { return scripts.Lines(o.Dirs) }),
 		parse: func(p *parsing, _, rest string) error {
 			if !strings.HasPrefix(rest, "/") {
 				return fmt.Errorf("want \"dir /PATH\"")
@@ -366,12 +367,7 @@ km overlay 'grep -qw overlay /proc/filesystems'; km br_netfilter '[ -d /proc/sys
 			return nil
 		}},
 	{keys: []string{"sum "},
-		command: func(o Options) string {
-			if len(o.Hash) == 0 {
-				return ""
-			}
-			return scripts.Command("facts-sums", "paths", scripts.Lines(o.Hash))
-		},
+		command: whenAsked("facts-sums", "paths", func(o Options) string { return scripts.Lines(o.Hash) }),
 		parse: func(p *parsing, _, rest string) error {
 			sum, path, ok := strings.Cut(rest, " ")
 			if strings.HasPrefix(sum, `\`) {
