@@ -14,6 +14,7 @@ import (
 	"sync"
 
 	"github.com/kforge/kforge/remote"
+	"github.com/kforge/kforge/scripts"
 )
 
 // HostState is what a host already has of a bundle.
@@ -171,23 +172,14 @@ func StateCommand(m *Manifest) string { return stateCommand(m, InstalledRecord) 
 func stateCommand(m *Manifest, record string) string {
 	var paths []string
 	for _, f := range m.Files {
-		paths = append(paths, remote.Quote(f.Install))
+		paths = append(paths, f.Install)
 	}
-	hashes := ""
-	if len(paths) > 0 {
-		// One stat and one awk for all files (a file as recorded prints "=sha256  path"), then
-		// sha256sum for the others only: forks cost a loaded host more than reading the record.
-		hashes = `set --; for f in ` + strings.Join(paths, " ") + `; do [ -f "$f" ] && set -- "$@" "$f"; done; ` +
-			`[ $# -gt 0 ] && stat -c '` + statFormat + ` %n' -- "$@" | awk -v rec=` + remote.Quote(record) + ` ` +
-			`'BEGIN {while ((getline l < rec) > 0) {k = l; sub(/^[^ ]+ /, "", k); r[k] = substr(l, 1, index(l, " ") - 1)}} ` +
-			`{p = $0; sub(/^[^ ]+ [^ ]+ [^ ]+ /, "", p); if ($0 in r) print "=" r[$0] "  " p; else print "?" p}' | ` +
-			`while IFS= read -r l; do case $l in =*) printf '%s\n' "$l";; "?"*) sha256sum -- "${l#?}";; esac; done; `
+	listImages := ""
+	if len(m.Images) > 0 {
+		listImages = "1"
 	}
-	images := "command -v ctr >/dev/null || { echo " + remote.Quote(noRuntime) + "; exit 0; }; ctr -n k8s.io images ls"
-	if len(m.Images) == 0 {
-		images = "echo " + remote.Quote(noRuntime) // no image asked about: containerd may not run yet
-	}
-	return `echo "arch=$(uname -m)"; ` + hashes + `echo ` + remote.Quote(imagesMarker) + "; " + images
+	return scripts.Command("bundle-state", "paths", scripts.Lines(paths), "record", record, "stat_format", statFormat,
+		"images_marker", imagesMarker, "no_runtime", noRuntime, "list_images", listImages)
 }
 
 // recordInstalled records files in h's InstalledRecord; nothing to record, no command.
@@ -205,16 +197,11 @@ func recordInstalled(ctx context.Context, h remote.Host, files []File) error {
 // sha256 checked), replacing their earlier lines. Two runs racing on the record can lose a
 // line: that file is hashed again next time, nothing worse.
 func recordCommand(files []File, record string) string {
-	var drop []string
-	var b strings.Builder
+	var lines []string
 	for _, f := range files {
-		drop = append(drop, f.Install)
-		q := remote.Quote(f.Install)
-		fmt.Fprintf(&b, `printf '%%s %%s %%s\n' %s "$(stat -c '%s' -- %s)" %s; `, f.SHA256, statFormat, q, q)
+		lines = append(lines, f.SHA256+" "+f.Install)
 	}
-	r := remote.Quote(record)
-	return `mkdir -p -- "$(dirname -- ` + r + `)" && { [ -f ` + r + ` ] && awk -v drop=` + remote.Quote(strings.Join(drop, " ")) +
-		` 'BEGIN {n = split(drop, a, " "); for (i = 1; i <= n; i++) d[a[i]] = 1} !($5 in d)' ` + r + `; ` + b.String() + `} > ` + r + `.tmp && mv -f -- ` + r + `.tmp ` + r
+	return scripts.Command("bundle-record", "record", record, "files", scripts.Lines(lines), "stat_format", statFormat)
 }
 
 // ParseState parses StateCommand's output.

@@ -19,6 +19,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/kforge/kforge/remote"
 	"github.com/kforge/kforge/remote/remotetest"
+	"github.com/kforge/kforge/scripts"
 )
 
 func TestPlanHost(t *testing.T) {
@@ -112,7 +113,7 @@ type fakeNode struct {
 func newFakeNode(t *testing.T, name string, m *Manifest) *fakeNode {
 	n := &fakeNode{Host: remotetest.New(name), images: map[string]string{}, pinned: map[string]bool{}, arch: "x86_64"}
 	n.Handle(func(c string) bool {
-		return strings.HasPrefix(c, `echo "arch=`) && strings.HasSuffix(c, "ctr -n k8s.io images ls")
+		return strings.HasSuffix(c, scripts.Body("bundle-state")) && strings.Contains(c, "list_images=1\n")
 	}, func(_ context.Context, c remote.Cmd) error {
 		fmt.Fprintf(c.Stdout, "arch=%s\n", n.arch)
 		for _, f := range m.Files {
@@ -149,7 +150,9 @@ func newFakeNode(t *testing.T, name string, m *Manifest) *fakeNode {
 		}
 		return nil
 	})
-	n.Handle(func(c string) bool { return strings.HasPrefix(c, `mkdir -p -- "$(dirname -- `+InstalledRecord) }, func(_ context.Context, c remote.Cmd) error {
+	n.Handle(func(c string) bool {
+		return strings.HasPrefix(c, "record="+InstalledRecord+"\n") && strings.HasSuffix(c, scripts.Body("bundle-record"))
+	}, func(_ context.Context, c remote.Cmd) error {
 		n.mu.Lock()
 		defer n.mu.Unlock()
 		n.recorded = append(n.recorded, c.Command)

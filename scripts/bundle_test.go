@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 )
@@ -101,5 +102,40 @@ esac`, good))
 	if out := none.mustRun(Command("registry-fetch", "mirrors", "https://m1:5000", "ca", "", "repo", "kforge/files",
 		"files", fmt.Sprintf("%x 0750 %s", good, kubelet), "images", "", "hosts_dir", "/etc/containerd/certs.d", "pin_label", "p"), ""); out != "no-curl\n" {
 		t.Errorf("without curl: %q", out)
+	}
+}
+
+// TestBundleRecordAndState: recorded files are reported with their recorded sum, unread; a file
+// changed since is hashed; recording again replaces a file's line; the image list follows the
+// marker, or no runtime when no image is asked about or there is no ctr.
+func TestBundleRecordAndState(t *testing.T) {
+	s := newSandbox(t)
+	kubelet, kubectl := s.write("bin/it's kubelet", "kubelet"), s.write("bin/kubectl", "kubectl")
+	record := s.file("state/bundle-files")
+	fakeA, fakeB := strings.Repeat("a", 64), strings.Repeat("b", 64)
+	rec := func(lines ...string) {
+		s.mustRun(Command("bundle-record", "record", record, "files", Lines(lines), "stat_format", "%s %.9Y %i"), "")
+	}
+	rec(fakeA+" "+kubelet, fakeB+" "+kubectl)
+	rec(fakeA + " " + kubelet) // again: replaced, not added
+	if data, _ := os.ReadFile(record); strings.Count(string(data), "\n") != 2 {
+		t.Fatalf("record after recording kubelet twice:\n%s", data)
+	}
+	s.stub("ctr", "echo 'REF TYPE DIGEST SIZE PLATFORMS LABELS'")
+	state := func(images string) string {
+		return s.mustRun(Command("bundle-state", "paths", Lines([]string{kubelet, kubectl, s.file("missing")}), "record", record,
+			"stat_format", "%s %.9Y %i", "images_marker", "#kforge-images", "no_runtime", "#kforge-no-runtime", "list_images", images), "")
+	}
+	arch, _ := exec.Command("uname", "-m").Output()
+	if out, want := state("1"), "arch="+string(arch)+"="+fakeA+"  "+kubelet+"\n="+fakeB+"  "+kubectl+"\n#kforge-images\nREF TYPE DIGEST SIZE PLATFORMS LABELS\n"; out != want {
+		t.Errorf("as installed:\n%s\nwant\n%s", out, want)
+	}
+	if err := os.Remove(kubectl); err != nil {
+		t.Fatal(err)
+	}
+	s.write("bin/kubectl", "kubectl 2")
+	sum := sha256.Sum256([]byte("kubectl 2"))
+	if out, want := state(""), fmt.Sprintf("arch=%s=%s  %s\n%x  %s\n#kforge-images\n#kforge-no-runtime\n", arch, fakeA, kubelet, sum, kubectl); out != want {
+		t.Errorf("kubectl replaced, no image asked:\n%s\nwant\n%s", out, want)
 	}
 }
