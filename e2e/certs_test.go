@@ -158,6 +158,29 @@ func TestExpiredCertificatesRenewed(t *testing.T) {
 	if plan, code := c.plan(); code != 0 {
 		t.Errorf("plan after certs renew: exit %d, want no changes\n%s", code, plan)
 	}
+
+	// Renewed again, on the healthy cluster: kube-apiserver loads its new kubelet client
+	// certificate on renew's own request, whose connection takes the cut that this reload
+	// gives every connection to kubelets; kubectl logs, every second during the renewal and
+	// for a minute after, never fails.
+	logs := c.probeLogs(ctx, "default", podBefore)
+	start = time.Now()
+	out3, err := c.run("certs", "renew", "--all")
+	took = time.Since(start)
+	if err != nil {
+		logs.stop()
+		t.Fatalf("certs renew --all on the healthy cluster: %v\n%s", err, out3)
+	}
+	time.Sleep(time.Minute)
+	logsOK, logsFailed := logs.stop()
+	t.Logf("certs renew --all on the healthy cluster took %s; kubectl logs every second during it and for 60 s after: %d answered, %d failed%s\n%s",
+		took.Round(100*time.Millisecond), logsOK, len(logsFailed), strings.Join(logsFailed, ""), out3)
+	if len(logsFailed) > 0 || logsOK < 60 {
+		t.Errorf("kubectl logs failed %d times during or after certs renew --all (and answered %d); want none", len(logsFailed), logsOK)
+	}
+	if !strings.Contains(out3, "kube-apiserver reaches kubelets with its new client certificate") {
+		t.Errorf("certs renew --all did not make the API server load its new kubelet client certificate:\n%s", out3)
+	}
 }
 
 // certsCheck runs kforge certs check and returns its table and exit code.
