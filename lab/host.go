@@ -324,7 +324,7 @@ func (l *Lab) nspawnPID(h *hostState) int {
 func (l *Lab) leader(h *hostState) (int, error) {
 	np := l.nspawnPID(h)
 	if np == 0 {
-		return 0, fmt.Errorf("lab host %s is not running (start it with StartHost, or `kforge lab down` and up again)", h.Name)
+		return 0, fmt.Errorf("lab host %s is not running: boot it with `kforge lab start --name %s %s` (Go: StartHost)", h.Name, l.Name, h.Name)
 	}
 	for _, c := range children(np) {
 		if comm(c) == "systemd" {

@@ -1,5 +1,5 @@
 // Package lab runs a local fleet of real systemd hosts on one Linux machine, reachable over SSH
-// like VMs: kforge's demo, test and benchmark bed (`kforge lab up|status|down`).
+// like VMs: kforge's demo, test and benchmark bed (`kforge lab up|status|stop|start|down`).
 //
 // Each host is systemd-nspawn booting a per-host overlay of one cached, debootstrapped Debian 12
 // rootfs, in its own network, mount, PID, UTS and IPC namespaces and its own cgroup in every
@@ -302,7 +302,7 @@ func Up(ctx context.Context, o Options) (_ *Lab, err error) {
 			r(progress.Event{Kind: progress.Info, Task: "lab", Message: fmt.Sprintf("lab %s is already up with %s; nothing to do", o.Name, hosts)})
 			return old, nil
 		}
-		return nil, fmt.Errorf("lab %s already exists with another shape or stopped hosts (see `kforge lab status --name %s`): run `kforge lab down --name %s` first", o.Name, o.Name, o.Name)
+		return nil, fmt.Errorf("lab %s already exists with another shape or stopped hosts (see `kforge lab status --name %s`): boot a stopped host with `kforge lab start --name %s HOST`, or run `kforge lab down --name %s` first", o.Name, o.Name, o.Name, o.Name)
 	} else if !errors.Is(err, ErrNotFound) {
 		return nil, err
 	}
