@@ -112,6 +112,8 @@ func bareHostsMinor(t *testing.T, version string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+
+	c.powerCutComesBack(ctx, w2) // issue 29: kforge lab stop/start, Ready again within 40 s
 }
 
 // fromMasters is apply's line for a worker that took every file and image it lacked from the
