@@ -224,6 +224,7 @@ func spawn(h *hostState, env []string, argv ...string) (int, error) {
 	cmd.Env = append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 		"KFORGE_LAB_CONSOLE=" + filepath.Join(h.Dir, "console.log")}, env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	closeInheritedOnExec()
 	out, err := cmd.Output()
 	if err != nil {
 		return 0, err
@@ -233,6 +234,22 @@ func spawn(h *hostState, env []string, argv ...string) (int, error) {
 		return 0, fmt.Errorf("got %q for its PID", out)
 	}
 	return pid, nil
+}
+
+// closeInheritedOnExec marks every descriptor this process inherited (above stderr) close-on-exec
+// (Go opens its own so): what spawn starts runs for the lab's life and must not hold what
+// kforge's caller gave it. A lock of `flock LOCK kforge lab up` stayed held until the lab went
+// down.
+func closeInheritedOnExec() {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if fd, err := strconv.Atoi(e.Name()); err == nil && fd > 2 {
+			syscall.CloseOnExec(fd)
+		}
+	}
 }
 
 // waitSSH waits until every host's sshd sends its banner.

@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,7 +9,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/kforge/kforge/inventory"
 )
@@ -190,4 +193,29 @@ func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Helper()
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
+}
+
+// TestSpawnKeepsNoInheritedDescriptor: a process spawn starts (a host's launcher, QEMU) holds no
+// descriptor this process inherited, such as the lock of `flock LOCK kforge lab up`.
+func TestSpawnKeepsNoInheritedDescriptor(t *testing.T) {
+	dir := t.TempDir()
+	held := filepath.Join(dir, "held.lock")
+	fd, err := syscall.Open(held, syscall.O_RDWR|syscall.O_CREAT, 0o644) // no O_CLOEXEC, as flock(1) passes it
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(fd)
+	h := &hostState{Dir: dir}
+	if _, err := spawn(h, nil, "/bin/sh", "-c", `ls -l /proc/$$/fd; echo done`); err != nil {
+		t.Fatal(err)
+	}
+	console := filepath.Join(dir, "console.log")
+	var out []byte
+	for i := 0; i < 100 && !bytes.Contains(out, []byte("done\n")); i++ {
+		time.Sleep(50 * time.Millisecond)
+		out, _ = os.ReadFile(console)
+	}
+	if !bytes.Contains(out, []byte("done\n")) || bytes.Contains(out, []byte(held)) {
+		t.Errorf("the spawned process's descriptors (want none on %s):\n%s", held, out)
+	}
 }
