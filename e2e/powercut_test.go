@@ -62,12 +62,15 @@ func (c *cluster) powerCutComesBack(ctx context.Context, host string) {
 	}
 	c.lab = l
 
-	var n *corev1.Node
+	var n *corev1.Node // as last seen
 	var readyAt time.Time
 	err = wait.PollUntilContextTimeout(ctx, time.Second, powerCutReady, true, func(ctx context.Context) (bool, error) {
-		n, err = k.CoreV1().Nodes().Get(ctx, host, metav1.GetOptions{})
-		readyAt = time.Now()
-		return err == nil && n.Status.NodeInfo.BootID != boots[host] && nodeReady(n), nil
+		got, err := k.CoreV1().Nodes().Get(ctx, host, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		n, readyAt = got, time.Now()
+		return n.Status.NodeInfo.BootID != boots[host] && nodeReady(n), nil
 	})
 	journal := c.exec(ctx, host, "journalctl -b -u kubelet --no-pager -o cat")
 	var stale []string
@@ -77,11 +80,13 @@ func (c *cluster) powerCutComesBack(ctx context.Context, host string) {
 		}
 	}
 	if err != nil {
+		var boot string
 		var cond any
 		if n != nil {
-			cond = n.Status.Conditions
+			boot, cond = n.Status.NodeInfo.BootID, n.Status.Conditions
 		}
-		c.t.Fatalf("%s after a power cut: node not Ready on a new boot within %s of kforge lab start returning (%v): conditions %+v; its kubelet logged %d lines about containers of the previous boot", host, powerCutReady, err, cond, len(stale))
+		c.t.Fatalf("%s after a power cut: node not Ready on a new boot within %s of kforge lab start returning (%v): boot %s (was %s), conditions %+v; its kubelet logged %d lines about containers of the previous boot",
+			host, powerCutReady, err, boot, boots[host], cond, len(stale))
 	}
 	if len(stale) > 0 {
 		c.t.Errorf("%s after a power cut: its kubelet logged %d lines about containers of the previous boot, want none; the first: %s", host, len(stale), stale[0])
