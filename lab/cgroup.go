@@ -108,10 +108,15 @@ func makeCgroups(hier []hierarchy, name string) ([]string, error) {
 	return dirs, nil
 }
 
-// remakeCgroups creates again the cgroups makeCgroups made (a host's, which StopHost removed).
+// remakeCgroups creates again the cgroups makeCgroups made (a host's, which StopHost removed),
+// in the same places.
 func remakeCgroups(dirs []string) error {
 	for _, d := range dirs {
-		_, err := os.Stat(filepath.Join(filepath.Dir(d), "cpuset.cpus"))
+		parent := filepath.Dir(d)
+		if _, err := os.Stat(parent); err != nil {
+			return fmt.Errorf("the cgroup %s, where the lab made its hosts' cgroups, is gone (did the session that ran `kforge lab up` end?): take the lab down and bring it up again: %w", parent, err)
+		}
+		_, err := os.Stat(filepath.Join(parent, "cpuset.cpus"))
 		if err := makeCgroup(d, err == nil); err != nil {
 			return err
 		}

@@ -219,3 +219,34 @@ func TestSpawnKeepsNoInheritedDescriptor(t *testing.T) {
 		t.Errorf("the spawned process's descriptors (want none on %s):\n%s", held, out)
 	}
 }
+
+// TestRemakeCgroups: StartHost makes a host's cgroups again where they were, a cpuset one with
+// its parent's CPUs and memory nodes; a parent that is gone is an error saying what to do.
+func TestRemakeCgroups(t *testing.T) {
+	root := t.TempDir() // plain directories stand in for the hierarchies
+	cpuset, memory := filepath.Join(root, "cpuset"), filepath.Join(root, "memory")
+	for _, d := range []string{cpuset, memory} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for f, v := range map[string]string{"cpuset.cpus": "0-1\n", "cpuset.mems": "0\n"} {
+		if err := os.WriteFile(filepath.Join(cpuset, f), []byte(v), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dirs := []string{filepath.Join(cpuset, "kforge-lab-x-1"), filepath.Join(memory, "kforge-lab-x-1")}
+	if err := remakeCgroups(dirs); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dirs[0], "cpuset.cpus")); err != nil || string(b) != "0-1\n" {
+		t.Errorf("cpuset.cpus of the new cpuset cgroup: %q %v", b, err)
+	}
+	if _, err := os.Stat(filepath.Join(dirs[1], "cpuset.cpus")); err == nil {
+		t.Error("a cgroup outside the cpuset hierarchy got cpuset files")
+	}
+	gone := filepath.Join(root, "gone", "kforge-lab-x-1")
+	if err := remakeCgroups([]string{gone}); err == nil || !strings.Contains(err.Error(), "take the lab down and bring it up again") {
+		t.Errorf("remaking a cgroup whose parent is gone: %v", err)
+	}
+}
