@@ -156,3 +156,31 @@ func DeleteNode(ctx context.Context, c kubernetes.Interface, node string) (bool,
 	}
 	return true, nil
 }
+
+// DeletePodsOfLostNode deletes at once (grace period 0) the pods bound to node, a node that is
+// gone for good (a master lost before a restore): nothing will ever stop their containers or
+// report on them, and the pod garbage collector would wait 40 s before it deletes them, while
+// their Deployments count them as ready and make no replacement. It returns how many it
+// deleted.
+func DeletePodsOfLostNode(ctx context.Context, c kubernetes.Interface, node string) (int, error) {
+	pods, err := c.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+	if err != nil {
+		return 0, fmt.Errorf("list the pods of node %s: %w", node, err)
+	}
+	zero := int64(0)
+	n := 0
+	for _, p := range pods.Items {
+		if p.Spec.NodeName != node { // a fake clientset ignores field selectors
+			continue
+		}
+		err := c.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return n, fmt.Errorf("delete pod %s/%s of node %s: %w", p.Namespace, p.Name, node, err)
+		}
+		n++
+	}
+	return n, nil
+}

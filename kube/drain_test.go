@@ -100,3 +100,28 @@ func TestDrain(t *testing.T) {
 		t.Errorf("missing node: %v, %v", got, err)
 	}
 }
+
+// TestDeletePodsOfLostNode: the pods bound to a lost node go at once, with no grace period;
+// other nodes' pods stay.
+func TestDeletePodsOfLostNode(t *testing.T) {
+	pod := func(ns, name, node string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: corev1.PodSpec{NodeName: node}}
+	}
+	c := fake.NewClientset(pod("kube-system", "coredns-a", "lost"), pod("default", "web-1", "lost"), pod("default", "web-2", "w1"))
+	n, err := DeletePodsOfLostNode(context.Background(), c, "lost")
+	if err != nil || n != 2 {
+		t.Fatalf("DeletePodsOfLostNode = %d, %v; want 2", n, err)
+	}
+	left, _ := c.CoreV1().Pods("").List(context.Background(), metav1.ListOptions{})
+	if len(left.Items) != 1 || left.Items[0].Name != "web-2" {
+		t.Errorf("pods left: %v; want web-2 alone", left.Items)
+	}
+	for _, a := range c.Actions() {
+		if d, ok := a.(k8stesting.DeleteActionImpl); ok && (d.DeleteOptions.GracePeriodSeconds == nil || *d.DeleteOptions.GracePeriodSeconds != 0) {
+			t.Errorf("%s deleted with grace period %v, want 0", d.Name, d.DeleteOptions.GracePeriodSeconds)
+		}
+	}
+	if n, err := DeletePodsOfLostNode(context.Background(), c, "lost"); err != nil || n != 0 {
+		t.Errorf("again: %d, %v; want nothing to do", n, err)
+	}
+}

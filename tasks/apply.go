@@ -182,7 +182,7 @@ func (a *Apply) Steps() []Step {
 	if a.restore != nil && len(removed) > 0 {
 		// Right away: the restored cluster still holds the lost hosts' nodes and pods, which
 		// controllers (DaemonSet rollouts, the readiness wait) would otherwise wait on.
-		l.add("prune", OnHosts, removed, a.prune, "delete the nodes of %s (not in the inventory: lost before the restore), without a drain; reset those hosts that still answer", strings.Join(removed, ", "))
+		l.add("prune", OnHosts, removed, a.prune, "delete the nodes of %s (not in the inventory: lost before the restore) and their pods, without a drain, so their controllers replace them at once; start resetting those hosts that still answer", strings.Join(removed, ", "))
 	}
 	l.add("cluster-config", ThroughAPI, nil, a.clusterConfig, "grant kubeadm:cluster-admins, upload kubeadm-config and kubelet-config")
 	l.add("bootstrap", ThroughAPI, nil, a.bootstrap, "create the bootstrap token, node-bootstrap RBAC, CSR auto-approval and cluster-info")
@@ -202,6 +202,9 @@ func (a *Apply) Steps() []Step {
 	}
 	if c.Networking.Plugin != "none" {
 		l.add("wait-ready", ThroughAPI, nil, a.kubeletsSay(a.waitReady), "wait until every node is Ready and every pod of kube-system and kube-flannel ready, and stayed so for %s (a crash-looping pod fails apply, its log quoted)", a.o.Settle)
+	}
+	if a.restore != nil && len(removed) > 0 {
+		l.add("reset-lost", OnHosts, removed, a.waitLostReset, "wait for the reset of the lost hosts that answer after all (started by prune)")
 	}
 	if len(workers) > 0 {
 		l.add("forget-token", OnHosts, workers, a.forgetBootstrapToken, "remove %s from workers whose kubelet has its own credentials (kubelet.conf), as kubeadm does after TLS bootstrap", hostpath.BootstrapKubeletConfig)

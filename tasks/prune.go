@@ -107,24 +107,54 @@ func (a *Apply) prune(ctx context.Context, r progress.Reporter) error {
 				did = append(did, "etcd member removed")
 			}
 		}
-		o := a.o
 		if a.restore != nil {
-			o.DialRetry = 5 * time.Second // presumed lost: a short look whether it answers after all
+			// Presumed lost: whether it answers after all is seen in the background (a dial to a
+			// host that is gone waits for its timeout) while the cluster comes back; reset-lost
+			// waits for it.
+			o := a.o
+			o.DialRetry = 5 * time.Second
+			a.bg.start(lostReset, func() error {
+				msg, err := resetRemoved(ctx, a.inv, n, o, r)
+				if err != nil {
+					return fmt.Errorf("%s: reset: %w", n.Name, err)
+				}
+				r(progress.Event{Kind: progress.HostDone, Host: n.Name, Message: msg})
+				return nil
+			})
+		} else {
+			msg, err := resetRemoved(ctx, a.inv, n, a.o, r)
+			if err != nil {
+				return fmt.Errorf("%s: reset: %w", n.Name, err)
+			}
+			did = append(did, msg)
 		}
-		msg, err := resetRemoved(ctx, a.inv, n, o, r)
-		if err != nil {
-			return fmt.Errorf("%s: reset: %w", n.Name, err)
-		}
-		did = append(did, msg)
 		if deleted, err := kube.DeleteNode(ctx, a.api.Typed, n.Name); err != nil {
 			return err
 		} else if deleted {
 			did = append(did, "node deleted")
 		}
+		if a.restore != nil {
+			// Lost: its pods are deleted now, so their controllers replace them at once.
+			pods, err := kube.DeletePodsOfLostNode(ctx, a.api.Typed, n.Name)
+			if err != nil {
+				return err
+			}
+			if pods > 0 {
+				did = append(did, count(pods, "pod")+" deleted")
+			}
+		}
 		a.pruned = append(a.pruned, n.Name)
 		r(progress.Event{Kind: progress.HostDone, Host: n.Name, Duration: a.o.Now().Sub(start), Message: strings.Join(did, "; ")})
 	}
 	return nil
+}
+
+// lostReset is the background reset of the hosts a restore takes as lost (prune starts it).
+const lostReset = "lost hosts reset"
+
+// waitLostReset waits for the resets prune started of the hosts lost before a restore.
+func (a *Apply) waitLostReset(ctx context.Context, _ progress.Reporter) error {
+	return a.bg.wait(ctx, lostReset)
 }
 
 // removeEtcdMember removes a removed master's etcd member through the inventory's first master.
