@@ -75,8 +75,8 @@ func (c *cluster) checkLateFailureLeavesAKubeconfig(ctx context.Context) {
 	}
 	for _, want := range []string{
 		"kube-system/crashy-dns-",                                // the pod named
-		"container coredns, log of its last run",                 // its log quoted
-		"plugin/loop: Loop",                                      // what the log says
+		"container coredns, log",                                 // its log quoted (its last run's, or the current one's)
+		"CoreDNS-" + strings.TrimPrefix(rel.CoreDNS, "v"),        // a line of it: CoreDNS's banner
 		"look at the cluster with kubectl --kubeconfig " + admin, // the kubeconfig named
 	} {
 		if !strings.Contains(out, want) {

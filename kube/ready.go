@@ -173,11 +173,24 @@ func TailLogs(ctx context.Context, c kubernetes.Interface, pods []PodRef) []PodL
 		if p.Container == "" {
 			continue
 		}
-		b, err := c.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: p.Container, Previous: p.Previous, TailLines: &tail}).DoRaw(ctx)
-		l := PodLog{Pod: p, Err: err}
-		if err == nil {
-			if s := strings.TrimRight(string(b), "\n"); s != "" {
-				l.Lines = strings.Split(s, "\n")
+		read := func(p PodRef) PodLog {
+			b, err := c.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: p.Container, Previous: p.Previous, TailLines: &tail}).DoRaw(ctx)
+			l := PodLog{Pod: p, Err: err}
+			if err == nil {
+				if s := strings.TrimRight(string(b), "\n"); s != "" {
+					l.Lines = strings.Split(s, "\n")
+				}
+			}
+			return l
+		}
+		l := read(p)
+		if p.Previous && (l.Err != nil || len(l.Lines) == 0) {
+			// The last run's log may be gone already (the kubelet removed that container):
+			// the current run's says the same of a crash loop.
+			cur := p
+			cur.Previous = false
+			if c := read(cur); c.Err == nil && len(c.Lines) > 0 {
+				l = c
 			}
 		}
 		out = append(out, l)
