@@ -92,26 +92,7 @@ func (c *cluster) powerCutComesBack(ctx context.Context, host string) {
 		c.t.Errorf("%s after a power cut: its kubelet logged %d lines about containers of the previous boot, want none; the first: %s", host, len(stale), stale[0])
 	}
 
-	var podsAt time.Time
-	var names []string
-	err = wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		ps, err := k.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + host})
-		if err != nil {
-			return false, nil
-		}
-		names = names[:0]
-		for _, p := range ps.Items {
-			if len(p.OwnerReferences) == 0 || p.OwnerReferences[0].Kind != "DaemonSet" {
-				continue
-			}
-			if !podReadySince(&p, cut) {
-				return false, nil
-			}
-			names = append(names, p.Name)
-		}
-		podsAt = time.Now()
-		return len(names) >= 2, nil // kube-proxy and flannel at least
-	})
+	names, podsAt, err := c.waitDaemonSetPodsSince(ctx, host, cut, time.Second, 2*time.Minute)
 	if err != nil {
 		c.t.Fatalf("%s after a power cut: its DaemonSet pods did not run again within 2m of kforge lab start returning (%v): %v", host, names, err)
 	}

@@ -189,10 +189,25 @@ func (c *cluster) vmComesBack(ctx context.Context, vm, what string, down func())
 		n, _ := k.CoreV1().Nodes().Get(ctx, vm, metav1.GetOptions{})
 		c.t.Fatalf("%s after a %s: node not Ready on a new boot within 10m: %v; boot %s (was %s), conditions %+v", vm, what, err, n.Status.NodeInfo.BootID, boot, n.Status.Conditions)
 	}
-	var pods time.Duration
+	names, at, err := c.waitDaemonSetPodsSince(ctx, vm, start, 2*time.Second, 10*time.Minute)
+	pods := at.Sub(start)
+	if err != nil {
+		c.t.Fatalf("%s after a %s: its DaemonSet pods did not run again within 10m (%v): %v", vm, what, names, err)
+	}
+	c.t.Logf("%s after a %s: node Ready on a new boot %s after it began, DaemonSet pods %v running again after %s",
+		vm, what, ready.Round(time.Second), names, pods.Round(time.Second))
+	c.checkVMHost(ctx, vm)
+}
+
+// waitDaemonSetPodsSince waits, polling every interval within timeout, until the DaemonSet
+// pods on host (kube-proxy and flannel at least) run containers started after since, all
+// ready, and returns their names and when it saw them so.
+func (c *cluster) waitDaemonSetPodsSince(ctx context.Context, host string, since time.Time, interval, timeout time.Duration) ([]string, time.Time, error) {
+	k := c.client()
 	var names []string
-	err = wait.PollUntilContextTimeout(ctx, 2*time.Second, 10*time.Minute, true, func(ctx context.Context) (bool, error) {
-		ps, err := k.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + vm})
+	var at time.Time
+	err := wait.PollUntilContextTimeout(ctx, interval, timeout, true, func(ctx context.Context) (bool, error) {
+		ps, err := k.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + host})
 		if err != nil {
 			return false, nil
 		}
@@ -201,20 +216,15 @@ func (c *cluster) vmComesBack(ctx context.Context, vm, what string, down func())
 			if len(p.OwnerReferences) == 0 || p.OwnerReferences[0].Kind != "DaemonSet" {
 				continue
 			}
-			if !podReadySince(&p, start) {
+			if !podReadySince(&p, since) {
 				return false, nil
 			}
 			names = append(names, p.Name)
 		}
-		pods = time.Since(start)
-		return len(names) >= 2, nil // kube-proxy and flannel at least
+		at = time.Now()
+		return len(names) >= 2, nil
 	})
-	if err != nil {
-		c.t.Fatalf("%s after a %s: its DaemonSet pods did not run again within 10m (%v): %v", vm, what, names, err)
-	}
-	c.t.Logf("%s after a %s: node Ready on a new boot %s after it began, DaemonSet pods %v running again after %s",
-		vm, what, ready.Round(time.Second), names, pods.Round(time.Second))
-	c.checkVMHost(ctx, vm)
+	return names, at, err
 }
 
 // podReadySince says whether every container of p is ready and was started after t.

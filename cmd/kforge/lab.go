@@ -172,13 +172,7 @@ type LabStopCmd struct {
 }
 
 func (c *LabStopCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Logger) error {
-	l, err := openLabHost(c.Name, c.Host)
-	if err != nil {
-		return err
-	}
-	l.SetLogger(log)
-	p := progress.NewPrinter(s.Out, s.Err, g.Output == "json", log)
-	return progress.Task(p.Report, "stop", fmt.Sprintf("cut the power of lab %s's host %s", l.Name, c.Host), func(r progress.Reporter) error {
+	return onLabHost(s, g, log, c.Name, c.Host, "stop", "cut the power of lab %s's host %s", func(l *lab.Lab, r progress.Reporter) error {
 		if !l.Running(c.Host) {
 			r(progress.Event{Kind: progress.Info, Host: c.Host, Message: "already stopped (nothing to do)"})
 			return nil
@@ -199,13 +193,7 @@ type LabStartCmd struct {
 }
 
 func (c *LabStartCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Logger) error {
-	l, err := openLabHost(c.Name, c.Host)
-	if err != nil {
-		return err
-	}
-	l.SetLogger(log)
-	p := progress.NewPrinter(s.Out, s.Err, g.Output == "json", log)
-	return progress.Task(p.Report, "start", fmt.Sprintf("boot lab %s's host %s and wait until sshd answers and systemd runs", l.Name, c.Host), func(r progress.Reporter) error {
+	return onLabHost(s, g, log, c.Name, c.Host, "start", "boot lab %s's host %s and wait until sshd answers and systemd runs", func(l *lab.Lab, r progress.Reporter) error {
 		if l.Running(c.Host) {
 			r(progress.Event{Kind: progress.Info, Host: c.Host, Message: "already running (nothing to do)"})
 			return nil
@@ -213,6 +201,18 @@ func (c *LabStartCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog
 		l.SetReport(r)
 		return l.StartHost(ctx, c.Host)
 	})
+}
+
+// onLabHost runs fn as one reported task (what: its description, of the lab's and the host's
+// names) on host of the lab called name.
+func onLabHost(s *streams, g *Globals, log *slog.Logger, name, host, task, what string, fn func(*lab.Lab, progress.Reporter) error) error {
+	l, err := openLabHost(name, host)
+	if err != nil {
+		return err
+	}
+	l.SetLogger(log)
+	p := progress.NewPrinter(s.Out, s.Err, g.Output == "json", log)
+	return progress.Task(p.Report, task, fmt.Sprintf(what, l.Name, host), func(r progress.Reporter) error { return fn(l, r) })
 }
 
 // openLabHost opens the lab called name and checks that it has the host; either missing is a
