@@ -44,7 +44,10 @@ type CertsRenew struct {
 	expired   []string             // inspect: certificates this run replaces that have expired, "host: name"
 	kubelets  map[string]string    // inspect: nodes whose kubelet client certificate expired, and when
 	serving   map[string]bool      // inspect: nodes whose kubelet serving certificate expired
-	changes   []pki.Change         // pki: what is re-issued
+	// kubeletClient says, by master, how its kube-apiserver came to use its new kubelet client
+	// certificate (masters: loadKubeletClient).
+	kubeletClient map[string]string
+	changes       []pki.Change // pki: what is re-issued
 	// Renewed are the certificates re-issued: the state dir's, then the kubelets'.
 	Renewed []string
 }
@@ -345,12 +348,35 @@ func (x *CertsRenew) pushMasters(ctx context.Context, r progress.Reporter) error
 		if err := pushCredentials(ctx, x.files, x.fleet.Host(n.Name)); err != nil {
 			return err
 		}
+		// At once: any request to a kubelet that opens a connection through this API server
+		// from now on would make it load the new certificate, and cut every other.
+		if err := x.loadKubeletClient(ctx, n); err != nil {
+			return err
+		}
 		// Watch through another master than the one restarting, when there is one.
 		via := masters[(i+1)%len(masters)]
 		if err := x.waitMasters(ctx, r, []inventory.Node{n}, via); err != nil {
 			return err
 		}
 	}
+	return nil
+}
+
+// loadKubeletClient makes master n's kube-apiserver load its new kubelet client certificate
+// (reloadKubeletClient) once this run wrote one, and keeps what it took for n's report.
+func (x *CertsRenew) loadKubeletClient(ctx context.Context, n inventory.Node) error {
+	if _, done := x.kubeletClient[n.Name]; done || !x.files.wrote(n.Name, func(p string) bool { return p == apiserverKubeletClient }) {
+		return nil
+	}
+	t := x.o.Now()
+	tries, err := reloadKubeletClient(ctx, x.inv, x.set, x.fleet, n, x.o.Timeout)
+	if err != nil {
+		return remote.WithHost(n.Name, err)
+	}
+	if x.kubeletClient == nil {
+		x.kubeletClient = map[string]string{}
+	}
+	x.kubeletClient[n.Name] = fmt.Sprintf("; kube-apiserver reaches kubelets with its new client certificate (after %s, %s)", x.o.Now().Sub(t).Round(100*time.Millisecond), count(tries, "request"))
 	return nil
 }
 
@@ -389,17 +415,10 @@ func (x *CertsRenew) waitMasters(ctx context.Context, r progress.Reporter, maste
 	if err := waitServed(ctx, x.fleet, x.files, masters, x.o.Timeout); err != nil {
 		return err
 	}
-	kubeletClient := map[string]string{}
 	for _, n := range masters {
-		if !x.files.wrote(n.Name, func(p string) bool { return p == apiserverKubeletClient }) {
-			continue
+		if err := x.loadKubeletClient(ctx, n); err != nil {
+			return err
 		}
-		t := x.o.Now()
-		tries, err := reloadKubeletClient(ctx, x.inv, x.set, x.fleet, n, x.o.Timeout)
-		if err != nil {
-			return remote.WithHost(n.Name, err)
-		}
-		kubeletClient[n.Name] = fmt.Sprintf("; kube-apiserver reaches kubelets with its new client certificate (after %s, %s)", x.o.Now().Sub(t).Round(100*time.Millisecond), count(tries, "request"))
 	}
 	for _, n := range masters {
 		var names []string
@@ -417,7 +436,7 @@ func (x *CertsRenew) waitMasters(ctx context.Context, r progress.Reporter, maste
 			if rl := servedNew(x.files, n.Name); len(rl) > 0 {
 				msg += fmt.Sprintf("; new certificates served without a restart by %s (after %s)", strings.Join(rl, ", "), x.o.Now().Sub(start).Round(100*time.Millisecond))
 			}
-			msg += kubeletClient[n.Name]
+			msg += x.kubeletClient[n.Name]
 		}
 		r(progress.Event{Kind: progress.HostDone, Host: n.Name, Message: msg})
 	}

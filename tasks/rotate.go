@@ -138,7 +138,7 @@ func (x *RotateCA) phase(ph pki.Phase) func(context.Context, progress.Reporter) 
 		if n := countIssued(changes); n > 0 {
 			r(progress.Event{Kind: progress.Info, Message: fmt.Sprintf("%d certificates issued by the new CA", n)})
 		}
-		x.files = newHostFiles()
+		x.files, x.kubeletClient = newHostFiles(), nil // this phase's files, and their reloads
 		if err := x.render(ctx, r); err != nil {
 			return err
 		}
