@@ -189,8 +189,8 @@ func TailLogs(ctx context.Context, c kubernetes.Interface, pods []PodRef) []PodL
 			// the current run's says the same of a crash loop.
 			cur := p
 			cur.Previous = false
-			if c := read(cur); c.Err == nil && len(c.Lines) > 0 {
-				l = c
+			if running := read(cur); running.Err == nil && len(running.Lines) > 0 {
+				l = running
 			}
 		}
 		out = append(out, l)
