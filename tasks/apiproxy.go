@@ -21,16 +21,16 @@ import (
 // startAPIProxy enables and starts the node-local API proxy before the kubelet that uses it;
 // it restarts only for a new unit or binary: a new configuration (masters added or removed)
 // it follows by itself.
-func (a *Apply) startAPIProxy(ctx context.Context, n inventory.Node, h remote.Host) (string, error) {
-	restart := apiProxyRestarts(func(pred func(string) bool) bool { return a.files.wrote(n.Name, pred) })
+func (t *hop) startAPIProxy(ctx context.Context, n inventory.Node, h remote.Host) (string, error) {
+	restart := apiProxyRestarts(func(pred func(string) bool) bool { return t.files.wrote(n.Name, pred) })
 	if _, err := remote.Output(ctx, h, startUnitScript(hostpath.APIProxyUnit, restart)); err != nil {
 		return "", err
 	}
-	msg := fmt.Sprintf("API proxy on 127.0.0.1:%d", a.inv.APIProxy.Port)
+	msg := fmt.Sprintf("API proxy on 127.0.0.1:%d", t.inv.APIProxy.Port)
 	switch {
 	case restart:
 		msg += " (re)started"
-	case a.files.wrote(n.Name, func(p string) bool { return p == hostpath.APIProxyConfig }):
+	case t.files.wrote(n.Name, func(p string) bool { return p == hostpath.APIProxyConfig }):
 		msg += " follows its new backends"
 	}
 	return msg, nil
@@ -46,33 +46,34 @@ func apiProxyRestarts(wrote func(pred func(string) bool) bool) bool {
 // API proxy, once the cluster has a controlPlaneEndpoint or one master (the kubelets and
 // addons were moved to that endpoint by the steps before), and kforge-vip, once the inventory
 // has no controlPlaneVIP.
-func (a *Apply) retired() []string {
+func retired(c *inventory.Cluster) []string {
 	var out []string
-	if !a.inv.LocalAPIProxy() {
-		out = append(out, "the node-local API proxy (the nodes now use "+pki.NodeEndpoint(a.inv)+")")
+	if !c.LocalAPIProxy() {
+		out = append(out, "the node-local API proxy (the nodes now use "+pki.NodeEndpoint(c)+")")
 	}
-	if a.inv.ControlPlaneVIP == "" {
+	if c.ControlPlaneVIP == "" {
 		out = append(out, "kforge-vip (no controlPlaneVIP)")
 	}
 	return out
 }
 
 // retire removes what retired names from the hosts that have it.
-func (a *Apply) retire(ctx context.Context, r progress.Reporter) error {
-	return a.fleet.Each(ctx, "", func(ctx context.Context, n inventory.Node, h remote.Host) error {
-		f := a.fleet.Facts(n.Name)
+func (rc *runContext) retire(ctx context.Context, r progress.Reporter) error {
+	c := rc.inv
+	return rc.fleet.Each(ctx, "", func(ctx context.Context, n inventory.Node, h remote.Host) error {
+		f := rc.fleet.Facts(n.Name)
 		var did []string
 		for _, u := range []struct {
 			retire bool
 			script string
 			msg    string
 		}{
-			{!a.inv.LocalAPIProxy() && hasUnit(f, hostpath.APIProxyUnitPath),
+			{!c.LocalAPIProxy() && hasUnit(f, hostpath.APIProxyUnitPath),
 				retireUnitScript(hostpath.APIProxyUnit, hostpath.APIProxyUnitPath, hostpath.APIProxyConfig, hostpath.APIProxyState, hostpath.APIProxyPath),
-				"API proxy stopped and removed: the node uses " + pki.NodeEndpoint(a.inv)},
-			{a.inv.ControlPlaneVIP == "" && hasUnit(f, hostpath.VIPUnitPath),
+				"API proxy stopped and removed: the node uses " + pki.NodeEndpoint(c)},
+			{c.ControlPlaneVIP == "" && hasUnit(f, hostpath.VIPUnitPath),
 				retireUnitScript(hostpath.VIPUnit, hostpath.VIPUnitPath, hostpath.VIPConfig, hostpath.VIPState, hostpath.VIPPath),
-				"virtual IP released, kforge-vip stopped and removed: the admin kubeconfig uses " + pki.Endpoint(a.inv)},
+				"virtual IP released, kforge-vip stopped and removed: the admin kubeconfig uses " + pki.Endpoint(c)},
 		} {
 			if !u.retire {
 				continue

@@ -93,15 +93,10 @@ func TestPushWritesOnlyWhatDiffersAndKubeletRestartsOnlyForItsInputs(t *testing.
 func TestRenderAddsKforgeFilesPerRole(t *testing.T) {
 	c := cluster(t, "workers:\n  - {name: w1, address: 10.0.0.2}\n")
 	a := NewApply(c, Options{State: state.At(t.TempDir())})
-	if err := a.ensurePKI(context.Background(), progress.Discard); err != nil {
-		t.Fatal(err)
-	}
-	if err := a.render(context.Background(), progress.Discard); err != nil {
-		t.Fatal(err)
-	}
+	runSteps(t, a.Steps(), "pki", "render")
 	paths := func(host string) []string {
 		var ps []string
-		for _, f := range a.files.get(host, nil) {
+		for _, f := range a.target.files.get(host, nil) {
 			ps = append(ps, f.Path)
 		}
 		return ps
@@ -114,15 +109,16 @@ func TestRenderAddsKforgeFilesPerRole(t *testing.T) {
 	if !slices.Contains(paths("m1"), "/etc/kubernetes/manifests/.kforge-manifests") || slices.Contains(paths("w1"), "/etc/kubernetes/manifests/.kforge-manifests") {
 		t.Errorf("manifests marker: m1 %v, w1 %v", paths("m1"), paths("w1"))
 	}
-	for _, f := range a.files.get("w1", nil) {
-		if f.Path == hostpath.BootstrapKubeletConfig && !strings.Contains(string(f.Data), a.token.Value()) {
+	for _, f := range a.target.files.get("w1", nil) {
+		if f.Path == hostpath.BootstrapKubeletConfig && !strings.Contains(string(f.Data), a.rc.token.Value()) {
 			t.Error("the worker's bootstrap kubeconfig does not carry the state dir's token")
 		}
 	}
 	// The token is kept across runs, so a re-run rewrites no bootstrap kubeconfig.
-	b := NewApply(c, Options{State: a.o.State})
-	if err := b.ensurePKI(context.Background(), progress.Discard); err != nil || b.token.Value() != a.token.Value() {
-		t.Errorf("second run token %v, first %v, err %v", b.token.ID, a.token.ID, err)
+	b := NewApply(c, Options{State: a.rc.o.State})
+	runSteps(t, b.Steps(), "pki")
+	if b.rc.token.Value() != a.rc.token.Value() {
+		t.Errorf("second run token %v, first %v", b.rc.token.ID, a.rc.token.ID)
 	}
 }
 
@@ -159,5 +155,23 @@ func TestReplacedManifestsAreStaticPodsOnly(t *testing.T) {
 	}
 	if !slices.Equal(got, []string{hostpath.ManifestsDir + "/etcd.yaml"}) || files.countWritten("m1") != 2 {
 		t.Errorf("replaced %v (written %d), want only the etcd manifest", got, files.countWritten("m1"))
+	}
+}
+
+// runSteps runs the steps of a command's list named names, in the list's order, and fails the
+// test at the first error.
+func runSteps(t *testing.T, steps []Step, names ...string) {
+	t.Helper()
+	ran := 0
+	for _, s := range steps {
+		if slices.Contains(names, s.Name) {
+			if err := s.Run(context.Background(), progress.Discard); err != nil {
+				t.Fatalf("%s: %v", s.Name, err)
+			}
+			ran++
+		}
+	}
+	if ran != len(names) {
+		t.Fatalf("the list has %d of the steps %v", ran, names)
 	}
 }

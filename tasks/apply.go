@@ -113,33 +113,19 @@ func serviceAddress(c *inventory.Cluster) string {
 	return ip.String()
 }
 
-// Apply is one `kforge apply`. Its steps are in Steps, in order; the fields below the first
-// block are what one step makes for later ones, each naming the step that fills it.
+// Apply is one `kforge apply`. Its steps are in Steps, in order; the fields below rc are what
+// one step makes for later ones, each naming the step that makes it and passed on in Steps.
 type Apply struct {
-	inv     *inventory.Cluster
-	o       Options
-	fleet   *fleet.Fleet // the inventory's hosts; connected by connect
-	started time.Time
-
-	manifest *bundle.Manifest    // bundle: the bundle's release of the inventory's version (nil without a bundle)
-	set      *pki.Set            // pki
-	token    kube.BootstrapToken // pki
-	etcd     etcdPlan            // etcd-members: how each master's etcd member starts
-	files    *hostFiles          // render; stage and pod-network push them and note what changed
-	bg       background          // stage: the workers' staging and the masters' shipments still running
-	fills    *registryFills      // stage: the masters' registries filled, which the workers wait for
-	api      apiClients          // made by wait-apiserver from set and the first master's connection
-	pruned   []string            // prune: the removed hosts it removed
-	// kubeconfigWritten: the kubeconfig step wrote (or found) the admin kubeconfig, so Explain
-	// names it when a later step fails.
-	kubeconfigWritten bool
-	restore           *restoreRun // set by NewRestore: apply rebuilds the control plane from a snapshot
+	rc     *runContext
+	target *hop     // the inventory's version: bundle reads its manifest, render its files
+	etcd   etcdPlan // etcd-members: how each master's etcd member starts
+	staged *staging // stage: the workers' staging and the masters' shipments still running
 }
 
 // NewApply prepares an apply of c; nothing is read or touched until its steps run.
 func NewApply(c *inventory.Cluster, o Options) *Apply {
-	o = o.withDefaults()
-	return &Apply{inv: c, o: o, fleet: newFleet(c, c.Nodes(), o), started: o.Now(), files: newHostFiles()}
+	rc := newRunContext(c, c.Nodes(), o)
+	return &Apply{rc: rc, target: newHop(rc)}
 }
 
 // ApplyTasks are the tasks `kforge apply` runs for cluster c with options o, in order: what
@@ -148,122 +134,132 @@ func ApplyTasks(c *inventory.Cluster, o Options) []Task { return Tasks(NewApply(
 
 // Steps is apply, top to bottom. Ordinary ifs decide what is in the list.
 func (a *Apply) Steps() []Step {
-	c, f := a.inv, a.fleet
+	rc, t := a.rc, a.target
+	c, f := rc.inv, rc.fleet
 	all, masters, workers := f.Names(""), f.Names(inventory.RoleMaster), f.Names(inventory.RoleWorker)
+	removed := fleet.Names(rc.o.Removed)
 	var l list
-	if a.restore != nil {
-		l.add("snapshot", OnWorkstation, nil, a.verifySnapshot, "verify %s before any host is touched: its sha256, bbolt's integrity check, its revision (etcdutl's library)", a.restore.Snapshot)
-	}
 	l.add("connect", OnHosts, all, f.Connect, "connect to %s over SSH (host keys verified) and gather facts in one round trip each", count(len(all), "host"))
-	if a.restore != nil {
-		l.add("quorum", OnHosts, masters, a.checkQuorumLost, "refuse when the masters' etcd still has quorum (a restore would discard what it holds; --force restores anyway)")
-	}
 	if c.Bundle != "" {
-		l.add("bundle", OnWorkstation, nil, a.readBundle, "read the bundle's manifest in %s: its release of Kubernetes %s, platform, files and images", c.Bundle, c.KubernetesVersion)
+		l.add("bundle", OnWorkstation, nil, t.readBundle, "read the bundle's manifest in %s: its release of Kubernetes %s, platform, files and images", c.Bundle, c.KubernetesVersion)
 	}
-	l.add("preflight", OnHosts, all, a.preflight, "run kubeadm's preflight checks on every host before anything changes")
-	l.add("pki", OnWorkstation, nil, a.ensurePKI, "generate or reuse the cluster's certificates (%s), kubeconfigs and bootstrap token in the state dir", c.PKI.KeyAlgorithm)
-	if a.restore != nil {
-		l.add("restore-etcd", OnHosts, masters, a.restoreEtcd, "on %s: stop kubelet and containers, replace %s with the snapshot, restored on the workstation as one new etcd cluster of the inventory's masters (revision +1e9, compacted)", strings.Join(masters, ", "), hostpath.EtcdDataDir)
-	}
-	l.add("etcd-members", OnHosts, masters, a.planEtcd, "keep running etcd members as they started; masters without data join the running cluster one at a time")
-	if a.restore == nil && c.Bundle != "" {
-		l.add("upgrade", OnHosts, all, a.kubeletsSay(a.upgrade), "when nodes run an older Kubernetes than %s: check the cluster's health, save an etcd snapshot, give every node the addons' images (the workers from the masters' registries when they serve the bundle), move the control plane one minor at a time, one master at a time, the addons with it, then the workers one at a time (cordon, drain, kubelet, uncordon); nothing otherwise", c.KubernetesVersion)
-	}
-	l.add("render", OnWorkstation, nil, a.render, "render static-pod manifests, kubelet and containerd configuration for every host")
-	stageWhat := "configure containerd (" + c.Kubelet.CgroupDriver + " cgroup driver) and kernel settings, push its files"
+	l.add("preflight", OnHosts, all, t.preflight, "run kubeadm's preflight checks on every host before anything changes")
+	l.add("pki", OnWorkstation, nil, rc.ensurePKI, "generate or reuse the cluster's certificates (%s), kubeconfigs and bootstrap token in the state dir", c.PKI.KeyAlgorithm)
+	l.add("etcd-members", OnHosts, masters, func(ctx context.Context, r progress.Reporter) (err error) {
+		a.etcd, err = planEtcd(ctx, rc, r)
+		return err
+	}, "keep running etcd members as they started; masters without data join the running cluster one at a time")
+	l.add("render", OnWorkstation, nil, func(context.Context, progress.Reporter) error {
+		// Removed masters run until apply --prune drains them.
+		return t.render(a.etcd, len(removedMasters(rc.o.Removed)))
+	}, "render static-pod manifests, kubelet and containerd configuration for every host")
 	if c.Bundle != "" {
-		stageWhat = "upload what it lacks from the bundle, " + stageWhat
+		l.add("upgrade", OnHosts, all, rc.kubeletsSay(a.upgrade), "when nodes run an older Kubernetes than %s: walk the upgrade's own steps (upgrade.go): check the cluster's health, save an etcd snapshot, give every node the addons' images, move the control plane one minor at a time, one master at a time, the addons with it, then the workers in batches (cordon, drain, kubelet, uncordon); nothing otherwise", c.KubernetesVersion)
 	}
-	l.add("stage", OnHosts, all, a.stage, "on every host in parallel: %s; masters then start kubelet and the static-pod control plane (%s), workers finish staging meanwhile", stageWhat, strings.Join(masters, ", "))
-	l.add("wait-apiserver", ThroughAPI, nil, a.kubeletsSay(a.waitAPIServer), "wait until the API server answers, through an SSH tunnel to %s, and for control-plane pods this run replaced", masters[0])
-	l.add("kubeconfig", OnWorkstation, nil, a.writeKubeconfig, "write the admin kubeconfig to the state dir: from here on the cluster can be looked at, even when a later step fails")
-	removed := fleet.Names(a.o.Removed)
-	if a.restore != nil && len(removed) > 0 {
-		// Right away: the restored cluster still holds the lost hosts' nodes and pods, which
-		// controllers (DaemonSet rollouts, the readiness wait) would otherwise wait on.
-		l.add("prune", OnHosts, removed, a.prune, "delete the nodes of %s (not in the inventory: lost before the restore) and their pods, without a drain, so their controllers replace them at once; start resetting those hosts that still answer", strings.Join(removed, ", "))
-	}
-	l.add("cluster-config", ThroughAPI, nil, a.clusterConfig, "grant kubeadm:cluster-admins, upload kubeadm-config and kubelet-config")
-	l.add("bootstrap", ThroughAPI, nil, a.bootstrap, "create the bootstrap token, node-bootstrap RBAC, CSR auto-approval and cluster-info")
+	l.add("stage", OnHosts, all, func(ctx context.Context, r progress.Reporter) (err error) {
+		a.staged, err = stage(ctx, t, a.etcd, r)
+		return err
+	}, "on every host in parallel: %s; masters then start kubelet and the static-pod control plane (%s), workers finish staging meanwhile", stageWhat(c), strings.Join(masters, ", "))
+	l.add("wait-apiserver", ThroughAPI, nil, rc.kubeletsSay(t.waitAPIServer), "wait until the API server answers, through an SSH tunnel to %s, and for control-plane pods this run replaced", masters[0])
+	l.add("kubeconfig", OnWorkstation, nil, rc.writeKubeconfig, "write the admin kubeconfig to the state dir: from here on the cluster can be looked at, even when a later step fails")
+	l.add("cluster-config", ThroughAPI, nil, rc.clusterConfig, "grant kubeadm:cluster-admins, upload kubeadm-config and kubelet-config")
+	l.add("bootstrap", ThroughAPI, nil, rc.bootstrap, "create the bootstrap token, node-bootstrap RBAC, CSR auto-approval and cluster-info")
 	if c.ControlPlaneVIP != "" {
-		l.add("vip", OnHosts, masters, a.startVIP, "start kforge-vip on every master: one at a time holds %s (the Lease kube-system/%s) and announces it by ARP; wait until one does", c.ControlPlaneVIP, templates.VIPLease)
+		l.add("vip", OnHosts, masters, func(ctx context.Context, r progress.Reporter) error {
+			return startVIP(ctx, t, a.staged, r)
+		}, "start kforge-vip on every master: one at a time holds %s (the Lease kube-system/%s) and announces it by ARP; wait until one does", c.ControlPlaneVIP, templates.VIPLease)
 	}
 	if len(workers) > 0 {
-		l.add("join-workers", OnHosts, workers, a.kubeletsSay(a.joinWorkers), "start kubelet on the staged workers: they join by TLS bootstrap")
+		l.add("join-workers", OnHosts, workers, rc.kubeletsSay(func(ctx context.Context, r progress.Reporter) error {
+			return joinWorkers(ctx, t, a.staged, r)
+		}), "start kubelet on the staged workers: they join by TLS bootstrap")
 	}
-	l.add("core-addons", ThroughAPI, nil, a.coreAddons, "install kube-proxy and CoreDNS")
+	l.add("core-addons", ThroughAPI, nil, func(ctx context.Context, r progress.Reporter) error {
+		return coreAddons(ctx, t, a.staged, r)
+	}, "install kube-proxy and CoreDNS")
 	if c.Networking.Plugin == "flannel" {
-		l.add("pod-network", OnHosts, all, a.kubeletsSay(a.podNetwork), "install flannel (vxlan) over %s and write each node's CNI config for its pod CIDR", c.Networking.PodSubnet)
+		l.add("pod-network", OnHosts, all, rc.kubeletsSay(t.podNetwork), "install flannel (vxlan) over %s and write each node's CNI config for its pod CIDR", c.Networking.PodSubnet)
 	}
-	l.add("mark-nodes", ThroughAPI, nil, a.kubeletsSay(a.markNodes), "label and taint the masters, apply the inventory's labels and taints")
+	l.add("mark-nodes", ThroughAPI, nil, rc.kubeletsSay(rc.markNodes), "label and taint the masters, apply the inventory's labels and taints")
 	if len(c.Addons) > 0 {
-		l.add("addons", ThroughAPI, nil, a.addons, "apply %s (server-side)", count(len(c.Addons), "user manifest"))
+		l.add("addons", ThroughAPI, nil, rc.addons, "apply %s (server-side)", count(len(c.Addons), "user manifest"))
 	}
 	if c.Networking.Plugin != "none" {
-		l.add("wait-ready", ThroughAPI, nil, a.kubeletsSay(a.waitReady), "wait until every node is Ready and every pod of kube-system and kube-flannel ready, and stayed so for %s (a crash-looping pod fails apply, its log quoted)", a.o.Settle)
-	}
-	if a.restore != nil && len(removed) > 0 {
-		l.add("reset-lost", OnHosts, removed, a.waitLostReset, "wait for the reset of the lost hosts that answer after all (started by prune)")
+		l.add("wait-ready", ThroughAPI, nil, rc.kubeletsSay(rc.waitReady), "wait until every node is Ready and every pod of kube-system and kube-flannel ready, and stayed so for %s (a crash-looping pod fails apply, its log quoted)", rc.o.Settle)
 	}
 	if len(workers) > 0 {
-		l.add("forget-token", OnHosts, workers, a.forgetBootstrapToken, "remove %s from workers whose kubelet has its own credentials (kubelet.conf), as kubeadm does after TLS bootstrap", hostpath.BootstrapKubeletConfig)
+		l.add("forget-token", OnHosts, workers, rc.forgetBootstrapToken, "remove %s from workers whose kubelet has its own credentials (kubelet.conf), as kubeadm does after TLS bootstrap", hostpath.BootstrapKubeletConfig)
 	}
-	if retired := a.retired(); len(retired) > 0 {
-		l.add("retire", OnHosts, all, a.retire, "stop and remove, where an earlier run installed them, %s", strings.Join(retired, " and "))
+	if retired := retired(c); len(retired) > 0 {
+		l.add("retire", OnHosts, all, rc.retire, "stop and remove, where an earlier run installed them, %s", strings.Join(retired, " and "))
 	}
-	if len(removed) > 0 && a.restore == nil {
-		if a.o.Prune {
-			l.add("prune", OnHosts, removed, a.prune, "one at a time: drain %s (no longer in the inventory), remove a master's etcd member, reset the host, delete the node", strings.Join(removed, ", "))
-		} else {
-			l.add("removed-hosts", OnWorkstation, nil, a.reportRemoved, "report %s: no longer in the inventory, still in the cluster (kforge apply --prune removes them)", strings.Join(removed, ", "))
-		}
+	kept := rc.o.Removed // still in the cluster after this run
+	switch {
+	case len(removed) > 0 && rc.o.Prune:
+		l.add("prune", OnHosts, removed, rc.prune, "one at a time: drain %s (no longer in the inventory), remove a master's etcd member, reset the host, delete the node", strings.Join(removed, ", "))
+		kept = nil
+	case len(removed) > 0:
+		l.add("removed-hosts", OnWorkstation, nil, rc.reportRemoved, "report %s: no longer in the inventory, still in the cluster (kforge apply --prune removes them)", strings.Join(removed, ", "))
 	}
-	l.add("record-hosts", OnWorkstation, nil, a.recordHosts, "record the cluster's hosts in the state dir, to find hosts later removed from the inventory")
+	l.add("record-hosts", OnWorkstation, nil, func(context.Context, progress.Reporter) error {
+		return recordHosts(rc, kept)
+	}, "record the cluster's hosts in the state dir, to find hosts later removed from the inventory")
 	return l
 }
 
+// stageWhat is what stage does on every host, for the step's description.
+func stageWhat(c *inventory.Cluster) string {
+	what := "configure containerd (" + c.Kubelet.CgroupDriver + " cgroup driver) and kernel settings, push its files"
+	if c.Bundle != "" {
+		what = "upload what it lacks from the bundle, " + what
+	}
+	return what
+}
+
 // Traffic is the bytes the run's SSH connections sent and received so far.
-func (a *Apply) Traffic() (sent, received int64) { return a.fleet.Traffic() }
+func (a *Apply) Traffic() (sent, received int64) { return a.rc.fleet.Traffic() }
 
 // Close waits for the work stage left running in the background, then ends every connection.
 func (a *Apply) Close() {
-	a.bg.waitAll()
-	a.fleet.Close()
+	a.staged.waitAll()
+	a.rc.fleet.Close()
 }
 
-// readBundle reads the bundle's manifest of the inventory's Kubernetes version, which
-// preflight checks the hosts against and stage ships from. A bundle that does not hold that
-// version fails here, before anything changes, saying which bundle to build.
-func (a *Apply) readBundle(context.Context, progress.Reporter) error {
-	m, err := bundle.LoadRelease(a.inv.Bundle, a.inv.KubernetesVersion)
+// Explain adds to an error of apply's steps how to look at the cluster; see runContext.explain.
+func (a *Apply) Explain(err error) error { return a.rc.explain(err) }
+
+// readBundle reads the bundle's manifest of the hop's Kubernetes version, which preflight
+// checks the hosts against and stage ships from. A bundle that does not hold that version
+// fails here, before anything changes, saying which bundle to build.
+func (h *hop) readBundle(context.Context, progress.Reporter) error {
+	m, err := bundle.LoadRelease(h.inv.Bundle, h.inv.KubernetesVersion)
 	var missing *bundle.MissingReleaseError
 	if errors.As(err, &missing) {
 		// A downgrade is refused as one: a bundle with that release would be refused too.
-		if route := preflight.Route(a.inv, a.fleet.AllFacts()).Err(); route != nil {
+		if route := preflight.Route(h.inv, h.rc.fleet.AllFacts()).Err(); route != nil {
 			return route
 		}
 	}
 	if err != nil {
 		return err
 	}
-	a.manifest = m
+	h.manifest = m
 	return nil
 }
 
 // preflightOptions are the preflight checks' options: the errors to ignore, the bundle's
 // machine architecture.
-func (a *Apply) preflightOptions() preflight.Options {
-	o := preflight.Options{Ignore: a.o.Ignore}
-	if a.manifest != nil {
-		_, o.BundleArch, _ = strings.Cut(a.manifest.Platform, "/")
+func preflightOptions(o Options, m *bundle.Manifest) preflight.Options {
+	po := preflight.Options{Ignore: o.Ignore}
+	if m != nil {
+		_, po.BundleArch, _ = strings.Cut(m.Platform, "/")
 	}
-	return o
+	return po
 }
 
 // preflight checks every host centrally and fails before anything changes.
-func (a *Apply) preflight(_ context.Context, r progress.Reporter) error {
-	findings := preflight.Check(a.inv, a.fleet.AllFacts(), a.preflightOptions())
+func (h *hop) preflight(_ context.Context, r progress.Reporter) error {
+	findings := preflight.Check(h.inv, h.rc.fleet.AllFacts(), preflightOptions(h.rc.o, h.manifest))
 	for _, f := range findings {
 		if f.Severity >= preflight.Warning {
 			r(progress.Event{Kind: progress.Info, Host: f.Host, Message: f.String()})

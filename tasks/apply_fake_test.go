@@ -308,7 +308,7 @@ func TestApplyOnFakeHostsThenNothingToDo(t *testing.T) {
 	}
 	// The second run found the cluster the first left running (and its preflight passed it as
 	// kforge's own): the API server listening, etcd's data, kforge's kubelet drop-in.
-	if f := a2.fleet.Facts("m1"); len(f.ListenersOn(6443)) != 1 || len(f.EtcdDataDir) == 0 || !f.KubeletDropIn || f.Manifests.Marker == nil {
+	if f := a2.rc.fleet.Facts("m1"); len(f.ListenersOn(6443)) != 1 || len(f.EtcdDataDir) == 0 || !f.KubeletDropIn || f.Manifests.Marker == nil {
 		t.Errorf("second run's facts of m1: listeners %v, etcd %v, drop-in %v, marker %v", f.Listeners, f.EtcdDataDir, f.KubeletDropIn, f.Manifests.Marker)
 	}
 }

@@ -99,7 +99,7 @@ func TestRemovedHostsComeFromTheRecord(t *testing.T) {
 		t.Fatalf("no record yet: %v, %v", r, err)
 	}
 	big := cluster(t, "  - {name: m2, address: 10.0.0.5}\ncontrolPlaneEndpoint: \"10.0.0.9:6443\"\nssh: {user: ops, port: 2222}\nworkers:\n  - {name: w1, address: 10.0.0.2}\n  - {name: w2, address: 10.0.0.3, ssh: {user: w2user}}\n")
-	if err := NewApply(big, Options{State: dir}).recordHosts(nil, nil); err != nil {
+	if err := recordHosts(NewApply(big, Options{State: dir}).rc, nil); err != nil {
 		t.Fatal(err)
 	}
 	// w2 and m2 leave; the inventory's SSH defaults change too.
@@ -136,7 +136,7 @@ func TestRemovedHostsComeFromTheRecord(t *testing.T) {
 		}
 	}
 	// Not pruned: still in the record, so the next apply still knows it.
-	if err := NewApply(small, Options{State: dir, Removed: removed}).recordHosts(nil, nil); err != nil {
+	if err := recordHosts(NewApply(small, Options{State: dir}).rc, removed); err != nil {
 		t.Fatal(err)
 	}
 	if again, err := Removed(small, dir); err != nil || !slices.Equal(fleet.Names(again), []string{"m2", "w2"}) {

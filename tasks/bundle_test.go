@@ -46,7 +46,7 @@ func TestBundleWithoutTheInventorysVersionIsRefused(t *testing.T) {
 	writeManifest(t, dir, "v1.36.3")
 	c := cluster(t, "kubernetesVersion: v1.37.2\nbundle: "+dir+"\n")
 	a := NewApply(c, Options{})
-	err := a.readBundle(context.Background(), nil)
+	err := a.target.readBundle(context.Background(), nil)
 	want := "bundle " + dir + " does not hold Kubernetes v1.37.2 (it holds v1.36.3); build one that does: kforge bundle build --kubernetes v1.36.3,v1.37.2 -o '" + dir + "'"
 	if err == nil || err.Error() != want {
 		t.Fatalf("readBundle = %v\nwant %s", err, want)
@@ -55,7 +55,7 @@ func TestBundleWithoutTheInventorysVersionIsRefused(t *testing.T) {
 	if !errors.As(err, &me) || me.Dir != dir || me.Version != "v1.37.2" {
 		t.Errorf("not a *bundle.MissingReleaseError naming the bundle and version: %#v", err)
 	}
-	if a.manifest != nil {
+	if a.target.manifest != nil {
 		t.Error("a refused bundle was kept for the later steps")
 	}
 	names := taskNames(Tasks(a.Steps()))
@@ -64,17 +64,17 @@ func TestBundleWithoutTheInventorysVersionIsRefused(t *testing.T) {
 	}
 
 	writeManifest(t, dir, "v1.36.3", "v1.37.2")
-	if err := a.readBundle(context.Background(), nil); err != nil {
+	if err := a.target.readBundle(context.Background(), nil); err != nil {
 		t.Fatal(err)
 	}
-	if got := a.manifest.Kubernetes(); len(got) != 1 || got[0] != "v1.37.2" {
+	if got := a.target.manifest.Kubernetes(); len(got) != 1 || got[0] != "v1.37.2" {
 		t.Errorf("the later steps get releases %v, want [v1.37.2]", got)
 	}
 
 	// The inventory's default version is checked the same way.
 	writeManifest(t, dir, "v1.35.4")
 	a = NewApply(cluster(t, "bundle: "+dir+"\n"), Options{})
-	if err := a.readBundle(context.Background(), nil); err == nil || !strings.Contains(err.Error(), "does not hold Kubernetes v1.36.3 (it holds v1.35.4)") ||
+	if err := a.target.readBundle(context.Background(), nil); err == nil || !strings.Contains(err.Error(), "does not hold Kubernetes v1.36.3 (it holds v1.35.4)") ||
 		!strings.Contains(err.Error(), "kforge bundle build --kubernetes v1.35.4,v1.36.3 -o") {
 		t.Errorf("a bundle without the default version: %v", err)
 	}
@@ -91,10 +91,10 @@ func TestDowngradeRefusedBeforeTheBundle(t *testing.T) {
 	h.OnPrefix("sh -c ", remotetest.Result{Stdout: "kforge-facts 1\nclock=1\nuid=0\nhostname=m1\narch=x86_64\nkernel=6.1.0\ncpus=2\nmeminfo MemTotal: 4000000\ncapeff=000001ffffffffff\nbin kubelet /usr/bin/kubelet\nver kubelet Kubernetes v1.37.2\nkubeletdropin=1\nkforge-facts end\n"})
 	a := NewApply(c, Options{Connect: func(context.Context, inventory.Node) (remote.Host, error) { return h, nil }})
 	defer a.Close()
-	if err := a.fleet.Connect(context.Background(), func(progress.Event) {}); err != nil {
+	if err := a.rc.fleet.Connect(context.Background(), func(progress.Event) {}); err != nil {
 		t.Fatal(err)
 	}
-	err := a.readBundle(context.Background(), nil)
+	err := a.target.readBundle(context.Background(), nil)
 	var failed *preflight.FailedError
 	if !errors.As(err, &failed) || len(failed.Findings) != 1 {
 		t.Fatalf("readBundle = %v; want the upgrade-route finding alone", err)

@@ -109,34 +109,35 @@ func restConfigVia(c *inventory.Cluster, set *pki.Set, f *fleet.Fleet, identity 
 
 // waitAPIServer waits until the API server answers through an SSH tunnel to the first master,
 // then for the control-plane pods this run replaced.
-func (a *Apply) waitAPIServer(ctx context.Context, r progress.Reporter) error {
-	api, err := newAPIClients(a.inv, a.set, a.fleet, a.o.API)
+func (h *hop) waitAPIServer(ctx context.Context, r progress.Reporter) error {
+	rc := h.rc
+	api, err := rc.clients()
 	if err != nil {
 		return err
 	}
-	a.api = api
 	last := time.Time{}
 	// Poll often: each attempt is one request on the open SSH connection.
-	err = kube.WaitForAPIServer(ctx, a.api.super, kube.WaitAPIServerInput{Timeout: a.o.Timeout, Interval: 200 * time.Millisecond, MaxInterval: 250 * time.Millisecond, Progress: func(h kube.HealthAnswer) {
+	err = kube.WaitForAPIServer(ctx, api.super, kube.WaitAPIServerInput{Timeout: rc.o.Timeout, Interval: 200 * time.Millisecond, MaxInterval: 250 * time.Millisecond, Progress: func(h kube.HealthAnswer) {
 		if time.Since(last) > 5*time.Second {
 			last = time.Now()
 			r(progress.Event{Kind: progress.Info, Message: fmt.Sprintf("waiting for the API server (%s): %s", h.Elapsed.Round(time.Second), h.String())})
 		}
 	}})
 	if err != nil {
-		return explainAPIServer(ctx, a.fleet, a.inv.Masters[0].Name, err)
+		return explainAPIServer(ctx, rc.fleet, h.inv.Masters[0].Name, err)
 	}
-	return a.waitRestartedPods(ctx, r)
+	return h.waitRestartedPods(ctx, r)
 }
 
 // waitRestartedPods waits for the control-plane pods whose manifests this run replaced (new
 // flags, image, or re-issued credentials: templates.InputsAnnotation) until kubelet runs the
 // new ones and they are Ready, so that no later step talks to a component about to restart.
-func (a *Apply) waitRestartedPods(ctx context.Context, r progress.Reporter) error {
+func (h *hop) waitRestartedPods(ctx context.Context, r progress.Reporter) error {
+	rc := h.rc
 	var pods []kube.StaticPod
 	var names []string
-	for _, n := range a.fleet.Nodes(inventory.RoleMaster) {
-		for _, f := range a.files.replacedManifests(n.Name) {
+	for _, n := range rc.fleet.Nodes(inventory.RoleMaster) {
+		for _, f := range h.files.replacedManifests(n.Name) {
 			var pod corev1.Pod
 			if err := yaml.Unmarshal(f.Data, &pod); err != nil {
 				return fmt.Errorf("%s: %s: %w", n.Name, f.Path, err)
@@ -147,16 +148,20 @@ func (a *Apply) waitRestartedPods(ctx context.Context, r progress.Reporter) erro
 	}
 	if len(pods) > 0 {
 		r(progress.Event{Kind: progress.Info, Message: "waiting for kubelet to restart " + strings.Join(names, ", ") + " with their new manifests"})
-		if err := kube.WaitForStaticPods(ctx, a.api.Typed, kube.StaticPodWait{Pods: pods, Timeout: a.o.Timeout}); err != nil {
+		api, err := rc.clients()
+		if err != nil {
+			return err
+		}
+		if err := kube.WaitForStaticPods(ctx, api.Typed, kube.StaticPodWait{Pods: pods, Timeout: rc.o.Timeout}); err != nil {
 			return err
 		}
 	}
 	// Serving certificates are reloaded, not restarted for (templates.Reloaded): wait until
 	// the new ones are served, so that a later step does not meet the old one.
-	masters := a.fleet.Nodes(inventory.RoleMaster)
+	masters := rc.fleet.Nodes(inventory.RoleMaster)
 	var by []string
 	for _, n := range masters {
-		if s := servedNew(a.files, n.Name); len(s) > 0 {
+		if s := servedNew(h.files, n.Name); len(s) > 0 {
 			by = append(by, n.Name+" ("+strings.Join(s, ", ")+")")
 		}
 	}
@@ -164,7 +169,7 @@ func (a *Apply) waitRestartedPods(ctx context.Context, r progress.Reporter) erro
 		return nil
 	}
 	r(progress.Event{Kind: progress.Info, Message: "waiting until the new serving certificates are served, without a restart, on " + strings.Join(by, ", ")})
-	return waitServed(ctx, a.fleet, a.files, masters, a.o.Timeout)
+	return waitServed(ctx, rc.fleet, h.files, masters, rc.o.Timeout)
 }
 
 // explainAPIServer adds what a master's kubelet says to a failed wait.
@@ -199,8 +204,8 @@ func (e *APIServerError) Details() []string {
 }
 
 // clusterConfig grants the admins their rights and uploads kubeadm-compatible config.
-func (a *Apply) clusterConfig(ctx context.Context, r progress.Reporter) error {
-	cs, err := a.clusterConfigObjects(ctx)
+func (rc *runContext) clusterConfig(ctx context.Context, r progress.Reporter) error {
+	cs, err := clusterConfigObjects(ctx, rc)
 	r(progress.Event{Kind: progress.Info, Message: kube.Summary(cs)})
 	return err
 }
@@ -208,31 +213,39 @@ func (a *Apply) clusterConfig(ctx context.Context, r progress.Reporter) error {
 // The functions named *Objects ensure the API objects of one apply step and return what they
 // did; kforge plan calls the same functions through dry-run clients (kube.DryRun).
 
-func (a *Apply) clusterConfigObjects(ctx context.Context) ([]kube.Change, error) {
-	all, err := kube.EnsureClusterAdmins(ctx, a.api.super)
+func clusterConfigObjects(ctx context.Context, rc *runContext) ([]kube.Change, error) {
+	api, err := rc.clients()
+	if err != nil {
+		return nil, err
+	}
+	all, err := kube.EnsureClusterAdmins(ctx, api.super)
 	if err != nil {
 		return all, err
 	}
-	cc, err := kube.ClusterConfigurationFor(a.inv)
+	cc, err := kube.ClusterConfigurationFor(rc.inv)
 	if err != nil {
 		return all, err
 	}
-	kc, err := kube.KubeletConfigurationFor(a.inv)
+	kc, err := kube.KubeletConfigurationFor(rc.inv)
 	if err != nil {
 		return all, err
 	}
-	cs, err := kube.UploadConfig(ctx, a.api.Typed, kube.UploadConfigInput{Cluster: cc, Kubelet: kc})
+	cs, err := kube.UploadConfig(ctx, api.Typed, kube.UploadConfigInput{Cluster: cc, Kubelet: kc})
 	return append(all, cs...), err
 }
 
-func (a *Apply) bootstrap(ctx context.Context, r progress.Reporter) error {
-	cs, err := a.bootstrapObjects(ctx)
+func (rc *runContext) bootstrap(ctx context.Context, r progress.Reporter) error {
+	cs, err := bootstrapObjects(ctx, rc)
 	r(progress.Event{Kind: progress.Info, Message: kube.Summary(cs)})
 	return err
 }
 
-func (a *Apply) bootstrapObjects(ctx context.Context) ([]kube.Change, error) {
-	return kube.Bootstrap(ctx, a.api.Typed, kube.BootstrapInputFor(a.inv, a.set, a.token, a.o.Now()))
+func bootstrapObjects(ctx context.Context, rc *runContext) ([]kube.Change, error) {
+	api, err := rc.clients()
+	if err != nil {
+		return nil, err
+	}
+	return kube.Bootstrap(ctx, api.Typed, kube.BootstrapInputFor(rc.inv, rc.set, rc.token, rc.o.Now()))
 }
 
 // joinWorkers waits for the workers' staging, starts their kubelets, and answers their client
@@ -240,17 +253,22 @@ func (a *Apply) bootstrapObjects(ctx context.Context) ([]kube.Change, error) {
 // signs those requests itself, as kube-controller-manager would, because on a fresh cluster
 // the controller-manager's signers start seconds after the API server answers, and a kubelet
 // without its certificate makes its first requests as system:anonymous and backs off.
-func (a *Apply) joinWorkers(ctx context.Context, r progress.Reporter) error {
-	if err := a.bg.wait(ctx, stagedWorkers); err != nil {
+func joinWorkers(ctx context.Context, t *hop, st *staging, r progress.Reporter) error {
+	rc := t.rc
+	if err := st.waitWorkers(ctx); err != nil {
 		return err
 	}
-	server := pki.APIServerURL(pki.NodeEndpoint(a.inv))
-	err := a.fleet.Each(ctx, inventory.RoleWorker, func(ctx context.Context, n inventory.Node, h remote.Host) error {
+	api, err := rc.clients()
+	if err != nil {
+		return err
+	}
+	server := pki.APIServerURL(pki.NodeEndpoint(t.inv))
+	err = rc.fleet.Each(ctx, inventory.RoleWorker, func(ctx context.Context, n inventory.Node, h remote.Host) error {
 		moved, err := repointKubelet(ctx, h, server)
 		if err != nil {
 			return err
 		}
-		msg, err := startKubelet(ctx, a.files, h)
+		msg, err := startKubelet(ctx, t.files, h)
 		if moved != "" {
 			msg = fmt.Sprintf("kubelet.conf moved from %s to %s, kubelet restarted", moved, server)
 		}
@@ -262,11 +280,11 @@ func (a *Apply) joinWorkers(ctx context.Context, r progress.Reporter) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, a.o.Timeout)
+	ctx, cancel := context.WithTimeout(ctx, rc.o.Timeout)
 	defer cancel()
-	cs, err := kube.SignKubeletCSRs(ctx, a.api.Typed, kube.SignKubeletCSRsInput{
-		Nodes: a.fleet.Names(inventory.RoleWorker), Requestor: "system:bootstrap:" + a.token.ID,
-		CA: a.set.CAs[pki.CA], Validity: a.set.Params.CertValidity, Now: a.o.Now, Random: a.o.Rand,
+	cs, err := kube.SignKubeletCSRs(ctx, api.Typed, kube.SignKubeletCSRsInput{
+		Nodes: rc.fleet.Names(inventory.RoleWorker), Requestor: "system:bootstrap:" + rc.token.ID,
+		CA: rc.set.CAs[pki.CA], Validity: rc.set.Params.CertValidity, Now: rc.o.Now, Random: rc.o.Rand,
 	})
 	if len(cs) > 0 {
 		r(progress.Event{Kind: progress.Info, Message: fmt.Sprintf("approved and signed %s", count(len(cs), "kubelet client certificate"))})
@@ -277,25 +295,31 @@ func (a *Apply) joinWorkers(ctx context.Context, r progress.Reporter) error {
 // images are the addon images of the inventory's release: with a bundle, as the bundle names
 // them (under registry.k8s.io) and holds them (readBundle took the bundle's release of the
 // inventory's version); without, under the inventory's image repository.
-func (a *Apply) images() (release.Images, error) {
-	r := a.inv.Release()
-	if a.manifest == nil {
-		return r.Images(a.inv.ImageRepository), nil
+func (h *hop) images() (release.Images, error) {
+	r := h.inv.Release()
+	if h.manifest == nil {
+		return r.Images(h.inv.ImageRepository), nil
 	}
 	im := r.Images("") // the bundle's images carry registry.k8s.io's names
-	if err := a.manifest.HasImages(im.CoreDNS, im.KubeProxy, im.Flannel); err != nil {
-		return release.Images{}, fmt.Errorf("bundle %s: %w", a.inv.Bundle, err)
+	if err := h.manifest.HasImages(im.CoreDNS, im.KubeProxy, im.Flannel); err != nil {
+		return release.Images{}, fmt.Errorf("bundle %s: %w", h.inv.Bundle, err)
 	}
 	return im, nil
 }
 
-func (a *Apply) coreAddons(ctx context.Context, r progress.Reporter) error {
-	if err := a.bg.wait(ctx, shippedMasters); err != nil {
+// coreAddons installs kube-proxy and CoreDNS once the masters have their images (the rest of
+// the bundle, which stage ships in the background).
+func coreAddons(ctx context.Context, t *hop, st *staging, r progress.Reporter) error {
+	if err := st.waitShipments(ctx); err != nil {
 		return err
 	}
-	cs, err := a.coreAddonObjects(ctx)
+	cs, err := t.coreAddonObjects(ctx)
 	if err == nil && kubeProxyRestarts(cs) {
-		if err = kube.RestartDaemonSet(ctx, a.api.Typed, "kube-system", "kube-proxy", a.o.Now()); err == nil {
+		var api apiClients
+		if api, err = t.rc.clients(); err == nil {
+			err = kube.RestartDaemonSet(ctx, api.Typed, "kube-system", "kube-proxy", t.rc.o.Now())
+		}
+		if err == nil {
 			r(progress.Event{Kind: progress.Info, Message: "kube-proxy's configuration changed: its pods restart"})
 		}
 	}
@@ -303,16 +327,20 @@ func (a *Apply) coreAddons(ctx context.Context, r progress.Reporter) error {
 	return err
 }
 
-func (a *Apply) coreAddonObjects(ctx context.Context) ([]kube.Change, error) {
-	im, err := a.images()
+func (h *hop) coreAddonObjects(ctx context.Context) ([]kube.Change, error) {
+	im, err := h.images()
 	if err != nil {
 		return nil, err
 	}
-	all, err := kube.KubeProxy(ctx, a.api.Typed, kube.KubeProxyInputFor(a.inv, im))
+	api, err := h.rc.clients()
+	if err != nil {
+		return nil, err
+	}
+	all, err := kube.KubeProxy(ctx, api.Typed, kube.KubeProxyInputFor(h.inv, im))
 	if err != nil {
 		return all, err
 	}
-	cs, err := kube.CoreDNS(ctx, a.api.Typed, kube.CoreDNSInputFor(a.inv, im))
+	cs, err := kube.CoreDNS(ctx, api.Typed, kube.CoreDNSInputFor(h.inv, im))
 	return append(all, cs...), err
 }
 
@@ -329,19 +357,24 @@ func kubeProxyRestarts(cs []kube.Change) bool {
 // the node has one (kubelet reports the node NotReady until then). Nodes that registered
 // without a pod CIDR get one from kforge right away (kube.PodCIDRs says how it stays clear of
 // kube-controller-manager's node IPAM).
-func (a *Apply) podNetwork(ctx context.Context, r progress.Reporter) error {
-	cs, err := a.podNetworkObjects(ctx)
+func (h *hop) podNetwork(ctx context.Context, r progress.Reporter) error {
+	rc := h.rc
+	cs, err := h.podNetworkObjects(ctx)
+	if err != nil {
+		return err
+	}
+	api, err := rc.clients()
 	if err != nil {
 		return err
 	}
 	r(progress.Event{Kind: progress.Info, Message: "flannel: " + kube.Summary(cs)})
 	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(cmp.Or(a.fleet.Limits().Hosts, remote.DefaultConcurrency))
-	_, cs, err = kube.PodCIDRs(gctx, a.api.Typed, kube.PodCIDRsInput{
-		Nodes: a.fleet.Names(""), Timeout: a.o.Timeout,
-		Subnet: a.inv.Networking.PodSubnet, MaskSize: a.inv.Networking.NodeCIDRMaskSize,
+	g.SetLimit(cmp.Or(rc.fleet.Limits().Hosts, remote.DefaultConcurrency))
+	_, cs, err = kube.PodCIDRs(gctx, api.Typed, kube.PodCIDRsInput{
+		Nodes: rc.fleet.Names(""), Timeout: rc.o.Timeout,
+		Subnet: h.inv.Networking.PodSubnet, MaskSize: h.inv.Networking.NodeCIDRMaskSize,
 		Have: func(node, cidr string) {
-			g.Go(func() error { return remote.WithHost(node, a.writeCNIConfig(gctx, node, cidr, r)) })
+			g.Go(func() error { return remote.WithHost(node, h.writeCNIConfig(gctx, node, cidr, r)) })
 		},
 	})
 	if len(cs) > 0 {
@@ -353,69 +386,87 @@ func (a *Apply) podNetwork(ctx context.Context, r progress.Reporter) error {
 	return err
 }
 
-func (a *Apply) podNetworkObjects(ctx context.Context) ([]kube.Change, error) {
-	im, err := a.images()
+func (h *hop) podNetworkObjects(ctx context.Context) ([]kube.Change, error) {
+	im, err := h.images()
 	if err != nil {
 		return nil, err
 	}
-	return kube.Flannel(ctx, a.api.Typed, kube.FlannelInputFor(a.inv, im))
+	api, err := h.rc.clients()
+	if err != nil {
+		return nil, err
+	}
+	return kube.Flannel(ctx, api.Typed, kube.FlannelInputFor(h.inv, im))
 }
 
 // writeCNIConfig writes node's CNI config for its pod CIDR.
-func (a *Apply) writeCNIConfig(ctx context.Context, node, cidr string, r progress.Reporter) error {
-	conf, err := templates.FlannelCNIConfig(cidr, a.inv.Networking.PodSubnet)
+func (h *hop) writeCNIConfig(ctx context.Context, node, cidr string, r progress.Reporter) error {
+	conf, err := templates.FlannelCNIConfig(cidr, h.inv.Networking.PodSubnet)
 	if err != nil {
 		return err
 	}
-	a.files.add(node, templates.File{Path: hostpath.CNIConfFile, Mode: 0o644, Data: conf})
-	if err := push(ctx, a.files, a.fleet.Host(node), func(p string) bool { return p == hostpath.CNIConfFile }); err != nil {
+	h.files.add(node, templates.File{Path: hostpath.CNIConfFile, Mode: 0o644, Data: conf})
+	if err := push(ctx, h.files, h.rc.fleet.Host(node), func(p string) bool { return p == hostpath.CNIConfFile }); err != nil {
 		return err
 	}
 	what := "CNI config unchanged"
-	if a.files.wrote(node, func(p string) bool { return p == hostpath.CNIConfFile }) {
+	if h.files.wrote(node, func(p string) bool { return p == hostpath.CNIConfFile }) {
 		what = "CNI config written"
 	}
 	r(progress.Event{Kind: progress.HostDone, Host: node, Message: "pod CIDR " + cidr + "; " + what})
 	return nil
 }
 
-func (a *Apply) markNodes(ctx context.Context, r progress.Reporter) error {
-	ctx, cancel := context.WithTimeout(ctx, a.o.Timeout)
+// markNodes labels and taints the nodes, and uncordons what an interrupted upgrade left
+// cordoned once it runs the inventory's version.
+func (rc *runContext) markNodes(ctx context.Context, r progress.Reporter) error {
+	ctx, cancel := context.WithTimeout(ctx, rc.o.Timeout)
 	defer cancel()
-	cs, err := kube.MarkNodes(ctx, a.api.Typed, kube.NodeMarksFor(a.inv), time.Second)
+	api, err := rc.clients()
+	if err != nil {
+		return err
+	}
+	cs, err := kube.MarkNodes(ctx, api.Typed, kube.NodeMarksFor(rc.inv), time.Second)
 	r(progress.Event{Kind: progress.Info, Message: kube.Summary(cs)})
 	if err != nil {
 		return err
 	}
-	return a.uncordonUpgraded(ctx, r)
+	return uncordonUpgraded(ctx, rc, r)
 }
 
-func (a *Apply) addons(ctx context.Context, r progress.Reporter) error {
-	cs, err := a.addonObjects(ctx)
+func (rc *runContext) addons(ctx context.Context, r progress.Reporter) error {
+	cs, err := addonObjects(ctx, rc)
 	r(progress.Event{Kind: progress.Info, Message: kube.Summary(cs)})
 	return err
 }
 
-func (a *Apply) addonObjects(ctx context.Context) ([]kube.Change, error) {
-	ms, err := kube.ManifestsFor(a.inv, a.o.InventoryDir)
+func addonObjects(ctx context.Context, rc *runContext) ([]kube.Change, error) {
+	ms, err := kube.ManifestsFor(rc.inv, rc.o.InventoryDir)
 	if err != nil {
 		return nil, err
 	}
-	return kube.ApplyManifests(ctx, a.api.Dynamic, a.api.Mapper, kube.ApplyInput{Manifests: ms})
+	api, err := rc.clients()
+	if err != nil {
+		return nil, err
+	}
+	return kube.ApplyManifests(ctx, api.Dynamic, api.Mapper, kube.ApplyInput{Manifests: ms})
 }
 
-func (a *Apply) waitReady(ctx context.Context, r progress.Reporter) error {
-	ctx, cancel := context.WithTimeout(ctx, a.o.Timeout)
+func (rc *runContext) waitReady(ctx context.Context, r progress.Reporter) error {
+	ctx, cancel := context.WithTimeout(ctx, rc.o.Timeout)
 	defer cancel()
+	api, err := rc.clients()
+	if err != nil {
+		return err
+	}
 	ns := []string{"kube-system"}
-	if a.inv.Networking.Plugin == "flannel" {
+	if rc.inv.Networking.Plugin == "flannel" {
 		ns = append(ns, "kube-flannel")
 	}
 	last, nodesReady := time.Time{}, false
-	return kube.WaitForReady(ctx, a.api.Typed, kube.WaitReadyInput{Nodes: a.fleet.Names(""), Namespaces: ns, Settle: a.o.Settle, Progress: func(s kube.ReadyStatus) {
+	return kube.WaitForReady(ctx, api.Typed, kube.WaitReadyInput{Nodes: rc.fleet.Names(""), Namespaces: ns, Settle: rc.o.Settle, Progress: func(s kube.ReadyStatus) {
 		if !nodesReady && s.ReadyNodes == s.TotalNodes {
 			nodesReady = true
-			r(progress.Event{Kind: progress.Info, Message: fmt.Sprintf("%s Ready %s after the run started", count(s.TotalNodes, "node"), a.o.Now().Sub(a.started).Round(100*time.Millisecond))})
+			r(progress.Event{Kind: progress.Info, Message: fmt.Sprintf("%s Ready %s after the run started", count(s.TotalNodes, "node"), rc.o.Now().Sub(rc.started).Round(100*time.Millisecond))})
 		}
 		if time.Since(last) > 5*time.Second {
 			last = time.Now()
@@ -430,35 +481,35 @@ func (a *Apply) waitReady(ctx context.Context, r progress.Reporter) error {
 const readySettle = 10 * time.Second
 
 // writeKubeconfig writes the user's admin kubeconfig into the state dir.
-func (a *Apply) writeKubeconfig(_ context.Context, r progress.Reporter) error {
-	admin, err := templates.AdminKubeconfig(a.inv, a.set)
+func (rc *runContext) writeKubeconfig(_ context.Context, r progress.Reporter) error {
+	admin, err := templates.AdminKubeconfig(rc.inv, rc.set)
 	if err != nil {
 		return err
 	}
-	p := a.o.State.AdminKubeconfig()
+	p := rc.o.State.AdminKubeconfig()
 	if old, err := os.ReadFile(p); err == nil && slices.Equal(old, admin) {
-		a.kubeconfigWritten = true
+		rc.kubeconfigWritten = true
 		r(progress.Event{Kind: progress.Info, Message: p + " unchanged"})
 		return nil
 	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	if err := a.o.State.Write(p, admin, 0o600); err != nil {
+	if err := rc.o.State.Write(p, admin, 0o600); err != nil {
 		return err
 	}
-	a.kubeconfigWritten = true
+	rc.kubeconfigWritten = true
 	r(progress.Event{Kind: progress.Info, Message: "wrote " + p})
 	return nil
 }
 
-// Explain adds to an error of apply's steps what the user can do with the cluster as it is:
-// once the API server has answered, the admin kubeconfig is in the state dir (kubeadm, too,
+// explain adds to an error of a command's steps what the user can do with the cluster as it
+// is: once the API server has answered, the admin kubeconfig is in the state dir (kubeadm, too,
 // writes admin.conf before it waits), so the cluster that failed can be looked at.
-func (a *Apply) Explain(err error) error {
-	if err == nil || !a.kubeconfigWritten {
+func (rc *runContext) explain(err error) error {
+	if err == nil || !rc.kubeconfigWritten {
 		return err
 	}
-	return &LookError{Err: err, Kubeconfig: a.o.State.AdminKubeconfig()}
+	return &LookError{Err: err, Kubeconfig: rc.o.State.AdminKubeconfig()}
 }
 
 // LookError is a run that failed after the API server answered: the cluster can be looked at
@@ -501,8 +552,8 @@ const forgetTokenScript = `[ -s ` + hostpath.KubeletKubeconfig + ` ] && [ -e ` +
 
 // forgetBootstrapToken removes bootstrap-kubelet.conf from the workers that have joined; a
 // worker whose kubelet has not written kubelet.conf yet keeps it, and the next apply looks again.
-func (a *Apply) forgetBootstrapToken(ctx context.Context, r progress.Reporter) error {
-	return a.fleet.Each(ctx, inventory.RoleWorker, func(ctx context.Context, n inventory.Node, h remote.Host) error {
+func (rc *runContext) forgetBootstrapToken(ctx context.Context, r progress.Reporter) error {
+	return rc.fleet.Each(ctx, inventory.RoleWorker, func(ctx context.Context, n inventory.Node, h remote.Host) error {
 		out, err := remote.Output(ctx, h, forgetTokenScript)
 		if err != nil {
 			return err
@@ -527,7 +578,7 @@ func kubeletSaysScript(pods []string) string {
 
 // kubeletsSay wraps a step that waits on nodes: when it fails with nodes at fault
 // (*kube.NodesError), the error carries what each of those nodes' kubelets says, read over SSH.
-func (a *Apply) kubeletsSay(step func(context.Context, progress.Reporter) error) func(context.Context, progress.Reporter) error {
+func (rc *runContext) kubeletsSay(step func(context.Context, progress.Reporter) error) func(context.Context, progress.Reporter) error {
 	return func(ctx context.Context, r progress.Reporter) error {
 		err := step(ctx, r)
 		var ne *kube.NodesError
@@ -538,14 +589,14 @@ func (a *Apply) kubeletsSay(step func(context.Context, progress.Reporter) error)
 		defer cancel()
 		var nodes []inventory.Node
 		for _, name := range ne.Nodes {
-			if n, ok := a.fleet.Node(name); ok && a.fleet.Host(name) != nil {
+			if n, ok := rc.fleet.Node(name); ok && rc.fleet.Host(name) != nil {
 				nodes = append(nodes, n)
 			}
 		}
 		script := kubeletSaysScript(ne.Pods)
 		var mu sync.Mutex
 		said := map[string]string{}
-		_ = fleet.EachOf(ctx, a.fleet, nodes, func(ctx context.Context, n inventory.Node, h remote.Host) error {
+		_ = fleet.EachOf(ctx, rc.fleet, nodes, func(ctx context.Context, n inventory.Node, h remote.Host) error {
 			out, _ := remote.Output(ctx, h, script)
 			mu.Lock()
 			said[n.Name] = strings.Join(strings.Fields(string(out)), " ")

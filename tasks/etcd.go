@@ -36,7 +36,8 @@ func newEtcdClient(ctx context.Context, f *fleet.Fleet, set *pki.Set, master str
 	return etcd.New(ctx, etcd.Config{Host: master, Dialer: d, CA: set.CAs[pki.EtcdCA].Cert, MoreCAs: set.Trust[pki.EtcdCA], Cert: kp.Cert, Key: kp.Key})
 }
 
-// etcdPlan is how each master's etcd member starts this run (planEtcd).
+// etcdPlan is how each master's etcd member starts this run (planEtcd); the zero plan starts
+// every member as one new cluster (a new cluster, or a restore).
 type etcdPlan struct {
 	seed string                              // a master whose etcd runs, when masters join
 	join map[string]bool                     // masters joining the running etcd cluster
@@ -47,13 +48,11 @@ type etcdPlan struct {
 // the bootstrap flags they started with (read from their manifest: etcd ignores them once it
 // has data, and a changed manifest would restart it), masters without data join the running
 // cluster when there is one, and a new cluster's masters start together.
-func (a *Apply) planEtcd(ctx context.Context, r progress.Reporter) error {
-	if a.restore != nil {
-		return nil // every member starts on restored data as one new cluster: new-cluster flags
-	}
+func planEtcd(ctx context.Context, rc *runContext, r progress.Reporter) (etcdPlan, error) {
+	var p etcdPlan
 	var running, joining []string
-	for _, m := range a.inv.Masters {
-		f := a.fleet.Facts(m.Name)
+	for _, m := range rc.inv.Masters {
+		f := rc.fleet.Facts(m.Name)
 		if f == nil {
 			continue // not reached (plan shows it as unknown); apply stops at connect
 		}
@@ -64,32 +63,32 @@ func (a *Apply) planEtcd(ctx context.Context, r progress.Reporter) error {
 		}
 	}
 	if len(running) == 0 {
-		return nil // a new cluster
+		return p, nil // a new cluster
 	}
-	a.etcd.boot = map[string]*templates.EtcdBootstrap{}
+	p.boot = map[string]*templates.EtcdBootstrap{}
 	for _, name := range running {
-		manifest, err := remote.ReadFile(ctx, a.fleet.Host(name), path.Join(hostpath.ManifestsDir, "etcd.yaml"))
+		manifest, err := remote.ReadFile(ctx, rc.fleet.Host(name), path.Join(hostpath.ManifestsDir, "etcd.yaml"))
 		if err != nil {
-			return fmt.Errorf("%s has etcd data but its etcd manifest cannot be read: %w", name, err)
+			return p, fmt.Errorf("%s has etcd data but its etcd manifest cannot be read: %w", name, err)
 		}
-		a.etcd.boot[name] = etcdBootFromManifest(manifest)
+		p.boot[name] = etcdBootFromManifest(manifest)
 	}
 	if len(joining) == 0 {
-		return nil
+		return p, nil
 	}
-	c, err := newEtcdClient(ctx, a.fleet, a.set, running[0])
+	c, err := newEtcdClient(ctx, rc.fleet, rc.set, running[0])
 	if err != nil {
-		return err
+		return p, err
 	}
 	defer c.Close()
 	members, err := c.Members(ctx)
 	if err != nil {
-		return err
+		return p, err
 	}
-	a.etcd.seed = running[0]
-	a.etcd.join = map[string]bool{}
+	p.seed = running[0]
+	p.join = map[string]bool{}
 	for _, name := range joining {
-		m, _ := a.fleet.Node(name)
+		m, _ := rc.fleet.Node(name)
 		peer := templates.EtcdPeerURL(m.NodeIP())
 		var list []string
 		for _, mem := range members {
@@ -97,7 +96,7 @@ func (a *Apply) planEtcd(ctx context.Context, r progress.Reporter) error {
 				continue // added by an earlier, interrupted run
 			}
 			if mem.Name == "" {
-				return fmt.Errorf("etcd has a member that never started (%s): remove it (etcdctl member remove %x) or start it, then run again", strings.Join(mem.PeerURLs, ","), mem.ID)
+				return p, fmt.Errorf("etcd has a member that never started (%s): remove it (etcdctl member remove %x) or start it, then run again", strings.Join(mem.PeerURLs, ","), mem.ID)
 			}
 			for _, u := range mem.PeerURLs {
 				list = append(list, mem.Name+"="+u)
@@ -108,14 +107,14 @@ func (a *Apply) planEtcd(ctx context.Context, r progress.Reporter) error {
 			if earlier == name {
 				break
 			}
-			e, _ := a.fleet.Node(earlier)
+			e, _ := rc.fleet.Node(earlier)
 			list = append(list, templates.EtcdMember(earlier, e.NodeIP()))
 		}
-		a.etcd.join[name] = true
-		a.etcd.boot[name] = &templates.EtcdBootstrap{Members: append(list, templates.EtcdMember(name, m.NodeIP())), State: "existing"}
-		r(progress.Event{Kind: progress.Info, Host: name, Message: fmt.Sprintf("joins the running etcd cluster (%d members)", len(a.etcd.boot[name].Members)-1)})
+		p.join[name] = true
+		p.boot[name] = &templates.EtcdBootstrap{Members: append(list, templates.EtcdMember(name, m.NodeIP())), State: "existing"}
+		r(progress.Event{Kind: progress.Info, Host: name, Message: fmt.Sprintf("joins the running etcd cluster (%d members)", len(p.boot[name].Members)-1)})
 	}
-	return nil
+	return p, nil
 }
 
 // etcdBootFromManifest reads the bootstrap flags a running member was started with.
@@ -136,32 +135,32 @@ func etcdBootFromManifest(manifest []byte) *templates.EtcdBootstrap {
 // addEtcdMember adds a joining master's etcd member right before its kubelet starts it: the
 // cluster waits for the new member from then on. A member already there (an interrupted run)
 // is left as it is.
-func (a *Apply) addEtcdMember(ctx context.Context, n inventory.Node) error {
-	if !a.etcd.join[n.Name] {
+func (p etcdPlan) addMember(ctx context.Context, rc *runContext, n inventory.Node) error {
+	if !p.join[n.Name] {
 		return nil
 	}
-	c, err := newEtcdClient(ctx, a.fleet, a.set, a.etcd.seed)
+	c, err := newEtcdClient(ctx, rc.fleet, rc.set, p.seed)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	ctx, cancel := context.WithTimeout(ctx, a.o.Timeout)
+	ctx, cancel := context.WithTimeout(ctx, rc.o.Timeout)
 	defer cancel()
 	return c.Add(ctx, templates.EtcdPeerURL(n.NodeIP()))
 }
 
 // waitEtcdMember waits until a joining master's etcd member has started (etcd then knows its
 // name).
-func (a *Apply) waitEtcdMember(ctx context.Context, n inventory.Node) error {
-	if !a.etcd.join[n.Name] {
+func (p etcdPlan) waitMember(ctx context.Context, rc *runContext, n inventory.Node) error {
+	if !p.join[n.Name] {
 		return nil
 	}
-	c, err := newEtcdClient(ctx, a.fleet, a.set, a.etcd.seed)
+	c, err := newEtcdClient(ctx, rc.fleet, rc.set, p.seed)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	ctx, cancel := context.WithTimeout(ctx, a.o.Timeout)
+	ctx, cancel := context.WithTimeout(ctx, rc.o.Timeout)
 	defer cancel()
 	return c.WaitStarted(ctx, n.Name, templates.EtcdPeerURL(n.NodeIP()))
 }

@@ -16,7 +16,7 @@ func TestAddonImages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	im, err := (&Apply{inv: inv}).images()
+	im, err := (&hop{inv: inv}).images()
 	want := release.Images{CoreDNS: "mirror.example/k8s/coredns/coredns:v1.14.2", KubeProxy: "mirror.example/k8s/kube-proxy:v1.36.2", Flannel: "ghcr.io/flannel-io/flannel:v0.28.10"}
 	if err != nil || im.CoreDNS != want.CoreDNS || im.KubeProxy != want.KubeProxy || im.Flannel != want.Flannel {
 		t.Errorf("without a bundle: %+v, %v; want %+v", im, err, want)
@@ -31,13 +31,13 @@ func TestAddonImages(t *testing.T) {
 	if inv, err = inv.AtVersion("v1.36.3"); err != nil {
 		t.Fatal(err)
 	}
-	im, err = (&Apply{inv: inv, manifest: m}).images()
+	im, err = (&hop{inv: inv, manifest: m}).images()
 	if err != nil || im.CoreDNS != m.Images[0].Name || im.KubeProxy != m.Images[1].Name || im.Flannel != m.Images[2].Name {
 		t.Errorf("with a bundle: %+v, %v; want the bundle's %+v", im, err, m.Images)
 	}
 
 	m.Images = m.Images[:2]
-	if _, err := (&Apply{inv: inv, manifest: m}).images(); err == nil || err.Error() != "bundle /b: no image ghcr.io/flannel-io/flannel:v0.28.10 (rebuild the bundle with this kforge: kforge bundle build -o DIR)" {
+	if _, err := (&hop{inv: inv, manifest: m}).images(); err == nil || err.Error() != "bundle /b: no image ghcr.io/flannel-io/flannel:v0.28.10 (rebuild the bundle with this kforge: kforge bundle build -o DIR)" {
 		t.Errorf("a bundle without flannel: %v", err)
 	}
 }

@@ -17,20 +17,19 @@ import (
 const bootstrapTokenTTL = 24 * time.Hour
 
 // ensurePKI generates or reuses the certificates and the bootstrap token in the state dir.
-func (a *Apply) ensurePKI(_ context.Context, r progress.Reporter) error {
-	set, changes, err := ensureClusterPKI(a.inv, a.o)
+func (rc *runContext) ensurePKI(_ context.Context, r progress.Reporter) error {
+	set, changes, err := ensureClusterPKI(rc.inv, rc.o)
 	if err != nil {
 		return err
 	}
-	a.set = set
 	for _, ch := range changes {
 		r(progress.Event{Kind: progress.Info, Message: ch.String()})
 	}
-	tok, renewed, err := bootstrapToken(a.o.State, a.o)
+	tok, renewed, err := bootstrapToken(rc.o.State, rc.o)
 	if err != nil {
 		return err
 	}
-	a.token = tok
+	rc.setCredentials(set, tok)
 	if renewed {
 		r(progress.Event{Kind: progress.Info, Message: "bootstrap token " + tok.ID + ": created"})
 	}

@@ -34,7 +34,9 @@ import (
 // own functions (toWrite, bundle.PlanHost, containerdRestarts, kubeletRestarts, the *Objects
 // functions through dry-run clients), so plan cannot disagree with the apply that follows.
 type Plan struct {
-	a *Apply
+	rc     *runContext // dryRun: every write through the API is a server-side dry run
+	target *hop        // bundle reads its manifest, render its files
+	etcd   etcdPlan    // etcd-members
 	// Diff is what apply would change: Unreachable by connect, Preflight by preflight,
 	// Certificates and BootstrapToken by pki, Hosts by diff-hosts, Objects by diff-api.
 	Diff Diff
@@ -138,35 +140,43 @@ func (d Diff) Complete() bool { return len(d.Unreachable) == 0 && d.APIUnknown =
 // not answer within o.DialRetry (default 5 s) are shown as unknown.
 func NewPlan(c *inventory.Cluster, o Options) *Plan {
 	o.DialRetry = cmp.Or(o.DialRetry, 5*time.Second)
-	return &Plan{a: NewApply(c, o), secrets: newRedactor(rand.Reader)}
+	rc := newRunContext(c, c.Nodes(), o)
+	rc.dryRun = true
+	return &Plan{rc: rc, target: newHop(rc), secrets: newRedactor(rand.Reader)}
 }
 
 // Steps is plan, top to bottom.
 func (p *Plan) Steps() []Step {
-	a, c, f := p.a, p.a.inv, p.a.fleet
+	rc, t := p.rc, p.target
+	c, f := rc.inv, rc.fleet
 	all, masters := f.Names(""), f.Names(inventory.RoleMaster)
 	var l list
 	l.add("connect", OnHosts, all, p.connect, "connect to %s over SSH and gather facts; a host that does not answer is shown as unknown", count(len(all), "host"))
 	if c.Bundle != "" {
-		l.add("bundle", OnWorkstation, nil, a.readBundle, "read the bundle's manifest in %s: its release of Kubernetes %s", c.Bundle, c.KubernetesVersion)
+		l.add("bundle", OnWorkstation, nil, t.readBundle, "read the bundle's manifest in %s: its release of Kubernetes %s", c.Bundle, c.KubernetesVersion)
 	}
 	l.add("preflight", OnHosts, all, p.preflight, "run apply's preflight checks; an error is shown as what would stop apply")
 	l.add("pki", OnWorkstation, nil, p.pki, "compute what apply would issue or renew in the state dir (certificates, bootstrap token), in memory only")
-	l.add("etcd-members", OnHosts, masters, a.planEtcd, "read how each running etcd member started, as apply does")
+	l.add("etcd-members", OnHosts, masters, func(ctx context.Context, r progress.Reporter) (err error) {
+		p.etcd, err = planEtcd(ctx, rc, r)
+		return err
+	}, "read how each running etcd member started, as apply does")
 	if c.Bundle != "" {
 		l.add("upgrade-route", OnHosts, masters, p.upgradeRoute, "read what each node runs: the route of the upgrade apply would walk, if any")
 	}
-	l.add("render", OnWorkstation, nil, a.render, "render every host's files as apply would")
+	l.add("render", OnWorkstation, nil, func(context.Context, progress.Reporter) error {
+		return t.render(p.etcd, len(removedMasters(rc.o.Removed)))
+	}, "render every host's files as apply would")
 	l.add("diff-hosts", OnHosts, all, p.diffHosts, "compare each host's files, bundle binaries and images with what apply would push; the services that would restart; the nodes that would join or change")
 	l.add("diff-api", ThroughAPI, nil, p.diffAPI, "run apply's API objects through the API server as a server-side dry run (dryRun=All), through an SSH tunnel to %s", masters[0])
 	return l
 }
 
 // Close ends every connection.
-func (p *Plan) Close() { p.a.fleet.Close() }
+func (p *Plan) Close() { p.rc.fleet.Close() }
 
 func (p *Plan) connect(ctx context.Context, r progress.Reporter) error {
-	for name, err := range p.a.fleet.Survey(ctx, r) {
+	for name, err := range p.rc.fleet.Survey(ctx, r) {
 		if p.Diff.Unreachable == nil {
 			p.Diff.Unreachable = map[string]string{}
 		}
@@ -177,12 +187,12 @@ func (p *Plan) connect(ctx context.Context, r progress.Reporter) error {
 
 // reached are the inventory's nodes that answered.
 func (p *Plan) reached() []inventory.Node {
-	return slices.DeleteFunc(p.a.fleet.Nodes(""), func(n inventory.Node) bool { return p.a.fleet.Facts(n.Name) == nil })
+	return slices.DeleteFunc(p.rc.fleet.Nodes(""), func(n inventory.Node) bool { return p.rc.fleet.Facts(n.Name) == nil })
 }
 
 // preflight runs apply's checks on the hosts that answered and keeps the errors.
 func (p *Plan) preflight(_ context.Context, r progress.Reporter) error {
-	for _, f := range preflight.Check(p.a.inv, p.a.fleet.AllFacts(), p.a.preflightOptions()) {
+	for _, f := range preflight.Check(p.rc.inv, p.rc.fleet.AllFacts(), preflightOptions(p.rc.o, p.target.manifest)) {
 		switch {
 		case f.Check == preflight.CheckFacts && p.Diff.Unreachable[f.Host] != "":
 			// shown as unreachable
@@ -197,12 +207,11 @@ func (p *Plan) preflight(_ context.Context, r progress.Reporter) error {
 
 // pki is apply's pki step as a dry run.
 func (p *Plan) pki(context.Context, progress.Reporter) error {
-	a := p.a
-	set, changes, err := pki.PlanCluster(a.inv, a.o.InventoryDir, a.o.State.PKI(), a.o.Now(), a.o.Rand)
+	rc := p.rc
+	set, changes, err := pki.PlanCluster(rc.inv, rc.o.InventoryDir, rc.o.State.PKI(), rc.o.Now(), rc.o.Rand)
 	if err != nil {
-		return fmt.Errorf("PKI in %s: %w", a.o.State.PKI(), err)
+		return fmt.Errorf("PKI in %s: %w", rc.o.State.PKI(), err)
 	}
-	a.set = set
 	for _, ch := range changes {
 		if ch.Action == "warning" {
 			continue
@@ -215,21 +224,21 @@ func (p *Plan) pki(context.Context, progress.Reporter) error {
 			p.Diff.NewCluster = true
 		}
 	}
-	rot, err := pki.ReadRotation(a.o.State.PKI())
+	rot, err := pki.ReadRotation(rc.o.State.PKI())
 	if err != nil {
 		return err
 	}
 	if rot != nil {
 		p.Diff.Rotation = fmt.Sprintf("%s, phase %s of %v since %s: kforge certs rotate-ca finishes it", strings.Join(rot.CAs, ", "), rot.Phase, pki.Phases, rot.Started.Format(time.RFC3339))
 	}
-	tok, fresh, err := currentBootstrapToken(a.o.State, a.o)
+	tok, fresh, err := currentBootstrapToken(rc.o.State, rc.o)
 	if err != nil {
 		return err
 	}
-	a.token = tok
+	rc.setCredentials(set, tok)
 	if !fresh {
 		p.Diff.BootstrapToken = "renewed"
-		if _, err := os.Stat(a.o.State.BootstrapToken()); err != nil {
+		if _, err := os.Stat(rc.o.State.BootstrapToken()); err != nil {
 			p.Diff.BootstrapToken = "created"
 		}
 	}
@@ -240,7 +249,7 @@ func (p *Plan) diffHosts(ctx context.Context, r progress.Reporter) error {
 	nodes := p.reached()
 	diffs := make([]HostDiff, len(nodes))
 	var mu sync.Mutex
-	err := forEachNode(ctx, p.a, nodes, func(ctx context.Context, i int, n inventory.Node, h remote.Host) error {
+	err := forEachNode(ctx, p.rc.fleet, nodes, func(ctx context.Context, i int, n inventory.Node, h remote.Host) error {
 		d, err := p.diffHost(ctx, n, h)
 		if err != nil {
 			return err
@@ -258,9 +267,9 @@ func (p *Plan) diffHosts(ctx context.Context, r progress.Reporter) error {
 			p.Diff.Hosts = append(p.Diff.Hosts, d)
 		}
 	}
-	for _, n := range p.a.o.Removed {
+	for _, n := range p.rc.o.Removed {
 		rh := RemovedHost{Host: n.Name, Action: "still in the cluster: apply reports it (apply --prune drains it, resets the host and deletes its node)"}
-		if p.a.o.Prune {
+		if p.rc.o.Prune {
 			rh.Action, rh.Changes = "drained, reset and its node deleted (--prune)", true
 			if n.Role == inventory.RoleMaster {
 				rh.Action = "its etcd member removed, drained, reset and its node deleted (--prune)"
@@ -272,27 +281,27 @@ func (p *Plan) diffHosts(ctx context.Context, r progress.Reporter) error {
 }
 
 // forEachNode runs fn for nodes over the fleet's fan-out, with each node's index.
-func forEachNode(ctx context.Context, a *Apply, nodes []inventory.Node, fn func(ctx context.Context, i int, n inventory.Node, h remote.Host) error) error {
+func forEachNode(ctx context.Context, f *fleet.Fleet, nodes []inventory.Node, fn func(ctx context.Context, i int, n inventory.Node, h remote.Host) error) error {
 	index := map[string]int{}
 	for i, n := range nodes {
 		index[n.Name] = i
 	}
-	return fleet.EachOf(ctx, a.fleet, nodes, func(ctx context.Context, n inventory.Node, h remote.Host) error {
+	return fleet.EachOf(ctx, f, nodes, func(ctx context.Context, n inventory.Node, h remote.Host) error {
 		return remote.WithHost(n.Name, fn(ctx, index[n.Name], n, h))
 	})
 }
 
 // diffHost compares one host with what apply would do there.
 func (p *Plan) diffHost(ctx context.Context, n inventory.Node, h remote.Host) (HostDiff, error) {
-	a := p.a
+	rc, t := p.rc, p.target
 	d := HostDiff{Host: n.Name, Role: n.Role}
-	f := a.fleet.Facts(n.Name)
-	want := a.files.get(n.Name, nil)
+	f := rc.fleet.Facts(n.Name)
+	want := t.files.get(n.Name, nil)
 	paths := make([]string, 0, len(want)+1)
 	for _, fl := range want {
 		paths = append(paths, fl.Path)
 	}
-	joined := n.Role == inventory.RoleWorker && a.joined(n.Name)
+	joined := n.Role == inventory.RoleWorker && rc.joined(n.Name)
 	if joined {
 		paths = append(paths, hostpath.BootstrapKubeletConfig)
 	}
@@ -325,17 +334,17 @@ func (p *Plan) diffHost(ctx context.Context, n inventory.Node, h remote.Host) (H
 	wrote := func(pred func(string) bool) bool { return slices.ContainsFunc(written, pred) }
 
 	installed := false
-	if m := a.manifest; m != nil {
+	if m := t.manifest; m != nil {
 		st, err := bundle.ReadHostState(ctx, h, m)
 		if err != nil {
 			return d, err
 		}
-		fromBundle := a.inv.ContainerRuntime.Install == inventory.RuntimeFromBundle
-		need := bundleNeed(a.inv, n.Role)
+		fromBundle := t.inv.ContainerRuntime.Install == inventory.RuntimeFromBundle
+		need := bundleNeed(t.inv, n.Role)
 		need.Runtime = fromBundle
 		hp := bundle.PlanHost(m, st, need)
 		if !hp.Empty() {
-			u := &Upload{Bytes: hp.Bytes(), FromMasters: len(a.mirrorsFor(n)) > 0}
+			u := &Upload{Bytes: hp.Bytes(), FromMasters: len(t.mirrorsFor(n)) > 0}
 			for _, fl := range hp.Install {
 				u.Files = append(u.Files, fl.Install)
 				written = append(written, fl.Install) // a new kubelet binary restarts kubelet, as in ship
@@ -353,7 +362,7 @@ func (p *Plan) diffHost(ctx context.Context, n inventory.Node, h remote.Host) (H
 
 	stale := ""
 	if !installed {
-		stale = runtimeStale(a.inv, f)
+		stale = runtimeStale(t.inv, f)
 	}
 	if containerdRestarts(wrote, installed || stale != "") {
 		what := "containerd restarts"
@@ -369,19 +378,19 @@ func (p *Plan) diffHost(ctx context.Context, n inventory.Node, h remote.Host) (H
 		d.Restarts = append(d.Restarts, hostpath.ServiceRouteUnit+" (re)starts")
 	}
 	switch {
-	case a.inv.LocalAPIProxy() && apiProxyRestarts(wrote):
+	case t.inv.LocalAPIProxy() && apiProxyRestarts(wrote):
 		d.Restarts = append(d.Restarts, hostpath.APIProxyUnit+" (re)starts")
-	case !a.inv.LocalAPIProxy() && hasUnit(f, hostpath.APIProxyUnitPath):
-		d.Restarts = append(d.Restarts, hostpath.APIProxyUnit+" stops (removed: the nodes use "+pki.NodeEndpoint(a.inv)+")")
+	case !t.inv.LocalAPIProxy() && hasUnit(f, hostpath.APIProxyUnitPath):
+		d.Restarts = append(d.Restarts, hostpath.APIProxyUnit+" stops (removed: the nodes use "+pki.NodeEndpoint(t.inv)+")")
 	}
-	if n.Role == inventory.RoleMaster && a.inv.BundleFromMasters() && wrote(registryRestarts) {
+	if n.Role == inventory.RoleMaster && t.inv.BundleFromMasters() && wrote(registryRestarts) {
 		d.Restarts = append(d.Restarts, hostpath.RegistryUnit+" (re)starts")
 	}
 	switch {
-	case a.inv.ControlPlaneVIP != "" && n.Role == inventory.RoleMaster && vipRestarts(wrote):
+	case t.inv.ControlPlaneVIP != "" && n.Role == inventory.RoleMaster && vipRestarts(wrote):
 		d.Restarts = append(d.Restarts, hostpath.VIPUnit+" (re)starts")
-	case a.inv.ControlPlaneVIP == "" && hasUnit(f, hostpath.VIPUnitPath):
-		d.Restarts = append(d.Restarts, hostpath.VIPUnit+" stops (removed: the admin kubeconfig uses "+pki.Endpoint(a.inv)+")")
+	case t.inv.ControlPlaneVIP == "" && hasUnit(f, hostpath.VIPUnitPath):
+		d.Restarts = append(d.Restarts, hostpath.VIPUnit+" stops (removed: the admin kubeconfig uses "+pki.Endpoint(t.inv)+")")
 	}
 	switch {
 	case n.Role == inventory.RoleWorker && !joined:
@@ -401,21 +410,21 @@ func (p *Plan) diffHost(ctx context.Context, n inventory.Node, h remote.Host) (H
 	}
 	if n.Role == inventory.RoleMaster {
 		switch {
-		case a.etcd.join[n.Name]:
-			d.Node = append(d.Node, fmt.Sprintf("joins the running etcd cluster (its member added through %s)", a.etcd.seed))
-		case len(f.EtcdDataDir) == 0 && len(a.etcd.boot) == 0:
+		case p.etcd.join[n.Name]:
+			d.Node = append(d.Node, fmt.Sprintf("joins the running etcd cluster (its member added through %s)", p.etcd.seed))
+		case len(f.EtcdDataDir) == 0 && len(p.etcd.boot) == 0:
 			d.Node = append(d.Node, "starts a new etcd cluster and control plane")
 		}
 	}
-	if v := f.Binaries["kubelet"].Version; v != "" && v != strings.TrimPrefix(a.inv.KubernetesVersion, "v") && d.Upload != nil {
-		d.Node = append(d.Node, fmt.Sprintf("kubelet %s → %s", v, strings.TrimPrefix(a.inv.KubernetesVersion, "v")))
+	if v := f.Binaries["kubelet"].Version; v != "" && v != strings.TrimPrefix(t.inv.KubernetesVersion, "v") && d.Upload != nil {
+		d.Node = append(d.Node, fmt.Sprintf("kubelet %s → %s", v, strings.TrimPrefix(t.inv.KubernetesVersion, "v")))
 	}
 	return d, nil
 }
 
 // upgradeRoute is the route apply's upgrade step would take; an error is what would stop it.
 func (p *Plan) upgradeRoute(ctx context.Context, _ progress.Reporter) error {
-	u, err := p.a.upgradeRoute(ctx)
+	u, err := readUpgradeRoute(ctx, p.rc, p.target.manifest)
 	switch {
 	case err != nil:
 		p.Diff.Preflight = append(p.Diff.Preflight, "upgrade: "+err.Error())
@@ -425,45 +434,44 @@ func (p *Plan) upgradeRoute(ctx context.Context, _ progress.Reporter) error {
 			workers = append(workers, w.Name)
 		}
 		p.Diff.Upgrade = fmt.Sprintf("%s → %s: an etcd snapshot first; control plane %s, one master at a time, the addons with each hop; then the workers one at a time (%s): cordon, drain, kubelet, uncordon",
-			strings.Join(p.a.running(u), ", "), u.target, routeText(u.hops), strings.Join(workers, ", "))
+			strings.Join(running(p.rc, u), ", "), u.target, routeText(u.hops), strings.Join(workers, ", "))
 	}
 	return nil
 }
 
 // diffAPI runs apply's object functions through dry-run clients.
 func (p *Plan) diffAPI(ctx context.Context, r progress.Reporter) error {
-	a := p.a
-	first := a.inv.Masters[0].Name
+	rc, t := p.rc, p.target
+	first := rc.inv.Masters[0].Name
 	switch {
 	case p.Diff.NewCluster:
 		return nil // nothing to ask: every object is created
-	case a.fleet.Facts(first) == nil:
+	case rc.fleet.Facts(first) == nil:
 		p.Diff.APIUnknown = first + " did not answer; the API is reached through it"
 		return nil
 	}
-	var err error
-	if a.o.API != nil {
-		a.api, err = newAPIClients(a.inv, a.set, a.fleet, a.o.API)
-	} else {
-		a.api, err = dialAPIClients(a.inv, a.set, a.fleet, true)
-	}
+	api, err := rc.clients()
 	if err != nil {
 		return err
 	}
 	wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	if err := kube.WaitForAPIServer(wctx, a.api.super, kube.WaitAPIServerInput{Timeout: 15 * time.Second, Interval: 500 * time.Millisecond}); err != nil {
+	if err := kube.WaitForAPIServer(wctx, api.super, kube.WaitAPIServerInput{Timeout: 15 * time.Second, Interval: 500 * time.Millisecond}); err != nil {
 		p.Diff.APIUnknown = "the API server does not answer through " + first + ": " + err.Error()
 		return nil
 	}
 	var all []kube.Change
-	objects := []func(context.Context) ([]kube.Change, error){a.clusterConfigObjects, a.bootstrapObjects, a.coreAddonObjects}
-	if a.inv.Networking.Plugin == "flannel" {
-		objects = append(objects, a.podNetworkObjects)
+	objects := []func(context.Context) ([]kube.Change, error){
+		func(ctx context.Context) ([]kube.Change, error) { return clusterConfigObjects(ctx, rc) },
+		func(ctx context.Context) ([]kube.Change, error) { return bootstrapObjects(ctx, rc) },
+		t.coreAddonObjects,
 	}
-	objects = append(objects, p.markObjects)
-	if len(a.inv.Addons) > 0 {
-		objects = append(objects, a.addonObjects)
+	if rc.inv.Networking.Plugin == "flannel" {
+		objects = append(objects, t.podNetworkObjects)
+	}
+	objects = append(objects, func(ctx context.Context) ([]kube.Change, error) { return markObjects(ctx, rc, api) })
+	if len(rc.inv.Addons) > 0 {
+		objects = append(objects, func(ctx context.Context) ([]kube.Change, error) { return addonObjects(ctx, rc) })
 	}
 	for _, fn := range objects {
 		cs, err := fn(ctx)
@@ -486,18 +494,18 @@ func (p *Plan) diffAPI(ctx context.Context, r progress.Reporter) error {
 }
 
 // markObjects is mark-nodes' dry run for the nodes registered now (the others join first).
-func (p *Plan) markObjects(ctx context.Context) ([]kube.Change, error) {
-	nodes, err := p.a.api.Typed.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+func markObjects(ctx context.Context, rc *runContext, api apiClients) ([]kube.Change, error) {
+	nodes, err := api.Typed.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, err
 	}
 	var marks []kube.NodeMarks
-	for _, m := range kube.NodeMarksFor(p.a.inv) {
+	for _, m := range kube.NodeMarksFor(rc.inv) {
 		if slices.ContainsFunc(nodes.Items, func(n corev1.Node) bool { return n.Name == m.Name }) {
 			marks = append(marks, m)
 		}
 	}
-	return kube.MarkNodes(ctx, p.a.api.Typed, marks, time.Second)
+	return kube.MarkNodes(ctx, api.Typed, marks, time.Second)
 }
 
 // currentBootstrapToken is bootstrapToken without writing: the state dir's token while more than

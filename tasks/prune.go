@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/kforge/kforge/fleet"
 	"github.com/kforge/kforge/inventory"
@@ -65,8 +64,8 @@ func (e *NoMasterLeftError) Error() string {
 }
 
 // reportRemoved says which hosts left the inventory but are still in the cluster.
-func (a *Apply) reportRemoved(_ context.Context, r progress.Reporter) error {
-	for _, n := range a.o.Removed {
+func (rc *runContext) reportRemoved(_ context.Context, r progress.Reporter) error {
+	for _, n := range rc.o.Removed {
 		how := "kforge apply --prune drains it, resets the host and deletes its node"
 		if n.Role == inventory.RoleMaster {
 			how = "kforge apply --prune drains it, removes its etcd member, resets the host and deletes its node (take it out of your load balancer too)"
@@ -82,24 +81,21 @@ func (a *Apply) reportRemoved(_ context.Context, r progress.Reporter) error {
 // one first would leave the cluster unable to remove it); reset the host (kubelet stopped, so it
 // cannot register the node again); delete the node. A host that cannot be reached any more is
 // not reset; its member and node are removed all the same, and the event says so.
-func (a *Apply) prune(ctx context.Context, r progress.Reporter) error {
-	for _, n := range a.o.Removed {
-		start := a.o.Now()
+func (rc *runContext) prune(ctx context.Context, r progress.Reporter) error {
+	api, err := rc.clients()
+	if err != nil {
+		return err
+	}
+	for _, n := range rc.o.Removed {
+		start := rc.o.Now()
 		var did []string
-		if a.restore != nil {
-			// A host that left the inventory for a restore is taken as lost: its pods are gone
-			// with it (the pod garbage collector deletes those bound to a deleted node), and a
-			// master's etcd member is not in the restored cluster.
-			did = append(did, "lost before the restore: not drained")
-		} else {
-			evicted, err := kube.Drain(ctx, a.api.Typed, n.Name, a.o.DrainTimeout)
-			if err != nil {
-				return err
-			}
-			did = append(did, fmt.Sprintf("drained (%s evicted)", count(len(evicted), "pod")))
+		evicted, err := kube.Drain(ctx, api.Typed, n.Name, rc.o.DrainTimeout)
+		if err != nil {
+			return err
 		}
-		if n.Role == inventory.RoleMaster && a.restore == nil {
-			removed, err := removeEtcdMember(ctx, a, n)
+		did = append(did, fmt.Sprintf("drained (%s evicted)", count(len(evicted), "pod")))
+		if n.Role == inventory.RoleMaster {
+			removed, err := removeEtcdMember(ctx, rc, n)
 			if err != nil {
 				return fmt.Errorf("%s: remove its etcd member: %w", n.Name, err)
 			}
@@ -107,64 +103,29 @@ func (a *Apply) prune(ctx context.Context, r progress.Reporter) error {
 				did = append(did, "etcd member removed")
 			}
 		}
-		if a.restore != nil {
-			// Presumed lost: whether it answers after all is seen in the background (a dial to a
-			// host that is gone waits for its timeout) while the cluster comes back; reset-lost
-			// waits for it.
-			o := a.o
-			o.DialRetry = 5 * time.Second
-			a.bg.start(lostReset, func() error {
-				msg, err := resetRemoved(ctx, a.inv, n, o, r)
-				if err != nil {
-					return fmt.Errorf("%s: reset: %w", n.Name, err)
-				}
-				r(progress.Event{Kind: progress.HostDone, Host: n.Name, Message: msg})
-				return nil
-			})
-		} else {
-			msg, err := resetRemoved(ctx, a.inv, n, a.o, r)
-			if err != nil {
-				return fmt.Errorf("%s: reset: %w", n.Name, err)
-			}
-			did = append(did, msg)
+		msg, err := resetRemoved(ctx, rc.inv, n, rc.o, r)
+		if err != nil {
+			return fmt.Errorf("%s: reset: %w", n.Name, err)
 		}
-		if deleted, err := kube.DeleteNode(ctx, a.api.Typed, n.Name); err != nil {
+		did = append(did, msg)
+		if deleted, err := kube.DeleteNode(ctx, api.Typed, n.Name); err != nil {
 			return err
 		} else if deleted {
 			did = append(did, "node deleted")
 		}
-		if a.restore != nil {
-			// Lost: its pods are deleted now, so their controllers replace them at once.
-			pods, err := kube.DeletePodsOfLostNode(ctx, a.api.Typed, n.Name)
-			if err != nil {
-				return err
-			}
-			if pods > 0 {
-				did = append(did, count(pods, "pod")+" deleted")
-			}
-		}
-		a.pruned = append(a.pruned, n.Name)
-		r(progress.Event{Kind: progress.HostDone, Host: n.Name, Duration: a.o.Now().Sub(start), Message: strings.Join(did, "; ")})
+		r(progress.Event{Kind: progress.HostDone, Host: n.Name, Duration: rc.o.Now().Sub(start), Message: strings.Join(did, "; ")})
 	}
 	return nil
 }
 
-// lostReset is the background reset of the hosts a restore takes as lost (prune starts it).
-const lostReset = "lost hosts reset"
-
-// waitLostReset waits for the resets prune started of the hosts lost before a restore.
-func (a *Apply) waitLostReset(ctx context.Context, _ progress.Reporter) error {
-	return a.bg.wait(ctx, lostReset)
-}
-
 // removeEtcdMember removes a removed master's etcd member through the inventory's first master.
-func removeEtcdMember(ctx context.Context, a *Apply, n inventory.Node) (bool, error) {
-	e, err := newEtcdClient(ctx, a.fleet, a.set, a.inv.Masters[0].Name)
+func removeEtcdMember(ctx context.Context, rc *runContext, n inventory.Node) (bool, error) {
+	e, err := newEtcdClient(ctx, rc.fleet, rc.set, rc.inv.Masters[0].Name)
 	if err != nil {
 		return false, err
 	}
 	defer e.Close()
-	ctx, cancel := context.WithTimeout(ctx, a.o.Timeout)
+	ctx, cancel := context.WithTimeout(ctx, rc.o.Timeout)
 	defer cancel()
 	return e.Remove(ctx, n.Name, templates.EtcdPeerURL(n.NodeIP()))
 }
@@ -191,17 +152,12 @@ func resetRemoved(ctx context.Context, c *inventory.Cluster, n inventory.Node, o
 	return "host reset", nil
 }
 
-// recordHosts writes the hosts this apply made part of the cluster, plus those that left the
-// inventory and were not pruned (still in the cluster), for the next apply.
-func (a *Apply) recordHosts(context.Context, progress.Reporter) error {
-	rec := state.HostsRecord{Cluster: a.inv.Name}
-	for _, n := range a.fleet.Nodes("") {
+// recordHosts writes the hosts the run made part of the cluster, plus kept: those that left
+// the inventory and were not pruned (still in the cluster), for the next apply.
+func recordHosts(rc *runContext, kept []inventory.Node) error {
+	rec := state.HostsRecord{Cluster: rc.inv.Name}
+	for _, n := range append(rc.fleet.Nodes(""), kept...) {
 		rec.Hosts = append(rec.Hosts, state.Record(n))
 	}
-	for _, n := range a.o.Removed {
-		if !slices.Contains(a.pruned, n.Name) {
-			rec.Hosts = append(rec.Hosts, state.Record(n))
-		}
-	}
-	return a.o.State.WriteHosts(rec)
+	return rc.o.State.WriteHosts(rec)
 }

@@ -76,11 +76,11 @@ func (f *registryFills) wait(ctx context.Context) error {
 // fillRegistry starts master n's registry, restarted when its unit, configuration, certificate
 // or binary changed, and fills it with what the other nodes need of the bundle. A registry
 // that cannot be filled is reported, not fatal: the nodes then get the bundle uploaded.
-func (a *Apply) fillRegistry(ctx context.Context, n inventory.Node, h remote.Host, r progress.Reporter) {
-	need := bundleNeed(a.inv, inventory.RoleWorker)
+func (t *hop) fillRegistry(ctx context.Context, n inventory.Node, h remote.Host, r progress.Reporter) {
+	need := bundleNeed(t.inv, inventory.RoleWorker)
 	need.Runtime = true // BundleFromMasters: the runtime is the bundle's
-	files, images := bundle.Served(a.manifest, need)
-	restart := a.files.wrote(n.Name, registryRestarts)
+	files, images := bundle.Served(t.manifest, need)
+	restart := t.files.wrote(n.Name, registryRestarts)
 	runFill(ctx, n, h, startUnitScript(hostpath.RegistryUnit, restart)+" && {\n"+bundle.FillCommand(files, images, bundle.FillReplace)+"\n}",
 		fmt.Sprintf("registry filled: %d files, %d images for the nodes", len(files), len(images)), "its registry was not filled (the nodes get the bundle uploaded instead)", r)
 }
@@ -132,9 +132,9 @@ func pushCredentials(ctx context.Context, files *hostFiles, h remote.Host) error
 
 // mirrorsFor are the masters' registries node n takes the bundle from, in its order; none for
 // masters, which get the bundle uploaded, and without BundleFromMasters.
-func (a *Apply) mirrorsFor(n inventory.Node) []string {
+func (t *hop) mirrorsFor(n inventory.Node) []string {
 	if n.Role == inventory.RoleMaster {
 		return nil
 	}
-	return templates.MasterRegistries(a.inv, n)
+	return templates.MasterRegistries(t.inv, n)
 }

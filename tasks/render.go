@@ -1,7 +1,6 @@
 package tasks
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -16,43 +15,39 @@ import (
 	"github.com/kforge/kforge/inventory"
 	"github.com/kforge/kforge/kube"
 	"github.com/kforge/kforge/pki"
-	"github.com/kforge/kforge/progress"
 	"github.com/kforge/kforge/templates"
 )
 
 const sysctlConf = "# Written by kforge: what Kubernetes networking needs.\nnet.ipv4.ip_forward = 1\nnet.bridge.bridge-nf-call-iptables = 1\nnet.bridge.bridge-nf-call-ip6tables = 1\n"
 
-// render makes every host's files from the PKI set and the host's facts.
-func (a *Apply) render(context.Context, progress.Reporter) (err error) {
+// render makes every host's files at this hop from the run's PKI set and each host's facts:
+// etcd members start as ep says, and the control plane's flags count retiring masters that
+// still run (removed from the inventory, not yet pruned).
+func (h *hop) render(ep etcdPlan, retiring int) (err error) {
+	rc := h.rc
 	o := templates.Options{
-		BootstrapToken: a.token.Value(), EtcdBoot: a.etcd.boot,
+		BootstrapToken: rc.token.Value(), EtcdBoot: ep.boot, RetiringMasters: retiring,
 		RestrictOOMScoreAdj: map[string]bool{}, CgroupV2: map[string]bool{}, HostCACertDirs: map[string][]string{},
 	}
-	if a.restore == nil {
-		// Removed masters run until apply --prune drains them; a restore's lost masters are not
-		// in the restored etcd cluster and are pruned in the same run: the control plane is the
-		// inventory's alone, and the files restore writes are those the next apply wants.
-		o.RetiringMasters = len(removedMasters(a.o.Removed))
-	}
-	for name, f := range a.fleet.AllFacts() {
+	for name, f := range rc.fleet.AllFacts() {
 		o.RestrictOOMScoreAdj[name] = !f.HasCapSysResource()
 		o.CgroupV2[name] = f.Cgroup.Version == facts.CgroupV2
 		o.HostCACertDirs[name] = f.Dirs
 	}
-	if o.Registries, err = registries(a.inv); err != nil {
+	if o.Registries, err = registries(h.inv); err != nil {
 		return err
 	}
-	trees, err := templates.Tree(a.inv, a.set, o)
+	trees, err := templates.Tree(h.inv, rc.set, o)
 	if err != nil {
 		return err
 	}
 	for _, t := range trees {
-		if t.Node.Role == inventory.RoleWorker && a.joined(t.Node.Name) {
+		if t.Node.Role == inventory.RoleWorker && rc.joined(t.Node.Name) {
 			// A joined worker's kubelet has its own credentials: the bootstrap token's
 			// kubeconfig is not put back (forget-token removed it).
 			t.Files = slices.DeleteFunc(t.Files, func(f templates.File) bool { return f.Path == hostpath.BootstrapKubeletConfig })
 		}
-		a.files.set(t.Node.Name, withHostFiles(a.inv, t))
+		h.files.set(t.Node.Name, withHostFiles(h.inv, t))
 	}
 	return nil
 }
@@ -194,7 +189,7 @@ func registries(c *inventory.Cluster) ([]templates.Registry, error) {
 
 // joined says whether a worker's kubelet has joined: connect found its kubelet.conf, which the
 // kubelet writes once its client certificate is signed.
-func (a *Apply) joined(worker string) bool {
-	f := a.fleet.Facts(worker)
+func (rc *runContext) joined(worker string) bool {
+	f := rc.fleet.Facts(worker)
 	return f != nil && f.Files[hostpath.KubeletKubeconfig] != ""
 }

@@ -37,26 +37,44 @@ import (
 // stacked etcd members with expired peer certificates cannot form a quorum until most are
 // renewed), so every master is renewed at once instead.
 type CertsRenew struct {
-	*Apply
-	renew func(key string) bool
+	x *credentials
+	// Renewed are the certificates re-issued: the state dir's, then the kubelets'.
+	Renewed []string
+}
 
+// credentials are what certs renew and rotate-ca share: the run context, the masters' files at
+// the inventory's version, and what their common first steps (credentialSteps) find. Both
+// commands call its steps; neither is built from the other.
+type credentials struct {
+	rc     *runContext
+	target *hop
+	renew  func(key string) bool // the leaves pki re-issues, by request key
+
+	etcd      etcdPlan             // etcd-members
 	hostCerts map[string]hostCerts // inspect: each host's certificates by path
 	expired   []string             // inspect: certificates this run replaces that have expired, "host: name"
 	kubelets  map[string]string    // inspect: nodes whose kubelet client certificate expired, and when
 	serving   map[string]bool      // inspect: nodes whose kubelet serving certificate expired
+	changes   []pki.Change         // pki: what is re-issued
+	renewed   []string             // pki, kubelets: the certificates re-issued
 	// kubeletClient says, by master, how its kube-apiserver came to use its new kubelet client
-	// certificate (masters: loadKubeletClient).
+	// certificate (masters: loadKubeletClient); reset for each rollout.
 	kubeletClient map[string]string
-	changes       []pki.Change // pki: what is re-issued
-	// Renewed are the certificates re-issued: the state dir's, then the kubelets'.
-	Renewed []string
+}
+
+func newCredentials(c *inventory.Cluster, o Options, renew func(key string) bool) *credentials {
+	rc := newRunContext(c, c.Nodes(), o)
+	return &credentials{rc: rc, target: newHop(rc), renew: renew, kubelets: map[string]string{}, serving: map[string]bool{}}
 }
 
 // NewCertsRenew prepares a renewal of the leaves of c that renew selects by key
 // ("apiserver@m1", "admin.conf"; see RenewSelector).
 func NewCertsRenew(c *inventory.Cluster, o Options, renew func(key string) bool) *CertsRenew {
-	return &CertsRenew{Apply: NewApply(c, o), renew: renew, kubelets: map[string]string{}, serving: map[string]bool{}}
+	return &CertsRenew{x: newCredentials(c, o, renew)}
 }
+
+// Close ends every connection.
+func (cr *CertsRenew) Close() { cr.x.rc.fleet.Close() }
 
 // RenewSelector turns `certs renew` arguments into a selector of request keys: every leaf with
 // all, else the named rows (kubeadm's names: apiserver, etcd-server, admin.conf, …), on every
@@ -82,32 +100,50 @@ func RenewSelector(names []string, all bool) (func(key string) bool, error) {
 	}, nil
 }
 
-// Steps is certs renew, top to bottom.
-func (x *CertsRenew) Steps() []Step {
-	c, f := x.inv, x.fleet
+// credentialSteps are the first steps of certs renew and rotate-ca: read the hosts and
+// render the masters' files from the state dir's PKI (pki says what it issues), refusing
+// anything that is not a change of credentials. Nothing is changed yet.
+func (x *credentials) credentialSteps(l *list, pkiWhat string) {
+	rc, t := x.rc, x.target
+	c, f := rc.inv, rc.fleet
 	all, masters := f.Names(""), f.Names(inventory.RoleMaster)
-	var l list
 	l.add("connect", OnHosts, all, f.Connect, "connect to %s over SSH (host keys verified) and gather facts in one round trip each", count(len(all), "host"))
 	if c.Bundle != "" {
-		l.add("bundle", OnWorkstation, nil, x.readBundle, "read the bundle's manifest of Kubernetes %s (the images the static pods run)", c.KubernetesVersion)
+		l.add("bundle", OnWorkstation, nil, t.readBundle, "read the bundle's manifest of Kubernetes %s (the images the static pods run)", c.KubernetesVersion)
 	}
-	l.add("inspect", OnHosts, all, x.inspect, "read every host's certificates (private keys stay on the hosts); refuse when a host trusts another CA than the state dir's")
-	l.add("pki", OnWorkstation, nil, x.issue, "re-issue the certificates asked for, in memory, from the state dir's CAs")
-	l.add("etcd-members", OnHosts, masters, x.planEtcd, "read how each etcd member started (its manifest), so that only credentials change")
-	l.add("render", OnWorkstation, nil, x.render, "render the masters' certificates, kubeconfigs and static-pod manifests")
+	l.add("inspect", OnHosts, all, x.inspect, "read every host's certificates (private keys stay on the hosts); refuse when a host trusts another CA than the state dir's (or the new one of a rotation in progress)")
+	l.add("etcd-members", OnHosts, masters, func(ctx context.Context, r progress.Reporter) (err error) {
+		x.etcd, err = planEtcd(ctx, rc, r)
+		return err
+	}, "read how each etcd member started (its manifest), so that only credentials change")
+	l.add("pki", OnWorkstation, nil, x.issue, "%s", pkiWhat)
+	l.add("render", OnWorkstation, nil, func(context.Context, progress.Reporter) error { return t.render(x.etcd, 0) }, "render the masters' certificates, kubeconfigs and static-pod manifests")
 	l.add("same-manifests", OnHosts, masters, x.sameManifests, "refuse when a master's static pods would change in more than their credentials (kforge apply changes those)")
-	l.add("save", OnWorkstation, nil, x.save, "keep the new certificates in %s", x.o.State.PKI())
+}
+
+// Steps is certs renew, top to bottom.
+func (cr *CertsRenew) Steps() []Step {
+	x := cr.x
+	rc := x.rc
+	all, masters := rc.fleet.Names(""), rc.fleet.Names(inventory.RoleMaster)
+	var l list
+	x.credentialSteps(&l, "re-issue the certificates asked for, in memory, from the state dir's CAs")
+	l.add("save", OnWorkstation, nil, x.save, "keep the new certificates in %s", rc.o.State.PKI())
 	l.add("kubelets", OnHosts, all, x.renewKubelets, "give the kubelets whose client certificate expired a new one signed by the cluster CA, and restart them; a kubelet whose own serving certificate expired makes a new one")
-	l.add("masters", OnHosts, masters, x.kubeletsSay(x.pushMasters), "one master at a time (all at once when certificates have expired: the control plane is down): push its certificates and kubeconfigs; kubelet restarts the static pods that read a renewed file only when they start (kube-controller-manager, kube-scheduler), while etcd and kube-apiserver load their new certificates themselves; wait until the restarted pods are Ready and the new certificates are served")
-	l.add("kubeconfig", OnWorkstation, nil, x.writeKubeconfig, "write the admin kubeconfig to the state dir")
-	l.add("wait-ready", ThroughAPI, nil, x.waitReady, "wait until every node is Ready")
+	l.add("masters", OnHosts, masters, rc.kubeletsSay(x.pushMasters), "one master at a time (all at once when certificates have expired: the control plane is down): push its certificates and kubeconfigs; kubelet restarts the static pods that read a renewed file only when they start (kube-controller-manager, kube-scheduler), while etcd and kube-apiserver load their new certificates themselves; wait until the restarted pods are Ready and the new certificates are served")
+	l.add("kubeconfig", OnWorkstation, nil, rc.writeKubeconfig, "write the admin kubeconfig to the state dir")
+	l.add("wait-ready", ThroughAPI, nil, func(ctx context.Context, r progress.Reporter) error {
+		err := rc.kubeletsSay(rc.waitReady)(ctx, r)
+		cr.Renewed = x.renewed
+		return err
+	}, "wait until every node is Ready")
 	return l
 }
 
 // inspect reads every host's certificates: a host whose CA is not the state dir's is refused
 // before anything changes; expired certificates decide how masters are renewed.
-func (x *CertsRenew) inspect(ctx context.Context, r progress.Reporter) error {
-	p, masters, err := pki.FromInventory(x.inv)
+func (x *credentials) inspect(ctx context.Context, r progress.Reporter) error {
+	p, masters, err := pki.FromInventory(x.rc.inv)
 	if err != nil {
 		return err
 	}
@@ -115,27 +151,27 @@ func (x *CertsRenew) inspect(ctx context.Context, r progress.Reporter) error {
 	if err != nil {
 		return err
 	}
-	state, errs := pki.StateCerts(x.o.State.PKI(), reqs)
+	state, errs := pki.StateCerts(x.rc.o.State.PKI(), reqs)
 	cas := pki.StateCAs(state)
 	for _, name := range []string{pki.CA, pki.EtcdCA, pki.FrontProxyCA} {
 		if cas[name] == nil {
-			return fmt.Errorf("no %s certificate in %s (%v): kforge certs renew renews a cluster kforge apply created; is --state-dir the cluster's?", name, x.o.State.PKI(), errs[name])
+			return fmt.Errorf("no %s certificate in %s (%v): kforge certs renew renews a cluster kforge apply created; is --state-dir the cluster's?", name, x.rc.o.State.PKI(), errs[name])
 		}
 	}
-	for _, m := range x.inv.Masters {
-		if f := x.fleet.Facts(m.Name); f == nil || len(f.EtcdDataDir) == 0 {
+	for _, m := range x.rc.inv.Masters {
+		if f := x.rc.fleet.Facts(m.Name); f == nil || len(f.EtcdDataDir) == 0 {
 			return fmt.Errorf("%s: not part of the cluster yet (no etcd data): run kforge apply first; nothing was renewed", m.Name)
 		}
 	}
-	nextCAs, err := pki.NextCAs(x.o.State.PKI())
+	nextCAs, err := pki.NextCAs(x.rc.o.State.PKI())
 	if err != nil {
 		return err
 	}
-	now := x.o.Now()
+	now := x.rc.o.Now()
 	var mu sync.Mutex
 	x.hostCerts = map[string]hostCerts{}
-	first := x.inv.Masters[0].Name
-	err = x.fleet.Each(ctx, "", func(ctx context.Context, n inventory.Node, h remote.Host) error {
+	first := x.rc.inv.Masters[0].Name
+	err = x.rc.fleet.Each(ctx, "", func(ctx context.Context, n inventory.Node, h remote.Host) error {
 		files := hostCertFiles(reqs, n, n.Name == first)
 		certs, err := readHostCerts(ctx, h, files)
 		if err != nil {
@@ -151,7 +187,7 @@ func (x *CertsRenew) inspect(ctx context.Context, r progress.Reporter) error {
 				// The first certificate of a host's CA file: the state dir's, or the new CA of
 				// a rotation in progress (which puts the signer first).
 				if next := nextCAs[f.req.Spec.Name]; !c.Equal(cas[f.req.Spec.Name]) && (next == nil || !c.Equal(next)) {
-					return &CAMismatchError{Host: n.Name, File: f.Path, Host_: pki.SPKIPin(c), State: pki.SPKIPin(cas[f.req.Spec.Name]), StateDir: x.o.State.PKI()}
+					return &CAMismatchError{Host: n.Name, File: f.Path, Host_: pki.SPKIPin(c), State: pki.SPKIPin(cas[f.req.Spec.Name]), StateDir: x.rc.o.State.PKI()}
 				}
 			case !now.Before(c.NotAfter):
 				switch {
@@ -196,23 +232,23 @@ func (e *CAMismatchError) Error() string {
 }
 
 // issue re-issues the asked-for leaves in memory (and any leaf apply would re-issue too).
-func (x *CertsRenew) issue(_ context.Context, r progress.Reporter) error {
-	set, changes, err := pki.RenewCluster(x.inv, x.o.InventoryDir, x.o.State.PKI(), x.o.Now(), x.o.Rand, x.renew)
+func (x *credentials) issue(_ context.Context, r progress.Reporter) error {
+	set, changes, err := pki.RenewCluster(x.rc.inv, x.rc.o.InventoryDir, x.rc.o.State.PKI(), x.rc.o.Now(), x.rc.o.Rand, x.renew)
 	if err != nil {
-		return fmt.Errorf("PKI in %s: %w", x.o.State.PKI(), err)
+		return fmt.Errorf("PKI in %s: %w", x.rc.o.State.PKI(), err)
 	}
 	for _, ch := range changes {
 		if ch.Action == "created" && (ch.Key == pki.CA || ch.Key == pki.EtcdCA || ch.Key == pki.FrontProxyCA || ch.Key == "sa") {
-			return fmt.Errorf("PKI in %s has no %s: kforge certs renew renews a cluster kforge apply created; is --state-dir the cluster's?", x.o.State.PKI(), ch.Key)
+			return fmt.Errorf("PKI in %s has no %s: kforge certs renew renews a cluster kforge apply created; is --state-dir the cluster's?", x.rc.o.State.PKI(), ch.Key)
 		}
 		if ch.Action == "created" || ch.Action == "renewed" {
-			x.Renewed = append(x.Renewed, ch.Key)
+			x.renewed = append(x.renewed, ch.Key)
 		}
 		r(progress.Event{Kind: progress.Info, Message: ch.String()})
 	}
-	x.set, x.changes = set, changes
-	tok, _, err := currentBootstrapToken(x.o.State, x.o)
-	x.token = tok
+	x.changes = changes
+	tok, _, err := currentBootstrapToken(x.rc.o.State, x.rc.o)
+	x.rc.setCredentials(set, tok)
 	return err
 }
 
@@ -222,9 +258,9 @@ var inputsLine = regexp.MustCompile(`(?m)^\s*` + regexp.QuoteMeta(templates.Inpu
 // sameManifests refuses to go on when a master's static-pod manifests would change in more than
 // the hash of their credentials: a new version or setting in the inventory is apply's work,
 // with its upgrade order and checks, not a certificate renewal's.
-func (x *CertsRenew) sameManifests(ctx context.Context, r progress.Reporter) error {
-	return x.fleet.Each(ctx, inventory.RoleMaster, func(ctx context.Context, n inventory.Node, h remote.Host) error {
-		for _, f := range x.files.get(n.Name, isManifest) {
+func (x *credentials) sameManifests(ctx context.Context, r progress.Reporter) error {
+	return x.rc.fleet.Each(ctx, inventory.RoleMaster, func(ctx context.Context, n inventory.Node, h remote.Host) error {
+		for _, f := range x.target.files.get(n.Name, isManifest) {
 			have, err := remote.ReadFile(ctx, h, f.Path)
 			if err != nil {
 				return fmt.Errorf("read %s: %w", f.Path, err)
@@ -249,33 +285,33 @@ func isCredential(p string) bool {
 		path.Dir(p) == hostpath.KubernetesDir && strings.HasSuffix(p, ".conf") && p != hostpath.BootstrapKubeletConfig
 }
 
-func (x *CertsRenew) save(_ context.Context, r progress.Reporter) error {
-	return x.set.SaveIssued(x.o.State.PKI(), x.changes)
+func (x *credentials) save(_ context.Context, r progress.Reporter) error {
+	return x.rc.set.SaveIssued(x.rc.o.State.PKI(), x.changes)
 }
 
 // renewKubelets gives each kubelet whose client certificate expired a new one
 // (newKubeletClientCert) and restarts it; a kubelet whose self-signed serving certificate
 // expired has it removed, and makes a new one as it restarts. Kubelets are restarted before any
 // static pod is replaced, which leaves the running pods alone.
-func (x *CertsRenew) renewKubelets(ctx context.Context, r progress.Reporter) error {
-	return x.fleet.Each(ctx, "", func(ctx context.Context, n inventory.Node, h remote.Host) error {
+func (x *credentials) renewKubelets(ctx context.Context, r progress.Reporter) error {
+	return x.rc.fleet.Each(ctx, "", func(ctx context.Context, n inventory.Node, h remote.Host) error {
 		expired, serving := x.kubelets[n.Name], x.serving[n.Name]
 		if expired == "" && !serving {
 			return nil
 		}
 		var cmds, what []string
 		if expired != "" {
-			c, err := newKubeletClientCert(ctx, h, x.set, x.o)
+			c, err := newKubeletClientCert(ctx, h, x.rc.set, x.rc.o)
 			if err != nil {
 				return err
 			}
 			what = append(what, "client certificate (expired "+expired+") renewed until "+c.NotAfter.UTC().Format(time.RFC3339))
-			x.Renewed = append(x.Renewed, kubeletClient+"@"+n.Name)
+			x.renewed = append(x.renewed, kubeletClient+"@"+n.Name)
 		}
 		if serving {
 			cmds = append(cmds, "rm -f "+hostpath.KubeletPKIDir+"/kubelet.crt "+hostpath.KubeletPKIDir+"/kubelet.key")
 			what = append(what, "expired serving certificate removed (kubelet makes a new one)")
-			x.Renewed = append(x.Renewed, kubeletServing+"@"+n.Name)
+			x.renewed = append(x.renewed, kubeletServing+"@"+n.Name)
 		}
 		cmds = append(cmds, "systemctl restart kubelet")
 		if err := h.Run(ctx, remote.Cmd{Command: strings.Join(cmds, " && ")}); err != nil {
@@ -327,15 +363,15 @@ var restartAPIServerScript = scripts.Command("restart-apiserver")
 // pushMasters pushes each master's credentials and waits until the static pods kubelet
 // restarts for them run and are Ready: one master at a time, the API watched through another
 // master; all at once when certificates have expired.
-func (x *CertsRenew) pushMasters(ctx context.Context, r progress.Reporter) error {
-	masters := x.fleet.Nodes(inventory.RoleMaster)
+func (x *credentials) pushMasters(ctx context.Context, r progress.Reporter) error {
+	masters := x.rc.fleet.Nodes(inventory.RoleMaster)
 	if len(x.expired) > 0 {
 		r(progress.Event{Kind: progress.Info, Message: "expired: " + strings.Join(x.expired, ", ") + "; the control plane is down: every master at once"})
-		if err := x.fleet.Each(ctx, inventory.RoleMaster, func(ctx context.Context, n inventory.Node, h remote.Host) error {
-			if err := pushCredentials(ctx, x.files, h); err != nil {
+		if err := x.rc.fleet.Each(ctx, inventory.RoleMaster, func(ctx context.Context, n inventory.Node, h remote.Host) error {
+			if err := pushCredentials(ctx, x.target.files, h); err != nil {
 				return err
 			}
-			if !x.files.wrote(n.Name, func(p string) bool { return p == apiserverKubeletClient }) {
+			if !x.target.files.wrote(n.Name, func(p string) bool { return p == apiserverKubeletClient }) {
 				return nil
 			}
 			return h.Run(ctx, remote.Cmd{Command: restartAPIServerScript})
@@ -345,7 +381,7 @@ func (x *CertsRenew) pushMasters(ctx context.Context, r progress.Reporter) error
 		return x.waitMasters(ctx, r, masters, masters[0])
 	}
 	for i, n := range masters {
-		if err := pushCredentials(ctx, x.files, x.fleet.Host(n.Name)); err != nil {
+		if err := pushCredentials(ctx, x.target.files, x.rc.fleet.Host(n.Name)); err != nil {
 			return err
 		}
 		// At once: any request to a kubelet that opens a connection through this API server
@@ -364,28 +400,28 @@ func (x *CertsRenew) pushMasters(ctx context.Context, r progress.Reporter) error
 
 // loadKubeletClient makes master n's kube-apiserver load its new kubelet client certificate
 // (reloadKubeletClient) once this run wrote one, and keeps what it took for n's report.
-func (x *CertsRenew) loadKubeletClient(ctx context.Context, n inventory.Node) error {
-	if _, done := x.kubeletClient[n.Name]; done || !x.files.wrote(n.Name, func(p string) bool { return p == apiserverKubeletClient }) {
+func (x *credentials) loadKubeletClient(ctx context.Context, n inventory.Node) error {
+	if _, done := x.kubeletClient[n.Name]; done || !x.target.files.wrote(n.Name, func(p string) bool { return p == apiserverKubeletClient }) {
 		return nil
 	}
-	t := x.o.Now()
-	tries, err := reloadKubeletClient(ctx, x.inv, x.set, x.fleet, n, x.o.Timeout)
+	t := x.rc.o.Now()
+	tries, err := reloadKubeletClient(ctx, x.rc.inv, x.rc.set, x.rc.fleet, n, x.rc.o.Timeout)
 	if err != nil {
 		return remote.WithHost(n.Name, err)
 	}
 	if x.kubeletClient == nil {
 		x.kubeletClient = map[string]string{}
 	}
-	x.kubeletClient[n.Name] = fmt.Sprintf("; kube-apiserver reaches kubelets with its new client certificate (after %s, %s)", x.o.Now().Sub(t).Round(100*time.Millisecond), count(tries, "request"))
+	x.kubeletClient[n.Name] = fmt.Sprintf("; kube-apiserver reaches kubelets with its new client certificate (after %s, %s)", x.rc.o.Now().Sub(t).Round(100*time.Millisecond), count(tries, "request"))
 	return nil
 }
 
 // waitMasters waits, through master via's API server, until the static pods kubelet replaced
 // on masters run their new manifests and are Ready, and reports each master.
-func (x *CertsRenew) waitMasters(ctx context.Context, r progress.Reporter, masters []inventory.Node, via inventory.Node) error {
+func (x *credentials) waitMasters(ctx context.Context, r progress.Reporter, masters []inventory.Node, via inventory.Node) error {
 	var pods []kube.StaticPod
 	for _, n := range masters {
-		for _, f := range x.files.replacedManifests(n.Name) {
+		for _, f := range x.target.files.replacedManifests(n.Name) {
 			var pod corev1.Pod
 			if err := yaml.Unmarshal(f.Data, &pod); err != nil {
 				return fmt.Errorf("%s: %s: %w", n.Name, f.Path, err)
@@ -394,7 +430,7 @@ func (x *CertsRenew) waitMasters(ctx context.Context, r progress.Reporter, maste
 		}
 	}
 	if len(pods) > 0 {
-		cfg, err := restConfigVia(x.inv, x.set, x.fleet, "super-admin.conf", via.Host)
+		cfg, err := restConfigVia(x.rc.inv, x.rc.set, x.rc.fleet, "super-admin.conf", via.Host)
 		if err != nil {
 			return err
 		}
@@ -402,17 +438,17 @@ func (x *CertsRenew) waitMasters(ctx context.Context, r progress.Reporter, maste
 		if err != nil {
 			return err
 		}
-		start := x.o.Now()
-		if err := kube.WaitForStaticPods(ctx, c.Typed, kube.StaticPodWait{Pods: pods, Timeout: x.o.Timeout, Started: true}); err != nil {
+		start := x.rc.o.Now()
+		if err := kube.WaitForStaticPods(ctx, c.Typed, kube.StaticPodWait{Pods: pods, Timeout: x.rc.o.Timeout, Started: true}); err != nil {
 			return err
 		}
 		if err := x.waitProbes(ctx, pods); err != nil {
 			return err
 		}
-		r(progress.Event{Kind: progress.Info, Message: fmt.Sprintf("restarted pods ready after %s", x.o.Now().Sub(start).Round(100*time.Millisecond))})
+		r(progress.Event{Kind: progress.Info, Message: fmt.Sprintf("restarted pods ready after %s", x.rc.o.Now().Sub(start).Round(100*time.Millisecond))})
 	}
-	start := x.o.Now()
-	if err := waitServed(ctx, x.fleet, x.files, masters, x.o.Timeout); err != nil {
+	start := x.rc.o.Now()
+	if err := waitServed(ctx, x.rc.fleet, x.target.files, masters, x.rc.o.Timeout); err != nil {
 		return err
 	}
 	for _, n := range masters {
@@ -428,13 +464,13 @@ func (x *CertsRenew) waitMasters(ctx context.Context, r progress.Reporter, maste
 			}
 		}
 		msg := "credentials unchanged, nothing restarted"
-		if w := x.files.countWritten(n.Name); w > 0 {
+		if w := x.target.files.countWritten(n.Name); w > 0 {
 			msg = count(w, "file") + " pushed"
 			if len(names) > 0 {
 				msg += "; restarted " + strings.Join(names, ", ")
 			}
-			if rl := servedNew(x.files, n.Name); len(rl) > 0 {
-				msg += fmt.Sprintf("; new certificates served without a restart by %s (after %s)", strings.Join(rl, ", "), x.o.Now().Sub(start).Round(100*time.Millisecond))
+			if rl := servedNew(x.target.files, n.Name); len(rl) > 0 {
+				msg += fmt.Sprintf("; new certificates served without a restart by %s (after %s)", strings.Join(rl, ", "), x.rc.o.Now().Sub(start).Round(100*time.Millisecond))
 			}
 			msg += x.kubeletClient[n.Name]
 		}
@@ -445,12 +481,12 @@ func (x *CertsRenew) waitMasters(ctx context.Context, r progress.Reporter, maste
 
 // waitProbes waits until every pod answers its readiness probes (probeNow), asked every 250 ms
 // through its master's SSH connection.
-func (x *CertsRenew) waitProbes(ctx context.Context, pods []kube.StaticPod) error {
-	ctx, cancel := context.WithTimeout(ctx, x.o.Timeout)
+func (x *credentials) waitProbes(ctx context.Context, pods []kube.StaticPod) error {
+	ctx, cancel := context.WithTimeout(ctx, x.rc.o.Timeout)
 	defer cancel()
 	for _, p := range pods {
-		n, _ := x.fleet.Node(p.Node)
-		d, err := x.fleet.Dialer(p.Node)
+		n, _ := x.rc.fleet.Node(p.Node)
+		d, err := x.rc.fleet.Dialer(p.Node)
 		if err != nil {
 			return err
 		}
@@ -461,20 +497,10 @@ func (x *CertsRenew) waitProbes(ctx context.Context, pods []kube.StaticPod) erro
 			}
 			select {
 			case <-ctx.Done():
-				return fmt.Errorf("%s: %s not ready after %s: %s", p.Node, p.Pod.Name, x.o.Timeout, why)
+				return fmt.Errorf("%s: %s not ready after %s: %s", p.Node, p.Pod.Name, x.rc.o.Timeout, why)
 			case <-time.After(250 * time.Millisecond):
 			}
 		}
 	}
 	return nil
-}
-
-// waitReady waits until every node is Ready.
-func (x *CertsRenew) waitReady(ctx context.Context, r progress.Reporter) error {
-	api, err := newAPIClients(x.inv, x.set, x.fleet, x.o.API)
-	if err != nil {
-		return err
-	}
-	x.api = api
-	return x.kubeletsSay(x.Apply.waitReady)(ctx, r)
 }

@@ -5,11 +5,14 @@ import (
 	"compress/gzip"
 	"context"
 	"fmt"
+	"github.com/kforge/kforge/fleet"
+	"github.com/kforge/kforge/kube"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/kforge/kforge/etcd"
 	"github.com/kforge/kforge/hostpath"
@@ -21,15 +24,16 @@ import (
 )
 
 // `kforge restore --snapshot FILE` rebuilds the control plane from an etcd snapshot on the
-// inventory's masters, which may be new hosts with new addresses. It is apply with three more
-// steps (see Apply.Steps): the snapshot is verified before any host is touched; the masters'
-// etcd must have lost its quorum (unless forced); and after the PKI step (which issues the new
-// masters' certificates from the central CAs) every master's kubelet and containers stop and
-// its etcd data is replaced by the snapshot, restored on the workstation with etcdutl's
-// library as one new cluster of the inventory's masters. The rest is apply: the control plane
-// starts on the restored data, the surviving workers' kubelet.conf and kube-proxy follow the
-// new endpoint, and the lost masters (hosts of the last apply that the inventory no longer
-// lists) are pruned: their nodes deleted, without a drain, since they are gone.
+// inventory's masters, which may be new hosts with new addresses. Its list (Restore.Steps) is
+// apply's way of bringing a cluster up, called step by step, with restore's own steps around
+// it: the snapshot is verified before any host is touched; the masters' etcd must have lost
+// its quorum (unless forced); after the PKI step (which issues the new masters' certificates
+// from the central CAs) every master's kubelet and containers stop and its etcd data is
+// replaced by the snapshot, restored on the workstation with etcdutl's library as one new
+// cluster of the inventory's masters. The control plane then starts on the restored data, the
+// surviving workers' kubelet.conf and kube-proxy follow the new endpoint, and the lost hosts
+// (hosts of the last apply that the inventory no longer lists) are forgotten: their nodes and
+// pods deleted without a drain, since they are gone, and the hosts reset if they answer.
 
 // RestoreOptions are what `kforge restore` is asked.
 type RestoreOptions struct {
@@ -39,40 +43,127 @@ type RestoreOptions struct {
 	Force bool
 }
 
-// restoreRun is a restore's part of Apply.
-type restoreRun struct {
-	RestoreOptions
-	info etcd.SnapshotInfo // snapshot: the verified snapshot
+// Restore is one `kforge restore`. The fields below rc are what one step makes for later ones.
+type Restore struct {
+	rc     *runContext
+	ro     RestoreOptions
+	target *hop              // bundle reads its manifest, render its files
+	info   etcd.SnapshotInfo // snapshot: the verified snapshot
+	staged *staging          // stage: the workers' staging and the masters' shipments still running
+	lost   jobs              // forget-lost: the resets of the lost hosts that answer after all
 }
 
-// NewRestore prepares a restore of c's control plane from a snapshot: apply's steps with the
-// restore's. o.Removed are the hosts of the last apply that the inventory no longer lists (the
-// lost masters among them); they are pruned.
-func NewRestore(c *inventory.Cluster, o Options, ro RestoreOptions) *Apply {
-	o.Prune = true
-	a := NewApply(c, o)
-	a.restore = &restoreRun{RestoreOptions: ro}
-	return a
+// NewRestore prepares a restore of c's control plane from a snapshot. o.Removed are the hosts
+// of the last apply that the inventory no longer lists (the lost masters among them).
+func NewRestore(c *inventory.Cluster, o Options, ro RestoreOptions) *Restore {
+	rc := newRunContext(c, c.Nodes(), o)
+	return &Restore{rc: rc, ro: ro, target: newHop(rc)}
 }
+
+// Steps is restore, top to bottom.
+func (x *Restore) Steps() []Step {
+	rc, t := x.rc, x.target
+	c, f := rc.inv, rc.fleet
+	all, masters, workers := f.Names(""), f.Names(inventory.RoleMaster), f.Names(inventory.RoleWorker)
+	lost := fleet.Names(rc.o.Removed)
+	var l list
+	l.add("snapshot", OnWorkstation, nil, x.verifySnapshot, "verify %s before any host is touched: its sha256, bbolt's integrity check, its revision (etcdutl's library)", x.ro.Snapshot)
+	l.add("connect", OnHosts, all, f.Connect, "connect to %s over SSH (host keys verified) and gather facts in one round trip each", count(len(all), "host"))
+	l.add("quorum", OnHosts, masters, x.checkQuorumLost, "refuse when the masters' etcd still has quorum (a restore would discard what it holds; --force restores anyway)")
+	if c.Bundle != "" {
+		l.add("bundle", OnWorkstation, nil, t.readBundle, "read the bundle's manifest in %s: its release of Kubernetes %s, platform, files and images", c.Bundle, c.KubernetesVersion)
+	}
+	l.add("preflight", OnHosts, all, t.preflight, "run kubeadm's preflight checks on every host before anything changes")
+	l.add("pki", OnWorkstation, nil, rc.ensurePKI, "generate or reuse the cluster's certificates (%s), kubeconfigs and bootstrap token in the state dir", c.PKI.KeyAlgorithm)
+	l.add("restore-etcd", OnHosts, masters, x.restoreEtcd, "on %s: stop kubelet and containers, replace %s with the snapshot, restored on the workstation as one new etcd cluster of the inventory's masters (revision +1e9, compacted)", strings.Join(masters, ", "), hostpath.EtcdDataDir)
+	l.add("render", OnWorkstation, nil, func(context.Context, progress.Reporter) error {
+		// Every member starts on the restored data as one new cluster (the zero etcd plan), and
+		// the lost masters are not in it: the control plane is the inventory's alone, and the
+		// files restore writes are those the next apply wants.
+		return t.render(etcdPlan{}, 0)
+	}, "render static-pod manifests, kubelet and containerd configuration for every host; every etcd member starts on the restored data as one new cluster")
+	l.add("stage", OnHosts, all, func(ctx context.Context, r progress.Reporter) (err error) {
+		x.staged, err = stage(ctx, t, etcdPlan{}, r)
+		return err
+	}, "on every host in parallel: %s; masters then start kubelet and the static-pod control plane (%s), workers finish staging meanwhile", stageWhat(c), strings.Join(masters, ", "))
+	l.add("wait-apiserver", ThroughAPI, nil, rc.kubeletsSay(t.waitAPIServer), "wait until the API server answers, through an SSH tunnel to %s, and for control-plane pods this run replaced", masters[0])
+	l.add("kubeconfig", OnWorkstation, nil, rc.writeKubeconfig, "write the admin kubeconfig to the state dir: from here on the cluster can be looked at, even when a later step fails")
+	if len(lost) > 0 {
+		// Right away: the restored cluster still holds the lost hosts' nodes and pods, which
+		// controllers (DaemonSet rollouts, the readiness wait) would otherwise wait on.
+		l.add("forget-lost", ThroughAPI, lost, x.forgetLost, "delete the nodes of %s (not in the inventory: lost before the restore) and their pods, without a drain, so their controllers replace them at once; start resetting those hosts that still answer", strings.Join(lost, ", "))
+	}
+	l.add("cluster-config", ThroughAPI, nil, rc.clusterConfig, "grant kubeadm:cluster-admins, upload kubeadm-config and kubelet-config")
+	l.add("bootstrap", ThroughAPI, nil, rc.bootstrap, "create the bootstrap token, node-bootstrap RBAC, CSR auto-approval and cluster-info")
+	if c.ControlPlaneVIP != "" {
+		l.add("vip", OnHosts, masters, func(ctx context.Context, r progress.Reporter) error {
+			return startVIP(ctx, t, x.staged, r)
+		}, "start kforge-vip on every master: one at a time holds %s (the Lease kube-system/%s) and announces it by ARP; wait until one does", c.ControlPlaneVIP, templates.VIPLease)
+	}
+	if len(workers) > 0 {
+		l.add("join-workers", OnHosts, workers, rc.kubeletsSay(func(ctx context.Context, r progress.Reporter) error {
+			return joinWorkers(ctx, t, x.staged, r)
+		}), "point the workers' kubelet.conf at the restored control plane and start kubelet; new workers join by TLS bootstrap")
+	}
+	l.add("core-addons", ThroughAPI, nil, func(ctx context.Context, r progress.Reporter) error {
+		return coreAddons(ctx, t, x.staged, r)
+	}, "install kube-proxy and CoreDNS (kube-proxy restarted when its API server changed)")
+	if c.Networking.Plugin == "flannel" {
+		l.add("pod-network", OnHosts, all, rc.kubeletsSay(t.podNetwork), "install flannel (vxlan) over %s and write each node's CNI config for its pod CIDR", c.Networking.PodSubnet)
+	}
+	l.add("mark-nodes", ThroughAPI, nil, rc.kubeletsSay(rc.markNodes), "label and taint the masters, apply the inventory's labels and taints")
+	if len(c.Addons) > 0 {
+		l.add("addons", ThroughAPI, nil, rc.addons, "apply %s (server-side)", count(len(c.Addons), "user manifest"))
+	}
+	if c.Networking.Plugin != "none" {
+		l.add("wait-ready", ThroughAPI, nil, rc.kubeletsSay(rc.waitReady), "wait until every node is Ready and every pod of kube-system and kube-flannel ready, and stayed so for %s (a crash-looping pod fails restore, its log quoted)", rc.o.Settle)
+	}
+	if len(lost) > 0 {
+		l.add("reset-lost", OnHosts, lost, func(ctx context.Context, _ progress.Reporter) error { return x.lost.wait(ctx) }, "wait for the reset of the lost hosts that answer after all (started by forget-lost)")
+	}
+	if len(workers) > 0 {
+		l.add("forget-token", OnHosts, workers, rc.forgetBootstrapToken, "remove %s from workers whose kubelet has its own credentials (kubelet.conf), as kubeadm does after TLS bootstrap", hostpath.BootstrapKubeletConfig)
+	}
+	if retired := retired(c); len(retired) > 0 {
+		l.add("retire", OnHosts, all, rc.retire, "stop and remove, where an earlier run installed them, %s", strings.Join(retired, " and "))
+	}
+	l.add("record-hosts", OnWorkstation, nil, func(context.Context, progress.Reporter) error {
+		return recordHosts(rc, nil)
+	}, "record the cluster's hosts in the state dir, to find hosts later removed from the inventory")
+	return l
+}
+
+// Traffic is the bytes the run's SSH connections sent and received so far.
+func (x *Restore) Traffic() (sent, received int64) { return x.rc.fleet.Traffic() }
+
+// Close waits for the work left running in the background, then ends every connection.
+func (x *Restore) Close() {
+	x.staged.waitAll()
+	_ = x.lost.wait(context.Background())
+	x.rc.fleet.Close()
+}
+
+// Explain adds to an error of restore's steps how to look at the cluster.
+func (x *Restore) Explain(err error) error { return x.rc.explain(err) }
 
 // verifySnapshot refuses a snapshot that does not verify, before any host is touched.
-func (a *Apply) verifySnapshot(context.Context, progress.Reporter) error {
-	info, err := etcd.VerifySnapshot(a.restore.Snapshot)
+func (x *Restore) verifySnapshot(context.Context, progress.Reporter) error {
+	info, err := etcd.VerifySnapshot(x.ro.Snapshot)
 	if err != nil {
 		return err
 	}
-	a.restore.info = info
+	x.info = info
 	return nil
 }
 
 // checkQuorumLost refuses to restore over an etcd that still has quorum on the masters: that
 // would throw away everything written since the snapshot. New hosts have no etcd at all.
-func (a *Apply) checkQuorumLost(ctx context.Context, r progress.Reporter) error {
-	creds, err := loadEtcdCredentials(a.o)
+func (x *Restore) checkQuorumLost(ctx context.Context, r progress.Reporter) error {
+	creds, err := loadEtcdCredentials(x.rc.o)
 	if err != nil {
 		return err
 	}
-	rep, err := surveyEtcd(ctx, a.fleet, creds, nil)
+	rep, err := surveyEtcd(ctx, x.rc.fleet, creds, nil)
 	if err != nil {
 		return err
 	}
@@ -86,7 +177,7 @@ func (a *Apply) checkQuorumLost(ctx context.Context, r progress.Reporter) error 
 	if !rep.Quorum {
 		return nil
 	}
-	if a.restore.Force {
+	if x.ro.Force {
 		r(progress.Event{Kind: progress.Info, Message: fmt.Sprintf("etcd has quorum (%d of %d members healthy); --force: restoring over it", rep.Healthy, rep.Voters)})
 		return nil
 	}
@@ -111,8 +202,9 @@ func (e *QuorumError) Details() []string {
 // revision bumped and compacted), its kubelet and containers stop (an etcd still running would
 // hold the data directory and its ports), and the data directory is streamed to it as a
 // compressed tar and swapped in.
-func (a *Apply) restoreEtcd(ctx context.Context, r progress.Reporter) error {
-	masters := a.fleet.Nodes(inventory.RoleMaster)
+func (x *Restore) restoreEtcd(ctx context.Context, r progress.Reporter) error {
+	rc := x.rc
+	masters := rc.fleet.Nodes(inventory.RoleMaster)
 	var members []string
 	for _, m := range masters {
 		members = append(members, templates.EtcdMember(m.Name, m.NodeIP()))
@@ -122,25 +214,65 @@ func (a *Apply) restoreEtcd(ctx context.Context, r progress.Reporter) error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	token := fmt.Sprintf("kforge-restore-%d", a.o.Now().Unix())
-	return a.fleet.Each(ctx, inventory.RoleMaster, func(ctx context.Context, n inventory.Node, h remote.Host) error {
-		start := a.o.Now()
+	token := fmt.Sprintf("kforge-restore-%d", rc.o.Now().Unix())
+	return rc.fleet.Each(ctx, inventory.RoleMaster, func(ctx context.Context, n inventory.Node, h remote.Host) error {
+		start := rc.o.Now()
 		dir := filepath.Join(tmp, n.Name)
-		if err := etcd.RestoreDataDir(etcd.Restore{Snapshot: a.restore.Snapshot, DataDir: dir, Name: n.Name,
+		if err := etcd.RestoreDataDir(etcd.Restore{Snapshot: x.ro.Snapshot, DataDir: dir, Name: n.Name,
 			PeerURL: templates.EtcdPeerURL(n.NodeIP()), InitialCluster: strings.Join(members, ","), Token: token}); err != nil {
 			return err
 		}
-		stopped, err := stopControlPlane(ctx, a.inv, h)
+		stopped, err := stopControlPlane(ctx, rc.inv, h)
 		if err != nil {
 			return err
 		}
 		if err := pushDataDir(ctx, h, dir); err != nil {
 			return err
 		}
-		r(progress.Event{Kind: progress.HostDone, Host: n.Name, Duration: a.o.Now().Sub(start),
-			Message: fmt.Sprintf("%s; etcd data restored (revision %d, +%d)", stopped, a.restore.info.Revision, etcd.RestoreBump)})
+		r(progress.Event{Kind: progress.HostDone, Host: n.Name, Duration: rc.o.Now().Sub(start),
+			Message: fmt.Sprintf("%s; etcd data restored (revision %d, +%d)", stopped, x.info.Revision, etcd.RestoreBump)})
 		return nil
 	})
+}
+
+// forgetLost deletes the nodes of the hosts lost before the restore, and their pods, so their
+// controllers replace them at once: a lost host is not drained (its pods are gone with it), and
+// a lost master's etcd member is not in the restored cluster. Whether a lost host answers
+// after all is seen in the background (a dial to a host that is gone waits for its timeout)
+// while the cluster comes back: those that answer are reset; reset-lost waits for it.
+func (x *Restore) forgetLost(ctx context.Context, r progress.Reporter) error {
+	rc := x.rc
+	api, err := rc.clients()
+	if err != nil {
+		return err
+	}
+	for _, n := range rc.o.Removed {
+		o := rc.o
+		o.DialRetry = 5 * time.Second
+		x.lost.start(func() error {
+			msg, err := resetRemoved(ctx, rc.inv, n, o, r)
+			if err != nil {
+				return fmt.Errorf("%s: reset: %w", n.Name, err)
+			}
+			r(progress.Event{Kind: progress.HostDone, Host: n.Name, Message: msg})
+			return nil
+		})
+		did := []string{"lost before the restore: not drained"}
+		if deleted, err := kube.DeleteNode(ctx, api.Typed, n.Name); err != nil {
+			return err
+		} else if deleted {
+			did = append(did, "node deleted")
+		}
+		pods, err := kube.DeletePodsOfLostNode(ctx, api.Typed, n.Name)
+		if err != nil {
+			return err
+		}
+		if pods > 0 {
+			did = append(did, count(pods, "pod")+" deleted")
+		}
+		r(progress.Event{Kind: progress.HostDone, Host: n.Name, Message: strings.Join(did, "; ")})
+	}
+	return nil
 }
 
 // stopControlPlane stops kubelet and every container of containerd's k8s.io namespace on a

@@ -1,13 +1,11 @@
 package tasks
 
 import (
-	"context"
 	"strings"
 	"testing"
 
 	"github.com/kforge/kforge/hostpath"
 	"github.com/kforge/kforge/inventory"
-	"github.com/kforge/kforge/progress"
 	"github.com/kforge/kforge/state"
 )
 
@@ -18,16 +16,10 @@ import (
 func TestRestoreRendersTheInventorysControlPlane(t *testing.T) {
 	c := cluster(t, "")
 	o := Options{State: state.At(t.TempDir()), Removed: []inventory.Node{{Host: inventory.Host{Name: "lost", Address: "10.0.0.9"}, Role: inventory.RoleMaster}}}
-	manifests := func(a *Apply) (apiserver, scheduler string) {
+	manifests := func(steps []Step, files *hostFiles) (apiserver, scheduler string) {
 		t.Helper()
-		r := func(progress.Event) {}
-		if err := a.ensurePKI(context.Background(), r); err != nil {
-			t.Fatal(err)
-		}
-		if err := a.render(context.Background(), r); err != nil {
-			t.Fatal(err)
-		}
-		for _, f := range a.files.get("m1", nil) {
+		runSteps(t, steps, "pki", "render")
+		for _, f := range files.get("m1", nil) {
 			switch f.Path {
 			case hostpath.ManifestsDir + "/kube-apiserver.yaml":
 				apiserver = string(f.Data)
@@ -37,11 +29,13 @@ func TestRestoreRendersTheInventorysControlPlane(t *testing.T) {
 		}
 		return apiserver, scheduler
 	}
-	api, sched := manifests(NewApply(c, o))
+	a := NewApply(c, o)
+	api, sched := manifests(a.Steps(), a.target.files)
 	if !strings.Contains(api, "--shutdown-delay-duration=5s") || !strings.Contains(sched, "--leader-elect=true") {
 		t.Errorf("apply with a retiring master: want two masters' flags (shutdown delay, leader election)")
 	}
-	api, sched = manifests(NewRestore(c, o, RestoreOptions{Snapshot: "x.db"}))
+	x := NewRestore(c, o, RestoreOptions{Snapshot: "x.db"})
+	api, sched = manifests(x.Steps(), x.target.files)
 	if strings.Contains(api, "--shutdown-delay-duration") || !strings.Contains(sched, "--leader-elect=false") {
 		t.Errorf("restore with a lost master: want the inventory's single master's flags (no shutdown delay, no leader election)")
 	}

@@ -26,14 +26,15 @@ import (
 
 // stage runs every host's pipeline in parallel: what it lacks from the bundle, then
 // containerd and kernel settings, then its files; masters go on to start kubelet and with it
-// the static-pod control plane. The step ends when every master is started: workers finish
-// staging in the background while the control plane comes up (join-workers waits for them),
-// and masters receive the rest of the bundle in the background (core-addons waits for it).
-func (a *Apply) stage(ctx context.Context, r progress.Reporter) error {
-	f := a.fleet
+// the static-pod control plane. It returns when every master is started, with the work it
+// leaves running: the workers finish staging while the control plane comes up (join-workers
+// waits for them), and the masters receive the rest of the bundle (vip and core-addons wait
+// for it).
+func stage(ctx context.Context, t *hop, ep etcdPlan, r progress.Reporter) (*staging, error) {
+	f := t.rc.fleet
 	var fresh, joining []inventory.Node
 	for _, n := range f.Nodes(inventory.RoleMaster) {
-		if a.etcd.join[n.Name] {
+		if ep.join[n.Name] {
 			joining = append(joining, n)
 		} else {
 			fresh = append(fresh, n)
@@ -42,132 +43,183 @@ func (a *Apply) stage(ctx context.Context, r progress.Reporter) error {
 	// The workers wait for the registries of the masters staged together (a joining master
 	// comes later, one at a time); a failure staging the masters ends that wait.
 	filling := 0
-	if a.manifest != nil && a.inv.BundleFromMasters() {
+	if t.manifest != nil && t.inv.BundleFromMasters() {
 		filling = len(fresh)
 	}
-	a.fills = newRegistryFills(filling)
-	a.bg.start(stagedWorkers, func() error {
+	st := &staging{fills: newRegistryFills(filling)}
+	st.workers.start(func() error {
 		return fleet.EachOf(ctx, f, f.Nodes(inventory.RoleWorker), func(ctx context.Context, n inventory.Node, _ remote.Host) error {
-			return a.stageHost(ctx, n, r)
+			start := t.rc.o.Now()
+			did, err := t.stageHost(ctx, n, st, r)
+			if err == nil {
+				reportStaged(r, t.rc.o.Now, n, start, append(did, "staged"))
+			}
+			return err
 		})
 	})
+	startMaster := func(ctx context.Context, n inventory.Node) error {
+		start := t.rc.o.Now()
+		did, err := t.stageHost(ctx, n, st, r)
+		if err != nil {
+			return err
+		}
+		msg, err := t.startMaster(ctx, n, ep, st, r)
+		if err != nil {
+			return err
+		}
+		reportStaged(r, t.rc.o.Now, n, start, append(did, msg))
+		return nil
+	}
 	if err := fleet.EachOf(ctx, f, fresh, func(ctx context.Context, n inventory.Node, _ remote.Host) error {
-		return a.stageHost(ctx, n, r)
+		return startMaster(ctx, n)
 	}); err != nil {
-		a.fills.release()
-		return err
+		st.fills.release()
+		return st, err
 	}
 	// Masters joining a running etcd cluster start one at a time: each new member must be up
 	// before the next is added, or the cluster loses quorum.
 	for _, n := range joining {
-		if err := a.stageHost(ctx, n, r); err != nil {
-			return remote.WithHost(n.Name, err)
+		if err := startMaster(ctx, n); err != nil {
+			return st, remote.WithHost(n.Name, err)
 		}
-		if err := a.waitEtcdMember(ctx, n); err != nil {
-			return remote.WithHost(n.Name, err)
+		if err := ep.waitMember(ctx, t.rc, n); err != nil {
+			return st, remote.WithHost(n.Name, err)
 		}
 	}
-	return nil
+	return st, nil
 }
 
-// Background work of stage, by name.
-const (
-	stagedWorkers  = "workers staged"
-	shippedMasters = "masters shipped"
-)
+// reportStaged reports what staging a host did, started at start.
+func reportStaged(r progress.Reporter, now func() time.Time, n inventory.Node, start time.Time, did []string) {
+	r(progress.Event{Kind: progress.HostDone, Host: n.Name, Duration: now().Sub(start), Message: strings.Join(did, "; ")})
+}
 
-// stageHost is one host's pipeline; see stage. The runtime comes first: with
+// staging is the work stage leaves running when it returns, for the steps that need it
+// finished: the workers' staging, the masters' shipments of the rest of the bundle, and the
+// masters' registries being filled (the workers wait for those). A nil staging has nothing
+// running.
+type staging struct {
+	workers   jobs
+	shipments jobs
+	fills     *registryFills
+}
+
+func (st *staging) waitWorkers(ctx context.Context) error {
+	if st == nil {
+		return nil
+	}
+	return st.workers.wait(ctx)
+}
+
+func (st *staging) waitShipments(ctx context.Context) error {
+	if st == nil {
+		return nil
+	}
+	return st.shipments.wait(ctx)
+}
+
+// waitAll waits for whatever is still running (Close).
+func (st *staging) waitAll() {
+	if st != nil {
+		_ = st.workers.wait(context.Background())
+		_ = st.shipments.wait(context.Background())
+	}
+}
+
+// stageHost is one host's pipeline, up to its files; see stage. The runtime comes first: with
 // containerRuntime.install: bundle, its binaries are shipped, then configured and (re)started,
-// because the bundle's images are imported into the running containerd.
-func (a *Apply) stageHost(ctx context.Context, n inventory.Node, r progress.Reporter) error {
-	h := a.fleet.Host(n.Name)
-	start := a.o.Now()
+// because the bundle's images are imported into the running containerd. st says which
+// registries to wait for (nil: none; an upgrade fills them before it stages the workers).
+func (h *hop) stageHost(ctx context.Context, n inventory.Node, st *staging, r progress.Reporter) ([]string, error) {
+	host := h.rc.fleet.Host(n.Name)
 	var did []string
 	var mirrors []string
-	if a.manifest != nil {
-		mirrors = a.mirrorsFor(n)
+	if h.manifest != nil {
+		mirrors = h.mirrorsFor(n)
 	}
 	if len(mirrors) > 0 {
 		// The bundle comes from the masters' registries: first what trusts them, then wait
 		// until they are filled.
-		if err := push(ctx, a.files, h, isRegistryClientFile); err != nil {
-			return err
+		if err := push(ctx, h.files, host, isRegistryClientFile); err != nil {
+			return nil, err
 		}
-		if err := a.fills.wait(ctx); err != nil {
-			return err
+		if st != nil {
+			if err := st.fills.wait(ctx); err != nil {
+				return nil, err
+			}
 		}
 	}
 	installed := false
-	if a.manifest != nil && a.inv.ContainerRuntime.Install == inventory.RuntimeFromBundle {
-		p, msg, err := a.ship(ctx, h, bundle.Need{Runtime: true, Only: bundle.IsRuntime}, mirrors, r)
+	if h.manifest != nil && h.inv.ContainerRuntime.Install == inventory.RuntimeFromBundle {
+		p, msg, err := h.ship(ctx, host, bundle.Need{Runtime: true, Only: bundle.IsRuntime}, mirrors, r)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		installed = p.installed()
 		if installed {
 			did = append(did, "runtime "+msg)
 		}
 	}
-	msg, err := a.configureRuntime(ctx, n, h, installed)
+	msg, err := h.configureRuntime(ctx, n, host, installed)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	did = append(did, msg)
-	if a.manifest != nil {
-		need := bundleNeed(a.inv, n.Role)
+	if h.manifest != nil {
+		need := bundleNeed(h.inv, n.Role)
 		if need.ControlPlane {
 			need.Only = controlPlaneFirst // the rest follows in the background
 		}
-		_, msg, err := a.ship(ctx, h, need, mirrors, r)
+		_, msg, err := h.ship(ctx, host, need, mirrors, r)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		did = append(did, msg)
 	}
-	if err := push(ctx, a.files, h, nil); err != nil {
-		return err
+	if err := push(ctx, h.files, host, nil); err != nil {
+		return nil, err
 	}
-	did = append(did, fmt.Sprintf("%d files written", a.files.countWritten(n.Name)))
-	if a.inv.LocalAPIProxy() {
-		msg, err := a.startAPIProxy(ctx, n, h)
+	did = append(did, fmt.Sprintf("%d files written", h.files.countWritten(n.Name)))
+	if h.inv.LocalAPIProxy() {
+		msg, err := h.startAPIProxy(ctx, n, host)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		did = append(did, msg)
 	}
-	if n.Role == inventory.RoleMaster {
-		if err := a.addEtcdMember(ctx, n); err != nil {
-			return err
-		}
-		msg, err := startKubelet(ctx, a.files, h)
-		if err != nil {
-			return err
-		}
-		did = append(did, msg)
-		if a.manifest != nil {
-			a.bg.start(shippedMasters, func() error {
-				filled := sync.OnceFunc(a.fills.done) // the workers wait for it, whatever happens here
-				defer filled()
-				rest := bundleNeed(a.inv, inventory.RoleMaster)
-				if a.inv.BundleFromMasters() {
-					// What the other nodes need first, then the registry is filled, then the
-					// tools for people (kubeadm, kubectl).
-					served := rest
-					served.Only = func(name string) bool { return !bundle.IsTool(name) }
-					if err := a.shipRest(ctx, n, h, served, r); err != nil {
-						return err
-					}
-					a.fillRegistry(ctx, n, h, r)
-					filled()
-				}
-				return a.shipRest(ctx, n, h, rest, r)
-			})
-		}
-	} else {
-		did = append(did, "staged")
+	return did, nil
+}
+
+// startMaster starts a staged master: its etcd member added when it joins a running cluster,
+// kubelet (and with it the static-pod control plane) started, and the rest of the bundle
+// shipped in the background (st's shipments), filling its registry on the way.
+func (h *hop) startMaster(ctx context.Context, n inventory.Node, ep etcdPlan, st *staging, r progress.Reporter) (string, error) {
+	host := h.rc.fleet.Host(n.Name)
+	if err := ep.addMember(ctx, h.rc, n); err != nil {
+		return "", err
 	}
-	r(progress.Event{Kind: progress.HostDone, Host: n.Name, Duration: a.o.Now().Sub(start), Message: strings.Join(did, "; ")})
-	return nil
+	msg, err := startKubelet(ctx, h.files, host)
+	if err != nil || h.manifest == nil {
+		return msg, err
+	}
+	st.shipments.start(func() error {
+		filled := sync.OnceFunc(st.fills.done) // the workers wait for it, whatever happens here
+		defer filled()
+		rest := bundleNeed(h.inv, inventory.RoleMaster)
+		if h.inv.BundleFromMasters() {
+			// What the other nodes need first, then the registry is filled, then the
+			// tools for people (kubeadm, kubectl).
+			served := rest
+			served.Only = func(name string) bool { return !bundle.IsTool(name) }
+			if err := h.shipRest(ctx, n, host, served, r); err != nil {
+				return err
+			}
+			h.fillRegistry(ctx, n, host, r)
+			filled()
+		}
+		return h.shipRest(ctx, n, host, rest, r)
+	})
+	return msg, nil
 }
 
 // bundleNeed is what a node of this role gets of the bundle: the control plane's part on
@@ -194,8 +246,8 @@ const bundleUpToDate = "bundle up to date"
 
 // shipRest ships master n the part of the bundle need names after its control plane started,
 // and reports it as the rest of the bundle.
-func (a *Apply) shipRest(ctx context.Context, n inventory.Node, h remote.Host, need bundle.Need, r progress.Reporter) error {
-	_, msg, err := a.ship(ctx, h, need, nil, r)
+func (t *hop) shipRest(ctx context.Context, n inventory.Node, h remote.Host, need bundle.Need, r progress.Reporter) error {
+	_, msg, err := t.ship(ctx, h, need, nil, r)
 	if err != nil {
 		return remote.WithHost(n.Name, err)
 	}
@@ -219,13 +271,14 @@ func (s shipment) installed() bool { return len(s.Install)+len(s.got.Files) > 0 
 
 // ship brings h up to date with the part of the bundle need names, first from the masters'
 // registries when mirrors names them, and says what it did.
-func (a *Apply) ship(ctx context.Context, h remote.Host, need bundle.Need, mirrors []string, r progress.Reporter) (shipment, string, error) {
-	t := a.o.Now()
-	p, got, err := bundle.ShipVia(ctx, h, a.inv.Bundle, a.manifest, need, uploadProgress(r, a.o.Now), mirrors, hostpath.CACert)
+func (hp *hop) ship(ctx context.Context, h remote.Host, need bundle.Need, mirrors []string, r progress.Reporter) (shipment, string, error) {
+	now := hp.rc.o.Now
+	t := now()
+	p, got, err := bundle.ShipVia(ctx, h, hp.inv.Bundle, hp.manifest, need, uploadProgress(r, now), mirrors, hostpath.CACert)
 	s := shipment{HostPlan: p, got: got}
 	for _, f := range append(slices.Clone(p.Install), got.Files...) {
 		// A new binary is a written file: a new kubelet restarts kubelet (isKubeletInput).
-		a.files.noteWritten(h.Name(), templates.File{Path: f.Install}, true)
+		hp.files.noteWritten(h.Name(), templates.File{Path: f.Install}, true)
 	}
 	if err != nil {
 		return s, "", err
@@ -233,10 +286,10 @@ func (a *Apply) ship(ctx context.Context, h remote.Host, need bundle.Need, mirro
 	if p.Empty() && got.Empty() {
 		return s, bundleUpToDate, nil
 	}
-	msg := fmt.Sprintf("bundle: %d files, %d images, %d MiB in %s", len(p.Install), len(p.Import), p.Bytes()>>20, a.o.Now().Sub(t).Round(100*time.Millisecond))
+	msg := fmt.Sprintf("bundle: %d files, %d images, %d MiB in %s", len(p.Install), len(p.Import), p.Bytes()>>20, now().Sub(t).Round(100*time.Millisecond))
 	if !got.Empty() {
 		msg = fmt.Sprintf("bundle: %d files, %d images from the masters' registries, %d files, %d images (%d MiB) uploaded in %s",
-			len(got.Files), len(got.Images), len(p.Install), len(p.Import), p.Bytes()>>20, a.o.Now().Sub(t).Round(100*time.Millisecond))
+			len(got.Files), len(got.Images), len(p.Install), len(p.Import), p.Bytes()>>20, now().Sub(t).Round(100*time.Millisecond))
 	}
 	if got.NoCurl && len(p.Install) > 0 {
 		msg += " (no curl on this host to take files from the masters)"
@@ -273,16 +326,16 @@ const loadModulesScript = `{ grep -qw overlay /proc/filesystems || modprobe over
 // restarts only when its config, its unit or (installed from the bundle) its binaries
 // changed, or when the containerd that runs is not its installed binary (runtimeStale). It
 // says what it did.
-func (a *Apply) configureRuntime(ctx context.Context, n inventory.Node, h remote.Host, installed bool) (string, error) {
-	if err := push(ctx, a.files, h, isRuntimeFile); err != nil {
+func (hp *hop) configureRuntime(ctx context.Context, n inventory.Node, h remote.Host, installed bool) (string, error) {
+	if err := push(ctx, hp.files, h, isRuntimeFile); err != nil {
 		return "", err
 	}
-	f := a.fleet.Facts(n.Name)
+	f := hp.rc.fleet.Facts(n.Name)
 	stale := ""
 	if !installed {
-		stale = runtimeStale(a.inv, f)
+		stale = runtimeStale(hp.inv, f)
 	}
-	wrote := func(pred func(string) bool) bool { return a.files.wrote(n.Name, pred) }
+	wrote := func(pred func(string) bool) bool { return hp.files.wrote(n.Name, pred) }
 	cmds := []string{loadModulesScript}
 	if wrote(func(p string) bool { return p == hostpath.SysctlFile }) ||
 		f.Sysctls["net.ipv4.ip_forward"] != "1" || f.Sysctls["net.bridge.bridge-nf-call-iptables"] != "1" {
@@ -451,6 +504,18 @@ func newHostFiles() *hostFiles {
 	return &hostFiles{want: map[string][]templates.File{}, written: map[string]map[string]bool{}, replaced: map[string][]templates.File{}}
 }
 
+// unwritten is a copy of the files each host should have, with nothing written yet: an
+// upgrade's own record of what it pushes of apply's rendered target.
+func (hf *hostFiles) unwritten() *hostFiles {
+	hf.mu.Lock()
+	defer hf.mu.Unlock()
+	c := newHostFiles()
+	for host, files := range hf.want {
+		c.want[host] = slices.Clone(files)
+	}
+	return c
+}
+
 func (hf *hostFiles) set(host string, files []templates.File) {
 	hf.mu.Lock()
 	defer hf.mu.Unlock()
@@ -570,31 +635,26 @@ func hashes(ctx context.Context, h remote.Host, paths []string) (map[string]stri
 	return m, nil
 }
 
-// background is work a step started and later steps wait for, by name: stage starts the
-// workers' staging and the masters' shipments; join-workers and core-addons wait for them,
-// and Close waits for whatever is left.
-type background struct {
-	mu   sync.Mutex
-	jobs map[string][]chan error
+// jobs are goroutines one step starts and a later step waits for.
+type jobs struct {
+	mu      sync.Mutex
+	pending []chan error
 }
 
-func (b *background) start(name string, fn func() error) {
+func (j *jobs) start(fn func() error) {
 	done := make(chan error, 1)
-	b.mu.Lock()
-	if b.jobs == nil {
-		b.jobs = map[string][]chan error{}
-	}
-	b.jobs[name] = append(b.jobs[name], done)
-	b.mu.Unlock()
+	j.mu.Lock()
+	j.pending = append(j.pending, done)
+	j.mu.Unlock()
 	go func() { done <- fn() }()
 }
 
-// wait waits for every job named name and returns their errors.
-func (b *background) wait(ctx context.Context, name string) error {
-	b.mu.Lock()
-	pending := b.jobs[name]
-	delete(b.jobs, name)
-	b.mu.Unlock()
+// wait waits for every job started so far and returns their errors.
+func (j *jobs) wait(ctx context.Context) error {
+	j.mu.Lock()
+	pending := j.pending
+	j.pending = nil
+	j.mu.Unlock()
 	var errs []error
 	for _, ch := range pending {
 		select {
@@ -605,16 +665,4 @@ func (b *background) wait(ctx context.Context, name string) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-func (b *background) waitAll() {
-	b.mu.Lock()
-	var names []string
-	for n := range b.jobs {
-		names = append(names, n)
-	}
-	b.mu.Unlock()
-	for _, n := range names {
-		_ = b.wait(context.Background(), n)
-	}
 }

@@ -26,25 +26,26 @@ import (
 )
 
 // An upgrade is what apply does when the cluster runs an older Kubernetes than the inventory
-// says. The route comes from the hosts themselves (each master's kubelet binary and
-// kube-apiserver manifest, each joined worker's kubelet), so a run that was interrupted is
-// finished by the next from where it stopped, and nothing is done twice:
+// says: apply's upgrade step reads the route and walks the Upgrade's own list (Upgrade.Steps).
+// The route comes from the hosts themselves (each master's kubelet binary and kube-apiserver
+// manifest, each joined worker's kubelet), so a run that was interrupted is finished by the
+// next from where it stopped, and nothing is done twice:
 //
 //  1. route: the control plane moves one minor at a time (1.35 → 1.36 → 1.37), through the
 //     bundle's release of each minor; a downgrade, or a minor the bundle lacks, is refused
 //     before anything changes, naming the bundle to build;
-//  2. before anything changes: the cluster must be healthy (every node Ready, every kube-system
-//     workload ready; apply --force skips this) and an etcd snapshot is saved to the state dir
-//     and verified;
-//  3. every node receives the images of the cluster's addons (kube-proxy, CoreDNS, flannel,
-//     pause) of every hop, so a DaemonSet rolled out to a node not yet upgraded finds its image
-//     (the bundle is offline: nothing is pulled);
+//  2. health: the cluster must be healthy (every node Ready, every kube-system workload ready;
+//     apply --force skips this); snapshot: an etcd snapshot is saved to the state dir and
+//     verified;
+//  3. addon-images: every node receives the images of the cluster's addons (kube-proxy,
+//     CoreDNS, flannel, pause) of every hop, so a DaemonSet rolled out to a node not yet
+//     upgraded finds its image (the bundle is offline: nothing is pulled);
 //  4. per hop, masters one at a time: the hop's binaries and images, its manifests (etcd's
 //     version too), kubelet restarted, the static pods waited on until they run the new
 //     manifests, the node Ready at the new version; then the addons follow the hop's release;
-//  5. workers one at a time, straight to the target (kubelets may be three minors behind the
-//     API server): cordon, drain (PodDisruptionBudgets respected, within apply's --timeout),
-//     new runtime and kubelet, Ready at the new version, uncordon.
+//  5. workers in batches (apply --worker-batch), straight to the target (kubelets may be three
+//     minors behind the API server): cordon, drain (PodDisruptionBudgets respected, within
+//     apply's --timeout), new runtime and kubelet, Ready at the new version, uncordon.
 //
 // A drain that does not finish leaves the worker cordoned, annotated
 // (kube.UpgradeCordonAnnotation), with an error that names the pods still there and the
@@ -59,87 +60,154 @@ type upgradeRoute struct {
 	workers []inventory.Node  // joined workers behind target
 }
 
-// upgrade is apply's upgrade step; see above. It does nothing when no node runs an older
-// version than the inventory's.
+// Upgrade is one walk of an upgradeRoute. Each hop is a plain value: the cluster at that
+// version, rendered once; the last is apply's own render of the target.
+type Upgrade struct {
+	rc    *runContext
+	route *upgradeRoute
+	hops  []*hop // the control plane's hops, ending at the target; just the target when the masters are there
+}
+
+// upgrade is apply's upgrade step: it reads the route and walks it (Upgrade.Steps); nothing
+// when no node runs an older version than the inventory's.
 func (a *Apply) upgrade(ctx context.Context, r progress.Reporter) error {
-	u, err := a.upgradeRoute(ctx)
+	rc := a.rc
+	u, err := readUpgradeRoute(ctx, rc, a.target.manifest)
 	if err != nil || u == nil {
 		return err
 	}
-	r(progress.Event{Kind: progress.Info, Message: fmt.Sprintf("upgrade %s → %s: control plane %s, one master at a time; then %s, %s", strings.Join(a.running(u), ", "), u.target, routeText(u.hops), count(len(u.workers), "worker"), atATime(a.workerBatch()))})
+	r(progress.Event{Kind: progress.Info, Message: fmt.Sprintf("upgrade %s → %s: control plane %s, one master at a time; then %s, %s", strings.Join(running(rc, u), ", "), u.target, routeText(u.hops), count(len(u.workers), "worker"), atATime(workerBatch(rc.o)))})
 	if len(a.etcd.join) > 0 {
 		return fmt.Errorf("masters join the cluster (%s) while it is upgraded: finish the upgrade with the masters it has, then add them", strings.Join(keysOf(a.etcd.join), ", "))
 	}
-	if a.api.Clients.Typed == nil {
-		if a.api, err = newAPIClients(a.inv, a.set, a.fleet, a.o.API); err != nil {
-			return err
+	up, err := newUpgrade(rc, u, a.target, a.etcd)
+	if err != nil {
+		return err
+	}
+	_, err = Run(ctx, up.Steps(), r, rc.o.Now)
+	return err
+}
+
+// newUpgrade prepares the walk of route u to target, rendering each hop before the target
+// once (etcd members keep starting as ep says). The target's files are target's, rendered by
+// apply; what the upgrade writes of them is its own (stage, after it, finds them in place).
+func newUpgrade(rc *runContext, u *upgradeRoute, target *hop, ep etcdPlan) (*Upgrade, error) {
+	up := &Upgrade{rc: rc, route: u}
+	for _, v := range u.hops {
+		if v == target.inv.KubernetesVersion {
+			break
 		}
-	}
-	if err := a.upgradeHealthy(ctx, r, u); err != nil {
-		return err
-	}
-	if err := a.snapshotBeforeUpgrade(ctx, r, u.from); err != nil {
-		return err
-	}
-	versions := u.hops // the control plane's hops, ending at the target
-	if len(versions) == 0 {
-		versions = []string{u.target} // the masters are there: the workers' version
-	}
-	hops := make([]*Apply, 0, len(versions))
-	for _, v := range versions {
-		h, err := a.atVersion(v)
+		h, err := atVersion(rc, v)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		if err := h.render(ctx, r); err != nil {
-			return err
+		if err := h.render(ep, len(removedMasters(rc.o.Removed))); err != nil {
+			return nil, err
 		}
-		hops = append(hops, h)
+		up.hops = append(up.hops, h)
 	}
-	if err := a.stageAddonImages(ctx, r, u, hops); err != nil {
-		return err
-	}
-	for _, h := range hops[:len(u.hops)] {
-		for _, n := range a.fleet.Nodes(inventory.RoleMaster) {
-			if v, ok := u.running[n.Name]; !ok || release.Compare(v, h.inv.KubernetesVersion) >= 0 {
-				continue // new (render and stage bring it up), or already there
+	up.hops = append(up.hops, &hop{rc: rc, inv: target.inv, manifest: target.manifest, files: target.files.unwritten()})
+	return up, nil
+}
+
+// Steps is the upgrade, top to bottom: one step per hop of the control plane, one per batch
+// of workers.
+func (up *Upgrade) Steps() []Step {
+	u, rc := up.route, up.rc
+	t := up.hops[len(up.hops)-1]
+	var l list
+	l.add("upgrade-health", ThroughAPI, nil, up.healthy, "check that every node is Ready and every kube-system workload ready (an interrupted upgrade is finished whatever its health; --force upgrades anyway)")
+	l.add("upgrade-snapshot", OnHosts, rc.fleet.Names(inventory.RoleMaster), up.snapshot, "save an etcd snapshot of the cluster at %s to the state dir and verify it", u.from)
+	l.add("upgrade-images", OnHosts, keysOf(u.runningSet()), up.addonImages, "give every node the addons' images of %s (through the masters' registries when they serve the bundle)", strings.Join(up.versions(), ", "))
+	for _, h := range up.hops[:len(u.hops)] {
+		v := h.inv.KubernetesVersion
+		var masters []string
+		for _, n := range rc.fleet.Nodes(inventory.RoleMaster) {
+			if was, ok := u.running[n.Name]; ok && release.Compare(was, v) < 0 {
+				masters = append(masters, n.Name)
 			}
-			if err := h.upgradeMaster(ctx, n, r); err != nil {
-				return remote.WithHost(n.Name, err)
-			}
-			u.running[n.Name] = h.inv.KubernetesVersion
 		}
-		if err := h.upgradeAddons(ctx, r); err != nil {
-			return err
-		}
+		l.add("upgrade-masters-"+v, OnHosts, masters, func(ctx context.Context, r progress.Reporter) error {
+			return up.masters(ctx, h, r)
+		}, "one at a time, %s to %s: runtime, binaries and images, manifests (each static pod waited on), kubelet, Ready at %s", strings.Join(masters, ", "), v, v)
+		l.add("upgrade-addons-"+v, ThroughAPI, nil, func(ctx context.Context, r progress.Reporter) error {
+			return upgradeAddons(ctx, h, r)
+		}, "move kube-proxy, CoreDNS and flannel to %s", v)
 	}
-	t := hops[len(hops)-1]
-	if t.inv.BundleFromMasters() && len(u.workers) > 0 {
-		// The workers take the new release from the masters' registries: fill them with it.
-		for _, n := range a.fleet.Nodes(inventory.RoleMaster) {
-			t.fillRegistry(ctx, n, a.fleet.Host(n.Name), r)
+	if len(u.workers) > 0 {
+		workers := fleet.Names(u.workers)
+		if t.inv.BundleFromMasters() {
+			l.add("upgrade-registries", OnHosts, rc.fleet.Names(inventory.RoleMaster), func(ctx context.Context, r progress.Reporter) error {
+				for _, n := range rc.fleet.Nodes(inventory.RoleMaster) {
+					t.fillRegistry(ctx, n, rc.fleet.Host(n.Name), r)
+				}
+				return nil
+			}, "fill the masters' registries with %s, which the workers take", t.inv.KubernetesVersion)
 		}
+		l.add("upgrade-workers", OnHosts, workers, func(ctx context.Context, r progress.Reporter) error {
+			return up.workers(ctx, t, r)
+		}, "%s, %s, to %s: cordon, drain, runtime and kubelet, Ready, uncordon", strings.Join(workers, ", "), atATime(workerBatch(rc.o)), t.inv.KubernetesVersion)
 	}
-	for batch := range slices.Chunk(u.workers, a.workerBatch()) {
+	return l // mark-nodes uncordons what an interrupted run left cordoned (uncordonUpgraded)
+}
+
+// versions are the hops' versions.
+func (up *Upgrade) versions() []string {
+	var out []string
+	for _, h := range up.hops {
+		out = append(out, h.inv.KubernetesVersion)
+	}
+	return out
+}
+
+// runningSet are the nodes in the cluster (the route knows what they run).
+func (u *upgradeRoute) runningSet() map[string]bool {
+	out := map[string]bool{}
+	for n := range u.running {
+		out[n] = true
+	}
+	return out
+}
+
+// masters moves the masters behind hop h to it, one at a time.
+func (up *Upgrade) masters(ctx context.Context, h *hop, r progress.Reporter) error {
+	u := up.route
+	for _, n := range up.rc.fleet.Nodes(inventory.RoleMaster) {
+		if v, ok := u.running[n.Name]; !ok || release.Compare(v, h.inv.KubernetesVersion) >= 0 {
+			continue // new (render and stage bring it up), or already there
+		}
+		if err := upgradeMaster(ctx, h, n, r); err != nil {
+			return remote.WithHost(n.Name, err)
+		}
+		u.running[n.Name] = h.inv.KubernetesVersion
+	}
+	return nil
+}
+
+// workers moves the workers behind the target to it, in batches.
+func (up *Upgrade) workers(ctx context.Context, t *hop, r progress.Reporter) error {
+	for batch := range slices.Chunk(up.route.workers, workerBatch(up.rc.o)) {
 		g, gctx := errgroup.WithContext(ctx)
 		for _, n := range batch {
-			g.Go(func() error { return remote.WithHost(n.Name, t.upgradeWorker(gctx, n, r)) })
+			g.Go(func() error { return remote.WithHost(n.Name, upgradeWorker(gctx, t, n, r)) })
 		}
 		if err := g.Wait(); err != nil {
 			return err
 		}
 	}
-	return nil // mark-nodes uncordons what an interrupted run left cordoned (uncordonUpgraded)
+	return nil
 }
 
-// upgradeRoute reads what each node runs and returns the way to the inventory's version, or
-// nil when there is nothing to upgrade (a new cluster, or one at the version already).
-func (a *Apply) upgradeRoute(ctx context.Context) (*upgradeRoute, error) {
-	u := &upgradeRoute{target: a.inv.KubernetesVersion, running: map[string]string{}}
+// readUpgradeRoute reads what each node runs and returns the way to the inventory's version,
+// or nil when there is nothing to upgrade (a new cluster, or one at the version already).
+// manifest is the bundle's release of the inventory's version (nil without a bundle).
+func readUpgradeRoute(ctx context.Context, rc *runContext, manifest *bundle.Manifest) (*upgradeRoute, error) {
+	inv := rc.inv
+	u := &upgradeRoute{target: inv.KubernetesVersion, running: map[string]string{}}
 	behind := false
 	var cp string // the oldest master
-	for _, n := range a.fleet.Nodes("") {
-		v, err := a.runningVersion(ctx, n)
+	for _, n := range rc.fleet.Nodes("") {
+		v, err := runningVersion(ctx, rc, n)
 		if err != nil {
 			return nil, remote.WithHost(n.Name, err)
 		}
@@ -164,8 +232,8 @@ func (a *Apply) upgradeRoute(ctx context.Context) (*upgradeRoute, error) {
 		return nil, nil
 	}
 	u.from = cmp.Or(cp, u.target)
-	if a.manifest == nil {
-		return nil, fmt.Errorf("the cluster runs %s; an upgrade to %s needs a bundle that holds every release on the way (kforge bundle build --kubernetes %s), set as the inventory's bundle", strings.Join(a.running(u), ", "), u.target, u.target)
+	if manifest == nil {
+		return nil, fmt.Errorf("the cluster runs %s; an upgrade to %s needs a bundle that holds every release on the way (kforge bundle build --kubernetes %s), set as the inventory's bundle", strings.Join(running(rc, u), ", "), u.target, u.target)
 	}
 	for _, w := range u.workers {
 		if err := release.KubeletSkewOK(u.target, u.running[w.Name]); err != nil {
@@ -175,7 +243,7 @@ func (a *Apply) upgradeRoute(ctx context.Context) (*upgradeRoute, error) {
 	if cp == "" || release.Compare(cp, u.target) == 0 {
 		return u, nil // the masters are there: workers only
 	}
-	held, err := bundleVersions(a.inv.Bundle)
+	held, err := bundleVersions(inv.Bundle)
 	if err != nil {
 		return nil, err
 	}
@@ -201,16 +269,16 @@ func (a *Apply) upgradeRoute(ctx context.Context) (*upgradeRoute, error) {
 			want = append(want, v)
 		}
 		return nil, fmt.Errorf("the control plane runs %s and moves one minor at a time to %s, through %s, which bundle %s does not hold (it holds %s): build one that does, kforge bundle build --kubernetes %s -o %s",
-			cp, u.target, strings.Join(missing, ", "), a.inv.Bundle, strings.Join(held, ", "), strings.Join(release.SortVersions(append(append([]string{cp}, want...), u.target)), ","), remote.Quote(a.inv.Bundle))
+			cp, u.target, strings.Join(missing, ", "), inv.Bundle, strings.Join(held, ", "), strings.Join(release.SortVersions(append(append([]string{cp}, want...), u.target)), ","), remote.Quote(inv.Bundle))
 	}
 	u.hops = append(u.hops, u.target)
 	return u, nil
 }
 
 // running lists what the nodes run, "name version", in inventory order.
-func (a *Apply) running(u *upgradeRoute) []string {
+func running(rc *runContext, u *upgradeRoute) []string {
 	var out []string
-	for _, n := range a.fleet.Nodes("") {
+	for _, n := range rc.fleet.Nodes("") {
 		if v, ok := u.running[n.Name]; ok {
 			out = append(out, n.Name+" "+v)
 		}
@@ -225,8 +293,8 @@ var apiserverImageRE = regexp.MustCompile(`image: \S*/kube-apiserver:(v\d+\.\d+\
 // (kforge's: the drop-in is there), and on a master the lower of that and its kube-apiserver
 // manifest's, since a run may have been interrupted between the two. "" for a host that is not
 // in the cluster yet: a master without etcd data, a worker that has not joined.
-func (a *Apply) runningVersion(ctx context.Context, n inventory.Node) (string, error) {
-	f := a.fleet.Facts(n.Name)
+func runningVersion(ctx context.Context, rc *runContext, n inventory.Node) (string, error) {
+	f := rc.fleet.Facts(n.Name)
 	if f == nil {
 		return "", nil
 	}
@@ -236,12 +304,12 @@ func (a *Apply) runningVersion(ctx context.Context, n inventory.Node) (string, e
 	}
 	v := "v" + strings.TrimPrefix(b.Version, "v")
 	switch {
-	case n.Role == inventory.RoleWorker && !a.joined(n.Name):
+	case n.Role == inventory.RoleWorker && !rc.joined(n.Name):
 		return "", nil
 	case n.Role == inventory.RoleMaster && len(f.EtcdDataDir) == 0:
 		return "", nil
 	case n.Role == inventory.RoleMaster:
-		m, err := remote.ReadFile(ctx, a.fleet.Host(n.Name), path.Join(hostpath.ManifestsDir, "kube-apiserver.yaml"))
+		m, err := remote.ReadFile(ctx, rc.fleet.Host(n.Name), path.Join(hostpath.ManifestsDir, "kube-apiserver.yaml"))
 		if err != nil {
 			return "", fmt.Errorf("read its kube-apiserver manifest: %w", err)
 		}
@@ -283,27 +351,17 @@ func routeText(hops []string) string {
 	return "→ " + strings.Join(hops, " → ")
 }
 
-// atVersion is a copy of a for one hop of an upgrade: the inventory at version v (with its
-// release row), the bundle's release of it, files of its own; the fleet, PKI, token, etcd plan
-// and API clients are a's.
-func (a *Apply) atVersion(v string) (*Apply, error) {
-	inv, err := a.inv.AtVersion(v)
+// healthy refuses to start upgrading a cluster that is not healthy (apply --force upgrades
+// anyway): every node Ready and every kube-system workload ready, with what is not. An upgrade
+// that an interrupted run left half done (nodes at different versions) is finished whatever
+// the health it left behind.
+func (up *Upgrade) healthy(ctx context.Context, r progress.Reporter) error {
+	u := up.route
+	api, err := up.rc.clients()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	m, err := bundle.LoadRelease(inv.Bundle, v)
-	if err != nil {
-		return nil, err
-	}
-	return &Apply{inv: inv, o: a.o, fleet: a.fleet, started: a.started, manifest: m, set: a.set, token: a.token, etcd: a.etcd, files: newHostFiles(), api: a.api}, nil
-}
-
-// upgradeHealthy refuses to start upgrading a cluster that is not healthy (apply --force
-// upgrades anyway): every node Ready and every kube-system workload ready, with what is not.
-// An upgrade that an interrupted run left half done (nodes at different versions) is finished
-// whatever the health it left behind.
-func (a *Apply) upgradeHealthy(ctx context.Context, r progress.Reporter, u *upgradeRoute) error {
-	st, err := kube.CheckReady(ctx, a.api.Typed, slices.Sorted(maps.Keys(u.running)), []string{"kube-system"})
+	st, err := kube.CheckReady(ctx, api.Typed, slices.Sorted(maps.Keys(u.running)), []string{"kube-system"})
 	if err == nil && st.Ready() {
 		return nil
 	}
@@ -314,7 +372,7 @@ func (a *Apply) upgradeHealthy(ctx context.Context, r progress.Reporter, u *upgr
 	case u.resuming():
 		r(progress.Event{Kind: progress.Info, Message: "finishing an interrupted upgrade; the cluster is not healthy yet: " + err.Error()})
 		return nil
-	case a.o.Force:
+	case up.rc.o.Force:
 		r(progress.Event{Kind: progress.Info, Message: "the cluster is not healthy; upgrading anyway (--force): " + err.Error()})
 		return nil
 	}
@@ -349,10 +407,10 @@ func (e *UnhealthyError) Details() []string {
 	return []string{e.Error()}
 }
 
-// snapshotBeforeUpgrade saves and verifies an etcd snapshot in the state dir, recorded with the
-// version the cluster runs.
-func (a *Apply) snapshotBeforeUpgrade(ctx context.Context, r progress.Reporter, running string) error {
-	x := NewEtcdSnapshot(a.inv, a.o, SnapshotOptions{Kubernetes: running})
+// snapshot saves and verifies an etcd snapshot in the state dir, recorded with the version the
+// cluster runs: etcd snapshot's own steps.
+func (up *Upgrade) snapshot(ctx context.Context, r progress.Reporter) error {
+	x := NewEtcdSnapshot(up.rc.inv, up.rc.o, SnapshotOptions{Kubernetes: up.route.from})
 	defer x.Close()
 	for _, s := range x.Steps() {
 		if err := s.Run(ctx, r); err != nil {
@@ -378,8 +436,9 @@ func addonImage(name string) bool {
 // (BundleFromMasters), the workstation uploads them to the masters only: each master adds them
 // to its registry, and the other nodes take them from there (what they cannot take is uploaded,
 // as at stage).
-func (a *Apply) stageAddonImages(ctx context.Context, r progress.Reporter, u *upgradeRoute, hops []*Apply) error {
-	nodes := slices.DeleteFunc(a.fleet.Nodes(""), func(n inventory.Node) bool { _, ok := u.running[n.Name]; return !ok })
+func (up *Upgrade) addonImages(ctx context.Context, r progress.Reporter) error {
+	u, hops, f := up.route, up.hops, up.rc.fleet
+	nodes := slices.DeleteFunc(f.Nodes(""), func(n inventory.Node) bool { _, ok := u.running[n.Name]; return !ok })
 	need := bundle.Need{Only: addonImage}
 	ship := func(ctx context.Context, n inventory.Node, host remote.Host, mirrors []string) error {
 		for _, h := range hops {
@@ -391,8 +450,8 @@ func (a *Apply) stageAddonImages(ctx context.Context, r progress.Reporter, u *up
 		}
 		return nil
 	}
-	if !a.inv.BundleFromMasters() {
-		return fleet.EachOf(ctx, a.fleet, nodes, func(ctx context.Context, n inventory.Node, host remote.Host) error {
+	if !up.rc.inv.BundleFromMasters() {
+		return fleet.EachOf(ctx, f, nodes, func(ctx context.Context, n inventory.Node, host remote.Host) error {
 			return ship(ctx, n, host, nil)
 		})
 	}
@@ -406,7 +465,7 @@ func (a *Apply) stageAddonImages(ctx context.Context, r progress.Reporter, u *up
 		}
 	}
 	masters := slices.DeleteFunc(slices.Clone(nodes), func(n inventory.Node) bool { return n.Role != inventory.RoleMaster })
-	if err := fleet.EachOf(ctx, a.fleet, masters, func(ctx context.Context, n inventory.Node, host remote.Host) error {
+	if err := fleet.EachOf(ctx, f, masters, func(ctx context.Context, n inventory.Node, host remote.Host) error {
 		if err := ship(ctx, n, host, nil); err != nil {
 			return err
 		}
@@ -417,21 +476,25 @@ func (a *Apply) stageAddonImages(ctx context.Context, r progress.Reporter, u *up
 		return err
 	}
 	others := slices.DeleteFunc(nodes, func(n inventory.Node) bool { return n.Role == inventory.RoleMaster })
-	return fleet.EachOf(ctx, a.fleet, others, func(ctx context.Context, n inventory.Node, host remote.Host) error {
-		return ship(ctx, n, host, a.mirrorsFor(n))
+	return fleet.EachOf(ctx, f, others, func(ctx context.Context, n inventory.Node, host remote.Host) error {
+		return ship(ctx, n, host, hops[len(hops)-1].mirrorsFor(n))
 	})
 }
 
-// upgradeMaster moves one master to h's version, in kubeadm's order: the runtime first (restarted
+// upgradeMaster moves one master to hop h's version, in kubeadm's order: the runtime first (restarted
 // only when the release changes it), then the hop's binaries and images, then its files; the
 // kubelet that runs replaces the static pods (etcd, kube-apiserver, kube-controller-manager,
 // kube-scheduler) and kforge waits until they run the new manifests, Ready; only then is kubelet
 // restarted on its new binary and configuration, which leaves the running pods alone. (Restarting
 // kubelet while it replaces kube-apiserver left the old one holding :6443 and the new one in
 // CrashLoopBackOff for minutes.)
-func (h *Apply) upgradeMaster(ctx context.Context, n inventory.Node, r progress.Reporter) error {
-	start := h.o.Now()
-	host := h.fleet.Host(n.Name)
+func upgradeMaster(ctx context.Context, h *hop, n inventory.Node, r progress.Reporter) error {
+	start := h.rc.o.Now()
+	host := h.rc.fleet.Host(n.Name)
+	api, err := h.rc.clients()
+	if err != nil {
+		return err
+	}
 	installed := false
 	if h.inv.ContainerRuntime.Install == inventory.RuntimeFromBundle {
 		p, _, err := h.ship(ctx, host, bundle.Need{Runtime: true, Only: bundle.IsRuntime}, nil, r)
@@ -455,16 +518,16 @@ func (h *Apply) upgradeMaster(ctx context.Context, n inventory.Node, r progress.
 	if _, err := startKubelet(ctx, h.files, host); err != nil {
 		return err
 	}
-	if err := kube.WaitNodeVersion(ctx, h.api.Typed, n.Name, h.inv.KubernetesVersion, h.o.Timeout); err != nil {
+	if err := kube.WaitNodeVersion(ctx, api.Typed, n.Name, h.inv.KubernetesVersion, h.rc.o.Timeout); err != nil {
 		return err
 	}
 	// The new kubelet may replace the static pods once more (it hashes a static pod as it
 	// defaults it, and defaults change between minors): on to the next master or the workers
 	// only when they have stayed Ready a while.
-	if err := kube.WaitStaticPodsSteady(ctx, h.api.Typed, n.Name, controlPlaneSteady, h.o.Timeout); err != nil {
+	if err := kube.WaitStaticPodsSteady(ctx, api.Typed, n.Name, controlPlaneSteady, h.rc.o.Timeout); err != nil {
 		return err
 	}
-	r(progress.Event{Kind: progress.HostDone, Host: n.Name, Duration: h.o.Now().Sub(start), Message: "control plane at " + h.inv.KubernetesVersion})
+	r(progress.Event{Kind: progress.HostDone, Host: n.Name, Duration: h.rc.o.Now().Sub(start), Message: "control plane at " + h.inv.KubernetesVersion})
 	return nil
 }
 
@@ -473,7 +536,7 @@ func (h *Apply) upgradeMaster(ctx context.Context, n inventory.Node, r progress.
 const controlPlaneSteady = 15 * time.Second
 
 // upgradeAddons moves kube-proxy, CoreDNS and flannel to h's release.
-func (h *Apply) upgradeAddons(ctx context.Context, r progress.Reporter) error {
+func upgradeAddons(ctx context.Context, h *hop, r progress.Reporter) error {
 	cs, err := h.coreAddonObjects(ctx)
 	if err != nil {
 		return err
@@ -490,48 +553,58 @@ func (h *Apply) upgradeAddons(ctx context.Context, r progress.Reporter) error {
 }
 
 // workerBatch is how many workers an upgrade moves at once.
-func (a *Apply) workerBatch() int { return max(a.o.WorkerBatch, 1) }
+func workerBatch(o Options) int { return max(o.WorkerBatch, 1) }
 
 // upgradeWorker moves one joined worker to h's version: cordon, drain, stage, kubelet
 // restarted, Ready at the new version, uncordon.
-func (h *Apply) upgradeWorker(ctx context.Context, n inventory.Node, r progress.Reporter) error {
-	start := h.o.Now()
+func upgradeWorker(ctx context.Context, h *hop, n inventory.Node, r progress.Reporter) error {
+	start := h.rc.o.Now()
 	v := h.inv.KubernetesVersion
-	if err := kube.CordonForUpgrade(ctx, h.api.Typed, n.Name, v); err != nil {
+	api, err := h.rc.clients()
+	if err != nil {
 		return err
 	}
-	evicted, err := kube.Drain(ctx, h.api.Typed, n.Name, h.o.DrainTimeout)
+	if err := kube.CordonForUpgrade(ctx, api.Typed, n.Name, v); err != nil {
+		return err
+	}
+	evicted, err := kube.Drain(ctx, api.Typed, n.Name, h.rc.o.DrainTimeout)
 	if err != nil {
 		return fmt.Errorf("%w; it stays cordoned: the next apply drains it again and upgrades it (kubectl uncordon %s gives up)", err, n.Name)
 	}
-	if err := h.stageHost(ctx, n, r); err != nil {
+	did, err := h.stageHost(ctx, n, nil, r) // the masters' registries were filled before
+	if err != nil {
 		return err
 	}
-	if _, err := startKubelet(ctx, h.files, h.fleet.Host(n.Name)); err != nil {
+	reportStaged(r, h.rc.o.Now, n, start, did)
+	if _, err := startKubelet(ctx, h.files, h.rc.fleet.Host(n.Name)); err != nil {
 		return err
 	}
-	if err := kube.WaitNodeVersion(ctx, h.api.Typed, n.Name, v, h.o.Timeout); err != nil {
+	if err := kube.WaitNodeVersion(ctx, api.Typed, n.Name, v, h.rc.o.Timeout); err != nil {
 		return err
 	}
-	if _, err := kube.UncordonAfterUpgrade(ctx, h.api.Typed, n.Name); err != nil {
+	if _, err := kube.UncordonAfterUpgrade(ctx, api.Typed, n.Name); err != nil {
 		return err
 	}
-	r(progress.Event{Kind: progress.HostDone, Host: n.Name, Duration: h.o.Now().Sub(start), Message: fmt.Sprintf("at %s (%s drained, uncordoned)", v, count(len(evicted), "pod"))})
+	r(progress.Event{Kind: progress.HostDone, Host: n.Name, Duration: h.rc.o.Now().Sub(start), Message: fmt.Sprintf("at %s (%s drained, uncordoned)", v, count(len(evicted), "pod"))})
 	return nil
 }
 
 // uncordonUpgraded uncordons the nodes an interrupted upgrade left cordoned that run the
 // inventory's version now.
-func (a *Apply) uncordonUpgraded(ctx context.Context, r progress.Reporter) error {
-	cordoned, err := kube.CordonedForUpgrade(ctx, a.api.Typed)
+func uncordonUpgraded(ctx context.Context, rc *runContext, r progress.Reporter) error {
+	api, err := rc.clients()
+	if err != nil {
+		return err
+	}
+	cordoned, err := kube.CordonedForUpgrade(ctx, api.Typed)
 	if err != nil {
 		return err
 	}
 	for _, n := range slices.Sorted(maps.Keys(cordoned)) {
-		if cordoned[n] != a.inv.KubernetesVersion {
+		if cordoned[n] != rc.inv.KubernetesVersion {
 			continue
 		}
-		if ok, err := kube.UncordonAfterUpgrade(ctx, a.api.Typed, n); err != nil {
+		if ok, err := kube.UncordonAfterUpgrade(ctx, api.Typed, n); err != nil {
 			return err
 		} else if ok {
 			r(progress.Event{Kind: progress.Info, Host: n, Message: "uncordoned: upgraded to " + cordoned[n]})

@@ -27,23 +27,23 @@ const vipWait = time.Minute
 
 // startVIP enables and starts kforge-vip on every master (restarting it for a new unit, binary
 // or configuration), then waits until one master says it holds the virtual IP.
-func (a *Apply) startVIP(ctx context.Context, r progress.Reporter) error {
-	if err := a.bg.wait(ctx, shippedMasters); err != nil { // kforge-vip ships after the control plane
+func startVIP(ctx context.Context, t *hop, st *staging, r progress.Reporter) error {
+	if err := st.waitShipments(ctx); err != nil { // kforge-vip ships after the control plane
 		return err
 	}
-	err := a.fleet.Each(ctx, inventory.RoleMaster, func(ctx context.Context, n inventory.Node, h remote.Host) error {
-		restart := vipRestarts(func(pred func(string) bool) bool { return a.files.wrote(n.Name, pred) })
+	err := t.rc.fleet.Each(ctx, inventory.RoleMaster, func(ctx context.Context, n inventory.Node, h remote.Host) error {
+		restart := vipRestarts(func(pred func(string) bool) bool { return t.files.wrote(n.Name, pred) })
 		_, err := remote.Output(ctx, h, startUnitScript(hostpath.VIPUnit, restart))
 		return err
 	})
 	if err != nil {
 		return err
 	}
-	holder, err := waitVIPHeld(ctx, a.fleet.Each, a.inv.ControlPlaneVIP, vipWait)
+	holder, err := waitVIPHeld(ctx, t.rc.fleet.Each, t.inv.ControlPlaneVIP, vipWait)
 	if err != nil {
 		return err
 	}
-	r(progress.Event{Kind: progress.HostDone, Host: holder.Node, Message: fmt.Sprintf("holds %s on %s (the others stand by)", a.inv.ControlPlaneVIP, holder.Interface)})
+	r(progress.Event{Kind: progress.HostDone, Host: holder.Node, Message: fmt.Sprintf("holds %s on %s (the others stand by)", t.inv.ControlPlaneVIP, holder.Interface)})
 	return nil
 }
 

@@ -90,9 +90,9 @@ func TestPlan(t *testing.T) {
 		t.Fatalf("json plan: code %d, %q", code, out)
 	}
 	// plan --restore shows restore's steps: the snapshot is verified first, etcd restored before
-	// the members start.
+	// the control plane is rendered to start on it.
 	code, out, errs = kforge(t, "-i", "../../examples/single-master.yaml", "--state-dir", t.TempDir(), "plan", "--restore", "snap.db")
-	iSnap, iConnect, iRestore, iMembers := strings.Index(out, "1. snapshot"), strings.Index(out, ". connect"), strings.Index(out, ". restore-etcd"), strings.Index(out, ". etcd-members")
+	iSnap, iConnect, iRestore, iMembers := strings.Index(out, "1. snapshot"), strings.Index(out, ". connect"), strings.Index(out, ". restore-etcd"), strings.Index(out, ". render")
 	if code != 0 || !strings.Contains(out, "kforge restore will run:") || iSnap < 0 || iSnap > iConnect || iConnect > iRestore || iRestore > iMembers {
 		t.Errorf("plan --restore: code %d, stderr %q:\n%s", code, errs, out)
 	}
