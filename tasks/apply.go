@@ -119,13 +119,15 @@ type Apply struct {
 	rc     *runContext
 	target *hop     // the inventory's version: bundle reads its manifest, render its files
 	etcd   etcdPlan // etcd-members: how each master's etcd member starts
-	staged *staging // stage: the workers' staging and the masters' shipments still running
+	up     *bringUp // stage and the steps after it, over target and etcd
 }
 
 // NewApply prepares an apply of c; nothing is read or touched until its steps run.
 func NewApply(c *inventory.Cluster, o Options) *Apply {
 	rc := newRunContext(c, c.Nodes(), o)
-	return &Apply{rc: rc, target: newHop(rc)}
+	a := &Apply{rc: rc, target: newHop(rc)}
+	a.up = &bringUp{t: a.target, etcd: &a.etcd}
+	return a
 }
 
 // ApplyTasks are the tasks `kforge apply` runs for cluster c with options o, in order: what
@@ -136,7 +138,7 @@ func ApplyTasks(c *inventory.Cluster, o Options) []Task { return Tasks(NewApply(
 func (a *Apply) Steps() []Step {
 	rc, t := a.rc, a.target
 	c, f := rc.inv, rc.fleet
-	all, masters, workers := f.Names(""), f.Names(inventory.RoleMaster), f.Names(inventory.RoleWorker)
+	all, masters := f.Names(""), f.Names(inventory.RoleMaster)
 	removed := fleet.Names(rc.o.Removed)
 	var l list
 	l.add("connect", OnHosts, all, f.Connect, "connect to %s over SSH (host keys verified) and gather facts in one round trip each", count(len(all), "host"))
@@ -156,43 +158,9 @@ func (a *Apply) Steps() []Step {
 	if c.Bundle != "" {
 		l.add("upgrade", OnHosts, all, rc.kubeletsSay(a.upgrade), "when nodes run an older Kubernetes than %s: walk the upgrade's own steps (upgrade.go): check the cluster's health, save an etcd snapshot, give every node the addons' images, move the control plane one minor at a time, one master at a time, the addons with it, then the workers in batches (cordon, drain, kubelet, uncordon); nothing otherwise", c.KubernetesVersion)
 	}
-	l.add("stage", OnHosts, all, func(ctx context.Context, r progress.Reporter) (err error) {
-		a.staged, err = stage(ctx, t, a.etcd, r)
-		return err
-	}, "on every host in parallel: %s; masters then start kubelet and the static-pod control plane (%s), workers finish staging meanwhile", stageWhat(c), strings.Join(masters, ", "))
-	l.add("wait-apiserver", ThroughAPI, nil, rc.kubeletsSay(t.waitAPIServer), "wait until the API server answers, through an SSH tunnel to %s, and for control-plane pods this run replaced", masters[0])
-	l.add("kubeconfig", OnWorkstation, nil, rc.writeKubeconfig, "write the admin kubeconfig to the state dir: from here on the cluster can be looked at, even when a later step fails")
-	l.add("cluster-config", ThroughAPI, nil, rc.clusterConfig, "grant kubeadm:cluster-admins, upload kubeadm-config and kubelet-config")
-	l.add("bootstrap", ThroughAPI, nil, rc.bootstrap, "create the bootstrap token, node-bootstrap RBAC, CSR auto-approval and cluster-info")
-	if c.ControlPlaneVIP != "" {
-		l.add("vip", OnHosts, masters, func(ctx context.Context, r progress.Reporter) error {
-			return startVIP(ctx, t, a.staged, r)
-		}, "start kforge-vip on every master: one at a time holds %s (the Lease kube-system/%s) and announces it by ARP; wait until one does", c.ControlPlaneVIP, templates.VIPLease)
-	}
-	if len(workers) > 0 {
-		l.add("join-workers", OnHosts, workers, rc.kubeletsSay(func(ctx context.Context, r progress.Reporter) error {
-			return joinWorkers(ctx, t, a.staged, r)
-		}), "start kubelet on the staged workers: they join by TLS bootstrap")
-	}
-	l.add("core-addons", ThroughAPI, nil, func(ctx context.Context, r progress.Reporter) error {
-		return coreAddons(ctx, t, a.staged, r)
-	}, "install kube-proxy and CoreDNS")
-	if c.Networking.Plugin == "flannel" {
-		l.add("pod-network", OnHosts, all, rc.kubeletsSay(t.podNetwork), "install flannel (vxlan) over %s and write each node's CNI config for its pod CIDR", c.Networking.PodSubnet)
-	}
-	l.add("mark-nodes", ThroughAPI, nil, rc.kubeletsSay(rc.markNodes), "label and taint the masters, apply the inventory's labels and taints")
-	if len(c.Addons) > 0 {
-		l.add("addons", ThroughAPI, nil, rc.addons, "apply %s (server-side)", count(len(c.Addons), "user manifest"))
-	}
-	if c.Networking.Plugin != "none" {
-		l.add("wait-ready", ThroughAPI, nil, rc.kubeletsSay(rc.waitReady), "wait until every node is Ready and every pod of kube-system and kube-flannel ready, and stayed so for %s (a crash-looping pod fails apply, its log quoted)", rc.o.Settle)
-	}
-	if len(workers) > 0 {
-		l.add("forget-token", OnHosts, workers, rc.forgetBootstrapToken, "remove %s from workers whose kubelet has its own credentials (kubelet.conf), as kubeadm does after TLS bootstrap", hostpath.BootstrapKubeletConfig)
-	}
-	if retired := retired(c); len(retired) > 0 {
-		l.add("retire", OnHosts, all, rc.retire, "stop and remove, where an earlier run installed them, %s", strings.Join(retired, " and "))
-	}
+	a.up.startSteps(&l)
+	a.up.clusterSteps(&l)
+	a.up.tidySteps(&l)
 	kept := rc.o.Removed // still in the cluster after this run
 	switch {
 	case len(removed) > 0 && rc.o.Prune:
@@ -207,21 +175,12 @@ func (a *Apply) Steps() []Step {
 	return l
 }
 
-// stageWhat is what stage does on every host, for the step's description.
-func stageWhat(c *inventory.Cluster) string {
-	what := "configure containerd (" + c.Kubelet.CgroupDriver + " cgroup driver) and kernel settings, push its files"
-	if c.Bundle != "" {
-		what = "upload what it lacks from the bundle, " + what
-	}
-	return what
-}
-
 // Traffic is the bytes the run's SSH connections sent and received so far.
 func (a *Apply) Traffic() (sent, received int64) { return a.rc.fleet.Traffic() }
 
 // Close waits for the work stage left running in the background, then ends every connection.
 func (a *Apply) Close() {
-	a.staged.waitAll()
+	a.up.staged.waitAll()
 	a.rc.fleet.Close()
 }
 

@@ -49,7 +49,7 @@ type Restore struct {
 	ro     RestoreOptions
 	target *hop              // bundle reads its manifest, render its files
 	info   etcd.SnapshotInfo // snapshot: the verified snapshot
-	staged *staging          // stage: the workers' staging and the masters' shipments still running
+	up     *bringUp          // stage and the steps after it; every etcd member starts new
 	lost   jobs              // forget-lost: the resets of the lost hosts that answer after all
 }
 
@@ -57,14 +57,16 @@ type Restore struct {
 // of the last apply that the inventory no longer lists (the lost masters among them).
 func NewRestore(c *inventory.Cluster, o Options, ro RestoreOptions) *Restore {
 	rc := newRunContext(c, c.Nodes(), o)
-	return &Restore{rc: rc, ro: ro, target: newHop(rc)}
+	x := &Restore{rc: rc, ro: ro, target: newHop(rc)}
+	x.up = &bringUp{t: x.target, etcd: &etcdPlan{}}
+	return x
 }
 
 // Steps is restore, top to bottom.
 func (x *Restore) Steps() []Step {
 	rc, t := x.rc, x.target
 	c, f := rc.inv, rc.fleet
-	all, masters, workers := f.Names(""), f.Names(inventory.RoleMaster), f.Names(inventory.RoleWorker)
+	all, masters := f.Names(""), f.Names(inventory.RoleMaster)
 	lost := fleet.Names(rc.o.Removed)
 	var l list
 	l.add("snapshot", OnWorkstation, nil, x.verifySnapshot, "verify %s before any host is touched: its sha256, bbolt's integrity check, its revision (etcdutl's library)", x.ro.Snapshot)
@@ -82,51 +84,17 @@ func (x *Restore) Steps() []Step {
 		// files restore writes are those the next apply wants.
 		return t.render(etcdPlan{}, 0)
 	}, "render static-pod manifests, kubelet and containerd configuration for every host; every etcd member starts on the restored data as one new cluster")
-	l.add("stage", OnHosts, all, func(ctx context.Context, r progress.Reporter) (err error) {
-		x.staged, err = stage(ctx, t, etcdPlan{}, r)
-		return err
-	}, "on every host in parallel: %s; masters then start kubelet and the static-pod control plane (%s), workers finish staging meanwhile", stageWhat(c), strings.Join(masters, ", "))
-	l.add("wait-apiserver", ThroughAPI, nil, rc.kubeletsSay(t.waitAPIServer), "wait until the API server answers, through an SSH tunnel to %s, and for control-plane pods this run replaced", masters[0])
-	l.add("kubeconfig", OnWorkstation, nil, rc.writeKubeconfig, "write the admin kubeconfig to the state dir: from here on the cluster can be looked at, even when a later step fails")
+	x.up.startSteps(&l)
 	if len(lost) > 0 {
 		// Right away: the restored cluster still holds the lost hosts' nodes and pods, which
 		// controllers (DaemonSet rollouts, the readiness wait) would otherwise wait on.
-		l.add("forget-lost", ThroughAPI, lost, x.forgetLost, "delete the nodes of %s (not in the inventory: lost before the restore) and their pods, without a drain, so their controllers replace them at once; start resetting those hosts that still answer", strings.Join(lost, ", "))
+		l.add("forget-lost", OnHosts, lost, x.forgetLost, "delete the nodes of %s (not in the inventory: lost before the restore) and their pods, without a drain, so their controllers replace them at once; start resetting those hosts that still answer", strings.Join(lost, ", "))
 	}
-	l.add("cluster-config", ThroughAPI, nil, rc.clusterConfig, "grant kubeadm:cluster-admins, upload kubeadm-config and kubelet-config")
-	l.add("bootstrap", ThroughAPI, nil, rc.bootstrap, "create the bootstrap token, node-bootstrap RBAC, CSR auto-approval and cluster-info")
-	if c.ControlPlaneVIP != "" {
-		l.add("vip", OnHosts, masters, func(ctx context.Context, r progress.Reporter) error {
-			return startVIP(ctx, t, x.staged, r)
-		}, "start kforge-vip on every master: one at a time holds %s (the Lease kube-system/%s) and announces it by ARP; wait until one does", c.ControlPlaneVIP, templates.VIPLease)
-	}
-	if len(workers) > 0 {
-		l.add("join-workers", OnHosts, workers, rc.kubeletsSay(func(ctx context.Context, r progress.Reporter) error {
-			return joinWorkers(ctx, t, x.staged, r)
-		}), "point the workers' kubelet.conf at the restored control plane and start kubelet; new workers join by TLS bootstrap")
-	}
-	l.add("core-addons", ThroughAPI, nil, func(ctx context.Context, r progress.Reporter) error {
-		return coreAddons(ctx, t, x.staged, r)
-	}, "install kube-proxy and CoreDNS (kube-proxy restarted when its API server changed)")
-	if c.Networking.Plugin == "flannel" {
-		l.add("pod-network", OnHosts, all, rc.kubeletsSay(t.podNetwork), "install flannel (vxlan) over %s and write each node's CNI config for its pod CIDR", c.Networking.PodSubnet)
-	}
-	l.add("mark-nodes", ThroughAPI, nil, rc.kubeletsSay(rc.markNodes), "label and taint the masters, apply the inventory's labels and taints")
-	if len(c.Addons) > 0 {
-		l.add("addons", ThroughAPI, nil, rc.addons, "apply %s (server-side)", count(len(c.Addons), "user manifest"))
-	}
-	if c.Networking.Plugin != "none" {
-		l.add("wait-ready", ThroughAPI, nil, rc.kubeletsSay(rc.waitReady), "wait until every node is Ready and every pod of kube-system and kube-flannel ready, and stayed so for %s (a crash-looping pod fails restore, its log quoted)", rc.o.Settle)
-	}
+	x.up.clusterSteps(&l)
 	if len(lost) > 0 {
 		l.add("reset-lost", OnHosts, lost, func(ctx context.Context, _ progress.Reporter) error { return x.lost.wait(ctx) }, "wait for the reset of the lost hosts that answer after all (started by forget-lost)")
 	}
-	if len(workers) > 0 {
-		l.add("forget-token", OnHosts, workers, rc.forgetBootstrapToken, "remove %s from workers whose kubelet has its own credentials (kubelet.conf), as kubeadm does after TLS bootstrap", hostpath.BootstrapKubeletConfig)
-	}
-	if retired := retired(c); len(retired) > 0 {
-		l.add("retire", OnHosts, all, rc.retire, "stop and remove, where an earlier run installed them, %s", strings.Join(retired, " and "))
-	}
+	x.up.tidySteps(&l)
 	l.add("record-hosts", OnWorkstation, nil, func(context.Context, progress.Reporter) error {
 		return recordHosts(rc, nil)
 	}, "record the cluster's hosts in the state dir, to find hosts later removed from the inventory")
@@ -138,7 +106,7 @@ func (x *Restore) Traffic() (sent, received int64) { return x.rc.fleet.Traffic()
 
 // Close waits for the work left running in the background, then ends every connection.
 func (x *Restore) Close() {
-	x.staged.waitAll()
+	x.up.staged.waitAll()
 	_ = x.lost.wait(context.Background())
 	x.rc.fleet.Close()
 }

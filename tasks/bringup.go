@@ -1,0 +1,86 @@
+package tasks
+
+import (
+	"context"
+	"strings"
+
+	"github.com/kforge/kforge/hostpath"
+	"github.com/kforge/kforge/inventory"
+	"github.com/kforge/kforge/progress"
+	"github.com/kforge/kforge/templates"
+)
+
+// bringUp is how apply and restore bring a cluster up from the files render made: stage starts
+// the control plane, then come the API objects, the workers, the addons and the wait for every
+// node and pod to be Ready, then the tidying. Its steps come in three parts, so that restore
+// puts its own between them; stage's background work is the handle staged, which the steps that
+// need it finished take as their input.
+type bringUp struct {
+	t      *hop
+	etcd   *etcdPlan // how the etcd members start (apply's etcd-members step; restore's new cluster)
+	staged *staging  // stage: the workers' staging and the masters' shipments still running
+}
+
+// startSteps: stage, wait-apiserver, kubeconfig.
+func (b *bringUp) startSteps(l *list) {
+	rc, c := b.t.rc, b.t.inv
+	all, masters := rc.fleet.Names(""), rc.fleet.Names(inventory.RoleMaster)
+	l.add("stage", OnHosts, all, func(ctx context.Context, r progress.Reporter) (err error) {
+		b.staged, err = stage(ctx, b.t, *b.etcd, r)
+		return err
+	}, "on every host in parallel: %s; masters then start kubelet and the static-pod control plane (%s), workers finish staging meanwhile", stageWhat(c), strings.Join(masters, ", "))
+	l.add("wait-apiserver", ThroughAPI, nil, rc.kubeletsSay(b.t.waitAPIServer), "wait until the API server answers, through an SSH tunnel to %s, and for control-plane pods this run replaced", masters[0])
+	l.add("kubeconfig", OnWorkstation, nil, rc.writeKubeconfig, "write the admin kubeconfig to the state dir: from here on the cluster can be looked at, even when a later step fails")
+}
+
+// stageWhat is what stage does on every host, for the step's description.
+func stageWhat(c *inventory.Cluster) string {
+	what := "configure containerd (" + c.Kubelet.CgroupDriver + " cgroup driver) and kernel settings, push its files"
+	if c.Bundle != "" {
+		what = "upload what it lacks from the bundle, " + what
+	}
+	return what
+}
+
+// clusterSteps: the API objects, the workers, the addons, and the wait for Ready.
+func (b *bringUp) clusterSteps(l *list) {
+	rc, t, c := b.t.rc, b.t, b.t.inv
+	all, masters, workers := rc.fleet.Names(""), rc.fleet.Names(inventory.RoleMaster), rc.fleet.Names(inventory.RoleWorker)
+	l.add("cluster-config", ThroughAPI, nil, rc.clusterConfig, "grant kubeadm:cluster-admins, upload kubeadm-config and kubelet-config")
+	l.add("bootstrap", ThroughAPI, nil, rc.bootstrap, "create the bootstrap token, node-bootstrap RBAC, CSR auto-approval and cluster-info")
+	if c.ControlPlaneVIP != "" {
+		l.add("vip", OnHosts, masters, func(ctx context.Context, r progress.Reporter) error {
+			return startVIP(ctx, t, b.staged, r)
+		}, "start kforge-vip on every master: one at a time holds %s (the Lease kube-system/%s) and announces it by ARP; wait until one does", c.ControlPlaneVIP, templates.VIPLease)
+	}
+	if len(workers) > 0 {
+		l.add("join-workers", OnHosts, workers, rc.kubeletsSay(func(ctx context.Context, r progress.Reporter) error {
+			return joinWorkers(ctx, t, b.staged, r)
+		}), "start kubelet on the staged workers (a joined worker's kubelet.conf follows the API server's address): new ones join by TLS bootstrap")
+	}
+	l.add("core-addons", ThroughAPI, nil, func(ctx context.Context, r progress.Reporter) error {
+		return coreAddons(ctx, t, b.staged, r)
+	}, "install kube-proxy and CoreDNS (kube-proxy restarted when its configuration changed)")
+	if c.Networking.Plugin == "flannel" {
+		l.add("pod-network", OnHosts, all, rc.kubeletsSay(t.podNetwork), "install flannel (vxlan) over %s and write each node's CNI config for its pod CIDR", c.Networking.PodSubnet)
+	}
+	l.add("mark-nodes", ThroughAPI, nil, rc.kubeletsSay(rc.markNodes), "label and taint the masters, apply the inventory's labels and taints")
+	if len(c.Addons) > 0 {
+		l.add("addons", ThroughAPI, nil, rc.addons, "apply %s (server-side)", count(len(c.Addons), "user manifest"))
+	}
+	if c.Networking.Plugin != "none" {
+		l.add("wait-ready", ThroughAPI, nil, rc.kubeletsSay(rc.waitReady), "wait until every node is Ready and every pod of kube-system and kube-flannel ready, and stayed so for %s (a crash-looping pod fails the run, its log quoted)", rc.o.Settle)
+	}
+}
+
+// tidySteps: what the cluster no longer needs on its hosts.
+func (b *bringUp) tidySteps(l *list) {
+	rc, c := b.t.rc, b.t.inv
+	all, workers := rc.fleet.Names(""), rc.fleet.Names(inventory.RoleWorker)
+	if len(workers) > 0 {
+		l.add("forget-token", OnHosts, workers, rc.forgetBootstrapToken, "remove %s from workers whose kubelet has its own credentials (kubelet.conf), as kubeadm does after TLS bootstrap", hostpath.BootstrapKubeletConfig)
+	}
+	if retired := retired(c); len(retired) > 0 {
+		l.add("retire", OnHosts, all, rc.retire, "stop and remove, where an earlier run installed them, %s", strings.Join(retired, " and "))
+	}
+}
