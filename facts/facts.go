@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -176,6 +177,13 @@ type Binary struct {
 	Version string
 	Output  string
 }
+
+// VersionNumber is the version number (2.4.2, 2.4.2-rc.1) in a version string as a host reports
+// it (v2.4.2; containerd github.com/containerd/containerd/v2 v2.4.2 abc123); "" when it holds
+// none.
+func VersionNumber(s string) string { return versionNumberRE.FindString(s) }
+
+var versionNumberRE = regexp.MustCompile(`\d+\.\d+(?:\.\d+)?(?:-[0-9A-Za-z.-]+)?`)
 
 // Runtime is what the container runtime's socket said.
 type Runtime struct {

@@ -316,11 +316,9 @@ func checkCRI(c *inventory.Cluster, n inventory.Node, f *facts.Facts) []Finding 
 	return nil
 }
 
-var numRE = regexp.MustCompile(`\d+\.\d+(?:\.\d+)?`)
-
 // runtimeVersion is the server's version, else the containerd binary's.
 func runtimeVersion(f *facts.Facts) string {
-	if v := numRE.FindString(f.Runtime.Version); v != "" {
+	if v := facts.VersionNumber(f.Runtime.Version); v != "" {
 		return v
 	}
 	return f.Binaries["containerd"].Version

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"path"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -439,18 +438,12 @@ func runtimeStale(c *inventory.Cluster, f *facts.Facts) string {
 	if b.Path != path.Join(hostpath.RuntimeBinDir, "containerd") {
 		return ""
 	}
-	running, installed := versionNumber(f.Runtime.Version), versionNumber(b.Version)
+	running, installed := facts.VersionNumber(f.Runtime.Version), facts.VersionNumber(b.Version)
 	if running == "" || installed == "" || running == installed {
 		return ""
 	}
 	return fmt.Sprintf("it ran %s, its binary is %s", running, installed)
 }
-
-// versionNumberRE finds a version number (2.4.2) in a version string (v2.4.2, containerd
-// github.com/containerd/containerd/v2 v2.4.2 abc123).
-var versionNumberRE = regexp.MustCompile(`\d+\.\d+(?:\.\d+)?(?:-[0-9A-Za-z.-]+)?`)
-
-func versionNumber(s string) string { return versionNumberRE.FindString(s) }
 
 // kubeletRestarts says whether kubelet restarts on a host: when one of its inputs was written.
 func kubeletRestarts(wrote func(pred func(string) bool) bool) bool { return wrote(isKubeletInput) }
