@@ -134,6 +134,12 @@ func runcModule(v string) goModule {
 //go:embed internal/pause/main.go
 var pauseMain []byte
 
+//go:embed daemon/daemon.go
+var daemonSource []byte
+
+// daemonPackage is bundle/daemon, which kforge's host daemons (apiproxy, vip) import.
+var daemonPackage = map[string][]byte{"bundle/daemon/daemon.go": daemonSource}
+
 //go:embed internal/apiproxy/main.go
 var apiproxyMain []byte
 
@@ -155,6 +161,7 @@ func apiproxyModule() goModule {
 		Require:   map[string]string{"github.com/inetaf/tcpproxy": TCPProxyVersion},
 		Local:     map[string][]byte{"main.go": apiproxyMain, "proxy.go": apiproxyProxy},
 		LocalName: APIProxyFile,
+		Kforge:    daemonPackage,
 	}
 }
 
@@ -188,6 +195,7 @@ func vipModule() goModule {
 		},
 		Local:     map[string][]byte{"main.go": vipMain, "vip.go": vipVIP},
 		LocalName: VIPFile,
+		Kforge:    daemonPackage,
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -103,6 +104,10 @@ type goModule struct {
 	// built as binary LocalName. Used for pause and patched mains (flannel).
 	Local     map[string][]byte
 	LocalName string
+	// Kforge are packages of kforge's own module that Local imports (bundle/daemon), as files by
+	// their path in the module: written into the scratch module as a module of their own,
+	// github.com/kforge/kforge, which it requires and replaces with that directory.
+	Kforge map[string][]byte
 	// Prepare runs in the scratch module directory after go.mod is written and Require is
 	// downloaded, before `go mod tidy` (flannel copies and patches its main.go here).
 	Prepare func(ctx context.Context, r *goRunner, dir string) error
@@ -126,7 +131,8 @@ func (m goModule) recipe() string {
 		Tags      []string          `json:",omitempty"` // omitted when unset: older recipes stay valid
 		Cgo       bool              `json:",omitempty"`
 		Tests     map[string]string `json:",omitempty"`
-	}{recipeRevision, m.Require, m.Replace, m.Packages, m.Output, m.Ldflags, m.Local, m.LocalName, m.Tags, m.Cgo, m.Tests})
+		Kforge    map[string][]byte `json:",omitempty"`
+	}{recipeRevision, m.Require, m.Replace, m.Packages, m.Output, m.Ldflags, m.Local, m.LocalName, m.Tags, m.Cgo, m.Tests, m.Kforge})
 	return string(b)
 }
 
@@ -307,6 +313,9 @@ func (r *goRunner) download(ctx context.Context, dir, mod string) (modInfo, erro
 	return info, nil
 }
 
+// kforgeModule is kforge's own module path, as goModule.Kforge's packages are imported.
+const kforgeModule = "github.com/kforge/kforge"
+
 // prepareModule writes the scratch module (go.mod, tools.go, local files) into dir and
 // resolves its dependencies. A scratch module already resolved for the same recipe is reused.
 func (r *goRunner) prepareModule(ctx context.Context, dir string, m goModule) error {
@@ -325,13 +334,28 @@ func (r *goRunner) prepareModule(ctx context.Context, dir string, m goModule) er
 	for _, p := range sortedKeys(m.Require) {
 		fmt.Fprintf(&gomod, "\t%s %s\n", p, m.Require[p])
 	}
+	if len(m.Kforge) > 0 {
+		fmt.Fprintf(&gomod, "\t%s v0.0.0\n", kforgeModule)
+	}
 	gomod.WriteString(")\n")
-	if len(m.Replace) > 0 {
+	if len(m.Replace)+len(m.Kforge) > 0 {
 		gomod.WriteString("\nreplace (\n")
 		for _, p := range sortedKeys(m.Replace) {
 			fmt.Fprintf(&gomod, "\t%s => %s\n", p, m.Replace[p])
 		}
+		if len(m.Kforge) > 0 {
+			fmt.Fprintf(&gomod, "\t%s => ./kforge\n", kforgeModule)
+		}
 		gomod.WriteString(")\n")
+	}
+	if len(m.Kforge) > 0 {
+		files := map[string][]byte{"go.mod": []byte("module " + kforgeModule + "\n\ngo 1.26.0\n")}
+		maps.Copy(files, m.Kforge)
+		for name, data := range files {
+			if err := fsx.WriteFile(filepath.Join(dir, "kforge", filepath.FromSlash(name)), data, 0o644); err != nil {
+				return err
+			}
+		}
 	}
 	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte(gomod.String()), 0o644); err != nil {
 		return err

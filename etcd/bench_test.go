@@ -3,12 +3,12 @@ package etcd
 import (
 	"context"
 	"fmt"
+	"github.com/kforge/kforge/progress"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -109,25 +109,14 @@ func heapPeak() (base uint64, stop func() uint64) {
 	base = ms.HeapInuse
 	var max atomic.Uint64
 	max.Store(base)
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		t := time.NewTicker(5 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				var ms runtime.MemStats
-				runtime.ReadMemStats(&ms)
-				if ms.HeapInuse > max.Load() {
-					max.Store(ms.HeapInuse)
-				}
-			}
+	// progress.Every's clock, with a sample as its heartbeat.
+	stopSampling := progress.Every(func(progress.Event) {}, 5*time.Millisecond, func(time.Duration) progress.Event {
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		if ms.HeapInuse > max.Load() {
+			max.Store(ms.HeapInuse)
 		}
-	}()
-	return base, func() uint64 { close(done); wg.Wait(); return max.Load() }
+		return progress.Event{}
+	})
+	return base, func() uint64 { stopSampling(); return max.Load() }
 }

@@ -14,29 +14,19 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"flag"
+	"github.com/kforge/kforge/bundle/daemon"
 	"log"
 	"os"
-	"os/signal"
-	"path/filepath"
 	"slices"
-	"syscall"
 	"time"
 )
 
 func main() {
-	config := flag.String("config", "/etc/kforge/apiproxy.json", "configuration file (JSON: listen, backends, ca)")
-	state := flag.String("state", "/run/kforge-apiproxy/backends.json", "where the backends in use and their health are written")
-	flag.Parse()
-	log.SetFlags(0)
-	if err := run(*config, *state); err != nil {
-		log.Fatal(err)
-	}
+	daemon.Main("/etc/kforge/apiproxy.json", "configuration file (JSON: listen, backends, ca)",
+		"/run/kforge-apiproxy/backends.json", "where the backends in use and their health are written", run)
 }
 
-func run(config, state string) error {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
+func run(ctx context.Context, config, state string) error {
 	c, err := ReadConfig(config)
 	if err != nil {
 		return err
@@ -69,7 +59,7 @@ func follow(ctx context.Context, config, state string, c Config, b *Balancer) {
 			}
 		}
 		if data, err := json.Marshal(map[string]any{"listen": c.Listen, "backends": b.Backends()}); err == nil && !bytes.Equal(data, written) {
-			if writeAtomic(state, data) == nil {
+			if daemon.WriteAtomic(state, data) == nil {
 				written = data
 			}
 		}
@@ -79,15 +69,4 @@ func follow(ctx context.Context, config, state string, c Config, b *Balancer) {
 		case <-time.After(time.Second):
 		}
 	}
-}
-
-func writeAtomic(file string, data []byte) error {
-	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
-		return err
-	}
-	tmp := file + ".tmp"
-	if err := os.WriteFile(tmp, append(data, '\n'), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, file)
 }

@@ -5,9 +5,9 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/kforge/kforge/bundle/daemon"
 	"log"
 	"net"
 	"net/http"
@@ -34,14 +34,8 @@ type Config struct {
 // ReadConfig reads and checks a configuration file.
 func ReadConfig(file string) (Config, error) {
 	var c Config
-	data, err := os.ReadFile(file)
-	if err != nil {
+	if err := daemon.ReadJSON(file, &c); err != nil {
 		return c, err
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&c); err != nil {
-		return c, fmt.Errorf("%s: %w", file, err)
 	}
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
 		return c, fmt.Errorf("%s: listen: %w", file, err)

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"github.com/kforge/kforge/bundle/daemon"
 	"io"
 	"math/big"
 	"net"
@@ -262,7 +263,7 @@ func TestFollowReloadsTheConfigFile(t *testing.T) {
 	config, state := filepath.Join(dir, "apiproxy.json"), filepath.Join(dir, "run", "backends.json")
 	write := func(c Config) {
 		data, _ := json.Marshal(c)
-		if err := writeAtomic(config, data); err != nil {
+		if err := daemon.WriteAtomic(config, data); err != nil {
 			t.Fatal(err)
 		}
 	}

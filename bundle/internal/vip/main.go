@@ -24,13 +24,11 @@ package main
 import (
 	"bytes"
 	"context"
-	"flag"
 	"fmt"
+	"github.com/kforge/kforge/bundle/daemon"
 	"log"
 	"os"
-	"os/signal"
 	"sync"
-	"syscall"
 
 	coordinationv1 "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/rest"
@@ -38,18 +36,11 @@ import (
 )
 
 func main() {
-	config := flag.String("config", "/etc/kforge/vip.json", "configuration file (JSON: address, interface, kubeconfig, identity, namespace, lease)")
-	state := flag.String("state", "/run/kforge-vip/state.json", "where the address, its interface, the lease's holder and whether this host holds the address are written")
-	flag.Parse()
-	log.SetFlags(0)
-	if err := run(*config, *state); err != nil {
-		log.Fatal(err)
-	}
+	daemon.Main("/etc/kforge/vip.json", "configuration file (JSON: address, interface, kubeconfig, identity, namespace, lease)",
+		"/run/kforge-vip/state.json", "where the address, its interface, the lease's holder and whether this host holds the address are written", run)
 }
 
-func run(config, state string) error {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
+func run(ctx context.Context, config, state string) error {
 	c, err := ReadConfig(config)
 	if err != nil {
 		return err

@@ -6,10 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/kforge/kforge/bundle/daemon"
+	"maps"
 	"net"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -51,14 +51,8 @@ const (
 // ReadConfig reads and checks a configuration file; it fills in the defaults.
 func ReadConfig(file string) (Config, error) {
 	var c Config
-	data, err := os.ReadFile(file)
-	if err != nil {
+	if err := daemon.ReadJSON(file, &c); err != nil {
 		return c, err
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&c); err != nil {
-		return c, fmt.Errorf("%s: %w", file, err)
 	}
 	if c.Namespace == "" {
 		c.Namespace = DefaultNamespace
@@ -134,7 +128,7 @@ func hostAddrs() (map[string][]netip.Prefix, error) {
 // own, left by an earlier run).
 func ChooseInterface(vip netip.Addr, name string, addrs map[string][]netip.Prefix) (string, error) {
 	var in []string
-	for _, ifname := range sortedKeys(addrs) {
+	for _, ifname := range slices.Sorted(maps.Keys(addrs)) {
 		for _, p := range addrs[ifname] {
 			if p.Addr() == vip && p.Bits() != 32 {
 				return "", fmt.Errorf("%s is already an address of this host (%s on %s): the virtual IP must be an address no host has", vip, p, ifname)
@@ -157,15 +151,6 @@ func ChooseInterface(vip netip.Addr, name string, addrs map[string][]netip.Prefi
 		return in[0], nil
 	}
 	return "", fmt.Errorf("several interfaces of this host are in the subnet of %s (%s): name one in the configuration's interface", vip, strings.Join(in, ", "))
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // Address is the virtual IP on this host.
@@ -488,20 +473,9 @@ func (r *Runner) writeState() {
 	if err != nil || bytes.Equal(data, r.written) {
 		return
 	}
-	if err := writeAtomic(r.State, data); err != nil {
+	if err := daemon.WriteAtomic(r.State, data); err != nil {
 		r.Logf("state: %v", err)
 		return
 	}
 	r.written = data
-}
-
-func writeAtomic(file string, data []byte) error {
-	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
-		return err
-	}
-	tmp := file + ".tmp"
-	if err := os.WriteFile(tmp, append(data, '\n'), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, file)
 }
