@@ -56,6 +56,7 @@ type credentials struct {
 	kubelets  map[string]string    // inspect: nodes whose kubelet client certificate expired, and when
 	serving   map[string]bool      // inspect: nodes whose kubelet serving certificate expired
 	changes   []pki.Change         // pki: what is re-issued
+	mu        sync.Mutex           // renewed, which the kubelets step appends to from every host
 	renewed   []string             // pki, kubelets: the certificates re-issued
 	// kubeletClient says, by master, how its kube-apiserver came to use its new kubelet client
 	// certificate (masters: loadKubeletClient); reset for each rollout.
@@ -65,6 +66,13 @@ type credentials struct {
 func newCredentials(c *inventory.Cluster, o Options, renew func(key string) bool) *credentials {
 	rc := newRunContext(c, c.Nodes(), o)
 	return &credentials{rc: rc, target: newHop(rc), renew: renew, kubelets: map[string]string{}, serving: map[string]bool{}}
+}
+
+// noteRenewed adds a certificate to those re-issued; safe for concurrent use.
+func (x *credentials) noteRenewed(key string) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.renewed = append(x.renewed, key)
 }
 
 // NewCertsRenew prepares a renewal of the leaves of c that renew selects by key
@@ -306,12 +314,12 @@ func (x *credentials) renewKubelets(ctx context.Context, r progress.Reporter) er
 				return err
 			}
 			what = append(what, "client certificate (expired "+expired+") renewed until "+c.NotAfter.UTC().Format(time.RFC3339))
-			x.renewed = append(x.renewed, kubeletClient+"@"+n.Name)
+			x.noteRenewed(kubeletClient + "@" + n.Name)
 		}
 		if serving {
 			cmds = append(cmds, "rm -f "+hostpath.KubeletPKIDir+"/kubelet.crt "+hostpath.KubeletPKIDir+"/kubelet.key")
 			what = append(what, "expired serving certificate removed (kubelet makes a new one)")
-			x.renewed = append(x.renewed, kubeletServing+"@"+n.Name)
+			x.noteRenewed(kubeletServing + "@" + n.Name)
 		}
 		cmds = append(cmds, "systemctl restart kubelet")
 		if err := h.Run(ctx, remote.Cmd{Command: strings.Join(cmds, " && ")}); err != nil {
