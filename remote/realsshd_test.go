@@ -29,13 +29,14 @@ import (
 // process is ended by PID and the root-namespace veth is deleted at cleanup.
 
 const (
-	labRootIP     = "198.51.100.185"
-	labBastionIP  = "198.51.100.186"
-	labBastionIn  = "198.51.100.189"
-	labTargetIP   = "198.51.100.190"
-	labSudoPW     = "correct horse battery"
-	labUserPW     = "login-pw-42"
-	labSudoersCfg = "kfnopw ALL=(ALL:ALL) NOPASSWD: ALL\nkfpw ALL=(ALL:ALL) ALL\n"
+	labRootIP    = "198.51.100.185"
+	labBastionIP = "198.51.100.186"
+	labBastionIn = "198.51.100.189"
+	labTargetIP  = "198.51.100.190"
+	labSudoPW    = "correct horse battery"
+	labUserPW    = "login-pw-42"
+	// RHEL's secure_path, which leaves out /usr/local/bin (where kforge installs).
+	labSudoersCfg = "Defaults secure_path=\"/sbin:/bin:/usr/sbin:/usr/bin\"\nkfnopw ALL=(ALL:ALL) NOPASSWD: ALL\nkfpw ALL=(ALL:ALL) ALL\n"
 )
 
 type sshdLab struct {
@@ -231,7 +232,7 @@ func TestRealSSHD(t *testing.T) {
 		c, o := lab.cfg("root", false)
 		h := lab.dial(t, c, o)
 		out, err := Output(ctxT(t, 10*time.Second), h, "id -u; cat /etc/sudoers.d/kforge-test | wc -l")
-		if err != nil || string(out) != "0\n2\n" {
+		if err != nil || string(out) != "0\n3\n" { // the test sudoers rules: 3 lines
 			t.Fatalf("%q %v", out, err)
 		}
 	})
@@ -253,6 +254,11 @@ func TestRealSSHD(t *testing.T) {
 		out, err := Output(ctx, h, "id -u; hostname -I")
 		if err != nil || !strings.HasPrefix(string(out), "0\n"+labTargetIP) {
 			t.Fatalf("%q %v", out, err)
+		}
+		// sudo's secure_path (RHEL's) leaves out /usr/local/bin; kforge's commands find what it
+		// installs there all the same.
+		if out, err := Output(ctx, h, `echo "$PATH"`); err != nil || !strings.HasPrefix(string(out), "/usr/local/sbin:/usr/local/bin:/sbin:/bin:") {
+			t.Errorf("PATH under sudo with RHEL's secure_path: %q %v; want /usr/local/sbin and /usr/local/bin first", out, err)
 		}
 		// A root-only directory: the upload needs sudo.
 		dst := filepath.Join(lab.dir, "rootonly", "etc", "kubelet.conf")

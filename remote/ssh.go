@@ -292,8 +292,13 @@ type proc struct {
 	ready  chan struct{}
 }
 
-// wrap turns command into what runs on the host: as is for root, under sudo otherwise. Under
-// sudo, the shell first prints a unique marker with its process group on stderr, so the caller
+// sudoPath puts /usr/local/sbin and /usr/local/bin, where kforge installs the bundle's binaries,
+// first on the PATH of commands run under sudo: sudo's secure_path replaces the login's PATH,
+// and RHEL's leaves them out (a command such as ctr was then "not found").
+const sudoPath = `PATH=/usr/local/sbin:/usr/local/bin:$PATH; export PATH; `
+
+// wrap turns command into what runs on the host: as is for root, under sudo otherwise (with
+// sudoPath). Under sudo, the shell first prints a unique marker with its process group on stderr, so the caller
 // knows the command runs (and sudo's prompt, if any, is over) and can end the whole group at a
 // deadline: sshd sends signals with the login user's rights, which cannot reach root processes.
 // With a sudo password, sudo prompts with a unique prompt that the filter answers on stdin.
@@ -305,7 +310,7 @@ func (h *SSH) wrap(command string) (string, *sudoFilter) {
 	rand.Read(nonce)
 	n := hex.EncodeToString(nonce)
 	f := &sudoFilter{prompt: []byte("[kforge-sudo-" + n + "]"), marker: []byte("kforge-run-" + n + ":"), password: h.sudoPW}
-	script := `read -r _ _ _ _ g _ </proc/$$/stat; printf '` + string(f.marker) + `%s\n' "$g" >&2; exec sh -c "$1"`
+	script := `read -r _ _ _ _ g _ </proc/$$/stat; printf '` + string(f.marker) + `%s\n' "$g" >&2; ` + sudoPath + `exec sh -c "$1"`
 	if h.sudo == SudoPasswordless {
 		return "sudo -n -- sh -c " + Quote(script) + " kforge " + Quote(command), f
 	}
