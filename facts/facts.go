@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
 	"regexp"
 	"slices"
@@ -66,6 +67,7 @@ type Facts struct {
 	Binaries map[string]Binary
 
 	Runtime   Runtime
+	Resolver  Resolver
 	Manifests Manifests
 	// EtcdDataDir lists up to five entries of /var/lib/etcd; nil when empty or absent.
 	EtcdDataDir []string
@@ -176,6 +178,40 @@ type Binary struct {
 	// when none was found. Output holds the first lines of that output.
 	Version string
 	Output  string
+}
+
+// Resolver is how the host resolves names: the nameservers of /etc/resolv.conf, and whether
+// systemd-resolved runs (Ubuntu's default, whose /etc/resolv.conf names only its own stub,
+// 127.0.0.53).
+type Resolver struct {
+	Nameservers []string
+	Resolved    bool
+}
+
+// ResolvedUpstream is the file where systemd-resolved lists the real upstream servers.
+const ResolvedUpstream = "/run/systemd/resolve/resolv.conf"
+
+// KubeletResolvConf is the resolv.conf kubelet should give pods on this host when the inventory
+// names none, as kubeadm chooses it: systemd-resolved's upstream file where systemd-resolved
+// runs (its stub at 127.0.0.53 in /etc/resolv.conf would make CoreDNS forward to itself), and ""
+// (kubelet's default, /etc/resolv.conf) otherwise. The file must be there (Facts.Files, when
+// Options.Hash asks for ResolvedUpstream).
+func (f *Facts) KubeletResolvConf() string {
+	if f != nil && f.Resolver.Resolved && f.Files[ResolvedUpstream] != "" {
+		return ResolvedUpstream
+	}
+	return ""
+}
+
+// LoopbackOnly says whether every nameserver of /etc/resolv.conf is on the host itself (a local
+// stub resolver such as systemd-resolved's 127.0.0.53); false when it lists none.
+func (r Resolver) LoopbackOnly() bool {
+	for _, ns := range r.Nameservers {
+		if ip := net.ParseIP(ns); ip == nil || !ip.IsLoopback() {
+			return false
+		}
+	}
+	return len(r.Nameservers) > 0
 }
 
 // VersionNumber is the version number (2.4.2, 2.4.2-rc.1) in a version string as a host reports

@@ -155,6 +155,17 @@ func TestScriptOnThisMachine(t *testing.T) {
 	if ipf, err := os.ReadFile("/proc/sys/net/ipv4/ip_forward"); err == nil && f.Sysctls["net.ipv4.ip_forward"] != strings.TrimSpace(string(ipf)) {
 		t.Errorf("sysctl ip_forward %q, /proc says %q", f.Sysctls["net.ipv4.ip_forward"], ipf)
 	}
+	if rc, err := os.ReadFile("/etc/resolv.conf"); err == nil {
+		var ns []string
+		for _, l := range strings.Split(string(rc), "\n") {
+			if fs := strings.Fields(l); len(fs) >= 2 && fs[0] == "nameserver" {
+				ns = append(ns, fs[1])
+			}
+		}
+		if !slices.Equal(f.Resolver.Nameservers, ns) {
+			t.Errorf("nameservers %q, /etc/resolv.conf says %q", f.Resolver.Nameservers, ns)
+		}
+	}
 	if id, err := os.ReadFile("/etc/machine-id"); err == nil && f.MachineID != strings.TrimSpace(string(id)) {
 		t.Errorf("machine id %q, /etc/machine-id says %q", f.MachineID, id)
 	}

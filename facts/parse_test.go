@@ -132,6 +132,11 @@ func TestParseRerunMaster(t *testing.T) {
 	if !reflect.DeepEqual(f.Manifests, wantMan) {
 		t.Errorf("manifests %+v marker %+v", f.Manifests, f.Manifests.Marker)
 	}
+	// Ubuntu's resolver: systemd-resolved's stub in /etc/resolv.conf, the upstream servers in
+	// its own file, which kubelet gives pods instead (as kubeadm does).
+	if !reflect.DeepEqual(f.Resolver, Resolver{Nameservers: []string{"127.0.0.53"}, Resolved: true}) || !f.Resolver.LoopbackOnly() || f.KubeletResolvConf() != ResolvedUpstream {
+		t.Errorf("resolver %+v loopback only %v, kubelet's resolv.conf %q", f.Resolver, f.Resolver.LoopbackOnly(), f.KubeletResolvConf())
+	}
 	if !f.Manifests.Marker.Owns("etcd.yaml") || f.Manifests.Marker.Owns("kube-vip.yaml") {
 		t.Error("Marker.Owns")
 	}
@@ -305,5 +310,32 @@ func TestParseSwapInAContainer(t *testing.T) {
 	f := mustParse(t, []byte(out))
 	if !f.Swap.On || f.Swap.TotalBytes != 1048572*1024 || !reflect.DeepEqual(f.Swap.Devices, []string{"/swapfile"}) {
 		t.Errorf("swap %+v; want 1048572 KiB on /swapfile", f.Swap)
+	}
+}
+
+// TestResolver: which resolv.conf kubelet gets, and when /etc/resolv.conf names only the host
+// itself.
+func TestResolver(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		r        Resolver
+		files    map[string]string
+		loopback bool
+		kubelet  string
+	}{
+		{"Debian: an upstream server", Resolver{Nameservers: []string{"192.0.2.53"}}, nil, false, ""},
+		{"Ubuntu: the stub, systemd-resolved running", Resolver{Nameservers: []string{"127.0.0.53"}, Resolved: true}, map[string]string{ResolvedUpstream: "ab"}, true, ResolvedUpstream},
+		{"the stub, its upstream file missing", Resolver{Nameservers: []string{"127.0.0.53"}, Resolved: true}, nil, true, ""},
+		{"a local dnsmasq, no systemd-resolved", Resolver{Nameservers: []string{"127.0.0.1", "::1"}}, map[string]string{ResolvedUpstream: "ab"}, true, ""},
+		{"a local one and an upstream one", Resolver{Nameservers: []string{"127.0.0.1", "192.0.2.53"}}, nil, false, ""},
+		{"no nameserver at all", Resolver{}, nil, false, ""},
+	} {
+		f := &Facts{Resolver: c.r, Files: c.files}
+		if got := c.r.LoopbackOnly(); got != c.loopback {
+			t.Errorf("%s: LoopbackOnly = %v, want %v", c.name, got, c.loopback)
+		}
+		if got := f.KubeletResolvConf(); got != c.kubelet {
+			t.Errorf("%s: KubeletResolvConf = %q, want %q", c.name, got, c.kubelet)
+		}
 	}
 }

@@ -109,6 +109,20 @@ var table = []fact{
 			}
 			return nil
 		}},
+	{keys: []string{"resolved=", "resolv "},
+		command: always(`if systemctl is-active -q systemd-resolved 2>/dev/null; then echo resolved=1; else echo resolved=0; fi
+[ -r /etc/resolv.conf ] && while read -r k v _; do [ "$k" = nameserver ] && printf 'resolv nameserver %s\n' "$v"; done </etc/resolv.conf; true`),
+		parse: func(p *parsing, k, v string) error {
+			switch k {
+			case "resolved":
+				p.f.Resolver.Resolved = v == "1"
+			case "resolv":
+				if ns, ok := strings.CutPrefix(v, "nameserver "); ok {
+					p.f.Resolver.Nameservers = append(p.f.Resolver.Nameservers, ns)
+				}
+			}
+			return nil
+		}},
 	{keys: []string{"cpus="}, need: []string{"cpus"},
 		command: always(`printf 'cpus=%s\n' "$(nproc 2>/dev/null || grep -c '^processor' /proc/cpuinfo)"`),
 		parse: func(p *parsing, _, v string) (err error) {

@@ -95,6 +95,7 @@ const (
 	CheckEtcdQuorum     = "EtcdQuorum"
 	CheckUpgradeRoute   = "UpgradeRoute"
 	CheckServiceRoute   = "ServiceRoute"
+	CheckResolvConf     = "ResolvConf"
 	CheckAPIProxyPort   = "APIProxyPort"
 	CheckRegistryPort   = "RegistryPort"
 	CheckVIP            = "ControlPlaneVIP"
@@ -127,7 +128,7 @@ type hostCheck func(c *inventory.Cluster, n inventory.Node, f *facts.Facts) []Fi
 var hostChecks = []hostCheck{
 	checkPrivilegedUser, checkSystem, checkInitSystem, checkCPUAndMemory, checkSwap, checkCommands,
 	checkCRI, checkKubeletVersion, checkHostname, checkPorts, checkAPIProxyPort, checkBundleFromMasters, checkManifestsDir, checkEtcdDataDir,
-	checkSysctls, checkServiceRoute, checkClockSkew, checkCapSysResource, checkEtcdQuorum, checkUpgradeRoute,
+	checkSysctls, checkServiceRoute, checkResolvConf, checkClockSkew, checkCapSysResource, checkEtcdQuorum, checkUpgradeRoute,
 }
 
 func finding(n inventory.Node, check string, sev Severity, fix, format string, args ...any) Finding {
@@ -591,6 +592,25 @@ func checkServiceRoute(c *inventory.Cluster, n inventory.Node, f *facts.Facts) [
 			"%s, and kforge cannot add the route: ip is not installed", seen)}
 	}
 	return []Finding{finding(n, CheckServiceRoute, Info, "", "%s; kforge routes it through the interface of %s (%s, at every boot)", seen, n.NodeIP(), hostpath.ServiceRouteUnit)}
+}
+
+// checkResolvConf refuses a host whose pods would get a resolv.conf that names only the host
+// itself: a local stub resolver (systemd-resolved's 127.0.0.53, a dnsmasq on 127.0.0.1) is not
+// reachable from a pod's network, and CoreDNS, which forwards to the servers of that file,
+// would forward to itself and crash-loop. Where systemd-resolved runs, kforge gives kubelet its
+// upstream file instead, as kubeadm does (facts.KubeletResolvConf); an inventory's
+// kubelet.resolvConf is the user's choice.
+func checkResolvConf(c *inventory.Cluster, n inventory.Node, f *facts.Facts) []Finding {
+	if c.Kubelet.ResolvConf != "" || f.KubeletResolvConf() != "" || !f.Resolver.LoopbackOnly() {
+		return nil
+	}
+	fix := "set kubelet.resolvConf in the inventory to a file on the hosts that lists the upstream DNS servers"
+	if f.Resolver.Resolved {
+		fix = "systemd-resolved runs but " + facts.ResolvedUpstream + " is missing: restart systemd-resolved, or " + fix
+	}
+	return []Finding{finding(n, CheckResolvConf, Error, fix,
+		"/etc/resolv.conf names only %s, a resolver on the host itself, which pods cannot reach: kubelet would give pods this file, and CoreDNS would forward to itself",
+		strings.Join(f.Resolver.Nameservers, ", "))}
 }
 
 // checkEtcdQuorum warns, on the first master, about an even number of masters: stacked etcd

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -130,6 +131,17 @@ func TestChecks(t *testing.T) {
 		{"optional command", "m1", func(f *facts.Facts) { delete(f.Binaries, "socat") }, nil, CommandCheck("socat"), Warning, "socat not found"},
 		{"service subnet routed", "w1", func(f *facts.Facts) { f.ServiceRoute = facts.RouteCovered }, nil, CheckServiceRoute, Info, ""},
 		{"service subnet unrouted", "w1", func(f *facts.Facts) { f.ServiceRoute = facts.RouteMissing }, nil, CheckServiceRoute, Info, "no route covers the service subnet 10.96.0.0/12"},
+		{"resolv.conf upstream", "w1", func(f *facts.Facts) { f.Resolver = facts.Resolver{Nameservers: []string{"192.0.2.53"}} }, nil, CheckResolvConf, Error, ""},
+		{"systemd-resolved's stub: its upstream file", "w1", func(f *facts.Facts) {
+			f.Resolver = facts.Resolver{Nameservers: []string{"127.0.0.53"}, Resolved: true}
+			f.Files = map[string]string{facts.ResolvedUpstream: "ab"}
+		}, nil, CheckResolvConf, Error, ""},
+		{"systemd-resolved's stub without its upstream file", "w1", func(f *facts.Facts) {
+			f.Resolver = facts.Resolver{Nameservers: []string{"127.0.0.53"}, Resolved: true}
+		}, nil, CheckResolvConf, Error, "/etc/resolv.conf names only 127.0.0.53, a resolver on the host itself, which pods cannot reach: kubelet would give pods this file, and CoreDNS would forward to itself"},
+		{"a local resolver", "w1", func(f *facts.Facts) { f.Resolver = facts.Resolver{Nameservers: []string{"127.0.0.1"}} }, nil, CheckResolvConf, Error, "names only 127.0.0.1"},
+		{"a local resolver, kubelet.resolvConf set", "w1", func(f *facts.Facts) { f.Resolver = facts.Resolver{Nameservers: []string{"127.0.0.1"}} },
+			func(c *inventory.Cluster) { c.Kubelet.ResolvConf = "/etc/kforge/upstream.conf" }, CheckResolvConf, Error, ""},
 		{"service subnet unrouted without ip", "w1", func(f *facts.Facts) { f.ServiceRoute = facts.RouteMissing; delete(f.Binaries, "ip") }, nil, CheckServiceRoute, Error, "kforge cannot add the route: ip is not installed"},
 		{"no kubelet", "w1", func(f *facts.Facts) { delete(f.Binaries, "kubelet") }, nil, CommandCheck("kubelet"), Error, "no bundle to install it from"},
 		{"no kubelet, bundle", "w1", func(f *facts.Facts) { delete(f.Binaries, "kubelet") }, func(c *inventory.Cluster) { c.Bundle = "bundle" }, CommandCheck("kubelet"), Error, ""},
@@ -522,5 +534,35 @@ func TestControlPlaneVIP(t *testing.T) {
 	c.ControlPlaneVIP = ""
 	if got := errorsOf(func(m1, _ *facts.Facts) { m1.VIP = facts.VIP{} }); len(got) != 0 {
 		t.Errorf("without a VIP: %v", got)
+	}
+}
+
+// TestResolvConfMessage: the whole message of a host whose resolv.conf names only its own stub
+// while systemd-resolved's upstream file is missing, and of one with a local resolver.
+func TestResolvConfMessage(t *testing.T) {
+	for _, c := range []struct {
+		resolver facts.Resolver
+		want     []string
+	}{
+		{facts.Resolver{Nameservers: []string{"127.0.0.53"}, Resolved: true}, []string{
+			"[ERROR ResolvConf] w1: /etc/resolv.conf names only 127.0.0.53, a resolver on the host itself, which pods cannot reach: kubelet would give pods this file, and CoreDNS would forward to itself",
+			"    fix: systemd-resolved runs but /run/systemd/resolve/resolv.conf is missing: restart systemd-resolved, or set kubelet.resolvConf in the inventory to a file on the hosts that lists the upstream DNS servers",
+		}},
+		{facts.Resolver{Nameservers: []string{"127.0.0.1", "::1"}}, []string{
+			"[ERROR ResolvConf] w1: /etc/resolv.conf names only 127.0.0.1, ::1, a resolver on the host itself, which pods cannot reach: kubelet would give pods this file, and CoreDNS would forward to itself",
+			"    fix: set kubelet.resolvConf in the inventory to a file on the hosts that lists the upstream DNS servers",
+		}},
+	} {
+		hosts := healthyHosts()
+		hosts["w1"].Resolver = c.resolver
+		var got []string
+		for _, f := range Check(cluster(), hosts, Options{}) {
+			if f.Check == CheckResolvConf {
+				got = append(got, f.Lines()...)
+			}
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(c.want, "\n"))
+		}
 	}
 }

@@ -93,9 +93,10 @@ func newFleet(c *inventory.Cluster, nodes []inventory.Node, o Options) *fleet.Fl
 	return fleet.New(nodes, fleet.Options{
 		Limits: o.Limits, AcceptNewHostKeys: o.AcceptNewHostKeys, Connect: o.Connect, DialRetry: o.DialRetry, Logger: o.Logger, Now: o.Now,
 		// kubelet.conf on a worker says it has joined (its kubelet wrote it at TLS bootstrap);
-		// the API proxy's and kforge-vip's units, that an earlier run installed them.
+		// the API proxy's and kforge-vip's units, that an earlier run installed them; systemd-resolved's
+		// upstream file, which kubelet then gives pods (facts.KubeletResolvConf).
 		// The kubernetes Service's address: whether a route covers the Service subnet.
-		Facts: facts.Options{CRIEndpoint: c.ContainerRuntime.Endpoint, Dirs: templates.CACertDirCandidates, Hash: []string{hostpath.KubeletKubeconfig, hostpath.APIProxyUnitPath, hostpath.VIPUnitPath}, ServiceAddress: serviceAddress(c), VIP: c.ControlPlaneVIP},
+		Facts: facts.Options{CRIEndpoint: c.ContainerRuntime.Endpoint, Dirs: templates.CACertDirCandidates, Hash: []string{hostpath.KubeletKubeconfig, hostpath.APIProxyUnitPath, hostpath.VIPUnitPath, facts.ResolvedUpstream}, ServiceAddress: serviceAddress(c), VIP: c.ControlPlaneVIP},
 	})
 }
 

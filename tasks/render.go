@@ -27,12 +27,13 @@ func (h *hop) render(ep etcdPlan, retiring int) (err error) {
 	rc := h.rc
 	o := templates.Options{
 		BootstrapToken: rc.token.Value(), EtcdBoot: ep.boot, RetiringMasters: retiring,
-		RestrictOOMScoreAdj: map[string]bool{}, CgroupV2: map[string]bool{}, HostCACertDirs: map[string][]string{},
+		RestrictOOMScoreAdj: map[string]bool{}, CgroupV2: map[string]bool{}, HostCACertDirs: map[string][]string{}, HostResolvConf: map[string]string{},
 	}
 	for name, f := range rc.fleet.AllFacts() {
 		o.RestrictOOMScoreAdj[name] = !f.HasCapSysResource()
 		o.CgroupV2[name] = f.Cgroup.Version == facts.CgroupV2
 		o.HostCACertDirs[name] = f.Dirs
+		o.HostResolvConf[name] = f.KubeletResolvConf()
 	}
 	if o.Registries, err = registries(h.inv); err != nil {
 		return err

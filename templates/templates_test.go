@@ -125,6 +125,31 @@ func TestNodeFileGoldens(t *testing.T) {
 	}
 }
 
+// TestKubeletResolvConfByHost: a host where systemd-resolved runs gives its pods the upstream
+// file apply found (HostResolvConf); the inventory's kubelet.resolvConf wins over it.
+func TestKubeletResolvConfByHost(t *testing.T) {
+	c := haCluster()
+	n := c.Nodes()[1]
+	o := Options{HostResolvConf: map[string]string{n.Name: "/run/systemd/resolve/resolv.conf"}}
+	for _, tc := range []struct{ inventory, want string }{
+		{"", "/run/systemd/resolve/resolv.conf"},
+		{"/etc/kforge/resolv.conf", "/etc/kforge/resolv.conf"},
+	} {
+		c.Kubelet.ResolvConf = tc.inventory
+		cfg, err := KubeletFor(c, n, o).Config()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.ResolverConfig == nil || *cfg.ResolverConfig != tc.want {
+			t.Errorf("kubelet.resolvConf %q: resolvConf %v, want %s", tc.inventory, cfg.ResolverConfig, tc.want)
+		}
+	}
+	c.Kubelet.ResolvConf = ""
+	if cfg, _ := KubeletFor(c, c.Nodes()[0], o).Config(); cfg.ResolverConfig != nil {
+		t.Errorf("a host without systemd-resolved: resolvConf %s, want kubelet's default", *cfg.ResolverConfig)
+	}
+}
+
 // The cgroup v1 and resolv.conf choices are inputs, never defaults.
 func TestKubeletLabChoicesAreOptIn(t *testing.T) {
 	c := haCluster()

@@ -65,6 +65,9 @@ type Options struct {
 	// Registries are the inventory's containerRuntime.registries with their CAs and
 	// credentials read; every node gets their hosts.toml files.
 	Registries []Registry
+	// HostResolvConf, by host name, is the resolv.conf kubelet gives pods where the inventory
+	// sets none (kubelet.resolvConf): apply detects systemd-resolved (facts.KubeletResolvConf).
+	HostResolvConf map[string]string
 	// EtcdBoot, by master name, says how a master's etcd member starts when it is not a new
 	// cluster's (ControlPlaneFor): joining a running cluster, or already running.
 	EtcdBoot map[string]*EtcdBootstrap
@@ -174,7 +177,7 @@ func KubeletFor(c *inventory.Cluster, n inventory.Node, o Options) Kubelet {
 		CgroupDriver:       or(c.Kubelet.CgroupDriver, "systemd"),
 		CRIEndpoint:        or(c.ContainerRuntime.Endpoint, inventory.DefaultCRIEndpoint),
 		AllowCgroupV1:      c.Kubelet.AllowCgroupV1 && !o.CgroupV2[n.Name],
-		ResolvConf:         c.Kubelet.ResolvConf,
+		ResolvConf:         or(c.Kubelet.ResolvConf, o.HostResolvConf[n.Name]),
 		ExtraArgs:          c.Kubelet.ExtraArgs,
 	}
 }
