@@ -103,4 +103,6 @@ const (
 	// SysctlFile is kforge's own sysctl.d file; only it is applied (`sysctl --system` fails on
 	// hosts where some global keys are read-only, such as containers).
 	SysctlFile = "/etc/sysctl.d/99-kforge.conf"
+	// ResolvConf is the host's resolver configuration, which kubelet gives pods by default.
+	ResolvConf = "/etc/resolv.conf"
 )

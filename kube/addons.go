@@ -31,7 +31,14 @@ type CoreDNSInput struct {
 	// Replicas of a new Deployment; default 2. An existing Deployment keeps its replica count
 	// (someone may have scaled it), as kubeadm does.
 	Replicas int32
+	// Upstream identifies the resolv.conf files kubelet gives pods on the nodes (a hash of their
+	// contents), which CoreDNS forwards to: it is an annotation of CoreDNS's pod template, so a
+	// changed file rolls CoreDNS's pods, which read it only when they start. "" for none.
+	Upstream string
 }
+
+// UpstreamAnnotation is CoreDNS's pod-template annotation that carries CoreDNSInput.Upstream.
+const UpstreamAnnotation = "kforge.dev/upstream-resolv-conf"
 
 // CoreDNS deploys CoreDNS as `kubeadm init phase addon coredns` renders it (alike in kubeadm
 // v1.35, v1.36 and v1.37; the image is the release's): the
@@ -120,7 +127,7 @@ func coreDNSObjects(in CoreDNSInput) (objects, error) {
 			},
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: upstreamAnnotation(in.Upstream)},
 				Spec: corev1.PodSpec{
 					PriorityClassName:  "system-cluster-critical",
 					ServiceAccountName: "coredns",
@@ -476,4 +483,12 @@ func flannelObjects(in FlannelInput) (objects, error) {
 		},
 	})
 	return o, nil
+}
+
+// upstreamAnnotation is CoreDNS's pod-template annotation for upstream; none when it is "".
+func upstreamAnnotation(upstream string) map[string]string {
+	if upstream == "" {
+		return nil
+	}
+	return map[string]string{UpstreamAnnotation: upstream}
 }

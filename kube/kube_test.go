@@ -534,6 +534,16 @@ func TestCoreDNSTwiceKeepsScaledReplicas(t *testing.T) {
 	if actions(ch)["Deployment kube-system/coredns"] != Updated {
 		t.Errorf("image change: %v", ch)
 	}
+	// The nodes' resolv.conf changed: CoreDNS's pods are replaced (the template changes), once.
+	in.Upstream = "0123abcd"
+	if ch, err = CoreDNS(ctx, c, in); err != nil || actions(ch)["Deployment kube-system/coredns"] != Updated {
+		t.Errorf("upstream change: %v, %v", ch, err)
+	}
+	d, _ = c.AppsV1().Deployments("kube-system").Get(ctx, "coredns", metav1.GetOptions{})
+	if d.Spec.Template.Annotations[UpstreamAnnotation] != "0123abcd" {
+		t.Errorf("pod template annotations %v", d.Spec.Template.Annotations)
+	}
+	twice(t, c, func(c kubernetes.Interface) ([]Change, error) { return CoreDNS(ctx, c, in) })
 }
 
 func TestKubeProxyTwice(t *testing.T) {

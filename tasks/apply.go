@@ -90,13 +90,18 @@ func (o Options) withDefaults() Options {
 // newFleet is the fleet of nodes, reached as o says, gathering what apply and reset need to
 // know of each host.
 func newFleet(c *inventory.Cluster, nodes []inventory.Node, o Options) *fleet.Fleet {
+	hash := []string{hostpath.KubeletKubeconfig, hostpath.APIProxyUnitPath, hostpath.VIPUnitPath, hostpath.ResolvConf, facts.ResolvedUpstream}
+	if c.Kubelet.ResolvConf != "" {
+		hash = append(hash, c.Kubelet.ResolvConf)
+	}
 	return fleet.New(nodes, fleet.Options{
 		Limits: o.Limits, AcceptNewHostKeys: o.AcceptNewHostKeys, Connect: o.Connect, DialRetry: o.DialRetry, Logger: o.Logger, Now: o.Now,
 		// kubelet.conf on a worker says it has joined (its kubelet wrote it at TLS bootstrap);
-		// the API proxy's and kforge-vip's units, that an earlier run installed them; systemd-resolved's
-		// upstream file, which kubelet then gives pods (facts.KubeletResolvConf).
+		// the API proxy's and kforge-vip's units, that an earlier run installed them; the
+		// resolv.conf files kubelet may give pods (facts.KubeletResolvConf), whose contents
+		// CoreDNS follows (upstreamResolv).
 		// The kubernetes Service's address: whether a route covers the Service subnet.
-		Facts: facts.Options{CRIEndpoint: c.ContainerRuntime.Endpoint, Dirs: templates.CACertDirCandidates, Hash: []string{hostpath.KubeletKubeconfig, hostpath.APIProxyUnitPath, hostpath.VIPUnitPath, facts.ResolvedUpstream}, ServiceAddress: serviceAddress(c), VIP: c.ControlPlaneVIP},
+		Facts: facts.Options{CRIEndpoint: c.ContainerRuntime.Endpoint, Dirs: templates.CACertDirCandidates, Hash: hash, ServiceAddress: serviceAddress(c), VIP: c.ControlPlaneVIP},
 	})
 }
 

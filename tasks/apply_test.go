@@ -8,7 +8,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kforge/kforge/facts"
 	"github.com/kforge/kforge/fleet"
+	"github.com/kforge/kforge/hostpath"
 	"github.com/kforge/kforge/inventory"
 	"github.com/kforge/kforge/state"
 )
@@ -171,4 +173,35 @@ func fakeBundleDir(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return dir
+}
+
+// TestUpstreamResolv: CoreDNS's pod template follows the contents of the resolv.conf files the
+// nodes' kubelets give pods: a node added with the same file changes nothing, a changed file
+// changes it; each host's file is the one its kubelet uses (the inventory's, systemd-resolved's
+// upstream, or /etc/resolv.conf).
+func TestUpstreamResolv(t *testing.T) {
+	c := cluster(t, "")
+	host := func(files map[string]string, resolved bool) *facts.Facts {
+		return &facts.Facts{Files: files, Resolver: facts.Resolver{Resolved: resolved}}
+	}
+	etc := map[string]string{hostpath.ResolvConf: "aa"}
+	one := upstreamResolv(c, map[string]*facts.Facts{"m1": host(etc, false)})
+	if one == "" {
+		t.Fatal("no upstream for a host's /etc/resolv.conf")
+	}
+	if two := upstreamResolv(c, map[string]*facts.Facts{"m1": host(etc, false), "w1": host(etc, false), "gone": nil}); two != one {
+		t.Errorf("a node with the same file changed it: %s, then %s", one, two)
+	}
+	if changed := upstreamResolv(c, map[string]*facts.Facts{"m1": host(map[string]string{hostpath.ResolvConf: "bb"}, false)}); changed == one {
+		t.Error("a changed file did not change it")
+	}
+	// systemd-resolved's upstream file, not its stub in /etc/resolv.conf.
+	stub := map[string]string{hostpath.ResolvConf: "aa", facts.ResolvedUpstream: "cc"}
+	if got, want := upstreamResolv(c, map[string]*facts.Facts{"m1": host(stub, true)}), upstreamResolv(c, map[string]*facts.Facts{"m1": host(map[string]string{hostpath.ResolvConf: "cc"}, false)}); got != want {
+		t.Errorf("systemd-resolved's upstream: %s, want %s (its file's sum)", got, want)
+	}
+	c.Kubelet.ResolvConf = "/etc/kforge/resolv.conf"
+	if got := upstreamResolv(c, map[string]*facts.Facts{"m1": host(stub, true)}); got != "" {
+		t.Errorf("the inventory's file, not reported: %q, want none", got)
+	}
 }

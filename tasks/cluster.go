@@ -3,6 +3,8 @@ package tasks
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -21,6 +23,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/kforge/kforge/facts"
 	"github.com/kforge/kforge/fleet"
 	"github.com/kforge/kforge/hostpath"
 	"github.com/kforge/kforge/inventory"
@@ -340,8 +343,32 @@ func (h *hop) coreAddonObjects(ctx context.Context) ([]kube.Change, error) {
 	if err != nil {
 		return all, err
 	}
-	cs, err := kube.CoreDNS(ctx, api.Typed, kube.CoreDNSInputFor(h.inv, im))
+	in := kube.CoreDNSInputFor(h.inv, im)
+	in.Upstream = upstreamResolv(h.inv, h.rc.fleet.AllFacts())
+	cs, err := kube.CoreDNS(ctx, api.Typed, in)
 	return append(all, cs...), err
+}
+
+// upstreamResolv identifies, by their contents, the resolv.conf files the nodes' kubelets give
+// pods (each host's as KubeletFor chooses it), which CoreDNS forwards to: a hash of their
+// distinct sha256 sums (a node added with the same file changes nothing). "" when no host
+// reported one.
+func upstreamResolv(c *inventory.Cluster, hosts map[string]*facts.Facts) string {
+	var sums []string
+	for _, f := range hosts {
+		if f == nil {
+			continue
+		}
+		if s := f.Files[cmp.Or(c.Kubelet.ResolvConf, f.KubeletResolvConf(), hostpath.ResolvConf)]; s != "" && !slices.Contains(sums, s) {
+			sums = append(sums, s)
+		}
+	}
+	if len(sums) == 0 {
+		return ""
+	}
+	slices.Sort(sums)
+	h := sha256.Sum256([]byte(strings.Join(sums, "\n")))
+	return hex.EncodeToString(h[:8])
 }
 
 // kubeProxyRestarts says whether kube-proxy's pods are restarted after these changes: it reads
