@@ -68,6 +68,7 @@ type Facts struct {
 
 	Runtime   Runtime
 	Resolver  Resolver
+	LSM       LSM
 	Manifests Manifests
 	// EtcdDataDir lists up to five entries of /var/lib/etcd; nil when empty or absent.
 	EtcdDataDir []string
@@ -187,6 +188,20 @@ type Resolver struct {
 	Nameservers []string
 	Resolved    bool
 }
+
+// LSM is what the host's Linux security modules enforce on containers.
+type LSM struct {
+	// SELinux is SELinuxEnforcing, SELinuxPermissive, or "" where SELinux is not enabled.
+	SELinux string
+	// AppArmor: the kernel enforces AppArmor profiles (/sys/module/apparmor/parameters/enabled);
+	// AppArmorParser: apparmor_parser, with which containerd loads its default profile, is there.
+	AppArmor, AppArmorParser bool
+}
+
+const (
+	SELinuxEnforcing  = "enforcing"
+	SELinuxPermissive = "permissive"
+)
 
 // ResolvedUpstream is the file where systemd-resolved lists the real upstream servers.
 const ResolvedUpstream = "/run/systemd/resolve/resolv.conf"

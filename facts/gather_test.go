@@ -155,6 +155,12 @@ func TestScriptOnThisMachine(t *testing.T) {
 	if ipf, err := os.ReadFile("/proc/sys/net/ipv4/ip_forward"); err == nil && f.Sysctls["net.ipv4.ip_forward"] != strings.TrimSpace(string(ipf)) {
 		t.Errorf("sysctl ip_forward %q, /proc says %q", f.Sysctls["net.ipv4.ip_forward"], ipf)
 	}
+	if b, err := os.ReadFile("/sys/module/apparmor/parameters/enabled"); (err == nil && strings.TrimSpace(string(b)) == "Y") != f.LSM.AppArmor {
+		t.Errorf("AppArmor %v, /sys/module/apparmor/parameters/enabled says %q (%v)", f.LSM.AppArmor, b, err)
+	}
+	if b, err := os.ReadFile("/sys/fs/selinux/enforce"); err == nil != (f.LSM.SELinux != "") {
+		t.Errorf("SELinux %q, /sys/fs/selinux/enforce says %q (%v)", f.LSM.SELinux, b, err)
+	}
 	if rc, err := os.ReadFile("/etc/resolv.conf"); err == nil {
 		var ns []string
 		for _, l := range strings.Split(string(rc), "\n") {

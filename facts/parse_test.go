@@ -137,6 +137,9 @@ func TestParseRerunMaster(t *testing.T) {
 	if !reflect.DeepEqual(f.Resolver, Resolver{Nameservers: []string{"127.0.0.53"}, Resolved: true}) || !f.Resolver.LoopbackOnly() || f.KubeletResolvConf() != ResolvedUpstream {
 		t.Errorf("resolver %+v loopback only %v, kubelet's resolv.conf %q", f.Resolver, f.Resolver.LoopbackOnly(), f.KubeletResolvConf())
 	}
+	if f.LSM != (LSM{AppArmor: true, AppArmorParser: true}) {
+		t.Errorf("LSM %+v: want AppArmor with its parser, no SELinux", f.LSM)
+	}
 	if !f.Manifests.Marker.Owns("etcd.yaml") || f.Manifests.Marker.Owns("kube-vip.yaml") {
 		t.Error("Marker.Owns")
 	}

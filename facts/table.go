@@ -123,6 +123,21 @@ var table = []fact{
 			}
 			return nil
 		}},
+	{keys: []string{"selinux=", "apparmor=", "apparmorparser="},
+		command: always(`s=; [ -r /sys/fs/selinux/enforce ] && { read -r s || [ -n "$s" ]; } </sys/fs/selinux/enforce; printf 'selinux=%s\n' "$s"
+a=; [ -r /sys/module/apparmor/parameters/enabled ] && { read -r a || [ -n "$a" ]; } </sys/module/apparmor/parameters/enabled; printf 'apparmor=%s\n' "$a"
+if command -v apparmor_parser >/dev/null 2>&1; then echo apparmorparser=1; else echo apparmorparser=0; fi`),
+		parse: func(p *parsing, k, v string) error {
+			switch k {
+			case "selinux":
+				p.f.LSM.SELinux = map[string]string{"1": SELinuxEnforcing, "0": SELinuxPermissive}[v]
+			case "apparmor":
+				p.f.LSM.AppArmor = v == "Y"
+			case "apparmorparser":
+				p.f.LSM.AppArmorParser = v == "1"
+			}
+			return nil
+		}},
 	{keys: []string{"cpus="}, need: []string{"cpus"},
 		command: always(`printf 'cpus=%s\n' "$(nproc 2>/dev/null || grep -c '^processor' /proc/cpuinfo)"`),
 		parse: func(p *parsing, _, v string) (err error) {

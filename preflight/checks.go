@@ -96,6 +96,8 @@ const (
 	CheckUpgradeRoute   = "UpgradeRoute"
 	CheckServiceRoute   = "ServiceRoute"
 	CheckResolvConf     = "ResolvConf"
+	CheckSELinux        = "SELinux"
+	CheckAppArmor       = "AppArmor"
 	CheckAPIProxyPort   = "APIProxyPort"
 	CheckRegistryPort   = "RegistryPort"
 	CheckVIP            = "ControlPlaneVIP"
@@ -128,7 +130,7 @@ type hostCheck func(c *inventory.Cluster, n inventory.Node, f *facts.Facts) []Fi
 var hostChecks = []hostCheck{
 	checkPrivilegedUser, checkSystem, checkInitSystem, checkCPUAndMemory, checkSwap, checkCommands,
 	checkCRI, checkKubeletVersion, checkHostname, checkPorts, checkAPIProxyPort, checkBundleFromMasters, checkManifestsDir, checkEtcdDataDir,
-	checkSysctls, checkServiceRoute, checkResolvConf, checkClockSkew, checkCapSysResource, checkEtcdQuorum, checkUpgradeRoute,
+	checkSysctls, checkServiceRoute, checkResolvConf, checkSELinux, checkAppArmor, checkClockSkew, checkCapSysResource, checkEtcdQuorum, checkUpgradeRoute,
 }
 
 func finding(n inventory.Node, check string, sev Severity, fix, format string, args ...any) Finding {
@@ -266,10 +268,10 @@ var bundledRuntime = map[string]bool{"containerd": true, "runc": true, "ctr": tr
 var (
 	debPackages = map[string]string{"containerd": "containerd", "runc": "runc", "ctr": "containerd", "mount": "mount", "losetup": "mount",
 		"cp": "coreutils", "sha256sum": "coreutils", "iptables": "iptables", "conntrack": "conntrack", "socat": "socat",
-		"ebtables": "ebtables", "ethtool": "ethtool", "ip": "iproute2", "nsenter": "util-linux", "curl": "curl"}
+		"ebtables": "ebtables", "ethtool": "ethtool", "ip": "iproute2", "nsenter": "util-linux", "curl": "curl", "apparmor_parser": "apparmor"}
 	rpmPackages = map[string]string{"containerd": "containerd.io", "runc": "runc", "ctr": "containerd.io", "mount": "util-linux", "losetup": "util-linux",
 		"cp": "coreutils", "sha256sum": "coreutils", "iptables": "iptables", "conntrack": "conntrack-tools", "socat": "socat",
-		"ebtables": "ebtables", "ethtool": "ethtool", "ip": "iproute", "nsenter": "util-linux", "curl": "curl"}
+		"ebtables": "ebtables", "ethtool": "ethtool", "ip": "iproute", "nsenter": "util-linux", "curl": "curl", "apparmor_parser": "apparmor-parser"}
 )
 
 func installHint(f *facts.Facts, cmd string) string {
@@ -611,6 +613,34 @@ func checkResolvConf(c *inventory.Cluster, n inventory.Node, f *facts.Facts) []F
 	return []Finding{finding(n, CheckResolvConf, Error, fix,
 		"/etc/resolv.conf names only %s, a resolver on the host itself, which pods cannot reach: kubelet would give pods this file, and CoreDNS would forward to itself",
 		strings.Join(f.Resolver.Nameservers, ", "))}
+}
+
+// checkSELinux refuses SELinux in enforcing mode: the bundle brings no container-selinux
+// policy, so the static pods' and kubelet's access to host paths would be denied; kubeadm's
+// install guide, too, sets SELinux to permissive. Permissive mode is reported: SELinux logs
+// what it would deny, and denies nothing.
+func checkSELinux(_ *inventory.Cluster, n inventory.Node, f *facts.Facts) []Finding {
+	switch f.LSM.SELinux {
+	case facts.SELinuxEnforcing:
+		return []Finding{finding(n, CheckSELinux, Error,
+			"setenforce 0, and set SELINUX=permissive in /etc/selinux/config so it stays so at boot (as kubeadm's install guide does); then run again",
+			"SELinux is enforcing: the bundle brings no container-selinux policy, and the control plane's and kubelet's access to host paths would be denied")}
+	case facts.SELinuxPermissive:
+		return []Finding{finding(n, CheckSELinux, Info, "", "SELinux is permissive: it logs what it would deny and denies nothing")}
+	}
+	return nil
+}
+
+// checkAppArmor refuses a host whose kernel enforces AppArmor but that lacks apparmor_parser:
+// containerd loads its default profile for every container with it, and without it no pod
+// starts ("apparmor_parser": executable file not found). With both, pods run under containerd's
+// default profile (runtime/default).
+func checkAppArmor(_ *inventory.Cluster, n inventory.Node, f *facts.Facts) []Finding {
+	if !f.LSM.AppArmor || f.LSM.AppArmorParser {
+		return nil
+	}
+	return []Finding{finding(n, CheckAppArmor, Error, "install it: "+installHint(f, "apparmor_parser"),
+		"AppArmor is enabled in the kernel but apparmor_parser is not installed: containerd loads its default profile for every container with it, and no pod would start")}
 }
 
 // checkEtcdQuorum warns, on the first master, about an even number of masters: stacked etcd

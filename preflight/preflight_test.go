@@ -566,3 +566,39 @@ func TestResolvConfMessage(t *testing.T) {
 		}
 	}
 }
+
+// TestSecurityModules: SELinux enforcing is refused with the fix, permissive is reported;
+// AppArmor without apparmor_parser is refused with the package to install.
+func TestSecurityModules(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		lsm  facts.LSM
+		os   string
+		want []string
+	}{
+		{"SELinux enforcing", facts.LSM{SELinux: facts.SELinuxEnforcing}, "rocky", []string{
+			"[ERROR SELinux] w1: SELinux is enforcing: the bundle brings no container-selinux policy, and the control plane's and kubelet's access to host paths would be denied",
+			"    fix: setenforce 0, and set SELINUX=permissive in /etc/selinux/config so it stays so at boot (as kubeadm's install guide does); then run again",
+		}},
+		{"SELinux permissive", facts.LSM{SELinux: facts.SELinuxPermissive}, "rocky", []string{
+			"[INFO SELinux] w1: SELinux is permissive: it logs what it would deny and denies nothing",
+		}},
+		{"AppArmor without its parser", facts.LSM{AppArmor: true}, "debian", []string{
+			"[ERROR AppArmor] w1: AppArmor is enabled in the kernel but apparmor_parser is not installed: containerd loads its default profile for every container with it, and no pod would start",
+			"    fix: install it: apt-get install apparmor",
+		}},
+		{"AppArmor with its parser", facts.LSM{AppArmor: true, AppArmorParser: true}, "ubuntu", nil},
+	} {
+		hosts := healthyHosts()
+		hosts["w1"].LSM, hosts["w1"].OS.ID = c.lsm, c.os
+		var got []string
+		for _, f := range Check(cluster(), hosts, Options{}) {
+			if f.Check == CheckSELinux || f.Check == CheckAppArmor {
+				got = append(got, f.Lines()...)
+			}
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("%s: got\n%s\nwant\n%s", c.name, strings.Join(got, "\n"), strings.Join(c.want, "\n"))
+		}
+	}
+}
