@@ -69,6 +69,7 @@ type Facts struct {
 	Runtime   Runtime
 	Resolver  Resolver
 	LSM       LSM
+	Firewall  Firewall
 	Manifests Manifests
 	// EtcdDataDir lists up to five entries of /var/lib/etcd; nil when empty or absent.
 	EtcdDataDir []string

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -340,5 +341,46 @@ func TestResolver(t *testing.T) {
 		if got := f.KubeletResolvConf(); got != c.kubelet {
 			t.Errorf("%s: KubeletResolvConf = %q, want %q", c.name, got, c.kubelet)
 		}
+	}
+}
+
+// TestFirewall: firewalld's and ufw's lines read into the ports they let in, and which ranges
+// they allow.
+func TestFirewall(t *testing.T) {
+	var fw Firewall
+	p := &parsing{f: &Facts{}}
+	for _, l := range []string{"firewall=ufw", "ufw Status: active", "ufw To                         Action      From",
+		"ufw 22/tcp                     ALLOW       Anywhere", "ufw 2379:2380/tcp              ALLOW IN    198.51.100.0/24",
+		"ufw 30000:32767/udp (v6)       ALLOW       Anywhere (v6)", "ufw 8472/udp                   DENY        Anywhere", "ufw 53                         ALLOW       Anywhere"} {
+		k, v, _ := strings.Cut(l, "=")
+		if !strings.Contains(l, "=") || strings.HasPrefix(l, "ufw ") {
+			k, v, _ = strings.Cut(l, " ")
+		}
+		for _, row := range table {
+			if slices.Contains(row.keys, k+"=") || slices.Contains(row.keys, k+" ") {
+				if err := row.parse(p, k, v); err != nil {
+					t.Fatalf("%q: %v", l, err)
+				}
+			}
+		}
+	}
+	fw = p.f.Firewall
+	want := []PortRange{{"tcp", 22, 22}, {"tcp", 2379, 2380}, {"udp", 30000, 32767}, {"", 53, 53}}
+	if fw.Kind != "ufw" || !reflect.DeepEqual(fw.Open, want) {
+		t.Errorf("ufw: %+v, want open %+v", fw, want)
+	}
+	for r, allowed := range map[PortRange]bool{
+		{"tcp", 2379, 2380}: true, {"tcp", 2380, 2380}: true, {"tcp", 2379, 2381}: false,
+		{"udp", 53, 53}: true, {"udp", 8472, 8472}: false, {"tcp", 30000, 32767}: false,
+	} {
+		if fw.Allows(r) != allowed {
+			t.Errorf("ufw allows %+v: %v, want %v", r, !allowed, allowed)
+		}
+	}
+	if !(Firewall{Kind: "firewalld", Zone: "trusted"}).Allows(PortRange{"tcp", 6443, 6443}) || (Firewall{Kind: "firewalld", Zone: "public"}).Allows(PortRange{"tcp", 6443, 6443}) {
+		t.Error("firewalld's trusted zone lets everything in; public, only what it lists")
+	}
+	if !(Firewall{Kind: "ufw", Open: []PortRange{{}}}).Allows(PortRange{"udp", 8472, 8472}) {
+		t.Error("ufw's Anywhere rule lets every port in")
 	}
 }

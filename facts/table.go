@@ -138,6 +138,26 @@ if command -v apparmor_parser >/dev/null 2>&1; then echo apparmorparser=1; else 
 			}
 			return nil
 		}},
+	{keys: []string{"firewall=", "fwzone ", "fwopen ", "ufw "},
+		command: script("facts-firewall"),
+		parse: func(p *parsing, k, v string) error {
+			fw := &p.f.Firewall
+			switch k {
+			case "firewall":
+				fw.Kind = v
+			case "fwzone":
+				fw.Zone = v
+			case "fwopen":
+				r, ok := parsePortRange(v, "-")
+				if !ok {
+					return fmt.Errorf("not a port: %q", v)
+				}
+				fw.Open = append(fw.Open, r...)
+			case "ufw":
+				fw.Open = append(fw.Open, parseUFWRule(v)...)
+			}
+			return nil
+		}},
 	{keys: []string{"cpus="}, need: []string{"cpus"},
 		command: always(`printf 'cpus=%s\n' "$(nproc 2>/dev/null || grep -c '^processor' /proc/cpuinfo)"`),
 		parse: func(p *parsing, _, v string) (err error) {

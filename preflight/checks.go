@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/version"
 
 	"github.com/kforge/kforge/facts"
+	"github.com/kforge/kforge/firewall"
 	"github.com/kforge/kforge/hostpath"
 	"github.com/kforge/kforge/inventory"
 )
@@ -98,6 +99,7 @@ const (
 	CheckResolvConf     = "ResolvConf"
 	CheckSELinux        = "SELinux"
 	CheckAppArmor       = "AppArmor"
+	CheckFirewall       = "Firewall"
 	CheckAPIProxyPort   = "APIProxyPort"
 	CheckRegistryPort   = "RegistryPort"
 	CheckVIP            = "ControlPlaneVIP"
@@ -130,7 +132,7 @@ type hostCheck func(c *inventory.Cluster, n inventory.Node, f *facts.Facts) []Fi
 var hostChecks = []hostCheck{
 	checkPrivilegedUser, checkSystem, checkInitSystem, checkCPUAndMemory, checkSwap, checkCommands,
 	checkCRI, checkKubeletVersion, checkHostname, checkPorts, checkAPIProxyPort, checkBundleFromMasters, checkManifestsDir, checkEtcdDataDir,
-	checkSysctls, checkServiceRoute, checkResolvConf, checkSELinux, checkAppArmor, checkClockSkew, checkCapSysResource, checkEtcdQuorum, checkUpgradeRoute,
+	checkSysctls, checkServiceRoute, checkResolvConf, checkSELinux, checkAppArmor, checkFirewall, checkClockSkew, checkCapSysResource, checkEtcdQuorum, checkUpgradeRoute,
 }
 
 func finding(n inventory.Node, check string, sev Severity, fix, format string, args ...any) Finding {
@@ -641,6 +643,25 @@ func checkAppArmor(_ *inventory.Cluster, n inventory.Node, f *facts.Facts) []Fin
 	}
 	return []Finding{finding(n, CheckAppArmor, Error, "install it: "+installHint(f, "apparmor_parser"),
 		"AppArmor is enabled in the kernel but apparmor_parser is not installed: containerd loads its default profile for every container with it, and no pod would start")}
+}
+
+// checkFirewall names the ports of the node's role (firewall.For) that the host's firewall
+// (firewalld, ufw) does not let in, and the command that opens them.
+func checkFirewall(c *inventory.Cluster, n inventory.Node, f *facts.Facts) []Finding {
+	blocked := firewall.Blocked(f.Firewall, firewall.For(c, n.Role))
+	if len(blocked) == 0 {
+		return nil
+	}
+	var names []string
+	for _, p := range blocked {
+		names = append(names, p.String()+" ("+p.What+")")
+	}
+	fw := f.Firewall.Kind
+	if f.Firewall.Zone != "" {
+		fw += " (zone " + f.Firewall.Zone + ")"
+	}
+	return []Finding{finding(n, CheckFirewall, Error, "open them: "+firewall.OpenCommand(f.Firewall.Kind, blocked),
+		"%s does not let in %s", fw, strings.Join(names, ", "))}
 }
 
 // checkEtcdQuorum warns, on the first master, about an even number of masters: stacked etcd

@@ -602,3 +602,41 @@ func TestSecurityModules(t *testing.T) {
 		}
 	}
 }
+
+// TestFirewall: a master behind firewalld's public zone with only SSH open is told each port
+// its role needs and the command that opens them; a worker behind ufw with some rules is told
+// the rest; the trusted zone and ufw's "Anywhere" rule let everything in.
+func TestFirewall(t *testing.T) {
+	pr := func(proto string, from, to int) facts.PortRange { return facts.PortRange{Proto: proto, From: from, To: to} }
+	for _, c := range []struct {
+		name, host string
+		fw         facts.Firewall
+		want       []string
+	}{
+		{"firewalld, SSH only", "m1", facts.Firewall{Kind: "firewalld", Zone: "public", Open: []facts.PortRange{pr("tcp", 22, 22)}}, []string{
+			"[ERROR Firewall] m1: firewalld (zone public) does not let in 6443/tcp (the API server), 2379-2380/tcp (etcd (clients and peers)), 10250/tcp (kubelet), 10256/tcp (kube-proxy's health check), 30000-32767/tcp (NodePort Services), 30000-32767/udp (NodePort Services), 8472/udp (the pod network (flannel's VXLAN))",
+			"    fix: open them: firewall-cmd --permanent --add-port=6443/tcp --add-port=2379-2380/tcp --add-port=10250/tcp --add-port=10256/tcp --add-port=30000-32767/tcp --add-port=30000-32767/udp --add-port=8472/udp && firewall-cmd --reload",
+		}},
+		{"ufw, some rules", "w1", facts.Firewall{Kind: "ufw", Open: []facts.PortRange{pr("tcp", 22, 22), pr("tcp", 10250, 10250), pr("", 30000, 32767)}}, []string{
+			"[ERROR Firewall] w1: ufw does not let in 10256/tcp (kube-proxy's health check), 8472/udp (the pod network (flannel's VXLAN))",
+			"    fix: open them: ufw allow 10256/tcp && ufw allow 8472/udp",
+		}},
+		{"firewalld, trusted zone", "m1", facts.Firewall{Kind: "firewalld", Zone: "trusted"}, nil},
+		{"ufw, everything from the nodes' subnet", "w1", facts.Firewall{Kind: "ufw", Open: []facts.PortRange{{}}}, nil},
+		{"no firewall", "m1", facts.Firewall{Kind: "none"}, nil},
+	} {
+		hosts := healthyHosts()
+		hosts[c.host].Firewall = c.fw
+		cl := cluster()
+		cl.Networking.Plugin = "flannel"
+		var got []string
+		for _, f := range Check(cl, hosts, Options{}) {
+			if f.Check == CheckFirewall {
+				got = append(got, f.Lines()...)
+			}
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("%s: got\n%s\nwant\n%s", c.name, strings.Join(got, "\n"), strings.Join(c.want, "\n"))
+		}
+	}
+}

@@ -146,3 +146,29 @@ func TestFactsSumsAndDirs(t *testing.T) {
 		t.Errorf("dirs %q, want %q", out, want)
 	}
 }
+
+// TestFactsFirewall: firewalld's default zone and the ports it lets in, given as ports or
+// through services; ufw's status lines; none when neither runs.
+func TestFactsFirewall(t *testing.T) {
+	s := newSandbox(t)
+	if out := s.mustRun(Command("facts-firewall"), ""); out != "firewall=none\n" {
+		t.Errorf("no firewall: %q", out)
+	}
+	s.stub("firewall-cmd", `case "$*" in
+--state) echo running;;
+--get-default-zone) echo public;;
+--list-ports) echo "6443/tcp 30000-32767/udp";;
+--list-services) echo "ssh dhcpv6-client";;
+"--permanent --service=ssh --get-ports") echo 22/tcp;;
+"--permanent --service=dhcpv6-client --get-ports") echo 546/udp;;
+*) exit 2;;
+esac`)
+	if out, want := s.mustRun(Command("facts-firewall"), ""), "firewall=firewalld\nfwzone public\nfwopen 6443/tcp\nfwopen 30000-32767/udp\nfwopen 22/tcp\nfwopen 546/udp\n"; out != want {
+		t.Errorf("firewalld: got\n%s\nwant\n%s", out, want)
+	}
+	s.stub("firewall-cmd", `echo "not running" >&2; exit 252`)
+	s.stub("ufw", `printf 'Status: active\n\nTo                         Action      From\n--                         ------      ----\n22/tcp                     ALLOW       Anywhere\n'`)
+	if out, want := s.mustRun(Command("facts-firewall"), ""), "firewall=ufw\nufw Status: active\nufw \nufw To                         Action      From\nufw --                         ------      ----\nufw 22/tcp                     ALLOW       Anywhere\n"; out != want {
+		t.Errorf("ufw: got\n%q\nwant\n%q", out, want)
+	}
+}
