@@ -16,13 +16,11 @@ import (
 	"github.com/kforge/kforge/pki"
 )
 
-// certificatesUnderLoad, on the HA cluster (3 masters behind the lab's load balancer, 2
-// workers): every certificate is renewed, then the cluster and etcd CAs are rotated (the first
-// run killed in its reissue phase, the next finishing it), while a prober counts failed
-// requests to a Service and the API is probed through the load balancer. Afterwards no
-// certificate anywhere chains to an old CA, kubectl works with the new admin kubeconfig, and
-// the user kubeconfig issued before is reported.
-func (c *cluster) certificatesUnderLoad(ctx context.Context, hosts []lab.Host) {
+// renewUnderLoad, on the HA cluster (3 masters behind the lab's load balancer, 2 workers):
+// every certificate is renewed, one master at a time, while a Service has load (startLoad) and
+// the API is probed through the load balancer; each API server loads its new kubelet client
+// certificate on renew's request.
+func (c *cluster) renewUnderLoad(ctx context.Context, hosts []lab.Host) {
 	t := c.t
 	t.Helper()
 	k := c.client()
@@ -30,10 +28,7 @@ func (c *cluster) certificatesUnderLoad(ctx context.Context, hosts []lab.Host) {
 	for _, n := range hosts {
 		c.importImage(ctx, n.Name, agent)
 	}
-	_, failed0 := startLoad(ctx, t, k, hosts[0].Name)
-	if out, err := exec.Command(c.kforge, "-i", c.inventory, "--state-dir", c.state, "kubeconfig", "--user", "alice", "--group", "view-only").Output(); err != nil || !strings.Contains(string(out), "client-certificate-data") {
-		t.Fatalf("kforge kubeconfig --user alice: %v\n%s", err, stderrOf(err))
-	}
+	startLoad(ctx, t, k, hosts[0].Name)
 
 	// Renew every certificate, one master at a time, while kubectl logs runs every second: each
 	// API server's new kubelet client certificate cuts its connections to kubelets when it loads
@@ -64,10 +59,22 @@ func (c *cluster) certificatesUnderLoad(ctx context.Context, hosts []lab.Host) {
 	if strings.Contains(out, "every master at once") || strings.Count(out, "restarted kube-controller-manager, kube-scheduler; new certificates served without a restart by kube-apiserver, etcd, etcd (peers)") != 3 {
 		t.Errorf("certs renew --all on a healthy cluster: want one master at a time, each restarting kube-controller-manager and kube-scheduler and serving its new certificates without a restart:\n%s", out)
 	}
+}
 
+// rotateCAUnderLoad rotates the cluster and etcd CAs (the first run killed in its reissue
+// phase, the next finishing it) while startLoad's prober counts failed requests to a Service
+// (failed0: its failures before) and the API is probed. A user kubeconfig is issued first.
+// Afterwards no certificate anywhere chains to an old CA, kubectl works with the new admin
+// kubeconfig, and the user kubeconfig issued before is reported.
+func (c *cluster) rotateCAUnderLoad(ctx context.Context, hosts []lab.Host, failed0 int) {
+	t := c.t
+	t.Helper()
+	if out, err := exec.Command(c.kforge, "-i", c.inventory, "--state-dir", c.state, "kubeconfig", "--user", "alice", "--group", "view-only").Output(); err != nil || !strings.Contains(string(out), "client-certificate-data") {
+		t.Fatalf("kforge kubeconfig --user alice: %v\n%s", err, stderrOf(err))
+	}
 	// Rotate the cluster and etcd CAs; the first run is killed once the new CA signs.
-	api = probeAPIWith(ctx, c.adminClient)
-	start = time.Now()
+	api := probeAPIWith(ctx, c.adminClient)
+	start := time.Now()
 	killed, out := c.runUntil(ctx, "certificates issued by the new CA", "certs", "rotate-ca", "--ca", "cluster,etcd")
 	if !killed {
 		c.fatalWithMasters(ctx, hosts, "the first rotate-ca run ended before its reissue phase:\n%s", out)
@@ -76,15 +83,15 @@ func (c *cluster) certificatesUnderLoad(ctx context.Context, hosts []lab.Host) {
 	if plan, _ := c.plan(); !strings.Contains(plan, "CA rotation in progress") || !strings.Contains(plan, "phase reissue") {
 		t.Errorf("plan during the interrupted rotation does not show it:\n%s", plan)
 	}
-	out, err = c.run("certs", "rotate-ca", "--ca", "cluster,etcd")
-	took = time.Since(start)
-	failed, down = api.stop()
+	out, err := c.run("certs", "rotate-ca", "--ca", "cluster,etcd")
+	took := time.Since(start)
+	failed, down := api.stop()
 	if err != nil {
 		c.fatalWithMasters(ctx, hosts, "certs rotate-ca (second run): %v\n%s", err, out)
 	}
-	k = c.client()
+	k := c.client()
 	_, failedN := proberCounts(ctx, t, k)
-	t.Logf("certs rotate-ca --ca cluster,etcd took %s (both runs); Service prober: %d failed requests; API probes through the load balancer: %d failed (about %s), the longest outage %s%s\n%s",
+	t.Logf("certs rotate-ca --ca cluster,etcd took %s (both runs); Service prober: %d failed requests; API probes: %d failed (about %s), the longest outage %s%s\n%s",
 		took.Round(time.Second), failedN-failed0, failed, down.Round(100*time.Millisecond), api.longestOutage().Round(100*time.Millisecond), api.outages(), out)
 	if failedN-failed0 > 2 {
 		t.Errorf("the Service failed %d requests during the CA rotation; want none", failedN-failed0)

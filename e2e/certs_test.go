@@ -41,6 +41,7 @@ import (
 // certs check on every date. A user kubeconfig for a view-only group is checked on the way.
 func TestExpiredCertificatesRenewed(t *testing.T) {
 	testenv.Require(t, lab.Prerequisites())
+	inLane(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
 	c := newCluster(ctx, t, "crt", release.Default(), lab.Options{Hosts: 2})

@@ -28,26 +28,28 @@ const conformanceSlice = `\[sig-network\] DNS should provide (DNS for the cluste
 
 // TestConformance runs Kubernetes' own conformance specs, built offline (package conformance),
 // against a kforge cluster of 1 master and 2 workers on bare lab hosts, whose containerd pulls
-// the test images through the lab registry (a mirror of registry.k8s.io): by default the slice
-// above; with KFORGE_CONFORMANCE=full every [Conformance] spec that is not [Serial],
-// [Disruptive] or [Slow] (make conformance). KFORGE_CONFORMANCE_VERSION picks the Kubernetes
-// version (default: the default release), KFORGE_CONFORMANCE_REPORT keeps the JUnit report and
-// the suite's log in that directory. Every selected spec must pass, but for those that cannot
-// with images made offline (conformance.CannotPassOffline).
+// the test images through the lab registry (a mirror of registry.k8s.io): with
+// KFORGE_CONFORMANCE=full every [Conformance] spec that is not [Serial], [Disruptive] or [Slow]
+// (make conformance). KFORGE_CONFORMANCE_VERSION picks the Kubernetes version (default: the
+// default release), KFORGE_CONFORMANCE_REPORT keeps the JUnit report and the suite's log in that
+// directory. Every selected spec must pass, but for those that cannot with images made offline
+// (conformance.CannotPassOffline). make test's slice (conformanceSlice) runs on the cluster of
+// TestApplyLabClusterEndToEnd, which exists already.
 func TestConformance(t *testing.T) {
+	if os.Getenv("KFORGE_CONFORMANCE") != "full" {
+		t.Skip("make test's conformance slice runs in TestApplyLabClusterEndToEnd/conformance; KFORGE_CONFORMANCE=full runs the whole suite here")
+	}
 	testenv.Require(t, lab.Prerequisites())
+	inLane(t)
 	version := release.Default()
 	if v := os.Getenv("KFORGE_CONFORMANCE_VERSION"); v != "" {
 		version = v
-	}
-	focus, procs, timeout := conformanceSlice, 3, 20*time.Minute
-	if os.Getenv("KFORGE_CONFORMANCE") == "full" {
-		focus, procs, timeout = conformance.Focus, 6, 3*time.Hour
 	}
 	report := t.TempDir()
 	if dir := os.Getenv("KFORGE_CONFORMANCE_REPORT"); dir != "" {
 		report = filepath.Join(dir, version)
 	}
+	timeout := 3 * time.Hour
 	ctx, cancel := context.WithTimeout(context.Background(), timeout+20*time.Minute)
 	defer cancel()
 	start := time.Now()
@@ -55,16 +57,28 @@ func TestConformance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("conformance kit of %s in %s: %d images built, %d from the bundle, %d that cannot be built offline: %s",
-		version, time.Since(start).Round(time.Second), len(kit.Built), len(kit.FromBundle), len(kit.Missing), strings.Join(kit.Missing, ", "))
-
+	t.Logf("conformance kit of %s in %s", version, time.Since(start).Round(time.Second))
 	c := newCluster(ctx, t, "conf", version, lab.Options{Hosts: 3, Bare: true})
 	h := c.lab.Hosts
-	// The test images come from the lab's registry, a mirror of registry.k8s.io for containerd
-	// (specs pull with policy Always, and workers lack the masters' images): the kit's, and those
-	// the suite shares with the bundle (etcd, pause).
+	c.mirrorConformanceImages(kit)
+	c.writeInventory(h[:1], h[1:])
+	if out, err := c.run("apply"); err != nil {
+		t.Fatalf("apply: %v\n%s", err, out)
+	}
+	c.conformance(ctx, kit, conformance.Focus, 6, timeout, report)
+}
+
+// mirrorConformanceImages starts the lab registry, pushes the conformance suite's test images
+// to it (the kit's, and those the suite shares with the bundle: etcd, pause), and makes it the
+// inventory's mirror of registry.k8s.io for containerd (specs pull with policy Always, and
+// workers lack the masters' images). It is called before the inventory is written.
+func (c *cluster) mirrorConformanceImages(kit conformance.Kit) {
+	t := c.t.(*testing.T)
+	t.Helper()
+	t.Logf("conformance kit: %d images built, %d from the bundle, %d that cannot be built offline: %s",
+		len(kit.Built), len(kit.FromBundle), len(kit.Missing), strings.Join(kit.Missing, ", "))
 	reg := startRegistry(t)
-	start = time.Now()
+	start := time.Now()
 	m, err := bundle.LoadManifest(c.bundle)
 	if err != nil {
 		t.Fatal(err)
@@ -83,11 +97,13 @@ func TestConformance(t *testing.T) {
 	c.env = []string{"KFORGE_E2E_REGISTRY_USER=" + reg.user, "KFORGE_E2E_REGISTRY_PASSWORD=" + reg.password}
 	c.registries = []string{fmt.Sprintf("{host: %s, mirrors: [\"https://%s\"], caFile: %s, usernameEnv: KFORGE_E2E_REGISTRY_USER, passwordEnv: KFORGE_E2E_REGISTRY_PASSWORD}",
 		upstreamRegistry, reg.addr, reg.caFile)}
-	c.writeInventory(h[:1], h[1:])
-	if out, err := c.run("apply"); err != nil {
-		t.Fatalf("apply: %v\n%s", err, out)
-	}
+}
 
+// conformance runs the specs of focus with procs in parallel against the cluster (1 master, 2
+// workers), the report in report: every one must pass, but for those that cannot offline.
+func (c *cluster) conformance(ctx context.Context, kit conformance.Kit, focus string, procs int, timeout time.Duration, report string) {
+	t := c.t
+	t.Helper()
 	s, err := conformance.Run(ctx, kit, conformance.RunOptions{
 		Kubeconfig: filepath.Join(c.state, "admin.conf"), ReportDir: report,
 		Focus: focus, Procs: procs, Timeout: timeout, Nodes: 2,
@@ -95,7 +111,7 @@ func TestConformance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("Kubernetes %s conformance (focus %s), report in %s:\n%s", version, focus, report, s)
+	t.Logf("Kubernetes %s conformance (focus %s), report in %s:\n%s", c.version, focus, report, s)
 	if u := s.Unexpected(); len(u) > 0 {
 		t.Errorf("%d conformance specs failed (and %d that cannot pass offline); see above and %s", len(u), s.Failed-len(u), filepath.Join(report, "e2e.log"))
 	}

@@ -48,6 +48,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kforge/kforge/bundle"
+	"github.com/kforge/kforge/conformance"
 	"github.com/kforge/kforge/inventory"
 	"github.com/kforge/kforge/lab"
 )
@@ -496,186 +497,235 @@ find /etc/kubernetes /etc/systemd/system/kubelet.service /etc/systemd/system/kub
 for u in kubelet containerd; do systemctl show -p MainPID -p ActiveEnterTimestampMonotonic $u; done`)
 }
 
+// TestApplyLabClusterEndToEnd is the life of one cluster of the default minor on four bare
+// hosts (no containerd, no runc: kforge installs the runtime from the bundle): plan, then apply
+// from nothing with three; the checks every cluster passes; an apply that changes nothing, a
+// re-issued certificate, an edit that plan shows exactly; the fourth host joins, and leaves with
+// --prune; Kubernetes' conformance slice; an etcd snapshot, the master lost, and restore onto
+// the fourth host; reset. Its containerd pulls registry.k8s.io's images (the conformance
+// suite's) through the lab registry, a mirror; kforge's own come from the bundle.
 func TestApplyLabClusterEndToEnd(t *testing.T) {
 	testenv.Require(t, lab.Prerequisites())
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	inLane(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
 	defer cancel()
-	// Four bare hosts (no containerd, no runc): the inventory starts with three; the fourth joins
-	// when it is added. kforge installs the runtime from the bundle.
+	start := time.Now()
+	kit, err := conformance.Build(context.Background(), bundle.BuildOptions{Version: release.Default()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("conformance kit of %s in %s", release.Default(), time.Since(start).Round(time.Second))
+	// The fourth host joins when it is added, leaves with --prune, and is the new master of the
+	// restore.
 	c := newCluster(ctx, t, "e2e", release.Default(), lab.Options{Hosts: 4, Bare: true})
 	l := c.lab
+	c.mirrorConformanceImages(kit)
 	agent := buildAgentImage(t, t.TempDir())
 	c.writeInventory(l.Hosts[:1], l.Hosts[1:3])
 	master, w1, w2 := l.Hosts[0].Name, l.Hosts[1].Name, l.Hosts[2].Name
 
-	// 0. plan before anything: every host new, every file created, a new cluster.
-	hosts, d, doc := c.planDiff()
-	if !slices.Equal(hosts, []string{master, w1, w2}) || !d.NewCluster {
-		t.Errorf("plan before the first apply: hosts %v, new cluster %v:\n%s", hosts, d.NewCluster, doc)
-	}
-	for _, h := range d.Hosts {
-		news := map[bool]string{true: "starts a new etcd cluster and control plane", false: "joins the cluster (TLS bootstrap)"}[h.Host == master]
-		if len(h.Files) < 5 || h.Upload == nil || !slices.Contains(h.Node, news) {
-			t.Errorf("plan before the first apply, %s: %d files, upload %v, node %v", h.Host, len(h.Files), h.Upload, h.Node)
-		} else if h.Upload.FromMasters != (h.Host != master) {
-			t.Errorf("plan before the first apply, %s: from the masters' registries %v, want it for the workers only", h.Host, h.Upload.FromMasters)
+	c.step("plan-before-apply", func(t *testing.T) {
+		// plan before anything: every host new, every file created, a new cluster.
+		hosts, d, doc := c.planDiff()
+		if !slices.Equal(hosts, []string{master, w1, w2}) || !d.NewCluster {
+			t.Errorf("plan before the first apply: hosts %v, new cluster %v:\n%s", hosts, d.NewCluster, doc)
 		}
-		for _, f := range h.Files {
-			if f.Action != "create" {
-				t.Errorf("plan before the first apply, %s: %s %s", h.Host, f.Action, f.Path)
+		for _, h := range d.Hosts {
+			news := map[bool]string{true: "starts a new etcd cluster and control plane", false: "joins the cluster (TLS bootstrap)"}[h.Host == master]
+			if len(h.Files) < 5 || h.Upload == nil || !slices.Contains(h.Node, news) {
+				t.Errorf("plan before the first apply, %s: %d files, upload %v, node %v", h.Host, len(h.Files), h.Upload, h.Node)
+			} else if h.Upload.FromMasters != (h.Host != master) {
+				t.Errorf("plan before the first apply, %s: from the masters' registries %v, want it for the workers only", h.Host, h.Upload.FromMasters)
+			}
+			for _, f := range h.Files {
+				if f.Action != "create" {
+					t.Errorf("plan before the first apply, %s: %s %s", h.Host, f.Action, f.Path)
+				}
 			}
 		}
-	}
+	})
 
-	// 1. apply: a cluster from nothing.
-	start := time.Now()
-	out, err := c.run("apply", "--timeout", "4m")
-	if err != nil {
-		t.Fatalf("kforge apply: %v\n%s", err, out)
-	}
-	t.Logf("first apply took %s:\n%s", time.Since(start).Round(time.Second), out)
-	if !strings.Contains(out, "3 nodes Ready ") {
-		t.Errorf("apply did not say when the nodes were Ready:\n%s", out)
-	}
+	var applyTook time.Duration
+	c.step("apply", func(t *testing.T) {
+		// apply: a cluster from nothing.
+		start := time.Now()
+		out, err := c.run("apply", "--timeout", "4m")
+		if err != nil {
+			t.Fatalf("kforge apply: %v\n%s", err, out)
+		}
+		applyTook = time.Since(start)
+		t.Logf("first apply took %s:\n%s", applyTook.Round(time.Second), out)
+		if !strings.Contains(out, "3 nodes Ready ") {
+			t.Errorf("apply did not say when the nodes were Ready:\n%s", out)
+		}
+	})
 
-	c.checkRuntime(ctx, l.Hosts[:3]) // the bundle's containerd and runc
+	c.step("checks", func(t *testing.T) {
+		c.checkRuntime(ctx, l.Hosts[:3]) // the bundle's containerd and runc
 
-	// 2. Every node Ready, every kube-system pod Running — read from the workstation.
-	nodes := c.checkNodes(ctx, 3)
-	k := c.client()
+		// Every node Ready, every kube-system pod Running — read from the workstation.
+		nodes := c.checkNodes(ctx, 3)
+		k := c.client()
 
-	// The workers joined by TLS bootstrap: each posted a kubelet client CSR with the bootstrap
-	// token, approved and signed (by kforge, or by the controller-manager had it been first).
-	// Every node has its own pod CIDR inside the pod subnet.
-	csrs, err := k.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, w := range []string{w1, w2} {
-		joined := false
-		for _, r := range csrs.Items {
-			if strings.HasPrefix(r.Spec.Username, "system:bootstrap:") && len(r.Status.Certificate) > 0 && csrNode(t, r.Spec.Request) == w {
-				joined = true
-				t.Logf("%s: CSR %s by %s: %v", w, r.Name, r.Spec.Username, r.Status.Conditions)
+		// The workers joined by TLS bootstrap: each posted a kubelet client CSR with the bootstrap
+		// token, approved and signed (by kforge, or by the controller-manager had it been first).
+		// Every node has its own pod CIDR inside the pod subnet.
+		csrs, err := k.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range []string{w1, w2} {
+			joined := false
+			for _, r := range csrs.Items {
+				if strings.HasPrefix(r.Spec.Username, "system:bootstrap:") && len(r.Status.Certificate) > 0 && csrNode(t, r.Spec.Request) == w {
+					joined = true
+					t.Logf("%s: CSR %s by %s: %v", w, r.Name, r.Spec.Username, r.Status.Conditions)
+				}
+			}
+			if !joined {
+				t.Errorf("no signed kubelet client CSR from the bootstrap token for %s", w)
 			}
 		}
-		if !joined {
-			t.Errorf("no signed kubelet client CSR from the bootstrap token for %s", w)
+		podNet := netip.MustParsePrefix(inventory.DefaultPodSubnet)
+		seen := map[string]string{}
+		for _, n := range nodes {
+			p, err := netip.ParsePrefix(n.Spec.PodCIDR)
+			if err != nil || !podNet.Contains(p.Addr()) || p.Bits() != inventory.DefaultNodeCIDRMaskSize || seen[n.Spec.PodCIDR] != "" {
+				t.Errorf("node %s: pod CIDR %q (%v; also on %q)", n.Name, n.Spec.PodCIDR, err, seen[n.Spec.PodCIDR])
+			}
+			seen[n.Spec.PodCIDR] = n.Name
 		}
-	}
-	podNet := netip.MustParsePrefix(inventory.DefaultPodSubnet)
-	seen := map[string]string{}
-	for _, n := range nodes {
-		p, err := netip.ParsePrefix(n.Spec.PodCIDR)
-		if err != nil || !podNet.Contains(p.Addr()) || p.Bits() != inventory.DefaultNodeCIDRMaskSize || seen[n.Spec.PodCIDR] != "" {
-			t.Errorf("node %s: pod CIDR %q (%v; also on %q)", n.Name, n.Spec.PodCIDR, err, seen[n.Spec.PodCIDR])
+
+		// Once joined, the workers no longer hold the bootstrap token (kubeadm removes
+		// bootstrap-kubelet.conf after TLS bootstrap too); the next applies do not put it back.
+		for _, w := range []string{w1, w2} {
+			if left := c.exec(ctx, w, "ls "+hostpath.BootstrapKubeletConfig+" 2>/dev/null; true"); left != "" {
+				t.Errorf("%s still holds %s after joining", w, hostpath.BootstrapKubeletConfig)
+			}
 		}
-		seen[n.Spec.PodCIDR] = n.Name
-	}
 
-	// Once joined, the workers no longer hold the bootstrap token (kubeadm removes
-	// bootstrap-kubelet.conf after TLS bootstrap too); the next applies do not put it back.
-	for _, w := range []string{w1, w2} {
-		if left := c.exec(ctx, w, "ls "+hostpath.BootstrapKubeletConfig+" 2>/dev/null; true"); left != "" {
-			t.Errorf("%s still holds %s after joining", w, hostpath.BootstrapKubeletConfig)
+		// The inventory's addon manifest was applied.
+		if cm, err := k.CoreV1().ConfigMaps("default").Get(ctx, "e2e-addon", metav1.GetOptions{}); err != nil || cm.Data["from"] != "inventory" {
+			t.Errorf("addon ConfigMap: %v %v", cm, err)
 		}
-	}
+	})
 
-	// The inventory's addon manifest was applied.
-	if cm, err := k.CoreV1().ConfigMaps("default").Get(ctx, "e2e-addon", metav1.GetOptions{}); err != nil || cm.Data["from"] != "inventory" {
-		t.Errorf("addon ConfigMap: %v %v", cm, err)
-	}
-
-	// 3. Workloads: a server on one worker behind a Service, a client on each; DNS and the
-	// Service across nodes. The image is imported on the workers (never pulled).
-	for _, h := range []string{w1, w2} {
-		c.importImage(ctx, h, agent)
-	}
-	c.checkWorkloads(ctx, workload{image: agentImage, pull: corev1.PullNever}, w1, w2)
-	// 3b. An admission webhook behind a Service: the API server reaches it through the service
-	// subnet's route (the lab's hosts have none of their own: no default route).
-	c.checkServiceWebhook(ctx, workload{image: agentImage, pull: corev1.PullNever}, master, w1)
-
-	// 4. kubeadm reads kforge's certificates on the master.
-	exp := c.exec(ctx, master, "kubeadm certs check-expiration")
-	for _, cert := range []string{"admin.conf", "apiserver", "apiserver-etcd-client", "apiserver-kubelet-client", "controller-manager.conf", "etcd-healthcheck-client", "etcd-peer", "etcd-server", "front-proxy-client", "scheduler.conf", "super-admin.conf"} {
-		if !strings.Contains(exp, "\n"+cert+" ") {
-			t.Errorf("kubeadm certs check-expiration does not list %s:\n%s", cert, exp)
+	c.step("workloads", func(t *testing.T) {
+		// A server on one worker behind a Service, a client on each; DNS and the Service across
+		// nodes. The image is imported on the workers (never pulled).
+		for _, h := range []string{w1, w2} {
+			c.importImage(ctx, h, agent)
 		}
-	}
-	if strings.Contains(exp, "MISSING") || strings.Contains(strings.ToLower(exp), "error") {
-		t.Errorf("kubeadm certs check-expiration:\n%s", exp)
-	}
+		c.checkWorkloads(ctx, workload{image: agentImage, pull: corev1.PullNever}, w1, w2)
+		// An admission webhook behind a Service: the API server reaches it through the service
+		// subnet's route (the lab's hosts have none of their own: no default route).
+		c.checkServiceWebhook(ctx, workload{image: agentImage, pull: corev1.PullNever}, master, w1)
+	})
 
-	// 5. apply again: exit 0, nothing restarted, no file rewritten.
-	before := c.applyChangesNothing(ctx, l.Hosts[:3])
-
-	// 5b. A re-issued certificate reaches the component that uses it. With controller-manager.conf's
-	// certificate gone from the state dir, apply issues a new one, rewrites the kubeconfig and
-	// kube-controller-manager's manifest (templates.InputsAnnotation), kubelet restarts that pod
-	// alone, and apply waits until the new one is Ready; the restarted controller-manager works.
-	c.renewControllerManagerCert(ctx, master)
-	// 5c. plan shows exactly what an edit changes, and apply then does exactly that.
-	c.checkPlanMatchesApply(ctx, master, w1, w2)
-	for _, h := range l.Hosts[:3] {
-		before[h.Name] = c.snapshot(ctx, h.Name)
-	}
-
-	// 6. Growing: a fourth host added to the inventory joins on the next apply; the others are
-	// left alone.
-	c.writeInventory(l.Hosts[:1], l.Hosts[1:4])
-	// First with a broken kubelet there (an administrator's override with a flag kubelet does
-	// not know): apply's error names the worker and quotes its kubelet's last error.
-	w3 := l.Hosts[3].Name
-	c.exec(ctx, w3, `echo 'KUBELET_EXTRA_ARGS=--no-such-kubelet-flag' > /etc/default/kubelet`)
-	out, err = c.run("apply", "--timeout", "30s")
-	if err == nil || !strings.Contains(out, w3+": kubelet ") || !strings.Contains(out, "unknown flag: --no-such-kubelet-flag") {
-		t.Errorf("apply with a broken kubelet on %s: %v; want an error naming it with its kubelet's last error\n%s", w3, err, out)
-	}
-	c.exec(ctx, w3, `rm /etc/default/kubelet`)
-	// plan names the new worker alone: it joins; nothing else changes.
-	if hosts, _, doc := c.planDiff(); !slices.Equal(hosts, []string{w3}) || !strings.Contains(doc, "joins the cluster") {
-		t.Errorf("plan with a new worker: hosts %v, want [%s] joining:\n%s", hosts, w3, doc)
-	}
-	out, err = c.run("apply", "--timeout", "4m")
-	if err != nil {
-		t.Fatalf("apply with a new worker: %v\n%s", err, out)
-	}
-	grown, err := k.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil || len(grown.Items) != 4 {
-		t.Fatalf("after adding a worker: %d nodes, %v", len(grown.Items), err)
-	}
-	for _, n := range grown.Items {
-		if !nodeReady(&n) {
-			t.Errorf("node %s is not Ready after the cluster grew", n.Name)
+	c.step("kubeadm-reads-certificates", func(t *testing.T) {
+		exp := c.exec(ctx, master, "kubeadm certs check-expiration")
+		for _, cert := range []string{"admin.conf", "apiserver", "apiserver-etcd-client", "apiserver-kubelet-client", "controller-manager.conf", "etcd-healthcheck-client", "etcd-peer", "etcd-server", "front-proxy-client", "scheduler.conf", "super-admin.conf"} {
+			if !strings.Contains(exp, "\n"+cert+" ") {
+				t.Errorf("kubeadm certs check-expiration does not list %s:\n%s", cert, exp)
+			}
 		}
-	}
-	for _, h := range l.Hosts[:3] {
-		if after := c.snapshot(ctx, h.Name); after != before[h.Name] {
-			t.Errorf("%s changed when a worker was added:\n%s", h.Name, diffLines(before[h.Name], after))
+		if strings.Contains(exp, "MISSING") || strings.Contains(strings.ToLower(exp), "error") {
+			t.Errorf("kubeadm certs check-expiration:\n%s", exp)
 		}
-	}
+	})
 
-	// 6b. Shrinking: the fourth host leaves the inventory. apply alone reports it and changes
-	// nothing; apply --prune drains it (its pod is evicted), resets the host and deletes the
-	// node; the other hosts are untouched, and the next apply has nothing left to prune.
-	c.pruneWorker(ctx, l.Hosts[:1], l.Hosts[1:3], l.Hosts[3].Name, before)
+	var before map[string]string
+	c.step("apply-again", func(t *testing.T) {
+		// apply again: exit 0, nothing restarted, no file rewritten.
+		before = c.applyChangesNothing(ctx, l.Hosts[:3])
+	})
 
-	// 7. reset --yes: every host is clean again.
-	if out, err := c.run("reset", "--yes"); err != nil {
-		t.Fatalf("kforge reset: %v\n%s", err, out)
-	}
-	for _, h := range l.Hosts {
-		left := c.exec(ctx, h.Name, `pgrep -x kubelet >/dev/null && echo "kubelet running"
+	c.step("reissued-certificate", func(t *testing.T) {
+		// A re-issued certificate reaches the component that uses it. With controller-manager.conf's
+		// certificate gone from the state dir, apply issues a new one, rewrites the kubeconfig and
+		// kube-controller-manager's manifest (templates.InputsAnnotation), kubelet restarts that pod
+		// alone, and apply waits until the new one is Ready; the restarted controller-manager works.
+		c.renewControllerManagerCert(ctx, master)
+	})
+
+	c.step("plan-matches-apply", func(t *testing.T) {
+		// plan shows exactly what an edit changes, and apply then does exactly that.
+		c.checkPlanMatchesApply(ctx, master, w1, w2)
+		for _, h := range l.Hosts[:3] {
+			before[h.Name] = c.snapshot(ctx, h.Name)
+		}
+	})
+
+	c.step("grow", func(t *testing.T) {
+		// A fourth host added to the inventory joins on the next apply; the others are left alone.
+		c.writeInventory(l.Hosts[:1], l.Hosts[1:4])
+		// First with a broken kubelet there (an administrator's override with a flag kubelet does
+		// not know): apply's error names the worker and quotes its kubelet's last error.
+		w3 := l.Hosts[3].Name
+		c.exec(ctx, w3, `echo 'KUBELET_EXTRA_ARGS=--no-such-kubelet-flag' > /etc/default/kubelet`)
+		out, err := c.run("apply", "--timeout", "30s")
+		if err == nil || !strings.Contains(out, w3+": kubelet ") || !strings.Contains(out, "unknown flag: --no-such-kubelet-flag") {
+			t.Errorf("apply with a broken kubelet on %s: %v; want an error naming it with its kubelet's last error\n%s", w3, err, out)
+		}
+		c.exec(ctx, w3, `rm /etc/default/kubelet`)
+		// plan names the new worker alone: it joins; nothing else changes.
+		if hosts, _, doc := c.planDiff(); !slices.Equal(hosts, []string{w3}) || !strings.Contains(doc, "joins the cluster") {
+			t.Errorf("plan with a new worker: hosts %v, want [%s] joining:\n%s", hosts, w3, doc)
+		}
+		out, err = c.run("apply", "--timeout", "4m")
+		if err != nil {
+			t.Fatalf("apply with a new worker: %v\n%s", err, out)
+		}
+		grown, err := c.client().CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil || len(grown.Items) != 4 {
+			t.Fatalf("after adding a worker: %d nodes, %v", len(grown.Items), err)
+		}
+		for _, n := range grown.Items {
+			if !nodeReady(&n) {
+				t.Errorf("node %s is not Ready after the cluster grew", n.Name)
+			}
+		}
+		for _, h := range l.Hosts[:3] {
+			if after := c.snapshot(ctx, h.Name); after != before[h.Name] {
+				t.Errorf("%s changed when a worker was added:\n%s", h.Name, diffLines(before[h.Name], after))
+			}
+		}
+	})
+
+	c.step("prune", func(t *testing.T) {
+		// The fourth host leaves the inventory. apply alone reports it and changes nothing; apply
+		// --prune drains it (its pod is evicted), resets the host and deletes the node; the other
+		// hosts are untouched, and the next apply has nothing left to prune.
+		c.pruneWorker(ctx, l.Hosts[:1], l.Hosts[1:3], l.Hosts[3].Name, before)
+	})
+
+	c.step("conformance", func(t *testing.T) {
+		// Kubernetes' own conformance specs (make test's slice) on this cluster.
+		c.conformance(ctx, kit, conformanceSlice, 3, 20*time.Minute, t.TempDir())
+	})
+
+	c.step("restore", func(t *testing.T) {
+		// An etcd snapshot; the master lost; restore onto the fourth host, which prune reset.
+		c.restoreOntoANewMaster(ctx, l.Hosts[0], l.Hosts[1:3], l.Hosts[3], applyTook)
+	})
+
+	c.step("reset", func(t *testing.T) {
+		// reset --yes: every host of the cluster is clean again (the lost master is down).
+		if out, err := c.run("reset", "--yes"); err != nil {
+			t.Fatalf("kforge reset: %v\n%s", err, out)
+		}
+		for _, h := range l.Hosts[1:] {
+			left := c.exec(ctx, h.Name, `pgrep -x kubelet >/dev/null && echo "kubelet running"
 ctr -n k8s.io containers ls -q | sed 's/^/container /'
 for p in /etc/kubernetes /var/lib/kubelet /var/lib/etcd /etc/cni/net.d/10-kforge.conflist /etc/systemd/system/kforge-service-route.service /run/kforge-service-route; do [ -e $p ] && echo "left $p"; done
 ip route show `+inventory.DefaultServiceSubnet+` | sed 's/^/route left: /'
 iptables-save 2>/dev/null | grep -E -- '-A (KUBE|FLANNEL)-' | head -3
 true`)
-		if left != "" {
-			t.Errorf("%s after reset:\n%s", h.Name, left)
+			if left != "" {
+				t.Errorf("%s after reset:\n%s", h.Name, left)
+			}
 		}
-	}
+	})
 }
 
 // checkPlanMatchesApply edits the inventory (a label on w1, a kubelet flag, an API server SAN)

@@ -22,30 +22,18 @@ import (
 	"github.com/kforge/kforge/state"
 )
 
-// TestRestoreOntoANewMaster: on 1 master + 2 workers, a namespace, a ConfigMap and a
-// Deployment exist when kforge etcd snapshot runs; one more ConfigMap is created after it.
-// A restore while etcd is healthy is refused, and so is a snapshot with one flipped byte,
-// before any host changes. Then the master's host is destroyed, the inventory names a new
-// master with another address, and kforge restore --snapshot rebuilds the control plane there:
-// the API answers at the new address, the first ConfigMap and the Deployment exist and the later
-// ConfigMap does not, both workers are Ready again as the same nodes (same UIDs, no new
-// join), the Deployment's pods run, and the lost master's node is gone.
-func TestRestoreOntoANewMaster(t *testing.T) {
-	testenv.Require(t, lab.Prerequisites())
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-	defer cancel()
-	c := newCluster(ctx, t, "rst", release.Default(), lab.Options{Hosts: 4, Bare: true})
-	h := c.lab.Hosts // h[0] the master, h[1..2] workers, h[3] the new master
-	c.writeInventory(h[:1], h[1:3])
-	applyStart := time.Now()
-	if out, err := c.run("apply", "--timeout", "4m"); err != nil {
-		t.Fatalf("apply: %v\n%s", err, out)
-	}
-	applyTook := time.Since(applyStart)
-	agent := buildAgentImage(t, t.TempDir())
-	for _, w := range h[1:3] {
-		c.importImage(ctx, w.Name, agent)
-	}
+// restoreOntoANewMaster: on 1 master + 2 workers (agentImage imported on the workers), a
+// namespace, a ConfigMap and a Deployment exist when kforge etcd snapshot runs; one more
+// ConfigMap is created after it. A restore while etcd is healthy is refused, and so is a
+// snapshot with one flipped byte, before any host changes. Then the master's host is destroyed,
+// the inventory names a new master with another address, and kforge restore --snapshot
+// rebuilds the control plane there: the API answers at the new address, the first ConfigMap and
+// the Deployment exist and the later ConfigMap does not, both workers are Ready again as the
+// same nodes (same UIDs, no new join), the Deployment's pods run, and the lost master's node is
+// gone. applyTook, the fresh apply's time, is logged beside restore's.
+func (c *cluster) restoreOntoANewMaster(ctx context.Context, lost lab.Host, workers []lab.Host, newMaster lab.Host, applyTook time.Duration) {
+	t := c.t.(*testing.T)
+	t.Helper()
 	k := c.client()
 	const ns = "keep"
 	if _, err := k.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
@@ -70,7 +58,7 @@ func TestRestoreOntoANewMaster(t *testing.T) {
 	}
 	waitDeployment(ctx, t, c, ns, "survivor", 2)
 	workerUIDs := map[string]types.UID{}
-	for _, w := range h[1:3] {
+	for _, w := range workers {
 		n, err := k.CoreV1().Nodes().Get(ctx, w.Name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -110,17 +98,17 @@ func TestRestoreOntoANewMaster(t *testing.T) {
 	}
 
 	// The master is lost; a new host with another address takes its place.
-	if err := c.lab.StopHost(ctx, h[0].Name); err != nil {
+	if err := c.lab.StopHost(ctx, lost.Name); err != nil {
 		t.Fatal(err)
 	}
-	c.writeInventory(h[3:4], h[1:3])
+	c.writeInventory([]lab.Host{newMaster}, workers)
 	start := time.Now()
 	out, err = c.run("restore", "--snapshot", snap, "--timeout", "5m")
 	if err != nil {
 		t.Fatalf("kforge restore: %v\n%s", err, out)
 	}
 	restoreTook := time.Since(start)
-	t.Logf("restore onto %s took %s (to all nodes Ready); the fresh apply of the cluster took %s:\n%s", h[3].Name, restoreTook.Round(time.Second), applyTook.Round(time.Second), out)
+	t.Logf("restore onto %s took %s (to all nodes Ready); the fresh apply of the cluster took %s:\n%s", newMaster.Name, restoreTook.Round(time.Second), applyTook.Round(time.Second), out)
 	// Restore ends converged: what it wrote is what the next apply wants (the inventory's one
 	// master: no leader election, no shutdown delay), so no apply remains.
 	if plan, code := c.plan(); code != 0 {
@@ -128,8 +116,8 @@ func TestRestoreOntoANewMaster(t *testing.T) {
 	}
 
 	admin, err := os.ReadFile(filepath.Join(c.state, "admin.conf"))
-	if err != nil || !strings.Contains(string(admin), "server: https://"+h[3].Address+":6443") {
-		t.Errorf("admin.conf does not point at the new master %s: %v\n%s", h[3].Address, err, admin)
+	if err != nil || !strings.Contains(string(admin), "server: https://"+newMaster.Address+":6443") {
+		t.Errorf("admin.conf does not point at the new master %s: %v\n%s", newMaster.Address, err, admin)
 	}
 	k = c.client()
 	if _, err := k.CoreV1().ConfigMaps(ns).Get(ctx, "before-snapshot", metav1.GetOptions{}); err != nil {
@@ -138,10 +126,10 @@ func TestRestoreOntoANewMaster(t *testing.T) {
 	if _, err := k.CoreV1().ConfigMaps(ns).Get(ctx, "after-snapshot", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("ConfigMap created after the snapshot: err = %v, want not found", err)
 	}
-	if _, err := k.CoreV1().Nodes().Get(ctx, h[0].Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-		t.Errorf("the lost master's node %s: err = %v, want not found", h[0].Name, err)
+	if _, err := k.CoreV1().Nodes().Get(ctx, lost.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the lost master's node %s: err = %v, want not found", lost.Name, err)
 	}
-	for _, w := range h[1:3] {
+	for _, w := range workers {
 		n, err := k.CoreV1().Nodes().Get(ctx, w.Name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -177,6 +165,7 @@ func waitDeployment(ctx context.Context, t *testing.T, c *cluster, ns, name stri
 // Ready is logged.
 func TestRestoreThreeLostMasters(t *testing.T) {
 	testenv.Require(t, lab.Prerequisites())
+	inLane(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
 	c := newCluster(ctx, t, "rha", release.Default(), lab.Options{Hosts: 7, Masters: 3})

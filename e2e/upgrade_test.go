@@ -32,29 +32,55 @@ import (
 	"github.com/kforge/kforge/state"
 )
 
-// TestUpgradeAcrossTwoMinors: 1 master + 2 workers at the oldest supported minor; the inventory
-// then says the newest; one apply walks every minor in between. Under load: a Deployment of 2
-// replicas with a PodDisruptionBudget behind a Service, probed from a pod on the master every
-// 100 ms all through the upgrade, and the API probed from the workstation. Afterwards every
-// node reports the new version, etcd runs the new release's etcd, kube-proxy and CoreDNS run
-// the new release's images, the data written before is there, the snapshot taken before the
-// upgrade is in the state dir, and the prober counted 0 failed requests. plan showed the route
-// first; the apply after changes nothing.
+// TestUpgradeAcrossTwoMinors is the life of a cluster of the oldest minor, on three bare hosts:
+// created and checked as every minor's (bareHostsChecks), then upgraded to the newest, one apply
+// walking every minor in between, and its CAs rotated under load.
+//
+// The upgrade: 1 master + 2 workers at the oldest supported minor; the inventory then says the
+// newest. Under load: a Deployment of 2 replicas with a PodDisruptionBudget behind a Service,
+// probed from a pod on the master every 100 ms all through the upgrade, and the API probed from
+// the workstation. Afterwards every node reports the new version, etcd runs the new release's
+// etcd, kube-proxy and CoreDNS run the new release's images, the data written before is there,
+// the snapshot taken before the upgrade is in the state dir, and the prober counted 0 failed
+// requests. plan showed the route first; the apply after changes nothing.
+//
+// The CA rotation (rotateCAUnderLoad), with the same prober still running.
 func TestUpgradeAcrossTwoMinors(t *testing.T) {
 	testenv.Require(t, lab.Prerequisites())
 	all := release.All()
 	if len(all) < 3 {
 		t.Skip("fewer than three minors in the catalogue")
 	}
+	inLane(t)
 	from, via, to := all[0].Kubernetes, all[1].Kubernetes, all[len(all)-1].Kubernetes
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
 	defer cancel()
 	c := newCluster(ctx, t, "upg", from, lab.Options{Hosts: 3, Bare: true}, via, to)
 	h := c.lab.Hosts
+	c.bareHostsChecks(ctx, c.usePrivateRegistry())
+	c.step("upgrade", func(t *testing.T) { c.upgradeAcrossTwoMinors(ctx, from, via, to) })
+	c.step("rotate-ca", func(t *testing.T) {
+		_, failed0 := proberCounts(ctx, t, c.client())
+		c.rotateCAUnderLoad(ctx, h, failed0)
+	})
+}
+
+// upgradeAcrossTwoMinors upgrades the cluster (1 master, 2 workers at from, which
+// bareHostsChecks made) to to, through via.
+func (c *cluster) upgradeAcrossTwoMinors(ctx context.Context, from, via, to string) {
+	t := c.t.(*testing.T)
+	t.Helper()
+	h := c.lab.Hosts
 	master, w1, w2 := h[0].Name, h[1].Name, h[2].Name
-	c.writeInventory(h[:1], h[1:])
-	if out, err := c.run("apply", "--timeout", "4m"); err != nil {
-		t.Fatalf("apply at %s: %v\n%s", from, err, out)
+	// bareHostsChecks' workload goes: its bare pods would be drained by the upgrade.
+	k0 := c.client()
+	for _, p := range []string{"server", "client-" + w1, "client-" + w2} {
+		if err := k0.CoreV1().Pods("default").Delete(ctx, p, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := k0.CoreV1().Services("default").Delete(ctx, "server", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
 	}
 	registryBefore := registryContents(ctx, c, master)
 	k := c.client()

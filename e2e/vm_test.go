@@ -31,6 +31,7 @@ import (
 func TestVMWorker(t *testing.T) {
 	testenv.Require(t, lab.Prerequisites())
 	testenv.Require(t, lab.VMPrerequisites())
+	inLane(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
 	defer cancel()
 	c := newCluster(ctx, t, "vm", release.Default(), lab.Options{Hosts: 3, Bare: true, VMs: 1})
