@@ -206,6 +206,16 @@ func (c *cluster) probeLogs(ctx context.Context, ns, name string) *logsProbe {
 	return p
 }
 
+// waitAnswered waits until the probe has had n answers (or ctx ends).
+func (p *logsProbe) waitAnswered(ctx context.Context, n int64) {
+	for p.ok.Load() < n && ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
 // stop ends the probe and returns how many runs answered and the failed runs.
 func (p *logsProbe) stop() (int64, []string) {
 	close(p.done)

@@ -54,134 +54,152 @@ func TestExpiredCertificatesRenewed(t *testing.T) {
 	}
 	k := c.client()
 	nodesBefore := map[string]string{}
-	for _, n := range c.checkNodes(ctx, 2) {
-		nodesBefore[n.Name] = string(n.UID)
-	}
-	if _, err := k.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "before-expiry"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	podBefore := runPause(ctx, t, k, "survivor", worker)
-	c.checkUserKubeconfig(ctx, k)
-
-	// Every certificate expires within 30 days: exit 5; none within 10 seconds yet: exit 0.
-	if out, code := c.certsCheck("--warn", "30d"); code != 5 || !strings.Contains(out, "apiserver") {
-		t.Errorf("certs check --warn 30d: exit %d, want 5\n%s", code, out)
-	}
-	if out, code := c.certsCheck("--warn", "10s"); code != 0 {
-		t.Errorf("certs check --warn 10s on certificates of 3 minutes: exit %d, want 0\n%s", code, out)
-	}
-	if out, err := c.run("certs", "check", "--warn", "soon"); exitCode(err) != 2 || !strings.Contains(out, "--warn") {
-		t.Errorf("certs check --warn soon: exit %d, want 2 with an error naming --warn\n%s", exitCode(err), out)
-	}
-
-	// Wait for the real expiry: the API refuses the admin, then the kubelets' certificates
-	// (rotated by the kubelets while the API still answered) run out too.
-	admin := c.stateCert(t, "pki/kubeconfig/admin.crt")
-	t.Logf("admin certificate expires %s; waiting", admin.NotAfter.Format(time.RFC3339))
-	sleepUntil(ctx, t, admin.NotAfter.Add(5*time.Second))
-	if _, err := k.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); err == nil {
-		t.Fatal("the API still answers the admin after its certificate expired")
-	} else {
-		t.Logf("the API refuses the expired admin: %v", err)
-	}
-	var last time.Time
-	for _, n := range []string{master, worker} {
-		kc := c.hostCert(ctx, n, "/var/lib/kubelet/pki/kubelet-client-current.pem")
-		t.Logf("%s: kubelet client certificate expires %s", n, kc.NotAfter.Format(time.RFC3339))
-		if kc.NotAfter.After(last) {
-			last = kc.NotAfter
+	var podBefore string
+	c.step("before-expiry", func(t *testing.T) {
+		for _, n := range c.checkNodes(ctx, 2) {
+			nodesBefore[n.Name] = string(n.UID)
 		}
-	}
-	sleepUntil(ctx, t, last.Add(5*time.Second))
-	out, code := c.certsCheck("--warn", "1m")
-	if code != 5 || !strings.Contains(out, "EXPIRED") {
-		t.Errorf("certs check on expired certificates: exit %d, want 5 and EXPIRED rows\n%s", code, out)
-	}
-
-	// The master's registry serves its certificate of 3 minutes too: expired now.
-	if _, err := c.registryCert(ctx, t, h[0].Address); err == nil || !strings.Contains(err.Error(), "expired") {
-		t.Errorf("%s's registry after its certificate expired: %v, want a TLS error saying it expired", master, err)
-	}
-
-	// Another cluster's state dir (its own CA): refused, naming the host and the CA; nothing
-	// changes on the hosts.
-	before := map[string]string{master: c.snapshot(ctx, master), worker: c.snapshot(ctx, worker)}
-	other := filepath.Join(t.TempDir(), "other-state")
-	if out, err := exec.Command(c.kforge, "-i", c.inventory, "--state-dir", other, "render", "-o", filepath.Join(t.TempDir(), "rendered")).CombinedOutput(); err != nil {
-		t.Fatalf("kforge render into another state dir: %v\n%s", err, out)
-	}
-	refused, err := exec.Command(c.kforge, "-i", c.inventory, "--state-dir", other, "certs", "renew", "--all").CombinedOutput()
-	if exitCode(err) != 1 || !strings.Contains(string(refused), "is a different CA") || !strings.Contains(string(refused), "Nothing was renewed") {
-		t.Errorf("certs renew with another cluster's state dir: exit %d, want 1 and an error naming the CA mismatch\n%s", exitCode(err), refused)
-	}
-	for h, snap := range before {
-		if after := c.snapshot(ctx, h); after != snap {
-			t.Errorf("%s changed although renew was refused:\n%s", h, diffLines(snap, after))
+		if _, err := k.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "before-expiry"}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
 		}
-	}
+		podBefore = runPause(ctx, t, k, "survivor", worker)
+		c.checkUserKubeconfig(ctx, k)
 
-	start := time.Now()
-	out2, err := c.run("certs", "renew", "--all")
-	took := time.Since(start)
-	if err != nil {
-		t.Fatalf("certs renew --all on an expired cluster: %v\n%s", err, out2)
-	}
-	t.Logf("certs renew --all on the expired cluster took %s:\n%s", took.Round(100*time.Millisecond), out2)
-	if !strings.Contains(out2, "every master at once") || !regexp.MustCompile(`(?m)^\s+`+worker+`\s+kubelet client certificate \(expired `).MatchString(out2) {
-		t.Errorf("certs renew on the expired cluster: want every master at once and %s's expired kubelet client certificate renewed", worker)
-	}
-	if strings.Contains(out2, "PRIVATE KEY") {
-		t.Error("certs renew printed key material")
-	}
-
-	// The API answers the new admin; the same nodes are Ready; the workloads are still there.
-	k = c.client()
-	for _, n := range c.checkNodes(ctx, 2) {
-		if nodesBefore[n.Name] != string(n.UID) {
-			t.Errorf("node %s is a new object (UID %s, was %s): it re-joined", n.Name, n.UID, nodesBefore[n.Name])
+		// Every certificate expires within 30 days: exit 5; none within 10 seconds yet: exit 0.
+		if out, code := c.certsCheck("--warn", "30d"); code != 5 || !strings.Contains(out, "apiserver") {
+			t.Errorf("certs check --warn 30d: exit %d, want 5\n%s", code, out)
 		}
-	}
-	if _, err := k.CoreV1().ConfigMaps("default").Get(ctx, "before-expiry", metav1.GetOptions{}); err != nil {
-		t.Errorf("ConfigMap created before the expiry: %v", err)
-	}
-	if p := runPause(ctx, t, k, "survivor", worker); p != podBefore {
-		t.Errorf("the Deployment's pod is %s, was %s before the expiry", p, podBefore)
-	}
-	// The registry was restarted on its renewed certificate, which it now serves.
-	if cert, err := c.registryCert(ctx, t, h[0].Address); err != nil {
-		t.Errorf("%s's registry after certs renew: %v", master, err)
-	} else if want := c.stateCert(t, "pki/nodes/"+master+"/kforge-registry.crt"); !cert.Equal(want) {
-		t.Errorf("%s's registry serves a certificate valid until %s, not the renewed one (until %s)", master, cert.NotAfter, want.NotAfter)
-	}
+		if out, code := c.certsCheck("--warn", "10s"); code != 0 {
+			t.Errorf("certs check --warn 10s on certificates of 3 minutes: exit %d, want 0\n%s", code, out)
+		}
+		if out, err := c.run("certs", "check", "--warn", "soon"); exitCode(err) != 2 || !strings.Contains(out, "--warn") {
+			t.Errorf("certs check --warn soon: exit %d, want 2 with an error naming --warn\n%s", exitCode(err), out)
+		}
+	})
 
-	c.compareWithKubeadm(ctx, master)
-	// Renew left the hosts as apply would have them.
-	if plan, code := c.plan(); code != 0 {
-		t.Errorf("plan after certs renew: exit %d, want no changes\n%s", code, plan)
-	}
+	c.step("expired", func(t *testing.T) {
 
-	// Renewed again, on the healthy cluster: kube-apiserver loads its new kubelet client
-	// certificate on renew's own request, whose connection takes the cut that this reload
-	// gives every connection to kubelets; kubectl logs, every second during the renewal and
-	// for a minute after, never fails.
-	logs := c.probeLogs(ctx, "default", "deployment/survivor") // kubectl picks its pod
-	start = time.Now()
-	out3, err := c.run("certs", "renew", "--all")
-	took = time.Since(start)
-	if err != nil {
-		logs.stop()
-		t.Fatalf("certs renew --all on the healthy cluster: %v\n%s", err, out3)
-	}
-	time.Sleep(time.Minute)
-	logsOK, logsFailed := logs.stop()
-	t.Logf("certs renew --all on the healthy cluster took %s; kubectl logs every second during it and for 60 s after: %d answered, %d failed%s\n%s",
-		took.Round(100*time.Millisecond), logsOK, len(logsFailed), strings.Join(logsFailed, ""), out3)
-	if len(logsFailed) > 0 || logsOK < 60 {
-		t.Errorf("kubectl logs failed %d times during or after certs renew --all (and answered %d); want none", len(logsFailed), logsOK)
-	}
-	if !strings.Contains(out3, "kube-apiserver reaches kubelets with its new client certificate") {
-		t.Errorf("certs renew --all did not make the API server load its new kubelet client certificate:\n%s", out3)
-	}
+		// Wait for the real expiry: the API refuses the admin, then the kubelets' certificates
+		// (rotated by the kubelets while the API still answered) run out too.
+		admin := c.stateCert(t, "pki/kubeconfig/admin.crt")
+		t.Logf("admin certificate expires %s; waiting", admin.NotAfter.Format(time.RFC3339))
+		sleepUntil(ctx, t, admin.NotAfter.Add(5*time.Second))
+		if _, err := k.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); err == nil {
+			t.Fatal("the API still answers the admin after its certificate expired")
+		} else {
+			t.Logf("the API refuses the expired admin: %v", err)
+		}
+		var last time.Time
+		for _, n := range []string{master, worker} {
+			kc := c.hostCert(ctx, n, "/var/lib/kubelet/pki/kubelet-client-current.pem")
+			t.Logf("%s: kubelet client certificate expires %s", n, kc.NotAfter.Format(time.RFC3339))
+			if kc.NotAfter.After(last) {
+				last = kc.NotAfter
+			}
+		}
+		sleepUntil(ctx, t, last.Add(5*time.Second))
+		out, code := c.certsCheck("--warn", "1m")
+		if code != 5 || !strings.Contains(out, "EXPIRED") {
+			t.Errorf("certs check on expired certificates: exit %d, want 5 and EXPIRED rows\n%s", code, out)
+		}
+
+		// The master's registry serves its certificate of 3 minutes too: expired now.
+		if _, err := c.registryCert(ctx, t, h[0].Address); err == nil || !strings.Contains(err.Error(), "expired") {
+			t.Errorf("%s's registry after its certificate expired: %v, want a TLS error saying it expired", master, err)
+		}
+	})
+
+	c.step("renew-refused-with-another-ca", func(t *testing.T) {
+
+		// Another cluster's state dir (its own CA): refused, naming the host and the CA; nothing
+		// changes on the hosts.
+		before := map[string]string{master: c.snapshot(ctx, master), worker: c.snapshot(ctx, worker)}
+		other := filepath.Join(t.TempDir(), "other-state")
+		if out, err := exec.Command(c.kforge, "-i", c.inventory, "--state-dir", other, "render", "-o", filepath.Join(t.TempDir(), "rendered")).CombinedOutput(); err != nil {
+			t.Fatalf("kforge render into another state dir: %v\n%s", err, out)
+		}
+		refused, err := exec.Command(c.kforge, "-i", c.inventory, "--state-dir", other, "certs", "renew", "--all").CombinedOutput()
+		if exitCode(err) != 1 || !strings.Contains(string(refused), "is a different CA") || !strings.Contains(string(refused), "Nothing was renewed") {
+			t.Errorf("certs renew with another cluster's state dir: exit %d, want 1 and an error naming the CA mismatch\n%s", exitCode(err), refused)
+		}
+		for h, snap := range before {
+			if after := c.snapshot(ctx, h); after != snap {
+				t.Errorf("%s changed although renew was refused:\n%s", h, diffLines(snap, after))
+			}
+		}
+
+	})
+
+	c.step("renew-expired", func(t *testing.T) {
+		start := time.Now()
+		out2, err := c.run("certs", "renew", "--all")
+		took := time.Since(start)
+		if err != nil {
+			t.Fatalf("certs renew --all on an expired cluster: %v\n%s", err, out2)
+		}
+		t.Logf("certs renew --all on the expired cluster took %s:\n%s", took.Round(100*time.Millisecond), out2)
+		if !strings.Contains(out2, "every master at once") || !regexp.MustCompile(`(?m)^\s+`+worker+`\s+kubelet client certificate \(expired `).MatchString(out2) {
+			t.Errorf("certs renew on the expired cluster: want every master at once and %s's expired kubelet client certificate renewed", worker)
+		}
+		if strings.Contains(out2, "PRIVATE KEY") {
+			t.Error("certs renew printed key material")
+		}
+
+		// The API answers the new admin; the same nodes are Ready; the workloads are still there.
+		k = c.client()
+		for _, n := range c.checkNodes(ctx, 2) {
+			if nodesBefore[n.Name] != string(n.UID) {
+				t.Errorf("node %s is a new object (UID %s, was %s): it re-joined", n.Name, n.UID, nodesBefore[n.Name])
+			}
+		}
+		if _, err := k.CoreV1().ConfigMaps("default").Get(ctx, "before-expiry", metav1.GetOptions{}); err != nil {
+			t.Errorf("ConfigMap created before the expiry: %v", err)
+		}
+		if p := runPause(ctx, t, k, "survivor", worker); p != podBefore {
+			t.Errorf("the Deployment's pod is %s, was %s before the expiry", p, podBefore)
+		}
+		// The registry was restarted on its renewed certificate, which it now serves.
+		if cert, err := c.registryCert(ctx, t, h[0].Address); err != nil {
+			t.Errorf("%s's registry after certs renew: %v", master, err)
+		} else if want := c.stateCert(t, "pki/nodes/"+master+"/kforge-registry.crt"); !cert.Equal(want) {
+			t.Errorf("%s's registry serves a certificate valid until %s, not the renewed one (until %s)", master, cert.NotAfter, want.NotAfter)
+		}
+
+		c.compareWithKubeadm(ctx, master)
+		// Renew left the hosts as apply would have them.
+		if plan, code := c.plan(); code != 0 {
+			t.Errorf("plan after certs renew: exit %d, want no changes\n%s", code, plan)
+		}
+
+	})
+
+	c.step("renew-healthy", func(t *testing.T) {
+		// Renewed again, on the healthy cluster: kube-apiserver loads its new kubelet client
+		// certificate on renew's own request, whose connection takes the cut that this reload
+		// gives every connection to kubelets; kubectl logs, every second during the renewal and
+		// for a minute after, never fails.
+		logs := c.probeLogs(ctx, "default", "deployment/survivor") // kubectl picks its pod
+		start := time.Now()
+		out3, err := c.run("certs", "renew", "--all")
+		took := time.Since(start)
+		if err != nil {
+			logs.stop()
+			t.Fatalf("certs renew --all on the healthy cluster: %v\n%s", err, out3)
+		}
+		// A minute, and at least 60 answers in all: with another lab beside this one (lanes_test.go)
+		// a kubectl run may take longer than a second.
+		time.Sleep(time.Minute)
+		logs.waitAnswered(ctx, 60)
+		logsOK, logsFailed := logs.stop()
+		t.Logf("certs renew --all on the healthy cluster took %s; kubectl logs every second during it and for 60 s after: %d answered, %d failed%s\n%s",
+			took.Round(100*time.Millisecond), logsOK, len(logsFailed), strings.Join(logsFailed, ""), out3)
+		if len(logsFailed) > 0 || logsOK < 60 {
+			t.Errorf("kubectl logs failed %d times during or after certs renew --all (and answered %d); want none", len(logsFailed), logsOK)
+		}
+		if !strings.Contains(out3, "kube-apiserver reaches kubelets with its new client certificate") {
+			t.Errorf("certs renew --all did not make the API server load its new kubelet client certificate:\n%s", out3)
+		}
+	})
 }
 
 // certsCheck runs kforge certs check and returns its table and exit code.
