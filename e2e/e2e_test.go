@@ -112,8 +112,17 @@ func buildBundle(ctx context.Context, t testing.TB, dir, version string, more ..
 	return out
 }
 
-// buildAgentImage packs testdata/agent into a one-layer image archive.
+// buildAgentImage packs testdata/agent into a one-layer image archive, agentImage.
 func buildAgentImage(t testing.TB, dir string) string {
+	t.Helper()
+	return buildAgentImageLabelled(t, dir, nil)
+}
+
+// buildAgentImageLabelled is buildAgentImage with labels in the image's config, which make it
+// another image (another ID). A node whose kubelet pulled the agent image under one name (from
+// a registry) refuses it under another with pull policy Never: kubelet's record of the pull
+// (/var/lib/kubelet/image_manager) grants the image to the name it was pulled as only.
+func buildAgentImageLabelled(t testing.TB, dir string, labels map[string]string) string {
 	t.Helper()
 	bin := filepath.Join(dir, "agent")
 	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, "./testdata/agent")
@@ -144,6 +153,7 @@ func buildAgentImage(t testing.TB, dir string) string {
 	cfg = cfg.DeepCopy()
 	cfg.Architecture, cfg.OS = runtime.GOARCH, "linux"
 	cfg.Config.Entrypoint = []string{"/agent"}
+	cfg.Config.Labels = labels
 	if img, err = mutate.ConfigFile(img, cfg); err != nil {
 		t.Fatal(err)
 	}

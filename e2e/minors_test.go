@@ -51,7 +51,8 @@ func (c *cluster) usePrivateRegistry() *labRegistry {
 	t := c.t.(*testing.T)
 	t.Helper()
 	reg := startRegistry(t)
-	reg.push(t, buildAgentImage(t, t.TempDir()), "e2e/agent:v1")
+	// Another image than agentImage, which a test may import on the same nodes later.
+	reg.push(t, buildAgentImageLabelled(t, t.TempDir(), map[string]string{"e2e.kforge.dev/from": "private-registry"}), "e2e/agent:v1")
 	c.env = []string{"KFORGE_E2E_REGISTRY_USER=" + reg.user, "KFORGE_E2E_REGISTRY_PASSWORD=" + reg.password}
 	c.registries = []string{fmt.Sprintf("{host: %s, mirrors: [\"https://%s\"], caFile: %s, usernameEnv: KFORGE_E2E_REGISTRY_USER, passwordEnv: KFORGE_E2E_REGISTRY_PASSWORD}",
 		privateRegistry, reg.addr, reg.caFile)}
