@@ -1,7 +1,9 @@
 // Command testreport reads `go test -json` on stdin and prints what plain `go test` prints (each
 // package's result line, and the output of the tests that failed), then a table of the
 // duration of every top-level test of the e2e package, longest first, and their total, so the
-// growth of the suite is seen at the end of every `make test`. It exits 1 when a test or a
+// growth of the suite is seen at the end of every `make test`. A lab test that waited for its
+// turn in its lane (e2e/lanes_test.go) and logged "ran D after its turn came" is listed with D,
+// its own time, and the wait beside it. It exits 1 when a test or a
 // package failed (or the input ended without a package result), 0 otherwise.
 package main
 
@@ -13,6 +15,7 @@ import (
 	"io"
 	"maps"
 	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -34,10 +37,14 @@ type report struct {
 	pending  map[string]bool               // packages started without a result yet
 	output   map[string][]string           // by package and test: output lines, kept until it ends
 	duration map[string]map[string]float64 // by package: top-level tests' seconds
+	waited   map[string]map[string]float64 // by package: seconds a top-level test waited for its lane
 }
 
+// ranAfterTurn is the line of an e2e test that waited for its lane: its own time.
+var ranAfterTurn = regexp.MustCompile(`\bran (\S+) after its turn came\n$`)
+
 func newReport(out io.Writer) *report {
-	return &report{out: out, pending: map[string]bool{}, output: map[string][]string{}, duration: map[string]map[string]float64{}}
+	return &report{out: out, pending: map[string]bool{}, output: map[string][]string{}, duration: map[string]map[string]float64{}, waited: map[string]map[string]float64{}}
 }
 
 func (r *report) add(e event) {
@@ -93,8 +100,17 @@ func (r *report) ended(e event) {
 	}
 	if r.duration[e.Package] == nil {
 		r.duration[e.Package] = map[string]float64{}
+		r.waited[e.Package] = map[string]float64{}
 	}
 	r.duration[e.Package][e.Test] = e.Elapsed
+	for _, l := range r.output[e.Package+"\x00"+e.Test] {
+		if m := ranAfterTurn.FindStringSubmatch(l); m != nil {
+			if d, err := time.ParseDuration(m[1]); err == nil && d.Seconds() <= e.Elapsed {
+				r.duration[e.Package][e.Test] = d.Seconds()
+				r.waited[e.Package][e.Test] = e.Elapsed - d.Seconds()
+			}
+		}
+	}
 }
 
 // isNoise says whether a package-level line is what -json adds to plain go test's output.
@@ -117,6 +133,10 @@ func (r *report) table(pkg string) {
 	slices.SortFunc(names, func(a, b string) int { return cmp.Or(cmp.Compare(tests[b], tests[a]), strings.Compare(a, b)) })
 	fmt.Fprintf(r.out, "\n%s: duration of each test\n", pkg)
 	for _, n := range names {
+		if w := r.waited[pkg][n]; w >= 1 {
+			fmt.Fprintf(r.out, "  %-60s %8s  (after %s waiting for its lane)\n", n, seconds(tests[n]), seconds(w))
+			continue
+		}
 		fmt.Fprintf(r.out, "  %-60s %8s\n", n, seconds(tests[n]))
 	}
 	fmt.Fprintf(r.out, "  %-60s %8s\n", "total", seconds(total))

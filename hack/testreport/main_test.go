@@ -40,6 +40,15 @@ func TestReport(t *testing.T) {
 	}
 
 	out.Reset()
+	lane := strings.Join([]string{
+		`{"Action":"output","Package":"p","Test":"TestL","Output":"    lanes_test.go:91: ran 5m44s after its turn came\n"}`,
+		`{"Action":"pass","Package":"p","Test":"TestL","Elapsed":1130.9}`,
+		`{"Action":"pass","Package":"p","Elapsed":1131}`,
+	}, "\n")
+	if code := run(strings.NewReader(lane), &out, []string{"p"}); code != 0 || !strings.Contains(out.String(), "5m44s  (after 13m7s waiting for its lane)") {
+		t.Errorf("a test that waited for its lane: exit %d\n%s", code, out.String())
+	}
+	out.Reset()
 	timeout := `{"Action":"run","Package":"p","Test":"TestSlow"}` + "\n" + `{"Action":"output","Package":"p","Test":"TestSlow","Output":"panic: test timed out after 1m0s\n"}` + "\n" + `{"Action":"fail","Package":"p","Elapsed":60}`
 	if code := run(strings.NewReader(timeout), &out, nil); code != 1 || !strings.Contains(out.String(), "panic: test timed out") {
 		t.Errorf("a package that timed out: exit %d, the running test's output lost:\n%s", code, out.String())
