@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -69,7 +70,9 @@ func (c *cluster) renewUnderLoad(ctx context.Context, hosts []lab.Host) {
 func (c *cluster) rotateCAUnderLoad(ctx context.Context, hosts []lab.Host, failed0 int) {
 	t := c.t
 	t.Helper()
-	if out, err := exec.Command(c.kforge, "-i", c.inventory, "--state-dir", c.state, "kubeconfig", "--user", "alice", "--group", "view-only").Output(); err != nil || !strings.Contains(string(out), "client-certificate-data") {
+	cmd := exec.Command(c.kforge, "-i", c.inventory, "--state-dir", c.state, "kubeconfig", "--user", "alice", "--group", "view-only")
+	cmd.Env = append(os.Environ(), c.env...) // the inventory's registry credentials, if any
+	if out, err := cmd.Output(); err != nil || !strings.Contains(string(out), "client-certificate-data") {
 		t.Fatalf("kforge kubeconfig --user alice: %v\n%s", err, stderrOf(err))
 	}
 	// Rotate the cluster and etcd CAs; the first run is killed once the new CA signs.
