@@ -40,6 +40,7 @@ func TestBareHostsEveryMinor(t *testing.T) {
 			prefix := "m" + strings.Split(r.Kubernetes, ".")[1] // m37
 			c := newCluster(ctx, t, prefix, r.Kubernetes, lab.Options{Hosts: 3, Bare: true})
 			c.bareHostsChecks(ctx, c.usePrivateRegistry())
+			c.disruptionChecks(ctx, false)
 		})
 	}
 }
@@ -108,10 +109,6 @@ func (c *cluster) bareHostsChecks(ctx context.Context, reg *labRegistry) {
 		c.applyChangesNothing(ctx, h)
 		c.checkEtcdStatusAndSnapshot(ctx)
 	})
-	if version == release.All()[0].Kubernetes { // once: the oldest minor's cluster
-		c.step("late-failure", func(t *testing.T) { c.checkLateFailureLeavesAKubeconfig(ctx) })
-	}
-
 	c.step("credentials", func(t *testing.T) {
 		// The credentials are in hosts.toml on the nodes and nowhere on the workstation: not in
 		// apply's output, its debug log, or the state dir (run records included).
@@ -141,7 +138,18 @@ func (c *cluster) bareHostsChecks(ctx context.Context, reg *labRegistry) {
 		}
 	})
 
-	c.step("power-cut", func(t *testing.T) { c.powerCutComesBack(ctx, w2) }) // issue 29: kforge lab stop/start, Ready again within 40 s
+}
+
+// disruptionChecks are the checks that disturb the cluster bareHostsChecks made, run once its
+// other checks (and an upgrade) are done: with lateFailure, an apply that fails late leaves a
+// kubeconfig (issue 29); a worker's power cut, after which it is Ready again within 40 s.
+// (Right before the upgrade, they were followed by 5 and 6 failed Service probes during the
+// workers' upgrade, against none on a cluster without them; see docs/testing.md.)
+func (c *cluster) disruptionChecks(ctx context.Context, lateFailure bool) {
+	if lateFailure {
+		c.step("late-failure", func(t *testing.T) { c.checkLateFailureLeavesAKubeconfig(ctx) })
+	}
+	c.step("power-cut", func(t *testing.T) { c.powerCutComesBack(ctx, c.lab.Hosts[2].Name) }) // issue 29: kforge lab stop/start, Ready again within 40 s
 }
 
 // fromMasters is apply's line for a worker that took every file and image it lacked from the
