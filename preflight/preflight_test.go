@@ -584,8 +584,8 @@ func TestSecurityModules(t *testing.T) {
 			"[INFO SELinux] w1: SELinux is permissive: it logs what it would deny and denies nothing",
 		}},
 		{"AppArmor without its parser", facts.LSM{AppArmor: true}, "debian", []string{
-			"[ERROR AppArmor] w1: AppArmor is enabled in the kernel but apparmor_parser is not installed: containerd loads its default profile for every container with it, and no pod would start",
-			"    fix: install it: apt-get install apparmor",
+			"[WARNING AppArmor] w1: AppArmor is enabled in the kernel but apparmor_parser is not installed: containerd loads its default profile with it, and without it runs every container unconfined",
+			"    fix: install it to confine them: apt-get install apparmor",
 		}},
 		{"AppArmor with its parser", facts.LSM{AppArmor: true, AppArmorParser: true}, "ubuntu", nil},
 	} {
