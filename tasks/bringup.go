@@ -60,7 +60,7 @@ func (b *bringUp) clusterSteps(l *list) {
 	}
 	l.add("core-addons", ThroughAPI, nil, func(ctx context.Context, r progress.Reporter) error {
 		return coreAddons(ctx, t, b.staged, r)
-	}, "install kube-proxy and CoreDNS (kube-proxy restarted when its configuration changed)")
+	}, "install kube-proxy and CoreDNS (kube-proxy's pods roll when its configuration changes)")
 	if c.Networking.Plugin == "flannel" {
 		l.add("pod-network", OnHosts, all, rc.kubeletsSay(t.podNetwork), "install flannel (vxlan) over %s and write each node's CNI config for its pod CIDR", c.Networking.PodSubnet)
 	}
