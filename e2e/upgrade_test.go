@@ -63,7 +63,7 @@ func TestUpgradeAcrossTwoMinors(t *testing.T) {
 		_, failed0 := proberCounts(ctx, t, c.client())
 		c.rotateCAUnderLoad(ctx, h, failed0)
 	})
-	c.disruptionChecks(ctx, true)
+	c.powerCutCheck(ctx)
 }
 
 // upgradeAcrossTwoMinors upgrades the cluster (1 master, 2 workers at from, which
