@@ -607,7 +607,9 @@ func TestSecurityModules(t *testing.T) {
 // its role needs and the command that opens them; a worker behind ufw with some rules is told
 // the rest; the trusted zone and ufw's "Anywhere" rule let everything in.
 func TestFirewall(t *testing.T) {
-	pr := func(proto string, from, to int) facts.PortRange { return facts.PortRange{Proto: proto, From: from, To: to} }
+	pr := func(proto string, from, to int) facts.PortRange {
+		return facts.PortRange{Proto: proto, From: from, To: to}
+	}
 	for _, c := range []struct {
 		name, host string
 		fw         facts.Firewall
