@@ -62,12 +62,6 @@ func (rc *runContext) clients() (apiClients, error) {
 	return api, nil
 }
 
-// typed is the run's typed API client; see clients.
-func (rc *runContext) typed() (kube.Clients, error) {
-	api, err := rc.clients()
-	return api.Clients, err
-}
-
 // A hop is the cluster at one Kubernetes version: the inventory at that version (with its
 // release row), the bundle's release of it, and the files rendered for it, over the run's
 // context. apply works at one hop, the inventory's; an upgrade walks one per minor.

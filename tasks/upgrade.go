@@ -118,7 +118,7 @@ func (up *Upgrade) Steps() []Step {
 	var l list
 	l.add("upgrade-health", ThroughAPI, nil, up.healthy, "check that every node is Ready and every kube-system workload ready (an interrupted upgrade is finished whatever its health; --force upgrades anyway)")
 	l.add("upgrade-snapshot", OnHosts, rc.fleet.Names(inventory.RoleMaster), up.snapshot, "save an etcd snapshot of the cluster at %s to the state dir and verify it", u.from)
-	l.add("upgrade-images", OnHosts, keysOf(u.runningSet()), up.addonImages, "give every node the addons' images of %s (through the masters' registries when they serve the bundle)", strings.Join(up.versions(), ", "))
+	l.add("upgrade-images", OnHosts, slices.Sorted(maps.Keys(u.running)), up.addonImages, "give every node the addons' images of %s (through the masters' registries when they serve the bundle)", strings.Join(up.versions(), ", "))
 	for _, h := range up.hops[:len(u.hops)] {
 		v := h.inv.KubernetesVersion
 		var masters []string
@@ -156,15 +156,6 @@ func (up *Upgrade) versions() []string {
 	var out []string
 	for _, h := range up.hops {
 		out = append(out, h.inv.KubernetesVersion)
-	}
-	return out
-}
-
-// runningSet are the nodes in the cluster (the route knows what they run).
-func (u *upgradeRoute) runningSet() map[string]bool {
-	out := map[string]bool{}
-	for n := range u.running {
-		out[n] = true
 	}
 	return out
 }
