@@ -56,7 +56,7 @@ func stage(ctx context.Context, t *hop, ep etcdPlan, r progress.Reporter) (*stag
 			return err
 		})
 	})
-	startMaster := func(ctx context.Context, n inventory.Node) error {
+	stageMaster := func(ctx context.Context, n inventory.Node) error {
 		start := t.rc.o.Now()
 		did, err := t.stageHost(ctx, n, st, r)
 		if err != nil {
@@ -70,7 +70,7 @@ func stage(ctx context.Context, t *hop, ep etcdPlan, r progress.Reporter) (*stag
 		return nil
 	}
 	if err := fleet.EachOf(ctx, f, fresh, func(ctx context.Context, n inventory.Node, _ remote.Host) error {
-		return startMaster(ctx, n)
+		return stageMaster(ctx, n)
 	}); err != nil {
 		st.fills.release()
 		return st, err
@@ -78,7 +78,7 @@ func stage(ctx context.Context, t *hop, ep etcdPlan, r progress.Reporter) (*stag
 	// Masters joining a running etcd cluster start one at a time: each new member must be up
 	// before the next is added, or the cluster loses quorum.
 	for _, n := range joining {
-		if err := startMaster(ctx, n); err != nil {
+		if err := stageMaster(ctx, n); err != nil {
 			return st, remote.WithHost(n.Name, err)
 		}
 		if err := ep.waitMember(ctx, t.rc, n); err != nil {
