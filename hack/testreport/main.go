@@ -3,8 +3,11 @@
 // duration of every top-level test of the e2e package, longest first, and their total, so the
 // growth of the suite is seen at the end of every `make test`. A lab test that waited for its
 // turn in its lane (e2e/lanes_test.go) and logged "ran D after its turn came" is listed with D,
-// its own time, and the wait beside it. It exits 1 when a test or a
-// package failed (or the input ended without a package result), 0 otherwise.
+// its own time, and the wait beside it. Last of all, for each test that failed, the last lines it
+// printed from its test files (`x_test.go:N: ...`, a message's first line each): the output above
+// can be long, and CI keeps only its tail, so why a test failed is said at the very end too. It
+// exits 1 when a test or a package failed (or the input ended without a package result), 0
+// otherwise.
 package main
 
 import (
@@ -38,6 +41,41 @@ type report struct {
 	output   map[string][]string           // by package and test: output lines, kept until it ends
 	duration map[string]map[string]float64 // by package: top-level tests' seconds
 	waited   map[string]map[string]float64 // by package: seconds a top-level test waited for its lane
+	why      []failure                     // the tests that failed, in the order they ended
+}
+
+// failure is a test that failed and the last lines it printed from its test files.
+type failure struct {
+	test  string
+	lines []string
+}
+
+// testLine is a line a test printed through t.Log or t.Error: its message's first line.
+var testLine = regexp.MustCompile(`^\s+\S+_test\.go:\d+: `)
+
+// Of each failed test, the digest keeps this many lines, each cut to lineMax bytes.
+const (
+	whyLines = 8
+	lineMax  = 240
+)
+
+// failedWith records why test failed: the last lines of out (its own output, not its
+// subtests') that it printed from its test files.
+func (r *report) failedWith(test string, out []string) {
+	var lines []string
+	for _, l := range out {
+		if testLine.MatchString(l) {
+			l = strings.TrimSpace(l)
+			if len(l) > lineMax {
+				l = l[:lineMax] + "…"
+			}
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) > whyLines {
+		lines = lines[len(lines)-whyLines:]
+	}
+	r.why = append(r.why, failure{test: test, lines: lines})
 }
 
 // ranAfterTurn is the line of an e2e test that waited for its lane: its own time.
@@ -89,6 +127,7 @@ func (r *report) add(e event) {
 		for _, l := range r.output[key] {
 			fmt.Fprint(r.out, l)
 		}
+		r.failedWith(e.Test, r.output[key])
 		delete(r.output, key)
 	}
 }
@@ -161,6 +200,15 @@ func run(in io.Reader, out io.Writer, tablePkgs []string) int {
 	}
 	for _, p := range tablePkgs {
 		r.table(p)
+	}
+	if len(r.why) > 0 {
+		fmt.Fprintf(out, "\nfailed (the last lines each printed from its test files):\n")
+		for _, f := range r.why {
+			fmt.Fprintf(out, "  %s\n", f.test)
+			for _, l := range f.lines {
+				fmt.Fprintf(out, "      %s\n", l)
+			}
+		}
 	}
 	if len(r.pending) > 0 {
 		fmt.Fprintf(out, "testreport: no result for %s (the run was cut short)\n", strings.Join(slices.Sorted(maps.Keys(r.pending)), ", "))

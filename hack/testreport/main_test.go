@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -38,6 +39,9 @@ func TestReport(t *testing.T) {
 	if code != 1 {
 		t.Errorf("exit %d with a failed test, want 1", code)
 	}
+	if i := strings.Index(got, "failed (the last lines each printed from its test files):\n  TestB/sub\n      b_test.go:2: it broke\n  TestB\n"); i < 0 || i < strings.Index(got, "  total") {
+		t.Errorf("the failures are not said at the end, after the table:\n%s", got)
+	}
 
 	out.Reset()
 	lane := strings.Join([]string{
@@ -62,5 +66,28 @@ func TestReport(t *testing.T) {
 	ok := `{"Action":"start","Package":"p"}` + "\n" + `{"Action":"output","Package":"p","Output":"ok  \tp\t0.1s\n"}` + "\n" + `{"Action":"pass","Package":"p","Elapsed":0.1}`
 	if code := run(strings.NewReader(ok), &out, nil); code != 0 || out.String() != "ok  \tp\t0.1s\n" {
 		t.Errorf("a passing package: exit %d, printed %q", code, out.String())
+	}
+}
+
+// TestReportWhy: of a failed test's output, the digest at the end keeps the last eight lines
+// printed from test files, without their continuation lines, cut when long.
+func TestReportWhy(t *testing.T) {
+	var in []string
+	for i := 1; i <= 12; i++ {
+		in = append(in, fmt.Sprintf(`{"Action":"output","Package":"p","Test":"TestU/step","Output":"    u_test.go:%d: line %d\n"}`, i, i),
+			`{"Action":"output","Package":"p","Test":"TestU/step","Output":"        continued\n"}`)
+	}
+	in = append(in, `{"Action":"output","Package":"p","Test":"TestU/step","Output":"    u_test.go:99: `+strings.Repeat("x", 300)+`\n"}`,
+		`{"Action":"fail","Package":"p","Test":"TestU/step","Elapsed":3}`, `{"Action":"fail","Package":"p","Elapsed":3}`)
+	var out strings.Builder
+	run(strings.NewReader(strings.Join(in, "\n")), &out, nil)
+	_, digest, _ := strings.Cut(out.String(), "failed (the last lines each printed from its test files):\n")
+	want := "  TestU/step\n"
+	for i := 6; i <= 12; i++ {
+		want += fmt.Sprintf("      u_test.go:%d: line %d\n", i, i)
+	}
+	want += "      u_test.go:99: " + strings.Repeat("x", 240-len("u_test.go:99: ")) + "…\n"
+	if digest != want {
+		t.Errorf("digest\n%s\nwant\n%s", digest, want)
 	}
 }
