@@ -56,8 +56,9 @@ type Facts struct {
 	// Sysctls maps a key (net.ipv4.ip_forward) to its value; a key the kernel lacks (e.g.
 	// net.bridge.* without br_netfilter) is absent.
 	Sysctls map[string]string
-	// Modules maps each kernel module kforge needs (RequiredModules) to "loaded" (or built
-	// in), "loadable" (modprobe -n finds it) or "missing"; empty when the host did not say.
+	// Modules maps each kernel module kforge looks at (overlay, br_netfilter, ip_tables) to
+	// "loaded" (or built in), "loadable" (modprobe -n finds it) or "missing"; empty when the
+	// host did not say.
 	Modules map[string]string
 
 	// Listeners are the TCP sockets in LISTEN state (IPv4 and IPv6), sorted by port.
@@ -218,6 +219,11 @@ func (f *Facts) KubeletResolvConf() string {
 	}
 	return ""
 }
+
+// LegacyIptables says whether the host's kernel has legacy iptables (the ip_tables module,
+// loaded, built in or loadable). RHEL 10's kernels have not; there only nftables works, and
+// kube-proxy's auto mode picks it. A host that did not say counts as having it.
+func (f *Facts) LegacyIptables() bool { return f.Modules["ip_tables"] != "missing" }
 
 // LoopbackOnly says whether every nameserver of /etc/resolv.conf is on the host itself (a local
 // stub resolver such as systemd-resolved's 127.0.0.53); false when it lists none.

@@ -303,6 +303,15 @@ func TestParseKernelModules(t *testing.T) {
 	if f.Modules["overlay"] != "loaded" || f.Modules["br_netfilter"] != "loadable" || len(f.Modules) != 2 {
 		t.Errorf("modules %v", f.Modules)
 	}
+	if !f.LegacyIptables() {
+		t.Errorf("a host that did not say whether ip_tables is there: legacy iptables false; want true")
+	}
+	for state, legacy := range map[string]bool{"loaded": true, "loadable": true, "missing": false} {
+		f := mustParse(t, []byte(strings.Replace(out, "kmod overlay loaded", "kmod overlay loaded\nkmod ip_tables "+state, 1)))
+		if f.LegacyIptables() != legacy {
+			t.Errorf("kmod ip_tables %s: legacy iptables %v; want %v", state, f.LegacyIptables(), legacy)
+		}
+	}
 }
 
 // TestParseSwapInAContainer: a host whose /proc/meminfo is a container's view (SwapTotal 0)

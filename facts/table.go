@@ -232,7 +232,7 @@ for d in /sys/fs/cgroup /sys/fs/cgroup/unified; do [ -r $d/cgroup.controllers ] 
 		done: func(p *parsing) error { p.f.Cgroup = parseCgroups(p.mounts, p.v2); return nil }},
 	{keys: []string{"kmod "},
 		command: always(`km() { if eval "$2"; then echo "kmod $1 loaded"; elif modprobe -nq "$1" 2>/dev/null; then echo "kmod $1 loadable"; else echo "kmod $1 missing"; fi; }
-km overlay 'grep -qw overlay /proc/filesystems'; km br_netfilter '[ -d /proc/sys/net/bridge ]'`),
+km overlay 'grep -qw overlay /proc/filesystems'; km br_netfilter '[ -d /proc/sys/net/bridge ]'; km ip_tables '[ -e /proc/net/ip_tables_names ]'`),
 		parse: func(p *parsing, _, rest string) error {
 			name, state, ok := strings.Cut(rest, " ")
 			if !ok || (state != "loaded" && state != "loadable" && state != "missing") {

@@ -38,6 +38,7 @@ func (c *Cluster) setDefaults() {
 	def(&n.ServiceSubnet, DefaultServiceSubnet)
 	def(&n.DNSDomain, DefaultDNSDomain)
 	def(&n.Plugin, "flannel")
+	def(&c.KubeProxy.Mode, ProxyModeAuto)
 	if n.NodeCIDRMaskSize == 0 {
 		n.NodeCIDRMaskSize = DefaultNodeCIDRMaskSize
 		if strings.Contains(n.PodSubnet, ":") {

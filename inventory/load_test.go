@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -215,4 +216,30 @@ func TestReleaseIsReadOnceAtLoad(t *testing.T) {
 		}
 	}()
 	(&Cluster{KubernetesVersion: "v1.36.3"}).Release()
+}
+
+// TestProxyMode: auto takes nftables as soon as one host has no legacy iptables, and iptables
+// otherwise; a mode the inventory names is kept whatever the hosts have.
+func TestProxyMode(t *testing.T) {
+	c := &Cluster{Masters: []Host{{Name: "m1"}}, Workers: []Host{{Name: "w1"}, {Name: "w2"}}}
+	noLegacy := func(names ...string) func(string) bool {
+		return func(n string) bool { return !slices.Contains(names, n) }
+	}
+	for _, tc := range []struct {
+		mode    string
+		without []string
+		want    string
+	}{
+		{"", nil, ProxyModeIptables},
+		{ProxyModeAuto, nil, ProxyModeIptables},
+		{ProxyModeAuto, []string{"w2"}, ProxyModeNftables},
+		{ProxyModeAuto, []string{"m1", "w1", "w2"}, ProxyModeNftables},
+		{ProxyModeIptables, []string{"w2"}, ProxyModeIptables},
+		{ProxyModeNftables, nil, ProxyModeNftables},
+	} {
+		c.KubeProxy.Mode = tc.mode
+		if got := c.ProxyMode(noLegacy(tc.without...)); got != tc.want {
+			t.Errorf("mode %q, hosts without legacy iptables %v: %s; want %s", tc.mode, tc.without, got, tc.want)
+		}
+	}
 }

@@ -34,6 +34,28 @@ const (
 	DefaultAPIProxyPort     = 6444                           // k3s's and RKE2's port for the same proxy
 )
 
+// kube-proxy's modes (KubeProxy.Mode). Auto is resolved against the hosts' facts at each run
+// (ProxyMode).
+const (
+	ProxyModeAuto     = "auto"
+	ProxyModeIptables = "iptables"
+	ProxyModeNftables = "nftables"
+)
+
+// ProxyMode is the mode kube-proxy runs in: the inventory's, or for auto nftables when
+// legacyIptables says some host's kernel has no legacy iptables, else iptables.
+func (c *Cluster) ProxyMode(legacyIptables func(host string) bool) string {
+	if m := c.KubeProxy.Mode; m != "" && m != ProxyModeAuto {
+		return m
+	}
+	for _, n := range c.Nodes() {
+		if !legacyIptables(n.Name) {
+			return ProxyModeNftables
+		}
+	}
+	return ProxyModeIptables
+}
+
 // Cluster is one inventory file.
 type Cluster struct {
 	// Inventory format version; must be kforge.dev/v1alpha1.
@@ -217,6 +239,8 @@ type Kubelet struct {
 
 // KubeProxy holds kube-proxy options.
 type KubeProxy struct {
+	// How kube-proxy programs Services: iptables, nftables (GA since Kubernetes 1.33; needs Linux 5.13 or later), or auto: nftables when a host's kernel has no legacy iptables (RHEL 10, hosts without the ip_tables module), else iptables as kubeadm does. The pod network's and hostPorts' rules follow. Default auto.
+	Mode string `yaml:"mode,omitempty" jsonschema:"enum=auto,enum=iptables,enum=nftables"`
 	// kube-proxy's conntrack.maxPerCore: connections tracked per CPU core, which sets the machine-wide conntrack table size. Default: kube-proxy's own (32768). 0 leaves the table alone, as hosts that share a kernel (containers, kforge lab) need.
 	ConntrackMaxPerCore *int `yaml:"conntrackMaxPerCore,omitempty" jsonschema:"minimum=0"`
 }

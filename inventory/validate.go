@@ -25,6 +25,7 @@ var (
 	unixUserRE     = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]*\$?$`)
 	keyAlgorithms  = []string{"ecdsa-p256", "ecdsa-p384", "rsa-2048", "rsa-3072", "rsa-4096"}
 	sudoModes      = []string{"auto", "none", "passwordless", "password"}
+	proxyModes     = []string{ProxyModeAuto, ProxyModeIptables, ProxyModeNftables}
 	taintEffects   = []string{"NoSchedule", "PreferNoSchedule", "NoExecute"}
 	cgroupDrivers  = []string{"systemd", "cgroupfs"}
 	networkPlugins = []string{"flannel", "none"}
@@ -434,6 +435,9 @@ func (v *validator) kubelet() {
 	k := v.c.Kubelet
 	if !slices.Contains(cgroupDrivers, k.CgroupDriver) {
 		v.add("kubelet.cgroupDriver", "use systemd or cgroupfs", "unknown cgroup driver %q", k.CgroupDriver)
+	}
+	if m := v.c.KubeProxy.Mode; !slices.Contains(proxyModes, m) {
+		v.add("kubeProxy.mode", "use one of: "+strings.Join(proxyModes, ", "), "unknown kube-proxy mode %q", m)
 	}
 	if p := v.c.KubeProxy.ConntrackMaxPerCore; p != nil && *p < 0 {
 		v.add("kubeProxy.conntrackMaxPerCore", "use 0 to leave the conntrack table alone, or a positive number of connections per core", "%d is negative", *p)

@@ -371,6 +371,9 @@ type FlannelInput struct {
 	// and starts before kube-proxy, so it cannot use the kubernetes Service address: it is
 	// given KUBERNETES_SERVICE_HOST/PORT from this.
 	Endpoint string
+	// NFTables is flannel's EnableNFTables: its masquerade and forward rules go to nftables
+	// tables (ip flannel-ipv4, ip6 flannel-ipv6) instead of iptables chains.
+	NFTables bool
 }
 
 // FlannelNamespace is where flannel runs.
@@ -421,7 +424,7 @@ func flannelObjects(in FlannelInput) (objects, error) {
 	crb := clusterRoleBinding("flannel", "flannel", serviceAccount(ns, "flannel"))
 	crb.Labels = map[string]string{"k8s-app": "flannel"}
 	o.clusterRoleBinding(crb)
-	netConf := fmt.Sprintf("{\n  \"Network\": %q,\n  \"EnableNFTables\": false,\n  \"Backend\": {\n    \"Type\": \"vxlan\"\n  }\n}\n", in.PodSubnet)
+	netConf := fmt.Sprintf("{\n  \"Network\": %q,\n  \"EnableNFTables\": %t,\n  \"Backend\": {\n    \"Type\": \"vxlan\"\n  }\n}\n", in.PodSubnet, in.NFTables)
 	o.configMap(&corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: "kube-flannel-cfg", Namespace: ns, Labels: labels},
 		Data:       map[string]string{"net-conf.json": netConf},

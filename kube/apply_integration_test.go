@@ -133,10 +133,10 @@ func applySteps(t testing.TB, cp *controlPlane, admin kubernetes.Interface) (fun
 				return CoreDNS(ctx, c, CoreDNSInputFor(cp.cluster, images))
 			},
 			func() ([]Change, error) {
-				return KubeProxy(ctx, c, KubeProxyInputFor(zeroConntrack(cp.cluster), images))
+				return KubeProxy(ctx, c, KubeProxyInputFor(zeroConntrack(cp.cluster), images, inventory.ProxyModeIptables))
 			},
 			func() ([]Change, error) {
-				return Flannel(ctx, c, FlannelInputFor(cp.cluster, images))
+				return Flannel(ctx, c, FlannelInputFor(cp.cluster, images, inventory.ProxyModeIptables))
 			},
 			func() ([]Change, error) {
 				return ApplyManifests(ctx, dyn, mapper, ApplyInput{Manifests: []Manifest{{Path: "addons/demo.yaml", Data: []byte(userManifest)}}})
@@ -332,7 +332,7 @@ func checkObjects(t *testing.T, cp *controlPlane, admin kubernetes.Interface, dy
 	if err != nil || actions(ch)["Service kube-system/kube-dns"] != Updated {
 		t.Errorf("CoreDNS after an edit of kube-dns: %v %v", ch, err)
 	}
-	ch, err = KubeProxy(ctx, admin, KubeProxyInputFor(zeroConntrack(cp.cluster), images))
+	ch, err = KubeProxy(ctx, admin, KubeProxyInputFor(zeroConntrack(cp.cluster), images, inventory.ProxyModeIptables))
 	if err != nil || actions(ch)["DaemonSet kube-system/kube-proxy"] != Updated {
 		t.Errorf("KubeProxy after an edit of its DaemonSet: %v %v", ch, err)
 	}

@@ -124,10 +124,10 @@ func CoreDNSInputFor(c *inventory.Cluster, im release.Images) CoreDNSInput {
 	}
 }
 
-// KubeProxyInputFor is KubeProxy's input for the inventory's cluster, in iptables mode;
-// conntrackMaxPerCore is nil for kube-proxy's default or a value (0 on hosts whose conntrack
-// table is machine-wide, such as kforge's lab).
-func KubeProxyInputFor(c *inventory.Cluster, im release.Images) KubeProxyInput {
+// KubeProxyInputFor is KubeProxy's input for the inventory's cluster, in mode (iptables or
+// nftables: inventory.Cluster.ProxyMode); conntrackMaxPerCore is nil for kube-proxy's default or
+// a value (0 on hosts whose conntrack table is machine-wide, such as kforge's lab).
+func KubeProxyInputFor(c *inventory.Cluster, im release.Images, mode string) KubeProxyInput {
 	var conntrackMaxPerCore *int32
 	if v := c.KubeProxy.ConntrackMaxPerCore; v != nil {
 		conntrackMaxPerCore = ptr.To(int32(*v))
@@ -136,17 +136,19 @@ func KubeProxyInputFor(c *inventory.Cluster, im release.Images) KubeProxyInput {
 		Image:               im.KubeProxy,
 		Server:              pki.APIServerURL(pki.NodeEndpoint(c)),
 		PodSubnet:           orDefault(c.Networking.PodSubnet, inventory.DefaultPodSubnet),
-		Mode:                "iptables",
+		Mode:                mode,
 		ConntrackMaxPerCore: conntrackMaxPerCore,
 	}
 }
 
-// FlannelInputFor is Flannel's input for the inventory's cluster.
-func FlannelInputFor(c *inventory.Cluster, im release.Images) FlannelInput {
+// FlannelInputFor is Flannel's input for the inventory's cluster, its rules in nftables when
+// kube-proxy's mode is.
+func FlannelInputFor(c *inventory.Cluster, im release.Images, proxyMode string) FlannelInput {
 	return FlannelInput{
 		Image:     im.Flannel,
 		PodSubnet: orDefault(c.Networking.PodSubnet, inventory.DefaultPodSubnet),
 		Endpoint:  pki.NodeEndpoint(c),
+		NFTables:  proxyMode == inventory.ProxyModeNftables,
 	}
 }
 

@@ -51,16 +51,22 @@ func TestInputsFromInventory(t *testing.T) {
 	c.ControlPlaneEndpoint = "lb.example:6443"
 	im := testImages()
 	c.KubeProxy.ConntrackMaxPerCore = new(0)
-	kp := KubeProxyInputFor(c, im)
+	kp := KubeProxyInputFor(c, im, inventory.ProxyModeIptables)
 	if kp.Server != "https://lb.example:6443" || kp.PodSubnet != "10.244.0.0/16" || kp.Mode != "iptables" || *kp.ConntrackMaxPerCore != 0 {
 		t.Errorf("kube-proxy input %+v", kp)
 	}
-	fl := FlannelInputFor(c, im)
-	if fl.Endpoint != "lb.example:6443" || fl.Image != im.Flannel {
+	if kp := KubeProxyConfiguration(KubeProxyInputFor(c, im, inventory.ProxyModeNftables)); kp.Mode != "nftables" {
+		t.Errorf("kube-proxy configuration in nftables mode: mode %q", kp.Mode)
+	}
+	fl := FlannelInputFor(c, im, inventory.ProxyModeIptables)
+	if fl.Endpoint != "lb.example:6443" || fl.Image != im.Flannel || fl.NFTables {
 		t.Errorf("flannel input %+v", fl)
 	}
+	if fl := FlannelInputFor(c, im, inventory.ProxyModeNftables); !fl.NFTables {
+		t.Errorf("flannel input with kube-proxy in nftables mode: %+v; want EnableNFTables", fl)
+	}
 	c.ControlPlaneEndpoint = ""
-	if fl := FlannelInputFor(c, im); fl.Endpoint != "198.51.100.11:6443" {
+	if fl := FlannelInputFor(c, im, inventory.ProxyModeIptables); fl.Endpoint != "198.51.100.11:6443" {
 		t.Errorf("flannel endpoint without controlPlaneEndpoint: %s", fl.Endpoint)
 	}
 	dns := CoreDNSInputFor(&inventory.Cluster{}, im)

@@ -100,6 +100,7 @@ const (
 	CheckSELinux        = "SELinux"
 	CheckAppArmor       = "AppArmor"
 	CheckFirewall       = "Firewall"
+	CheckProxyMode      = "KubeProxyMode"
 	CheckAPIProxyPort   = "APIProxyPort"
 	CheckRegistryPort   = "RegistryPort"
 	CheckVIP            = "ControlPlaneVIP"
@@ -123,7 +124,7 @@ func CheckNames() []string {
 	for _, p := range Ports {
 		names = append(names, PortCheck(p.Port))
 	}
-	return append(names, CheckManifestsDir, CheckEtcdDataDir, CheckKernelModules, CheckIPForward, CheckBridgeNF, CheckClockSkew, CheckArch, CheckEtcdQuorum, CheckUpgradeRoute, CheckServiceRoute, CheckAPIProxyPort, CheckRegistryPort, CommandCheck("curl"), CheckVIP)
+	return append(names, CheckManifestsDir, CheckEtcdDataDir, CheckKernelModules, CheckIPForward, CheckBridgeNF, CheckClockSkew, CheckArch, CheckEtcdQuorum, CheckUpgradeRoute, CheckServiceRoute, CheckAPIProxyPort, CheckRegistryPort, CommandCheck("curl"), CheckVIP, CheckProxyMode)
 }
 
 type hostCheck func(c *inventory.Cluster, n inventory.Node, f *facts.Facts) []Finding
@@ -802,6 +803,40 @@ func checkVIP(c *inventory.Cluster, hosts map[string]*facts.Facts) []Finding {
 		out = append(out, Finding{Host: a.host, Check: CheckVIP, Severity: Error,
 			Seen: fmt.Sprintf("controlPlaneVIP %s is in use: %s answered ARP for it, and no master holds it", vip, a.mac),
 			Fix:  "choose a free address (controlPlaneVIP in the inventory), or stop the machine with that MAC address from using it"})
+	}
+	return out
+}
+
+// nftablesKernel matches the kernels kube-proxy's nftables mode runs on (5.13 or later).
+var nftablesKernel = regexp.MustCompile(`^(5\.(1[3-9]|[2-9][0-9])|[6-9]\.|[1-9][0-9]+\.)`)
+
+// checkProxyMode says which mode kube-proxy takes and why, where a host decides it, and refuses
+// nftables mode on a kernel older than 5.13.
+func checkProxyMode(c *inventory.Cluster, hosts map[string]*facts.Facts) []Finding {
+	legacy := func(name string) bool { f := hosts[name]; return f == nil || f.LegacyIptables() }
+	mode := c.ProxyMode(legacy)
+	var out []Finding
+	for _, n := range c.Nodes() {
+		f := hosts[n.Name]
+		if f == nil {
+			continue
+		}
+		switch {
+		case mode == inventory.ProxyModeNftables && !nftablesKernel.MatchString(f.Kernel):
+			fix := "upgrade the kernel to 5.13 or later"
+			if c.KubeProxy.Mode == inventory.ProxyModeAuto {
+				fix += ", or set kubeProxy.mode: iptables in the inventory where every host's kernel has legacy iptables"
+			} else {
+				fix += ", or set kubeProxy.mode: iptables in the inventory"
+			}
+			out = append(out, finding(n, CheckProxyMode, Error, fix, "kube-proxy runs in nftables mode, which needs Linux 5.13 or later; this host runs %s", f.Kernel))
+		case !f.LegacyIptables() && mode == inventory.ProxyModeIptables:
+			out = append(out, finding(n, CheckProxyMode, Warning, "set kubeProxy.mode: auto (or nftables) in the inventory",
+				"the kernel has no legacy iptables (the ip_tables module is missing) and kubeProxy.mode is iptables: kube-proxy, flannel and hostPorts go through iptables-nft's compatibility layer"))
+		case !f.LegacyIptables():
+			out = append(out, finding(n, CheckProxyMode, Info, "",
+				"the kernel has no legacy iptables (the ip_tables module is missing): kube-proxy, flannel and hostPorts use nftables on every host"))
+		}
 	}
 	return out
 }

@@ -221,6 +221,7 @@ func Check(c *inventory.Cluster, hosts map[string]*facts.Facts, o Options) Findi
 	}
 	out = append(out, crossHost(nodes, hosts)...)
 	out = append(out, checkVIP(c, hosts)...)
+	out = append(out, checkProxyMode(c, hosts)...)
 	for i := range out {
 		if out[i].Severity == Error && out[i].Check != CheckFacts && o.Ignore.Has(out[i].Check) {
 			out[i].Severity, out[i].Ignored = Warning, true

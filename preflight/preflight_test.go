@@ -642,3 +642,54 @@ func TestFirewall(t *testing.T) {
 		}
 	}
 }
+
+// TestProxyMode: a host without legacy iptables makes auto take nftables on every host, said
+// once for that host; an old kernel is refused nftables mode with the setting that avoids it;
+// iptables mode named by the user on such a host is a warning.
+func TestProxyMode(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		mode   string
+		legacy map[string]string // host: ip_tables module state
+		kernel map[string]string
+		want   []string
+	}{
+		{"every host has legacy iptables", inventory.ProxyModeAuto, nil, nil, nil},
+		{"one without, auto", inventory.ProxyModeAuto, map[string]string{"w1": "missing"}, nil, []string{
+			"[INFO KubeProxyMode] w1: the kernel has no legacy iptables (the ip_tables module is missing): kube-proxy, flannel and hostPorts use nftables on every host",
+		}},
+		{"one without, auto, another with an old kernel", inventory.ProxyModeAuto, map[string]string{"w1": "missing"}, map[string]string{"m1": "5.10.0-28-amd64"}, []string{
+			"[ERROR KubeProxyMode] m1: kube-proxy runs in nftables mode, which needs Linux 5.13 or later; this host runs 5.10.0-28-amd64",
+			"    fix: upgrade the kernel to 5.13 or later, or set kubeProxy.mode: iptables in the inventory where every host's kernel has legacy iptables",
+			"[INFO KubeProxyMode] w1: the kernel has no legacy iptables (the ip_tables module is missing): kube-proxy, flannel and hostPorts use nftables on every host",
+		}},
+		{"one without, iptables named", inventory.ProxyModeIptables, map[string]string{"w1": "missing"}, nil, []string{
+			"[WARNING KubeProxyMode] w1: the kernel has no legacy iptables (the ip_tables module is missing) and kubeProxy.mode is iptables: kube-proxy, flannel and hostPorts go through iptables-nft's compatibility layer",
+			"    fix: set kubeProxy.mode: auto (or nftables) in the inventory",
+		}},
+		{"nftables named, 5.15 and 6.x", inventory.ProxyModeNftables, nil, map[string]string{"m1": "5.15.0-1-generic", "w1": "6.12.48+deb13-amd64"}, nil},
+		{"nftables named, 5.4", inventory.ProxyModeNftables, nil, map[string]string{"w1": "5.4.0-200-generic"}, []string{
+			"[ERROR KubeProxyMode] w1: kube-proxy runs in nftables mode, which needs Linux 5.13 or later; this host runs 5.4.0-200-generic",
+			"    fix: upgrade the kernel to 5.13 or later, or set kubeProxy.mode: iptables in the inventory",
+		}},
+	} {
+		hosts := healthyHosts()
+		for h, state := range c.legacy {
+			hosts[h].Modules = map[string]string{"ip_tables": state}
+		}
+		for h, k := range c.kernel {
+			hosts[h].Kernel = k
+		}
+		cl := cluster()
+		cl.KubeProxy.Mode = c.mode
+		var got []string
+		for _, f := range Check(cl, hosts, Options{}) {
+			if f.Check == CheckProxyMode {
+				got = append(got, f.Lines()...)
+			}
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("%s: got\n%s\nwant\n%s", c.name, strings.Join(got, "\n"), strings.Join(c.want, "\n"))
+		}
+	}
+}

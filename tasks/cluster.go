@@ -339,7 +339,7 @@ func (h *hop) coreAddonObjects(ctx context.Context) ([]kube.Change, error) {
 	if err != nil {
 		return nil, err
 	}
-	all, err := kube.KubeProxy(ctx, api.Typed, kube.KubeProxyInputFor(h.inv, im))
+	all, err := kube.KubeProxy(ctx, api.Typed, kube.KubeProxyInputFor(h.inv, im, h.proxyMode()))
 	if err != nil {
 		return all, err
 	}
@@ -369,6 +369,16 @@ func upstreamResolv(c *inventory.Cluster, hosts map[string]*facts.Facts) string 
 	slices.Sort(sums)
 	h := sha256.Sum256([]byte(strings.Join(sums, "\n")))
 	return hex.EncodeToString(h[:8])
+}
+
+// proxyMode is kube-proxy's mode at this hop: the inventory's, or auto's choice on the hosts'
+// facts (a host whose facts are not known counts as having legacy iptables).
+func (h *hop) proxyMode() string {
+	hosts := h.rc.fleet.AllFacts()
+	return h.inv.ProxyMode(func(name string) bool {
+		f := hosts[name]
+		return f == nil || f.LegacyIptables()
+	})
 }
 
 // kubeProxyRestarts says whether kube-proxy's pods are restarted after these changes: it reads
@@ -422,12 +432,12 @@ func (h *hop) podNetworkObjects(ctx context.Context) ([]kube.Change, error) {
 	if err != nil {
 		return nil, err
 	}
-	return kube.Flannel(ctx, api.Typed, kube.FlannelInputFor(h.inv, im))
+	return kube.Flannel(ctx, api.Typed, kube.FlannelInputFor(h.inv, im, h.proxyMode()))
 }
 
 // writeCNIConfig writes node's CNI config for its pod CIDR.
 func (h *hop) writeCNIConfig(ctx context.Context, node, cidr string, r progress.Reporter) error {
-	conf, err := templates.FlannelCNIConfig(cidr, h.inv.Networking.PodSubnet)
+	conf, err := templates.FlannelCNIConfig(cidr, h.inv.Networking.PodSubnet, h.proxyMode() == inventory.ProxyModeNftables)
 	if err != nil {
 		return err
 	}

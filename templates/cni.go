@@ -12,9 +12,10 @@ const FlannelMTU = 1450
 
 // FlannelCNIConfig is a node's CNI network config for the flannel pod network: a bridge (cni0)
 // with host-local addresses from the node's pod CIDR and a route to the whole pod network, plus
-// portmap for hostPorts. It does what flannel's own CNI plugin would (which cannot be built
-// from Go modules): flanneld routes each node's pod CIDR over vxlan.
-func FlannelCNIConfig(nodePodCIDR, podSubnet string) ([]byte, error) {
+// portmap for hostPorts, its rules in nftables when nftables is set (kube-proxy's nftables mode)
+// and else in iptables. It does what flannel's own CNI plugin would (which cannot be built from
+// Go modules): flanneld routes each node's pod CIDR over vxlan.
+func FlannelCNIConfig(nodePodCIDR, podSubnet string, nftables bool) ([]byte, error) {
 	node, err := netip.ParsePrefix(nodePodCIDR)
 	if err != nil {
 		return nil, fmt.Errorf("node pod CIDR %q: %w", nodePodCIDR, err)
@@ -25,6 +26,10 @@ func FlannelCNIConfig(nodePodCIDR, podSubnet string) ([]byte, error) {
 	}
 	if !pods.Contains(node.Addr()) {
 		return nil, fmt.Errorf("node pod CIDR %s is not inside the pod subnet %s", node, pods)
+	}
+	portmap := map[string]any{"type": "portmap", "capabilities": map[string]bool{"portMappings": true}}
+	if nftables {
+		portmap["backend"] = "nftables"
 	}
 	conf := map[string]any{
 		"cniVersion": "1.0.0",
@@ -44,7 +49,7 @@ func FlannelCNIConfig(nodePodCIDR, podSubnet string) ([]byte, error) {
 					"routes": []map[string]string{{"dst": pods.String()}},
 				},
 			},
-			map[string]any{"type": "portmap", "capabilities": map[string]bool{"portMappings": true}},
+			portmap,
 		},
 	}
 	b, err := json.MarshalIndent(conf, "", "  ")

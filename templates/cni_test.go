@@ -1,17 +1,52 @@
 package templates
 
-import "testing"
+import (
+	"encoding/json"
+	"testing"
+)
 
 func TestFlannelCNIConfig(t *testing.T) {
-	got, err := FlannelCNIConfig("10.244.1.0/24", "10.244.0.0/16")
+	got, err := FlannelCNIConfig("10.244.1.0/24", "10.244.0.0/16", false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	golden(t, "cni-flannel.conflist", got)
-	if _, err := FlannelCNIConfig("10.99.0.0/24", "10.244.0.0/16"); err == nil {
+	if _, err := FlannelCNIConfig("10.99.0.0/24", "10.244.0.0/16", false); err == nil {
 		t.Error("a node CIDR outside the pod subnet was accepted")
 	}
-	if _, err := FlannelCNIConfig("nope", "10.244.0.0/16"); err == nil {
+	if _, err := FlannelCNIConfig("nope", "10.244.0.0/16", false); err == nil {
 		t.Error("a malformed node CIDR was accepted")
+	}
+}
+
+// TestFlannelCNIConfigNftables: in kube-proxy's nftables mode, portmap writes its hostPort rules
+// to nftables too (the containernetworking plugins' "backend"), and nothing else changes.
+func TestFlannelCNIConfigNftables(t *testing.T) {
+	type conf struct {
+		Plugins []map[string]any `json:"plugins"`
+	}
+	read := func(nft bool) conf {
+		b, err := FlannelCNIConfig("10.244.1.0/24", "10.244.0.0/16", nft)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var c conf
+		if err := json.Unmarshal(b, &c); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	ipt, nft := read(false), read(true)
+	if len(nft.Plugins) != 2 || nft.Plugins[1]["type"] != "portmap" || nft.Plugins[1]["backend"] != "nftables" {
+		t.Errorf("nftables mode: plugins %v; want portmap with backend nftables", nft.Plugins)
+	}
+	if _, ok := ipt.Plugins[1]["backend"]; ok {
+		t.Errorf("iptables mode: portmap %v names a backend; want the plugin's default", ipt.Plugins[1])
+	}
+	delete(nft.Plugins[1], "backend")
+	a, _ := json.Marshal(ipt)
+	b, _ := json.Marshal(nft)
+	if string(a) != string(b) {
+		t.Errorf("the modes differ beyond portmap's backend:\n%s\n%s", a, b)
 	}
 }
