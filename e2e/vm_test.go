@@ -24,7 +24,8 @@ import (
 // TestVMWorker: a mixed lab — an nspawn master, an nspawn worker and a worker that is a QEMU
 // virtual machine with its own kernel and cgroup v2 — becomes one cluster. The VM gets none of
 // the lab's workarounds: kforge loads and persists the kernel modules and sysctls it needs, its
-// kubelet runs on cgroup v2 without failCgroupV1: false. A pod on the VM resolves DNS and
+// kubelet runs on cgroup v2 without failCgroupV1: false. Its kernel has no legacy iptables, as
+// RHEL 10's: kube-proxy's auto mode takes nftables on every node, and flannel follows. A pod on the VM resolves DNS and
 // reaches a Service whose pod runs on the nspawn worker, over flannel. A second apply changes
 // nothing. Then the VM is rebooted, and later powered off hard and started again: each time it
 // comes back Ready with no kforge run, its DaemonSet pods running again.
@@ -39,6 +40,9 @@ func TestVMWorker(t *testing.T) {
 	nw, vm := h[1].Name, h[2].Name
 	if h[0].VM || h[1].VM || !h[2].VM {
 		t.Fatalf("lab hosts %+v: want nspawn, nspawn, VM", h)
+	}
+	if err := c.lab.WithoutLegacyIptables(ctx, vm); err != nil {
+		t.Fatal(err)
 	}
 	c.writeInventory(h[:1], h[1:])
 
@@ -57,6 +61,7 @@ func TestVMWorker(t *testing.T) {
 	c.checkRuntime(ctx, h)
 	c.checkNodes(ctx, 3)
 	c.checkVMHost(ctx, vm)
+	c.checkNftablesMode(ctx, out)
 
 	// A pod on the VM resolves DNS and reaches the Service whose pod is on the nspawn worker.
 	agent := buildAgentImage(t, t.TempDir())
@@ -286,4 +291,37 @@ func vmRSS(t testing.TB, name string) int64 {
 	}
 	t.Fatalf("no VmRSS for QEMU %d", pids[0])
 	return 0
+}
+
+// checkNftablesMode: apply said that kube-proxy runs in nftables mode; its configuration and
+// flannel's say so; on every node kube-proxy's and flannel's nftables tables exist (listed from
+// inside the node's kube-proxy pod, whose image carries nft).
+func (c *cluster) checkNftablesMode(ctx context.Context, out string) {
+	t := c.t
+	t.Helper()
+	if !strings.Contains(out, "kube-proxy in nftables mode (kubeProxy.mode auto)") {
+		t.Errorf("apply did not say kube-proxy runs in nftables mode:\n%s", out)
+	}
+	k := c.client()
+	for _, cm := range []struct{ ns, name, key, want string }{
+		{"kube-system", "kube-proxy", "config.conf", "mode: nftables"},
+		{"kube-flannel", "kube-flannel-cfg", "net-conf.json", `"EnableNFTables": true`},
+	} {
+		m, err := k.CoreV1().ConfigMaps(cm.ns).Get(ctx, cm.name, metav1.GetOptions{})
+		if err != nil || !strings.Contains(m.Data[cm.key], cm.want) {
+			t.Errorf("ConfigMap %s/%s: %v; want %q in %s:\n%s", cm.ns, cm.name, err, cm.want, cm.key, m.Data[cm.key])
+		}
+	}
+	pods, err := k.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "k8s-app=kube-proxy"})
+	if err != nil || len(pods.Items) != len(c.lab.Hosts) {
+		t.Fatalf("kube-proxy pods: %v (%d); want one per node", err, len(pods.Items))
+	}
+	for _, p := range pods.Items {
+		for _, table := range []string{"ip kube-proxy", "ip flannel-ipv4"} {
+			args := append([]string{"exec", "-n", "kube-system", p.Name, "--", "nft", "list", "table"}, strings.Fields(table)...)
+			if out, err := c.kubectl(ctx, args...); err != nil || !strings.Contains(out, "table "+table) {
+				t.Errorf("%s: nft list table %s: %v\n%s", p.Spec.NodeName, table, err, out)
+			}
+		}
+	}
 }

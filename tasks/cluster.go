@@ -326,6 +326,9 @@ func coreAddons(ctx context.Context, t *hop, st *staging, r progress.Reporter) e
 			r(progress.Event{Kind: progress.Info, Message: "kube-proxy's configuration changed: its pods restart"})
 		}
 	}
+	if m := t.proxyMode(); m != inventory.ProxyModeIptables {
+		r(progress.Event{Kind: progress.Info, Message: "kube-proxy in " + m + " mode (kubeProxy.mode " + t.inv.KubeProxy.Mode + ")"})
+	}
 	r(progress.Event{Kind: progress.Info, Message: kube.Summary(cs)})
 	return err
 }
