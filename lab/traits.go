@@ -3,7 +3,9 @@ package lab
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
+	"strings"
 )
 
 // Traits of the hosts users have (issue #31, docs/hosts.md), given to lab hosts after Up. Each
@@ -23,6 +25,15 @@ func (l *Lab) WithoutLegacyIptables(ctx context.Context, name string) error {
 	if !h.VM {
 		return fmt.Errorf("lab host %s shares this machine's kernel: only a VM host can lose legacy iptables", name)
 	}
-	_, err = l.Exec(ctx, name, "sh", "-c", noLegacyIptables)
+	return l.trait(ctx, name, noLegacyIptables)
+}
+
+// trait runs a trait's script on host name, its stderr in the error.
+func (l *Lab) trait(ctx context.Context, name, script string) error {
+	_, err := l.Exec(ctx, name, "sh", "-c", script)
+	var ee *ExecError
+	if errors.As(err, &ee) {
+		return fmt.Errorf("lab host %s: a trait's script failed (%v): %s", name, ee.Err, strings.TrimSpace(ee.Stderr))
+	}
 	return err
 }
