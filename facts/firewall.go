@@ -1,6 +1,7 @@
 package facts
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -14,6 +15,18 @@ type Firewall struct {
 	// Open are the ports it lets in: firewalld's ports and its services' ports in the default
 	// zone, ufw's ALLOW rules ("Anywhere": every port).
 	Open []PortRange
+	// Sources are the addresses or subnets it lets in whatever the port: firewalld's trusted
+	// zone's sources, ufw's "Anywhere ALLOW SOURCE" rules ("Anywhere": from everywhere).
+	Sources []string
+}
+
+// Trusts says whether the firewall lets in everything from source (a subnet, as the inventory
+// writes it).
+func (fw Firewall) Trusts(source string) bool {
+	if fw.Kind != "firewalld" && fw.Kind != "ufw" || fw.Kind == "firewalld" && fw.Zone == "trusted" {
+		return true
+	}
+	return slices.Contains(fw.Sources, source) || fw.Kind == "ufw" && slices.Contains(fw.Sources, "Anywhere")
 }
 
 // PortRange is a protocol's ports From to To; Proto "" is tcp and udp; From 0 is every port.
@@ -57,20 +70,17 @@ func parsePortRange(s, sep string) ([]PortRange, bool) {
 }
 
 // parseUFWRule reads one line of `ufw status`: "6443/tcp  ALLOW  Anywhere", "2379:2380/tcp
-// ALLOW IN  198.51.100.0/24", "Anywhere  ALLOW  198.51.100.0/24" (every port from there), and
-// their "(v6)" twins; other lines (the status, the header, DENY rules) give nothing.
-func parseUFWRule(line string) []PortRange {
-	f := strings.Fields(line)
-	i := 1
-	if len(f) > 2 && f[1] == "(v6)" {
-		i = 2
-	}
-	if len(f) <= i || f[i] != "ALLOW" {
-		return nil
+// ALLOW IN  198.51.100.0/24", "Anywhere  ALLOW  198.51.100.0/24" (every port from there: its
+// source is returned too), and their "(v6)" twins; other lines (the status, the header, DENY
+// rules, routed "ALLOW FWD" rules) give nothing.
+func parseUFWRule(line string) (open []PortRange, source string) {
+	f := slices.DeleteFunc(strings.Fields(line), func(w string) bool { return w == "(v6)" })
+	if len(f) < 3 || f[1] != "ALLOW" || f[2] == "FWD" {
+		return nil, ""
 	}
 	if f[0] == "Anywhere" {
-		return []PortRange{{}}
+		return []PortRange{{}}, f[len(f)-1]
 	}
 	r, _ := parsePortRange(f[0], ":")
-	return r
+	return r, ""
 }

@@ -360,7 +360,8 @@ func TestFirewall(t *testing.T) {
 	p := &parsing{f: &Facts{}}
 	for _, l := range []string{"firewall=ufw", "ufw Status: active", "ufw To                         Action      From",
 		"ufw 22/tcp                     ALLOW       Anywhere", "ufw 2379:2380/tcp              ALLOW IN    198.51.100.0/24",
-		"ufw 30000:32767/udp (v6)       ALLOW       Anywhere (v6)", "ufw 8472/udp                   DENY        Anywhere", "ufw 53                         ALLOW       Anywhere"} {
+		"ufw 30000:32767/udp (v6)       ALLOW       Anywhere (v6)", "ufw 8472/udp                   DENY        Anywhere", "ufw 53                         ALLOW       Anywhere",
+		"ufw Anywhere                   ALLOW       10.244.0.0/16", "ufw Anywhere                   ALLOW FWD   10.96.0.0/12"} {
 		k, v, _ := strings.Cut(l, "=")
 		if !strings.Contains(l, "=") || strings.HasPrefix(l, "ufw ") {
 			k, v, _ = strings.Cut(l, " ")
@@ -374,10 +375,18 @@ func TestFirewall(t *testing.T) {
 		}
 	}
 	fw = p.f.Firewall
-	want := []PortRange{{"tcp", 22, 22}, {"tcp", 2379, 2380}, {"udp", 30000, 32767}, {"", 53, 53}}
-	if fw.Kind != "ufw" || !reflect.DeepEqual(fw.Open, want) {
-		t.Errorf("ufw: %+v, want open %+v", fw, want)
+	want := []PortRange{{"tcp", 22, 22}, {"tcp", 2379, 2380}, {"udp", 30000, 32767}, {"", 53, 53}, {}}
+	if fw.Kind != "ufw" || !reflect.DeepEqual(fw.Open, want) || !slices.Equal(fw.Sources, []string{"10.244.0.0/16"}) {
+		t.Errorf("ufw: %+v, want open %+v and the one source 10.244.0.0/16 (a routed rule is no source)", fw, want)
 	}
+	if !fw.Trusts("10.244.0.0/16") || fw.Trusts("10.96.0.0/12") {
+		t.Errorf("ufw with sources %v trusts the pod subnet %v, the Service subnet %v; want true, false", fw.Sources, fw.Trusts("10.244.0.0/16"), fw.Trusts("10.96.0.0/12"))
+	}
+	if !(Firewall{Kind: "ufw", Sources: []string{"Anywhere"}}).Trusts("10.96.0.0/12") || !(Firewall{Kind: "firewalld", Zone: "trusted"}).Trusts("10.96.0.0/12") ||
+		(Firewall{Kind: "firewalld", Zone: "public", Sources: []string{"10.244.0.0/16"}}).Trusts("10.96.0.0/12") || !(Firewall{Kind: "none"}).Trusts("10.96.0.0/12") {
+		t.Error("trusted: ufw's Anywhere rule and firewalld's trusted zone trust every source, firewalld's public zone only its trusted zone's sources, no firewall everything")
+	}
+	fw.Open = fw.Open[:len(fw.Open)-1] // the Anywhere-from-the-pod-subnet rule lets every port in; the rest:
 	for r, allowed := range map[PortRange]bool{
 		{"tcp", 2379, 2380}: true, {"tcp", 2380, 2380}: true, {"tcp", 2379, 2381}: false,
 		{"udp", 53, 53}: true, {"udp", 8472, 8472}: false, {"tcp", 30000, 32767}: false,

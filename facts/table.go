@@ -138,7 +138,7 @@ if command -v apparmor_parser >/dev/null 2>&1; then echo apparmorparser=1; else 
 			}
 			return nil
 		}},
-	{keys: []string{"firewall=", "fwzone ", "fwopen ", "ufw "},
+	{keys: []string{"firewall=", "fwzone ", "fwopen ", "fwsource ", "ufw "},
 		command: script("facts-firewall"),
 		parse: func(p *parsing, k, v string) error {
 			fw := &p.f.Firewall
@@ -153,8 +153,14 @@ if command -v apparmor_parser >/dev/null 2>&1; then echo apparmorparser=1; else 
 					return fmt.Errorf("not a port: %q", v)
 				}
 				fw.Open = append(fw.Open, r...)
+			case "fwsource":
+				fw.Sources = append(fw.Sources, v)
 			case "ufw":
-				fw.Open = append(fw.Open, parseUFWRule(v)...)
+				open, source := parseUFWRule(v)
+				fw.Open = append(fw.Open, open...)
+				if source != "" {
+					fw.Sources = append(fw.Sources, source)
+				}
 			}
 			return nil
 		}},

@@ -7,6 +7,7 @@
 package firewall
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/kforge/kforge/hostpath"
 	"github.com/kforge/kforge/inventory"
 	"github.com/kforge/kforge/pki"
+	"github.com/kforge/kforge/scripts"
 )
 
 // Port is a range of ports one protocol of a node must let in, and what listens there.
@@ -68,9 +70,44 @@ func Blocked(fw facts.Firewall, want []Port) []Port {
 	return out
 }
 
-// OpenCommand is the command that opens ports in a firewall of kind ("firewalld", "ufw") for
-// good: firewalld's permanent configuration, then a reload.
-func OpenCommand(kind string, ports []Port) string {
+// Sources are the subnets a node's firewall must let in whatever the port, and forward: the
+// pods' (pod to pod across nodes once out of VXLAN, pods to their node) and the Services'
+// (kube-proxy's rewritten connections).
+func Sources(c *inventory.Cluster) []string {
+	return []string{cmp.Or(c.Networking.PodSubnet, inventory.DefaultPodSubnet), cmp.Or(c.Networking.ServiceSubnet, inventory.DefaultServiceSubnet)}
+}
+
+// Untrusted are the sources of want that fw does not let in, where that matters: firewalld's
+// nftables table drops what its zones do not let in, even when kube-proxy's and flannel's own
+// tables accept it. ufw's rules are iptables chains beside kube-proxy's and flannel's, whose
+// accept rules for pod and Service traffic take effect before ufw's default policy: ufw needs
+// only the ports.
+func Untrusted(fw facts.Firewall, want []string) []string {
+	if fw.Kind != "firewalld" {
+		return nil
+	}
+	var out []string
+	for _, s := range want {
+		if !fw.Trusts(s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// Open is the host script (scripts/firewall-open.sh) that makes fw let in ports and sources for
+// good, as `firewall: open` in the inventory asks.
+func Open(fw facts.Firewall, ports []Port, sources []string) string {
+	var ps []string
+	for _, p := range ports {
+		ps = append(ps, p.String())
+	}
+	return scripts.Command("firewall-open", "kind", fw.Kind, "zone", fw.Zone, "ports", scripts.Lines(ps), "sources", scripts.Lines(sources))
+}
+
+// OpenCommand is what a person runs to make a firewall of kind ("firewalld", "ufw") let in
+// ports and sources for good: firewalld's permanent configuration, then a reload.
+func OpenCommand(kind string, ports []Port, sources []string) string {
 	var cmds []string
 	switch kind {
 	case "firewalld":
@@ -78,10 +115,23 @@ func OpenCommand(kind string, ports []Port) string {
 		for _, p := range ports {
 			args = append(args, "--add-port="+p.String())
 		}
-		return "firewall-cmd --permanent " + strings.Join(args, " ") + " && firewall-cmd --reload"
+		if len(args) > 0 {
+			cmds = append(cmds, "firewall-cmd --permanent "+strings.Join(args, " "))
+		}
+		args = nil
+		for _, s := range sources {
+			args = append(args, "--add-source="+s)
+		}
+		if len(args) > 0 {
+			cmds = append(cmds, "firewall-cmd --permanent --zone=trusted "+strings.Join(args, " "))
+		}
+		cmds = append(cmds, "firewall-cmd --reload")
 	case "ufw":
 		for _, p := range ports {
 			cmds = append(cmds, "ufw allow "+strings.Replace(p.String(), "-", ":", 1))
+		}
+		for _, s := range sources {
+			cmds = append(cmds, "ufw allow from "+s, "ufw route allow from "+s, "ufw route allow to "+s)
 		}
 	}
 	return strings.Join(cmds, " && ")

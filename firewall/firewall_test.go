@@ -4,6 +4,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/kforge/kforge/facts"
 	"github.com/kforge/kforge/inventory"
 )
 
@@ -30,13 +31,35 @@ func TestFor(t *testing.T) {
 	}
 }
 
-// TestOpenCommand: firewalld's permanent configuration then a reload; ufw's ranges with a colon.
+// TestOpenCommand: firewalld's permanent configuration (ports in the default zone, sources in
+// the trusted zone) then a reload; ufw's ranges with a colon, and its sources with route rules.
 func TestOpenCommand(t *testing.T) {
 	ps := []Port{port("tcp", 6443, 6443, ""), port("udp", 30000, 32767, "")}
-	if got, want := OpenCommand("firewalld", ps), "firewall-cmd --permanent --add-port=6443/tcp --add-port=30000-32767/udp && firewall-cmd --reload"; got != want {
+	if got, want := OpenCommand("firewalld", ps, nil), "firewall-cmd --permanent --add-port=6443/tcp --add-port=30000-32767/udp && firewall-cmd --reload"; got != want {
 		t.Errorf("firewalld: %s", got)
 	}
-	if got, want := OpenCommand("ufw", ps), "ufw allow 6443/tcp && ufw allow 30000:32767/udp"; got != want {
+	if got, want := OpenCommand("firewalld", nil, []string{"10.244.0.0/16"}), "firewall-cmd --permanent --zone=trusted --add-source=10.244.0.0/16 && firewall-cmd --reload"; got != want {
+		t.Errorf("firewalld, a source: %s", got)
+	}
+	if got, want := OpenCommand("ufw", ps, []string{"10.244.0.0/16"}), "ufw allow 6443/tcp && ufw allow 30000:32767/udp && ufw allow from 10.244.0.0/16 && ufw route allow from 10.244.0.0/16 && ufw route allow to 10.244.0.0/16"; got != want {
 		t.Errorf("ufw: %s", got)
+	}
+}
+
+// TestUntrusted: firewalld's public zone must trust the pod and Service subnets; its trusted
+// zone and ufw need nothing.
+func TestUntrusted(t *testing.T) {
+	c := &inventory.Cluster{}
+	want := Sources(c)
+	if !slices.Equal(want, []string{"10.244.0.0/16", "10.96.0.0/12"}) {
+		t.Errorf("sources of a cluster with default subnets: %v", want)
+	}
+	if got := Untrusted(facts.Firewall{Kind: "firewalld", Zone: "public", Sources: []string{"10.96.0.0/12"}}, want); !slices.Equal(got, []string{"10.244.0.0/16"}) {
+		t.Errorf("firewalld trusting the Service subnet: untrusted %v", got)
+	}
+	for _, fw := range []facts.Firewall{{Kind: "firewalld", Zone: "trusted"}, {Kind: "ufw"}, {Kind: "none"}} {
+		if got := Untrusted(fw, want); len(got) != 0 {
+			t.Errorf("%+v: untrusted %v, want none", fw, got)
+		}
 	}
 }

@@ -39,6 +39,7 @@ func (c *Cluster) setDefaults() {
 	def(&n.DNSDomain, DefaultDNSDomain)
 	def(&n.Plugin, "flannel")
 	def(&c.KubeProxy.Mode, ProxyModeAuto)
+	def(&c.Firewall, FirewallCheck)
 	if n.NodeCIDRMaskSize == 0 {
 		n.NodeCIDRMaskSize = DefaultNodeCIDRMaskSize
 		if strings.Contains(n.PodSubnet, ":") {

@@ -83,6 +83,7 @@ func TestMalformedInventories(t *testing.T) {
 		{"bad taint effect", head + m1 + "    taints:\n      - {key: gpu, effect: NoWay}\n", nil, 8, "masters[0].taints[0].effect", `unknown taint effect "NoWay"`},
 		{"kubelet flag with dashes", head + "kubelet:\n  extraArgs:\n    --max-pods: '10'\n" + m1, nil, 6, "kubelet.extraArgs.--max-pods", "leading dashes"},
 		{"unknown cgroup driver", head + "kubelet:\n  cgroupDriver: cgroupv2\n" + m1, nil, 5, "kubelet.cgroupDriver", `unknown cgroup driver "cgroupv2"`},
+		{"unknown firewall setting", head + "firewall: disable\n" + m1, nil, 4, "firewall", `unknown firewall setting "disable"`},
 		{"unknown kube-proxy mode", head + "kubeProxy:\n  mode: ipvs\n" + m1, nil, 5, "kubeProxy.mode", `unknown kube-proxy mode "ipvs"`},
 		{"negative conntrack", head + "kubeProxy:\n  conntrackMaxPerCore: -1\n" + m1, nil, 5, "kubeProxy.conntrackMaxPerCore", `-1 is negative`},
 		{"runtime endpoint not unix", head + "containerRuntime:\n  endpoint: tcp://x:1\n" + m1, nil, 5, "containerRuntime.endpoint", "not a unix socket URL"},

@@ -34,6 +34,12 @@ const (
 	DefaultAPIProxyPort     = 6444                           // k3s's and RKE2's port for the same proxy
 )
 
+// What kforge does about a host's firewall (Cluster.Firewall).
+const (
+	FirewallCheck = "check"
+	FirewallOpen  = "open"
+)
+
 // kube-proxy's modes (KubeProxy.Mode). Auto is resolved against the hosts' facts at each run
 // (ProxyMode).
 const (
@@ -84,6 +90,8 @@ type Cluster struct {
 	Kubelet Kubelet `yaml:"kubelet,omitempty"`
 	// kube-proxy options.
 	KubeProxy KubeProxy `yaml:"kubeProxy,omitempty"`
+	// What kforge does about a firewall running on a host (firewalld, ufw): check (preflight names each port a node's role needs that it blocks, and the command that opens them) or open (kforge opens them for good, and lets the pod and Service subnets in: firewalld's default zone and trusted zone, with a reload; ufw's rules). Default check.
+	Firewall string `yaml:"firewall,omitempty" jsonschema:"enum=check,enum=open"`
 	// Container runtime (containerd) options for every node.
 	ContainerRuntime ContainerRuntime `yaml:"containerRuntime,omitempty"`
 	// Control-plane hosts (kube-apiserver, controller-manager, scheduler, stacked etcd). At least one; use an odd number for etcd quorum.

@@ -26,6 +26,7 @@ var (
 	keyAlgorithms  = []string{"ecdsa-p256", "ecdsa-p384", "rsa-2048", "rsa-3072", "rsa-4096"}
 	sudoModes      = []string{"auto", "none", "passwordless", "password"}
 	proxyModes     = []string{ProxyModeAuto, ProxyModeIptables, ProxyModeNftables}
+	firewallModes  = []string{FirewallCheck, FirewallOpen}
 	taintEffects   = []string{"NoSchedule", "PreferNoSchedule", "NoExecute"}
 	cgroupDrivers  = []string{"systemd", "cgroupfs"}
 	networkPlugins = []string{"flannel", "none"}
@@ -435,6 +436,9 @@ func (v *validator) kubelet() {
 	k := v.c.Kubelet
 	if !slices.Contains(cgroupDrivers, k.CgroupDriver) {
 		v.add("kubelet.cgroupDriver", "use systemd or cgroupfs", "unknown cgroup driver %q", k.CgroupDriver)
+	}
+	if m := v.c.Firewall; !slices.Contains(firewallModes, m) {
+		v.add("firewall", "use one of: "+strings.Join(firewallModes, ", "), "unknown firewall setting %q", m)
 	}
 	if m := v.c.KubeProxy.Mode; !slices.Contains(proxyModes, m) {
 		v.add("kubeProxy.mode", "use one of: "+strings.Join(proxyModes, ", "), "unknown kube-proxy mode %q", m)

@@ -651,19 +651,30 @@ func checkAppArmor(_ *inventory.Cluster, n inventory.Node, f *facts.Facts) []Fin
 // (firewalld, ufw) does not let in, and the command that opens them.
 func checkFirewall(c *inventory.Cluster, n inventory.Node, f *facts.Facts) []Finding {
 	blocked := firewall.Blocked(f.Firewall, firewall.For(c, n.Role))
-	if len(blocked) == 0 {
+	untrusted := firewall.Untrusted(f.Firewall, firewall.Sources(c))
+	if len(blocked) == 0 && len(untrusted) == 0 {
 		return nil
 	}
-	var names []string
-	for _, p := range blocked {
-		names = append(names, p.String()+" ("+p.What+")")
+	var what []string
+	if len(blocked) > 0 {
+		var names []string
+		for _, p := range blocked {
+			names = append(names, p.String()+" ("+p.What+")")
+		}
+		what = append(what, "does not let in "+strings.Join(names, ", "))
+	}
+	if len(untrusted) > 0 {
+		what = append(what, "does not let in everything from "+strings.Join(untrusted, " and ")+" (the pods' and the Services' subnets: pod traffic between nodes, and Services)")
 	}
 	fw := f.Firewall.Kind
 	if f.Firewall.Zone != "" {
 		fw += " (zone " + f.Firewall.Zone + ")"
 	}
-	return []Finding{finding(n, CheckFirewall, Error, "open them: "+firewall.OpenCommand(f.Firewall.Kind, blocked),
-		"%s does not let in %s", fw, strings.Join(names, ", "))}
+	if c.Firewall == inventory.FirewallOpen {
+		return []Finding{finding(n, CheckFirewall, Info, "", "%s %s; kforge opens it (firewall: open)", fw, strings.Join(what, "; "))}
+	}
+	return []Finding{finding(n, CheckFirewall, Error, "set firewall: open in the inventory, or open them yourself: "+firewall.OpenCommand(f.Firewall.Kind, blocked, untrusted),
+		"%s %s", fw, strings.Join(what, "; "))}
 }
 
 // checkEtcdQuorum warns, on the first master, about an even number of masters: stacked etcd

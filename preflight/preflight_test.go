@@ -604,8 +604,10 @@ func TestSecurityModules(t *testing.T) {
 }
 
 // TestFirewall: a master behind firewalld's public zone with only SSH open is told each port
-// its role needs and the command that opens them; a worker behind ufw with some rules is told
-// the rest; the trusted zone and ufw's "Anywhere" rule let everything in.
+// its role needs, the pod and Service subnets its trusted zone lacks, and the commands that open
+// them; a worker behind ufw with some rules is told the rest (ufw needs no sources), and with
+// firewall: open that kforge opens them; the trusted zone and ufw's "Anywhere" rule let
+// everything in.
 func TestFirewall(t *testing.T) {
 	pr := func(proto string, from, to int) facts.PortRange {
 		return facts.PortRange{Proto: proto, From: from, To: to}
@@ -616,12 +618,19 @@ func TestFirewall(t *testing.T) {
 		want       []string
 	}{
 		{"firewalld, SSH only", "m1", facts.Firewall{Kind: "firewalld", Zone: "public", Open: []facts.PortRange{pr("tcp", 22, 22)}}, []string{
-			"[ERROR Firewall] m1: firewalld (zone public) does not let in 6443/tcp (the API server), 2379-2380/tcp (etcd (clients and peers)), 10250/tcp (kubelet), 10256/tcp (kube-proxy's health check), 30000-32767/tcp (NodePort Services), 30000-32767/udp (NodePort Services), 8472/udp (the pod network (flannel's VXLAN))",
-			"    fix: open them: firewall-cmd --permanent --add-port=6443/tcp --add-port=2379-2380/tcp --add-port=10250/tcp --add-port=10256/tcp --add-port=30000-32767/tcp --add-port=30000-32767/udp --add-port=8472/udp && firewall-cmd --reload",
+			"[ERROR Firewall] m1: firewalld (zone public) does not let in 6443/tcp (the API server), 2379-2380/tcp (etcd (clients and peers)), 10250/tcp (kubelet), 10256/tcp (kube-proxy's health check), 30000-32767/tcp (NodePort Services), 30000-32767/udp (NodePort Services), 8472/udp (the pod network (flannel's VXLAN)); does not let in everything from 10.244.0.0/16 and 10.96.0.0/12 (the pods' and the Services' subnets: pod traffic between nodes, and Services)",
+			"    fix: set firewall: open in the inventory, or open them yourself: firewall-cmd --permanent --add-port=6443/tcp --add-port=2379-2380/tcp --add-port=10250/tcp --add-port=10256/tcp --add-port=30000-32767/tcp --add-port=30000-32767/udp --add-port=8472/udp && firewall-cmd --permanent --zone=trusted --add-source=10.244.0.0/16 --add-source=10.96.0.0/12 && firewall-cmd --reload",
+		}},
+		{"firewalld, ports open, the Service subnet not trusted", "w1", facts.Firewall{Kind: "firewalld", Zone: "public", Open: []facts.PortRange{pr("tcp", 10250, 10250), pr("tcp", 10256, 10256), pr("tcp", 30000, 32767), pr("udp", 30000, 32767), pr("udp", 8472, 8472)}, Sources: []string{"10.244.0.0/16"}}, []string{
+			"[ERROR Firewall] w1: firewalld (zone public) does not let in everything from 10.96.0.0/12 (the pods' and the Services' subnets: pod traffic between nodes, and Services)",
+			"    fix: set firewall: open in the inventory, or open them yourself: firewall-cmd --permanent --zone=trusted --add-source=10.96.0.0/12 && firewall-cmd --reload",
 		}},
 		{"ufw, some rules", "w1", facts.Firewall{Kind: "ufw", Open: []facts.PortRange{pr("tcp", 22, 22), pr("tcp", 10250, 10250), pr("", 30000, 32767)}}, []string{
 			"[ERROR Firewall] w1: ufw does not let in 10256/tcp (kube-proxy's health check), 8472/udp (the pod network (flannel's VXLAN))",
-			"    fix: open them: ufw allow 10256/tcp && ufw allow 8472/udp",
+			"    fix: set firewall: open in the inventory, or open them yourself: ufw allow 10256/tcp && ufw allow 8472/udp",
+		}},
+		{"ufw, some rules, firewall: open", "w1", facts.Firewall{Kind: "ufw", Open: []facts.PortRange{pr("tcp", 22, 22), pr("tcp", 10250, 10250), pr("", 30000, 32767)}}, []string{
+			"[INFO Firewall] w1: ufw does not let in 10256/tcp (kube-proxy's health check), 8472/udp (the pod network (flannel's VXLAN)); kforge opens it (firewall: open)",
 		}},
 		{"firewalld, trusted zone", "m1", facts.Firewall{Kind: "firewalld", Zone: "trusted"}, nil},
 		{"ufw, everything from the nodes' subnet", "w1", facts.Firewall{Kind: "ufw", Open: []facts.PortRange{{}}}, nil},
@@ -631,6 +640,9 @@ func TestFirewall(t *testing.T) {
 		hosts[c.host].Firewall = c.fw
 		cl := cluster()
 		cl.Networking.Plugin = "flannel"
+		if strings.HasSuffix(c.name, "firewall: open") {
+			cl.Firewall = inventory.FirewallOpen
+		}
 		var got []string
 		for _, f := range Check(cl, hosts, Options{}) {
 			if f.Check == CheckFirewall {

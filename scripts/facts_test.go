@@ -148,7 +148,7 @@ func TestFactsSumsAndDirs(t *testing.T) {
 }
 
 // TestFactsFirewall: firewalld's default zone and the ports it lets in, given as ports or
-// through services; ufw's status lines; none when neither runs.
+// through services, and its trusted zone's sources; ufw's status lines; none when neither runs.
 func TestFactsFirewall(t *testing.T) {
 	s := newSandbox(t)
 	if out := s.mustRun(Command("facts-firewall"), ""); out != "firewall=none\n" {
@@ -161,9 +161,10 @@ func TestFactsFirewall(t *testing.T) {
 --list-services) echo "ssh dhcpv6-client";;
 "--permanent --service=ssh --get-ports") echo 22/tcp;;
 "--permanent --service=dhcpv6-client --get-ports") echo 546/udp;;
+"--zone=trusted --list-sources") echo "10.244.0.0/16 10.96.0.0/12";;
 *) exit 2;;
 esac`)
-	if out, want := s.mustRun(Command("facts-firewall"), ""), "firewall=firewalld\nfwzone public\nfwopen 6443/tcp\nfwopen 30000-32767/udp\nfwopen 22/tcp\nfwopen 546/udp\n"; out != want {
+	if out, want := s.mustRun(Command("facts-firewall"), ""), "firewall=firewalld\nfwzone public\nfwopen 6443/tcp\nfwopen 30000-32767/udp\nfwopen 22/tcp\nfwopen 546/udp\nfwsource 10.244.0.0/16\nfwsource 10.96.0.0/12\n"; out != want {
 		t.Errorf("firewalld: got\n%s\nwant\n%s", out, want)
 	}
 	s.stub("firewall-cmd", `echo "not running" >&2; exit 252`)

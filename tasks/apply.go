@@ -152,6 +152,9 @@ func (a *Apply) Steps() []Step {
 		l.add("bundle", OnWorkstation, nil, t.readBundle, "read the bundle's manifest in %s: its release of Kubernetes %s, platform, files and images", c.Bundle, c.KubernetesVersion)
 	}
 	l.add("preflight", OnHosts, all, t.preflight, "run kubeadm's preflight checks on every host before anything changes")
+	if c.Firewall == inventory.FirewallOpen {
+		l.add("firewall", OnHosts, all, rc.openFirewalls, "open the ports each host's role needs in its firewall (firewalld, ufw), and let the pod and Service subnets in, for good; nothing where it lets them in")
+	}
 	l.add("pki", OnWorkstation, nil, rc.ensurePKI, "generate or reuse the cluster's certificates (%s), kubeconfigs and bootstrap token in the state dir", c.PKI.KeyAlgorithm)
 	l.add("etcd-members", OnHosts, masters, func(ctx context.Context, r progress.Reporter) (err error) {
 		a.etcd, err = planEtcd(ctx, rc, r)

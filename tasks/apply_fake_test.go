@@ -569,7 +569,12 @@ type simHost struct {
 	joined  bool // kubelet has registered its node
 	// bootstrapConf is the last bootstrap-kubelet.conf uploaded (forget-token removes the file).
 	bootstrapConf []byte
+	// firewalld, when set, runs in its public zone letting in these ports ("22/tcp") and, from
+	// its trusted zone, these sources; firewall-open.sh adds to them.
+	firewalld *simFirewalld
 }
+
+type simFirewalld struct{ ports, sources []string }
 
 func newSimHost(s *simCluster, n inventory.Node) *simHost {
 	h := &simHost{Host: remotetest.New(n.Name), sim: s, node: n,
@@ -594,6 +599,7 @@ func newSimHost(s *simCluster, n inventory.Node) *simHost {
 		return err
 	})
 	h.Handle(func(c string) bool { return strings.HasPrefix(c, "for f in ") }, h.hashes)
+	h.Handle(func(c string) bool { return strings.HasPrefix(c, "kind=") }, h.openFirewall)
 	h.Handle(func(c string) bool { return strings.HasPrefix(c, "server=") }, h.repointKubelet)
 	h.Handle(func(c string) bool { return c == forgetTokenScript }, func(_ context.Context, c remote.Cmd) error {
 		if h.has(hostpath.KubeletKubeconfig) && h.has(hostpath.BootstrapKubeletConfig) {
@@ -688,6 +694,34 @@ func (h *simHost) hashes(_ context.Context, c remote.Cmd) error {
 	return nil
 }
 
+// openFirewall is firewall-open.sh on this host's firewalld: the ports and sources its inputs
+// name are let in, each said as the script says it.
+func (h *simHost) openFirewall(_ context.Context, c remote.Cmd) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.firewalld == nil || !strings.HasPrefix(c.Command, "kind=firewalld\n") {
+		return h.Exit(c.Command, 1, "no firewall kforge knows")
+	}
+	input := func(name string) []string {
+		_, rest, _ := strings.Cut(c.Command, "\n"+name+"=")
+		if v, ok := strings.CutPrefix(rest, "'"); ok {
+			rest, _, _ = strings.Cut(v, "'")
+		} else {
+			rest, _, _ = strings.Cut(rest, "\n")
+		}
+		return strings.Fields(rest)
+	}
+	for _, p := range input("ports") {
+		h.firewalld.ports = append(h.firewalld.ports, p)
+		fmt.Fprintf(c.Stdout, "opened %s\n", p)
+	}
+	for _, s := range input("sources") {
+		h.firewalld.sources = append(h.firewalld.sources, s)
+		fmt.Fprintf(c.Stdout, "trusted %s\n", s)
+	}
+	return nil
+}
+
 // facts is the output of the facts script on this host as it is now.
 func (h *simHost) facts() string {
 	var b strings.Builder
@@ -721,6 +755,17 @@ func (h *simHost) facts() string {
 		}
 		fmt.Fprintf(&b, "tcp    %d: 00000000:%04X 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 %d 1 0000000000000000 100 0 0 10 0\n", i, l.port, 50000+i)
 		fmt.Fprintf(&b, "sock %d %d %s\n", 50000+i, 1000+i, l.comm)
+	}
+	if fw := h.firewalld; fw != nil {
+		b.WriteString("firewall=firewalld\nfwzone public\n")
+		for _, p := range fw.ports {
+			fmt.Fprintf(&b, "fwopen %s\n", p)
+		}
+		for _, s := range fw.sources {
+			fmt.Fprintf(&b, "fwsource %s\n", s)
+		}
+	} else {
+		b.WriteString("firewall=none\n")
 	}
 	b.WriteString("runtime socket /run/containerd/containerd.sock\n")
 	if containerd {
@@ -1079,4 +1124,65 @@ func kubeletFlags(h *simHost) (map[string]string, error) {
 		flags[k] = val
 	}
 	return flags, nil
+}
+
+// TestApplyOpensFirewalls: a worker behind firewalld's public zone with only SSH let in. With
+// firewall: check (the default) apply stops at preflight, naming the ports and subnets, before
+// any host changes. With firewall: open its firewall step opens exactly the worker's ports and
+// trusts the pod and Service subnets; the master, without a firewall, is left alone; the next
+// apply opens nothing.
+func TestApplyOpensFirewalls(t *testing.T) {
+	c := cluster(t, "workers:\n  - {name: w1, address: 10.0.0.2}\n")
+	sim := newSimCluster(t, c)
+	sim.hosts["w1"].firewalld = &simFirewalld{ports: []string{"22/tcp"}}
+	o := Options{
+		State:   state.At(t.TempDir()),
+		Timeout: 5 * time.Second,
+		Settle:  time.Millisecond,
+		Connect: func(_ context.Context, n inventory.Node) (remote.Host, error) { return sim.hosts[n.Name], nil },
+		API:     func(string) (kube.Clients, error) { return kube.Clients{Typed: sim.api}, nil },
+	}
+	a := NewApply(c, o)
+	_, err := Run(context.Background(), a.Steps(), func(progress.Event) {}, time.Now)
+	a.Close()
+	if err == nil || !strings.Contains(err.Error(), "preflight") {
+		t.Fatalf("apply with a closed firewall and firewall: check: %v; want a preflight error", err)
+	}
+	var details []string
+	var d interface{ Details() []string }
+	if errors.As(err, &d) {
+		details = d.Details()
+	}
+	if all := strings.Join(details, "\n"); !strings.Contains(all, "[ERROR Firewall] w1: firewalld (zone public) does not let in 10250/tcp (kubelet)") || !strings.Contains(all, "set firewall: open in the inventory") {
+		t.Errorf("the preflight error does not name w1's blocked ports and the setting:\n%v\n%s", err, all)
+	}
+	if len(sim.hosts["w1"].Uploads()) > 0 {
+		t.Errorf("w1 changed although preflight failed: %v", sim.hosts["w1"].Uploads())
+	}
+
+	c.Firewall = inventory.FirewallOpen
+	events := runApply(t, NewApply(c, o))
+	fw := sim.hosts["w1"].firewalld
+	if want := []string{"22/tcp", "10250/tcp", "10256/tcp", "30000-32767/tcp", "30000-32767/udp", "8472/udp"}; !slices.Equal(fw.ports, want) {
+		t.Errorf("w1's firewalld lets in %v; want %v", fw.ports, want)
+	}
+	if want := []string{"10.244.0.0/16", "10.96.0.0/12"}; !slices.Equal(fw.sources, want) {
+		t.Errorf("w1's trusted zone: %v; want %v", fw.sources, want)
+	}
+	said := false
+	for _, e := range events {
+		if e.Task == "firewall" && e.Host == "w1" && strings.HasPrefix(e.Message, "firewalld: opened 10250/tcp, opened 10256/tcp") {
+			said = true
+		}
+		if e.Task == "firewall" && e.Host == "m1" {
+			t.Errorf("the firewall step said something of m1, which has no firewall: %+v", e)
+		}
+	}
+	if !said {
+		t.Errorf("the firewall step did not say what it opened on w1:\n%v", events)
+	}
+	runApply(t, NewApply(c, o))
+	if len(fw.ports) != 6 || len(fw.sources) != 2 {
+		t.Errorf("the second apply opened more: %v, %v", fw.ports, fw.sources)
+	}
 }
