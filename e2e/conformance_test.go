@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/kforge/kforge/bundle"
 	"github.com/kforge/kforge/conformance"
 	"github.com/kforge/kforge/internal/testenv"
@@ -31,8 +33,8 @@ const conformanceSlice = `\[sig-network\] DNS should provide (DNS for the cluste
 // the test images through the lab registry (a mirror of registry.k8s.io): with
 // KFORGE_CONFORMANCE=full every [Conformance] spec that is not [Serial], [Disruptive] or [Slow]
 // (make conformance). KFORGE_CONFORMANCE_VERSION picks the Kubernetes version (default: the
-// default release), KFORGE_CONFORMANCE_REPORT keeps the JUnit report and the suite's log in that
-// directory. Every selected spec must pass, but for those that cannot with images made offline
+// default release), KFORGE_CONFORMANCE_PROXY_MODE kube-proxy's mode (kubeProxy.mode), and
+// KFORGE_CONFORMANCE_REPORT keeps the JUnit report and the suite's log in that directory. Every selected spec must pass, but for those that cannot with images made offline
 // (conformance.CannotPassOffline). make test's slice (conformanceSlice) runs on the cluster of
 // TestApplyLabClusterEndToEnd, which exists already.
 func TestConformance(t *testing.T) {
@@ -45,9 +47,13 @@ func TestConformance(t *testing.T) {
 	if v := os.Getenv("KFORGE_CONFORMANCE_VERSION"); v != "" {
 		version = v
 	}
+	proxyMode := os.Getenv("KFORGE_CONFORMANCE_PROXY_MODE")
 	report := t.TempDir()
 	if dir := os.Getenv("KFORGE_CONFORMANCE_REPORT"); dir != "" {
 		report = filepath.Join(dir, version)
+		if proxyMode != "" {
+			report += "-" + proxyMode
+		}
 	}
 	timeout := 3 * time.Hour
 	ctx, cancel := context.WithTimeout(context.Background(), timeout+20*time.Minute)
@@ -61,9 +67,16 @@ func TestConformance(t *testing.T) {
 	c := newCluster(ctx, t, "conf", version, lab.Options{Hosts: 3, Bare: true})
 	h := c.lab.Hosts
 	c.mirrorConformanceImages(kit)
+	c.proxyMode = proxyMode
 	c.writeInventory(h[:1], h[1:])
 	if out, err := c.run("apply"); err != nil {
 		t.Fatalf("apply: %v\n%s", err, out)
+	}
+	if proxyMode != "" {
+		cm, err := c.client().CoreV1().ConfigMaps("kube-system").Get(ctx, "kube-proxy", metav1.GetOptions{})
+		if err != nil || !strings.Contains(cm.Data["config.conf"], "mode: "+proxyMode) {
+			t.Fatalf("kube-proxy's configuration: %v; want mode %s\n%s", err, proxyMode, cm.Data["config.conf"])
+		}
 	}
 	c.conformance(ctx, kit, conformance.Focus, 6, timeout, report)
 }

@@ -73,11 +73,14 @@ type cluster struct {
 	localProxy bool
 	// vip is the inventory's controlPlaneVIP, written with several masters and no endpoint.
 	vip string
-	// Edits of the inventory: kubelet.extraArgs added to the lab's, apiServerCertSANs, and
-	// labels by host.
+	// Edits of the inventory: kubelet.extraArgs added to the lab's, apiServerCertSANs, labels
+	// and SSH users by host, the firewall setting.
 	kubeletArgs map[string]string
 	sans        []string
 	labels      map[string]map[string]string
+	sshUsers    map[string]string
+	firewall    string
+	proxyMode   string // kubeProxy.mode; "" for the default
 	// certValidity is the inventory's pki.certValidity ("" for the default).
 	certValidity string
 	// extraAddon, when set, is one more addon manifest of the inventory (YAML).
@@ -851,6 +854,9 @@ func (c *cluster) writeInventory(masters, workers []lab.Host) {
 		fmt.Fprintf(&b, "controlPlaneVIP: %s\n", c.vip)
 	}
 	fmt.Fprintf(&b, "ssh: {user: root, identityFile: %s, knownHostsFile: %s}\n", c.lab.IdentityFile, c.lab.KnownHostsFile)
+	if c.firewall != "" {
+		fmt.Fprintf(&b, "firewall: %s\n", c.firewall)
+	}
 	skel, err := inventory.Load(c.lab.InventoryFile) // the lab knows whether hosts need cgroup v1
 	if err != nil {
 		c.t.Fatal(err)
@@ -870,8 +876,15 @@ func (c *cluster) writeInventory(masters, workers []lab.Host) {
 	if len(pkiFields) > 0 {
 		fmt.Fprintf(&b, "pki: {%s}\n", strings.Join(pkiFields, ", "))
 	}
+	var kp []string
+	if c.proxyMode != "" {
+		kp = append(kp, "mode: "+c.proxyMode)
+	}
 	if p := skel.KubeProxy.ConntrackMaxPerCore; p != nil { // nspawn hosts share this machine's conntrack table
-		fmt.Fprintf(&b, "kubeProxy: {conntrackMaxPerCore: %d}\n", *p)
+		kp = append(kp, fmt.Sprintf("conntrackMaxPerCore: %d", *p))
+	}
+	if len(kp) > 0 {
+		fmt.Fprintf(&b, "kubeProxy: {%s}\n", strings.Join(kp, ", "))
 	}
 	addon := filepath.Join(filepath.Dir(c.inventory), "addon.yaml")
 	if err := os.WriteFile(addon, []byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: e2e-addon, namespace: default}\ndata: {from: inventory}\n"), 0o600); err != nil {
@@ -896,6 +909,9 @@ func (c *cluster) writeInventory(masters, workers []lab.Host) {
 			labels := ""
 			for _, k := range slices.Sorted(maps.Keys(c.labels[h.Name])) {
 				labels += fmt.Sprintf(", labels: {%s: %q}", k, c.labels[h.Name][k])
+			}
+			if u := c.sshUsers[h.Name]; u != "" {
+				labels += fmt.Sprintf(", ssh: {user: %s}", u)
 			}
 			fmt.Fprintf(&b, "  - {name: %s, address: %s%s}\n", h.Name, h.Address, labels)
 		}

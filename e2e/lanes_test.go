@@ -17,7 +17,7 @@ import (
 // (QEMU without KVM, CPU-bound) beside the certificates' expiry (which sleeps), the HA test's
 // timed failovers beside no other VM.
 var lanes = [][]string{
-	{"TestVMWorker", "TestHAControlPlaneGrowsSurvivesAMasterAndShrinks", "TestRestoreThreeLostMasters", "TestBareHostsEveryMinor"},
+	{"TestHostsAsUsersHaveThem", "TestHAControlPlaneGrowsSurvivesAMasterAndShrinks", "TestRestoreThreeLostMasters", "TestBareHostsEveryMinor"},
 	{"TestExpiredCertificatesRenewed", "TestApplyLabClusterEndToEnd", "TestUpgradeAcrossTwoMinors", "TestConformance"},
 }
 

@@ -3,8 +3,11 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,23 +16,36 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/kforge/kforge/hostpath"
 	"github.com/kforge/kforge/internal/testenv"
+	"github.com/kforge/kforge/inventory"
+	"github.com/kforge/kforge/kube"
 	"github.com/kforge/kforge/lab"
 	"github.com/kforge/kforge/release"
 )
 
-// TestVMWorker: a mixed lab — an nspawn master, an nspawn worker and a worker that is a QEMU
-// virtual machine with its own kernel and cgroup v2 — becomes one cluster. The VM gets none of
-// the lab's workarounds: kforge loads and persists the kernel modules and sysctls it needs, its
-// kubelet runs on cgroup v2 without failCgroupV1: false. Its kernel has no legacy iptables, as
-// RHEL 10's: kube-proxy's auto mode takes nftables on every node, and flannel follows. A pod on the VM resolves DNS and
-// reaches a Service whose pod runs on the nspawn worker, over flannel. A second apply changes
-// nothing. Then the VM is rebooted, and later powered off hard and started again: each time it
-// comes back Ready with no kforge run, its DaemonSet pods running again.
-func TestVMWorker(t *testing.T) {
+// TestHostsAsUsersHaveThem: a mixed lab whose hosts carry the traits of the hosts users have
+// (docs/hosts.md), all at once, becomes one cluster with no setting but firewall: open.
+//   - The master (nspawn) has Ubuntu's resolver (systemd-resolved's stub in /etc/resolv.conf,
+//     the lab's own DNS server upstream), RHEL's firewall (firewalld, public zone) and an OS
+//     hostname that is not its inventory name (Node-1.Example.COM).
+//   - The nspawn worker is reached as a non-root user whose sudo has RHEL's secure_path, and has
+//     a second NIC holding the default route and the same address as on every Vagrant box.
+//   - The worker that is a QEMU virtual machine has its own kernel, cgroup v2 and none of the
+//     lab's workarounds, and its kernel has no legacy iptables, as RHEL 10's: kube-proxy's auto
+//     mode takes nftables on every node, and flannel follows.
+//
+// Without firewall: open, preflight refuses, naming the master's blocked ports. With it, apply
+// opens them. Then: nodes Ready, in-cluster and upstream DNS from pods, a Service across nodes, a
+// NodePort from the workstation, no packet through the NAT NIC; the same after
+// `firewall-cmd --reload`; a second apply changes nothing. Then the VM is rebooted, and later
+// powered off hard and started again: each time it comes back Ready with no kforge run, its
+// DaemonSet pods running again.
+func TestHostsAsUsersHaveThem(t *testing.T) {
 	testenv.Require(t, lab.Prerequisites())
 	testenv.Require(t, lab.VMPrerequisites())
 	inLane(t)
@@ -37,25 +53,58 @@ func TestVMWorker(t *testing.T) {
 	defer cancel()
 	c := newCluster(ctx, t, "vm", release.Default(), lab.Options{Hosts: 3, Bare: true, VMs: 1})
 	h := c.lab.Hosts
-	nw, vm := h[1].Name, h[2].Name
+	m, nw, vm := h[0].Name, h[1].Name, h[2].Name
 	if h[0].VM || h[1].VM || !h[2].VM {
 		t.Fatalf("lab hosts %+v: want nspawn, nspawn, VM", h)
 	}
-	if err := c.lab.WithoutLegacyIptables(ctx, vm); err != nil {
-		t.Fatal(err)
+	upstream := serveDNS(t, lab.BridgeAddr+":53", map[string]string{upstreamName + ".": upstreamAddr})
+	for _, trait := range []func() error{
+		func() error { return c.lab.WithResolved(ctx, m, lab.BridgeAddr) },
+		func() error { return c.lab.WithFirewalld(ctx, m) },
+		func() error { return c.lab.WithHostname(ctx, m, "Node-1.Example.COM") },
+		func() error { return c.lab.WithSudoUser(ctx, nw, "kforge") },
+		func() error { return c.lab.WithNATNIC(ctx, nw) },
+		func() error { return c.lab.WithoutLegacyIptables(ctx, vm) },
+	} {
+		if err := trait(); err != nil {
+			t.Fatal(err)
+		}
 	}
+	// Count the VXLAN packets that leave through the NAT NIC, and through the lab's (eth0).
+	for _, nic := range []string{"nat0", "eth0"} {
+		if out, err := c.lab.Exec(ctx, nw, "iptables", "-I", "OUTPUT", "-o", nic, "-p", "udp", "--dport", "8472", "-m", "comment", "--comment", "kforge-lab VXLAN out of "+nic); err != nil {
+			t.Fatalf("%s: a counter of VXLAN out of %s: %v\n%s", nw, nic, err, out)
+		}
+	}
+	c.sshUsers = map[string]string{nw: "kforge"}
+	c.writeInventory(h[:1], h[1:])
+
+	// firewall: check (the default): refused before anything changes, each blocked port named.
+	out, err := c.run("apply", "--timeout", "15m")
+	if err == nil || !strings.Contains(out, "[ERROR Firewall] "+m+": firewalld (zone public) does not let in 6443/tcp (the API server)") ||
+		!strings.Contains(out, "10.244.0.0/16 and 10.96.0.0/12") || !strings.Contains(out, "set firewall: open in the inventory") {
+		t.Fatalf("apply with firewalld on %s and firewall: check: %v; want a preflight error naming its ports and the setting\n%s", m, err, out)
+	}
+	c.firewall = inventory.FirewallOpen
 	c.writeInventory(h[:1], h[1:])
 
 	start := time.Now()
-	out, err := c.run("apply", "--timeout", "15m")
+	out, err = c.run("apply", "--timeout", "15m")
 	if err != nil {
 		t.Fatalf("kforge apply: %v\n%s", err, out)
 	}
-	t.Logf("apply of a cluster with a VM worker took %s:\n%s", time.Since(start).Round(time.Second), out)
-	// Debian 12's kernel enables AppArmor; the VM has no apparmor_parser: preflight says its
-	// containers run unconfined, and they run (the checks below).
-	if !strings.Contains(out, "[WARNING AppArmor] "+vm+": AppArmor is enabled in the kernel but apparmor_parser is not installed") {
-		t.Errorf("no AppArmor warning for the VM host %s:\n%s", vm, out)
+	t.Logf("apply of a cluster on hosts with users' traits took %s:\n%s", time.Since(start).Round(time.Second), out)
+	if !regexp.MustCompile(regexp.QuoteMeta(m) + ` +firewalld: opened 6443/tcp, .*trusted 10\.244\.0\.0/16, trusted 10\.96\.0\.0/12`).MatchString(out) {
+		t.Errorf("apply did not say it opened %s's firewalld:\n%s", m, out)
+	}
+	// Debian 12's kernel enables AppArmor and the VM has apparmor_parser: no warning
+	// (checkAppArmor shows its containers confined).
+	if strings.Contains(out, "[WARNING AppArmor] "+vm) {
+		t.Errorf("an AppArmor warning for the VM host %s, which has apparmor_parser:\n%s", vm, out)
+	}
+	// The master's kubelet gives pods systemd-resolved's upstream file, not the stub.
+	if conf, err := c.lab.Exec(ctx, m, "cat", hostpath.KubeletConfigPath); err != nil || !strings.Contains(string(conf), "resolvConf: /run/systemd/resolve/resolv.conf") {
+		t.Errorf("%s's kubelet config: %v; want resolvConf: /run/systemd/resolve/resolv.conf\n%s", m, err, conf)
 	}
 
 	c.checkRuntime(ctx, h)
@@ -69,8 +118,33 @@ func TestVMWorker(t *testing.T) {
 		c.importImage(ctx, w, agent)
 	}
 	c.checkWorkloads(ctx, workload{image: agentImage, pull: corev1.PullNever}, nw, vm)
+	c.checkAppArmor(ctx, vm)
+	nodePort := c.exposeNodePort(ctx)
+	c.checkUsersNetwork(ctx, h, nodePort, upstream)
+	// firewalld's reload rebuilds its own nftables table only: kube-proxy's and flannel's stay.
+	if out, err := c.lab.Exec(ctx, m, "firewall-cmd", "--reload"); err != nil {
+		t.Fatalf("firewall-cmd --reload on %s: %v\n%s", m, err, out)
+	}
+	c.checkUsersNetwork(ctx, h, nodePort, upstream)
+	// No VXLAN packet left through the NAT NIC: flannel's tunnel uses the inventory's address.
+	// What else went there is said, with the neighbours it looked for.
+	rules, err := c.lab.Exec(ctx, nw, "iptables", "-L", "OUTPUT", "-v", "-x", "-n")
+	vxlan := func(nic string) string {
+		m := regexp.MustCompile(`(?m)^\s*(\d+)\s+\d+\s+.*kforge-lab VXLAN out of ` + nic).FindStringSubmatch(string(rules))
+		if m == nil {
+			return "?"
+		}
+		return m[1]
+	}
+	if err != nil || vxlan("nat0") != "0" || vxlan("eth0") == "0" || vxlan("eth0") == "?" {
+		t.Errorf("%s: VXLAN packets out of its NAT NIC %s, out of the lab's NIC %s (%v); want 0 and some\n%s", nw, vxlan("nat0"), vxlan("eth0"), err, rules)
+	}
+	tx, _ := c.lab.Exec(ctx, nw, "cat", "/sys/class/net/nat0/statistics/tx_packets")
+	neigh, _ := c.lab.Exec(ctx, nw, "ip", "neigh", "show", "dev", "nat0")
+	t.Logf("%s's NAT NIC: %s VXLAN packets (the lab's NIC: %s); %s packets in all, neighbours looked for: %q", nw, vxlan("nat0"), vxlan("eth0"), strings.TrimSpace(string(tx)), strings.TrimSpace(string(neigh)))
 
 	c.applyChangesNothing(ctx, h)
+	c.upstreamChanges(ctx, m)
 
 	// Back without kforge: a reboot from inside, then a power cut (QEMU killed) and a cold start.
 	c.vmComesBack(ctx, vm, "reboot", func() {
@@ -323,5 +397,157 @@ func (c *cluster) checkNftablesMode(ctx context.Context, out string) {
 				t.Errorf("%s: nft list table %s: %v\n%s", p.Spec.NodeName, table, err, out)
 			}
 		}
+	}
+}
+
+// The lab's upstream DNS server (serveDNS) holds one name that only it knows.
+const (
+	upstreamName = "upstream.kforge-lab.test"
+	upstreamAddr = "198.51.100.77"
+)
+
+// exposeNodePort puts checkWorkloads' server pod behind a NodePort Service and returns its port.
+func (c *cluster) exposeNodePort(ctx context.Context) int32 {
+	c.t.Helper()
+	svc, err := c.client().CoreV1().Services("default").Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "server-nodeport"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Selector: map[string]string{"app": "server"},
+			Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return svc.Spec.Ports[0].NodePort
+}
+
+// checkUsersNetwork: from the pods checkWorkloads made (on every worker), in-cluster DNS, the
+// upstream server's own name through CoreDNS (which forwards to what the master's kubelet gives
+// it: systemd-resolved's upstream file), and the Service; from the workstation, the NodePort on
+// every node.
+func (c *cluster) checkUsersNetwork(ctx context.Context, hosts []lab.Host, nodePort int32, upstream func() int64) {
+	t := c.t.(*testing.T)
+	t.Helper()
+	for _, h := range hosts[1:] {
+		pod := "client-" + h.Name
+		for _, q := range []struct{ name, want string }{{"kubernetes.default", firstServiceIP}, {upstreamName, upstreamAddr}} {
+			eventually(ctx, t, "DNS of "+q.name+" from "+pod, func() (bool, string) {
+				out, err := c.kubectl(ctx, "exec", pod, "--", "/agent", "lookup", q.name)
+				return err == nil && strings.Contains(out, q.want), out
+			})
+		}
+		eventually(ctx, t, "the Service from "+pod, func() (bool, string) {
+			out, err := c.kubectl(ctx, "exec", pod, "--", "/agent", "get", "http://server.default.svc.cluster.local/")
+			return err == nil && strings.TrimSpace(out) == "server", out
+		})
+	}
+	if upstream() == 0 { // CoreDNS caches its answers, for their TTL: asked once is enough
+		t.Errorf("the upstream DNS server was never asked for %s", upstreamName)
+	}
+	client := &http.Client{Timeout: 5 * time.Second}
+	for _, h := range hosts {
+		url := fmt.Sprintf("http://%s:%d/", h.Address, nodePort)
+		eventually(ctx, t, "the NodePort on "+h.Name+" from the workstation", func() (bool, string) {
+			resp, err := client.Get(url)
+			if err != nil {
+				return false, err.Error()
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			return resp.StatusCode == http.StatusOK && strings.TrimSpace(string(b)) == "server", resp.Status + " " + string(b)
+		})
+	}
+}
+
+// checkAppArmor: on host (AppArmor enabled, apparmor_parser installed) a pod that asks for
+// nothing and a pod that asks for runtime/default both run confined by containerd's default
+// profile, cri-containerd.apparmor.d, in enforce mode.
+func (c *cluster) checkAppArmor(ctx context.Context, host string) {
+	t := c.t.(*testing.T)
+	t.Helper()
+	k := c.client()
+	_, err := k.CoreV1().Pods("default").Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "apparmor-default"},
+		Spec: corev1.PodSpec{NodeName: host, Containers: []corev1.Container{{
+			Name: "agent", Image: agentImage, ImagePullPolicy: corev1.PullNever, Args: []string{"serve"},
+			SecurityContext: &corev1.SecurityContext{AppArmorProfile: &corev1.AppArmorProfile{Type: corev1.AppArmorProfileTypeRuntimeDefault}},
+		}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(ctx, t, "pod apparmor-default running", func() (bool, string) {
+		p, err := k.CoreV1().Pods("default").Get(ctx, "apparmor-default", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return p.Status.Phase == corev1.PodRunning, string(p.Status.Phase)
+	})
+	out, err := c.lab.Exec(ctx, host, "ps", "-eo", "label:40,args")
+	if err != nil {
+		t.Fatalf("ps on %s: %v", host, err)
+	}
+	var agents []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.HasSuffix(l, "/agent serve") {
+			agents = append(agents, strings.TrimSpace(strings.TrimSuffix(l, "/agent serve")))
+		}
+	}
+	// client-<host> and apparmor-default.
+	if len(agents) != 2 || agents[0] != "cri-containerd.apparmor.d (enforce)" || agents[1] != agents[0] {
+		t.Errorf("the agents' AppArmor labels on %s: %q; want two, cri-containerd.apparmor.d (enforce)\n%s", host, agents, out)
+	}
+}
+
+// upstreamChanges: the master's upstream DNS servers change (a new lease, a new resolver): the
+// next apply rolls CoreDNS, whose pods read the file only when they start, and names the
+// upstream server alone knows still resolve from pods.
+func (c *cluster) upstreamChanges(ctx context.Context, master string) {
+	t := c.t.(*testing.T)
+	t.Helper()
+	k := c.client()
+	annotation := func() string {
+		d, err := k.AppsV1().Deployments("kube-system").Get(ctx, "coredns", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.Spec.Template.Annotations[kube.UpstreamAnnotation]
+	}
+	pods := func() map[types.UID]bool {
+		ps, err := k.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "k8s-app=kube-dns"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		uids := map[types.UID]bool{}
+		for _, p := range ps.Items {
+			if p.DeletionTimestamp == nil && podReadySince(&p, time.Time{}) {
+				uids[p.UID] = true
+			}
+		}
+		return uids
+	}
+	before, old := annotation(), pods()
+	if err := c.lab.WithResolved(ctx, master, lab.BridgeAddr+" 198.51.100.53"); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := c.run("apply"); err != nil {
+		t.Fatalf("apply after %s's upstream servers changed: %v\n%s", master, err, out)
+	}
+	if after := annotation(); after == before || after == "" {
+		t.Errorf("CoreDNS's %s: %q before, %q after the upstream servers changed; want a new value", kube.UpstreamAnnotation, before, after)
+	}
+	eventually(ctx, t, "CoreDNS's pods replaced", func() (bool, string) {
+		now := pods()
+		for uid := range now {
+			if old[uid] {
+				return false, fmt.Sprintf("pod %s still runs", uid)
+			}
+		}
+		return len(now) == len(old), fmt.Sprintf("%d new pods ready, want %d", len(now), len(old))
+	})
+	for _, pod := range []string{"client-" + c.lab.Hosts[1].Name, "client-" + c.lab.Hosts[2].Name} {
+		eventually(ctx, t, "DNS of "+upstreamName+" from "+pod+" after CoreDNS rolled", func() (bool, string) {
+			out, err := c.kubectl(ctx, "exec", pod, "--", "/agent", "lookup", upstreamName)
+			return err == nil && strings.Contains(out, upstreamAddr), out
+		})
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/kforge/kforge/internal/testenv"
 )
 
 // everything asks every fact the options can ask for.
@@ -15,16 +17,11 @@ var everything = Options{Hash: []string{"/etc/hostname"}, Dirs: []string{"/etc"}
 // TestScriptShellcheck lints the whole script as it runs on a host, the table's inline commands
 // included. It runs in make test-quick: without shellcheck it fails, it does not skip.
 func TestScriptShellcheck(t *testing.T) {
-	if _, err := exec.LookPath("shellcheck"); err != nil {
-		t.Fatal("shellcheck is not installed: `make deps` installs it (Debian package shellcheck, listed in hack/apt-packages.txt)")
-	}
 	p := filepath.Join(t.TempDir(), "facts.sh")
 	if err := os.WriteFile(p, []byte("#!/bin/sh\n"+Script(everything)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := exec.Command("shellcheck", "-s", "sh", "-f", "gcc", p).CombinedOutput(); err != nil {
-		t.Errorf("shellcheck: %v\n%s", err, out)
-	}
+	testenv.Shellcheck(t, p)
 }
 
 // TestEveryLineHasARow: each line the script prints on this machine is read by a row of the

@@ -19,12 +19,15 @@ import (
 
 // Packages is what the base rootfs holds on top of debootstrap's minbase: systemd as init, sshd,
 // containerd and runc, the tools kubeadm's preflight checks look for, and curl, with which
-// nodes take the bundle from the masters' registries. Changing the list (or
-// the files in files/) changes the rootfs hash, so a new rootfs is built beside the old one.
+// nodes take the bundle from the masters' registries. systemd-resolved, firewalld (with the
+// logind its polkitd needs) and sudo are there for the traits of users' hosts (traits.go),
+// disabled until a test gives a host one. Changing the list (or the files in files/) changes
+// the rootfs hash, so a new rootfs is built beside the old one.
 var Packages = []string{
 	"systemd", "systemd-sysv", "dbus", "openssh-server",
 	"iproute2", "iptables", "conntrack", "socat", "ebtables", "ethtool", "kmod", "procps",
 	"containerd", "runc", "iputils-ping", "haproxy", "less", "curl",
+	"systemd-resolved", "firewalld", "libpam-systemd", "sudo",
 }
 
 // Suite is the Debian release the hosts run.
@@ -204,6 +207,13 @@ func customizeRootfs(r string) error {
 		}
 	}
 	_ = os.Remove(filepath.Join(r, "etc/systemd/system/multi-user.target.wants/haproxy.service"))
+	// The traits' services start only on the hosts a test gives them (traits.go): not enabled,
+	// and without the D-Bus aliases through which a call (firewall-cmd --state) would start them.
+	for _, l := range []string{"multi-user.target.wants/firewalld.service", "dbus-org.fedoraproject.FirewallD1.service",
+		"sysinit.target.wants/systemd-resolved.service", "multi-user.target.wants/systemd-resolved.service", "dbus-org.freedesktop.resolve1.service"} {
+		_ = os.Remove(filepath.Join(r, "etc/systemd/system", l))
+	}
+	_ = os.Remove(filepath.Join(r, "etc/resolv.conf")) // systemd-resolved's package made it a link to its stub
 	if err := write("etc/resolv.conf", []byte("# kforge lab: hosts have no route off the lab and no DNS server.\n"), 0o644); err != nil {
 		return err
 	}

@@ -5,9 +5,12 @@
 # "firewall=ufw" and ufw's status lines ("ufw LINE"); or "firewall=none".
 if command -v firewall-cmd >/dev/null 2>&1 && firewall-cmd --state >/dev/null 2>&1; then
 	echo firewall=firewalld
-	printf 'fwzone %s\n' "$(firewall-cmd --get-default-zone 2>/dev/null)"
-	for p in $(firewall-cmd --list-ports 2>/dev/null); do printf 'fwopen %s\n' "$p"; done
-	for s in $(firewall-cmd --list-services 2>/dev/null); do
+	z=$(firewall-cmd --get-default-zone 2>/dev/null)
+	printf 'fwzone %s\n' "$z"
+	# The zone is named: without it, firewalld 1.x adds a warning to the list on stdout when an
+	# interface or source is in another zone ("You're performing an operation over default zone").
+	for p in $(firewall-cmd --zone="$z" --list-ports 2>/dev/null); do printf 'fwopen %s\n' "$p"; done
+	for s in $(firewall-cmd --zone="$z" --list-services 2>/dev/null); do
 		for p in $(firewall-cmd --permanent --service="$s" --get-ports 2>/dev/null); do printf 'fwopen %s\n' "$p"; done
 	done
 	for s in $(firewall-cmd --zone=trusted --list-sources 2>/dev/null); do printf 'fwsource %s\n' "$s"; done

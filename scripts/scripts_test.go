@@ -10,15 +10,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kforge/kforge/internal/testenv"
 	"github.com/kforge/kforge/remote"
 )
 
 // TestShellcheck lints every script with shellcheck -s sh, as the file is and as it runs on a
 // host (Body). It runs in make test-quick: without shellcheck it fails, it does not skip.
 func TestShellcheck(t *testing.T) {
-	if _, err := exec.LookPath("shellcheck"); err != nil {
-		t.Fatal("shellcheck is not installed: `make deps` installs it (Debian package shellcheck, listed in hack/apt-packages.txt)")
-	}
 	dir := t.TempDir()
 	var paths []string
 	for _, name := range Names() {
@@ -29,10 +27,7 @@ func TestShellcheck(t *testing.T) {
 		}
 		paths = append(paths, body)
 	}
-	out, err := exec.Command("shellcheck", append([]string{"-s", "sh", "-f", "gcc"}, paths...)...).CombinedOutput()
-	if err != nil {
-		t.Errorf("shellcheck: %v\n%s", err, out)
-	}
+	testenv.Shellcheck(t, paths...)
 }
 
 // TestEveryScriptIsTested: each script is run by a test of this package (named in a call of
