@@ -33,8 +33,9 @@ import (
 //   - The master (nspawn) has Ubuntu's resolver (systemd-resolved's stub in /etc/resolv.conf,
 //     the lab's own DNS server upstream), RHEL's firewall (firewalld, public zone) and an OS
 //     hostname that is not its inventory name (Node-1.Example.COM).
-//   - The nspawn worker is reached as a non-root user whose sudo has RHEL's secure_path, and has
-//     a second NIC holding the default route and the same address as on every Vagrant box.
+//   - The nspawn worker is reached as a non-root user whose sudo has RHEL's secure_path, has a
+//     second NIC holding the default route and the same address as on every Vagrant box, and
+//     Ubuntu's firewall (ufw).
 //   - The worker that is a QEMU virtual machine has its own kernel, cgroup v2 and none of the
 //     lab's workarounds, and its kernel has no legacy iptables, as RHEL 10's: kube-proxy's auto
 //     mode takes nftables on every node, and flannel follows.
@@ -44,7 +45,8 @@ import (
 // NodePort from the workstation, no packet through the NAT NIC; the same after
 // `firewall-cmd --reload`; a second apply changes nothing. Then the VM is rebooted, and later
 // powered off hard and started again: each time it comes back Ready with no kforge run, its
-// DaemonSet pods running again.
+// DaemonSet pods running again. reset then leaves no nftables table of kube-proxy's, flannel's
+// or portmap's on any host.
 func TestHostsAsUsersHaveThem(t *testing.T) {
 	testenv.Require(t, lab.Prerequisites())
 	testenv.Require(t, lab.VMPrerequisites())
@@ -64,16 +66,11 @@ func TestHostsAsUsersHaveThem(t *testing.T) {
 		func() error { return c.lab.WithHostname(ctx, m, "Node-1.Example.COM") },
 		func() error { return c.lab.WithSudoUser(ctx, nw, "kforge") },
 		func() error { return c.lab.WithNATNIC(ctx, nw) },
+		func() error { return c.lab.WithUFW(ctx, nw) },
 		func() error { return c.lab.WithoutLegacyIptables(ctx, vm) },
 	} {
 		if err := trait(); err != nil {
 			t.Fatal(err)
-		}
-	}
-	// Count the VXLAN packets that leave through the NAT NIC, and through the lab's (eth0).
-	for _, nic := range []string{"nat0", "eth0"} {
-		if out, err := c.lab.Exec(ctx, nw, "iptables", "-I", "OUTPUT", "-o", nic, "-p", "udp", "--dport", "8472", "-m", "comment", "--comment", "kforge-lab VXLAN out of "+nic); err != nil {
-			t.Fatalf("%s: a counter of VXLAN out of %s: %v\n%s", nw, nic, err, out)
 		}
 	}
 	c.sshUsers = map[string]string{nw: "kforge"}
@@ -82,6 +79,7 @@ func TestHostsAsUsersHaveThem(t *testing.T) {
 	// firewall: check (the default): refused before anything changes, each blocked port named.
 	out, err := c.run("apply", "--timeout", "15m")
 	if err == nil || !strings.Contains(out, "[ERROR Firewall] "+m+": firewalld (zone public) does not let in 6443/tcp (the API server)") ||
+		!strings.Contains(out, "[ERROR Firewall] "+nw+": ufw does not let in 10250/tcp (kubelet)") ||
 		!strings.Contains(out, "10.244.0.0/16 and 10.96.0.0/12") || !strings.Contains(out, "set firewall: open in the inventory") {
 		t.Fatalf("apply with firewalld on %s and firewall: check: %v; want a preflight error naming its ports and the setting\n%s", m, err, out)
 	}
@@ -96,6 +94,9 @@ func TestHostsAsUsersHaveThem(t *testing.T) {
 	t.Logf("apply of a cluster on hosts with users' traits took %s:\n%s", time.Since(start).Round(time.Second), out)
 	if !regexp.MustCompile(regexp.QuoteMeta(m) + ` +firewalld: opened 6443/tcp, .*trusted 10\.244\.0\.0/16, trusted 10\.96\.0\.0/12`).MatchString(out) {
 		t.Errorf("apply did not say it opened %s's firewalld:\n%s", m, out)
+	}
+	if !regexp.MustCompile(regexp.QuoteMeta(nw) + ` +ufw: opened 10250/tcp, .*trusted 10\.244\.0\.0/16, trusted 10\.96\.0\.0/12`).MatchString(out) {
+		t.Errorf("apply did not say it opened %s's ufw:\n%s", nw, out)
 	}
 	// Debian 12's kernel enables AppArmor and the VM has apparmor_parser: no warning
 	// (checkAppArmor shows its containers confined).
@@ -121,9 +122,19 @@ func TestHostsAsUsersHaveThem(t *testing.T) {
 	c.checkAppArmor(ctx, vm)
 	nodePort := c.exposeNodePort(ctx)
 	c.checkUsersNetwork(ctx, h, nodePort, upstream)
-	// firewalld's reload rebuilds its own nftables table only: kube-proxy's and flannel's stay.
+	// firewalld's and ufw's reloads rebuild their own rules only: kube-proxy's and flannel's stay.
 	if out, err := c.lab.Exec(ctx, m, "firewall-cmd", "--reload"); err != nil {
 		t.Fatalf("firewall-cmd --reload on %s: %v\n%s", m, err, out)
+	}
+	if out, err := c.lab.Exec(ctx, nw, "ufw", "reload"); err != nil {
+		t.Fatalf("ufw reload on %s: %v\n%s", nw, err, out)
+	}
+	// Count, from here on, the VXLAN packets that leave through the NAT NIC, and through the
+	// lab's (eth0). (Before: a reload of ufw flushes the filter table's chains.)
+	for _, nic := range []string{"nat0", "eth0"} {
+		if out, err := c.lab.Exec(ctx, nw, "iptables", "-I", "OUTPUT", "-o", nic, "-p", "udp", "--dport", "8472", "-m", "comment", "--comment", "kforge-lab VXLAN out of "+nic); err != nil {
+			t.Fatalf("%s: a counter of VXLAN out of %s: %v\n%s", nw, nic, err, out)
+		}
 	}
 	c.checkUsersNetwork(ctx, h, nodePort, upstream)
 	// No VXLAN packet left through the NAT NIC: flannel's tunnel uses the inventory's address.
@@ -165,6 +176,17 @@ func TestHostsAsUsersHaveThem(t *testing.T) {
 		out, err := c.kubectl(ctx, "exec", "client-"+vm, "--", "/agent", "get", "http://server.default.svc.cluster.local/")
 		return err == nil && strings.TrimSpace(out) == "server", out
 	})
+
+	// reset leaves none of the nftables tables of kube-proxy, flannel and portmap, on any host.
+	if out, err := c.run("reset", "--yes"); err != nil {
+		t.Fatalf("kforge reset: %v\n%s", err, out)
+	}
+	for _, n := range h {
+		out, err := c.lab.Exec(ctx, n.Name, "nft", "list", "tables")
+		if left := regexp.MustCompile(`(?m)^table \S+ (kube-proxy|flannel-ipv[46]|cni_hostport)$`).FindAllString(string(out), -1); err != nil || len(left) > 0 {
+			t.Errorf("%s after reset: nft list tables: %v; left %q", n.Name, err, left)
+		}
+	}
 
 	// lab down leaves nothing of the VM: no QEMU, no tap, no overlay.
 	qemu := vmProcesses(t, vm)

@@ -28,7 +28,7 @@ import (
 var Binaries = []string{
 	"kubelet", "kubeadm", "kubectl", "containerd", "runc", "ctr", "iptables", "ip6tables", "conntrack",
 	"socat", "ebtables", "ethtool", "nsenter", "mount", "losetup", "ip", "cp", "sha256sum", "systemctl",
-	"curl",
+	"curl", "nft",
 }
 
 // Facts are one host's facts, as gathered by Script and parsed by Parse.

@@ -77,15 +77,11 @@ func Sources(c *inventory.Cluster) []string {
 	return []string{cmp.Or(c.Networking.PodSubnet, inventory.DefaultPodSubnet), cmp.Or(c.Networking.ServiceSubnet, inventory.DefaultServiceSubnet)}
 }
 
-// Untrusted are the sources of want that fw does not let in, where that matters: firewalld's
-// nftables table drops what its zones do not let in, even when kube-proxy's and flannel's own
-// tables accept it. ufw's rules are iptables chains beside kube-proxy's and flannel's, whose
-// accept rules for pod and Service traffic take effect before ufw's default policy: ufw needs
-// only the ports.
+// Untrusted are the sources of want that fw does not let in. A firewall's rules drop what they
+// do not let in even when kube-proxy's and flannel's own rules accept it: firewalld's nftables
+// table, and ufw's iptables chains (with policy DROP for forwarded packets) once kube-proxy and
+// flannel write nftables tables of their own (kube-proxy's nftables mode).
 func Untrusted(fw facts.Firewall, want []string) []string {
-	if fw.Kind != "firewalld" {
-		return nil
-	}
 	var out []string
 	for _, s := range want {
 		if !fw.Trusts(s) {

@@ -46,8 +46,8 @@ func TestOpenCommand(t *testing.T) {
 	}
 }
 
-// TestUntrusted: firewalld's public zone must trust the pod and Service subnets; its trusted
-// zone and ufw need nothing.
+// TestUntrusted: firewalld's public zone must trust the pod and Service subnets, and ufw must
+// let them in; firewalld's trusted zone and no firewall need nothing.
 func TestUntrusted(t *testing.T) {
 	c := &inventory.Cluster{}
 	want := Sources(c)
@@ -57,7 +57,10 @@ func TestUntrusted(t *testing.T) {
 	if got := Untrusted(facts.Firewall{Kind: "firewalld", Zone: "public", Sources: []string{"10.96.0.0/12"}}, want); !slices.Equal(got, []string{"10.244.0.0/16"}) {
 		t.Errorf("firewalld trusting the Service subnet: untrusted %v", got)
 	}
-	for _, fw := range []facts.Firewall{{Kind: "firewalld", Zone: "trusted"}, {Kind: "ufw"}, {Kind: "none"}} {
+	if got := Untrusted(facts.Firewall{Kind: "ufw", Sources: []string{"10.244.0.0/16"}}, want); !slices.Equal(got, []string{"10.96.0.0/12"}) {
+		t.Errorf("ufw letting in the pod subnet: untrusted %v", got)
+	}
+	for _, fw := range []facts.Firewall{{Kind: "firewalld", Zone: "trusted"}, {Kind: "ufw", Sources: []string{"Anywhere"}}, {Kind: "none"}} {
 		if got := Untrusted(fw, want); len(got) != 0 {
 			t.Errorf("%+v: untrusted %v, want none", fw, got)
 		}

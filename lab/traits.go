@@ -10,7 +10,7 @@ import (
 
 // Traits of the hosts users have (issue #31, docs/hosts.md), given to lab hosts after Up. Each
 // is a script of lab/traits run on the host as root, its arguments after it; the packages they
-// need (systemd-resolved, firewalld, sudo) are in the base rootfs, disabled.
+// need (systemd-resolved, firewalld, ufw, sudo) are in the base rootfs, disabled.
 
 //go:embed traits/*.sh
 var traitScripts embed.FS
@@ -42,6 +42,11 @@ func (l *Lab) WithResolved(ctx context.Context, name, upstream string) error {
 // WithFirewalld gives host name RHEL's firewall: firewalld in its default zone, public.
 func (l *Lab) WithFirewalld(ctx context.Context, name string) error {
 	return l.trait(ctx, name, "firewalld")
+}
+
+// WithUFW gives host name Ubuntu's firewall: ufw enabled, SSH let in.
+func (l *Lab) WithUFW(ctx context.Context, name string) error {
+	return l.trait(ctx, name, "ufw")
 }
 
 // WithHostname gives host name another OS hostname.

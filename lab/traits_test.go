@@ -11,7 +11,7 @@ import (
 // (TestHostsAsUsersHaveThem gives its hosts every trait).
 func TestTraitScriptsShellcheck(t *testing.T) {
 	paths, err := filepath.Glob("traits/*.sh")
-	if err != nil || len(paths) < 6 {
+	if err != nil || len(paths) < 7 {
 		t.Fatalf("trait scripts %v: %v", paths, err)
 	}
 	testenv.Shellcheck(t, paths...)

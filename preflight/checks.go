@@ -848,6 +848,10 @@ func checkProxyMode(c *inventory.Cluster, hosts map[string]*facts.Facts) []Findi
 			out = append(out, finding(n, CheckProxyMode, Info, "",
 				"the kernel has no legacy iptables (the ip_tables module is missing): kube-proxy, flannel and hostPorts use nftables on every host"))
 		}
+		if mode == inventory.ProxyModeNftables && f.Binaries != nil && f.Binaries["nft"].Path == "" {
+			out = append(out, finding(n, CheckProxyMode, Warning, "install nft (the Debian and RHEL package nftables)",
+				"kube-proxy runs in nftables mode and nft is not installed: kforge reset cannot delete the nftables tables of kube-proxy, flannel and portmap here"))
+		}
 	}
 	return out
 }

@@ -43,6 +43,7 @@ func healthy(name string) *facts.Facts {
 		bins[c] = facts.Binary{Path: "/usr/bin/" + c, Version: "1.0"}
 	}
 	bins["containerd"] = facts.Binary{Path: "/usr/bin/containerd", Version: "2.1.4"}
+	bins["nft"] = facts.Binary{Path: "/usr/sbin/nft", Version: "1.0.6"}
 	return &facts.Facts{
 		Host: name, Hostname: name, MachineID: "id-" + name,
 		OS: facts.OS{ID: "debian", VersionID: "12"}, Arch: "x86_64", Kernel: "6.1.0-28-amd64", Systemd: true,
@@ -605,8 +606,8 @@ func TestSecurityModules(t *testing.T) {
 
 // TestFirewall: a master behind firewalld's public zone with only SSH open is told each port
 // its role needs, the pod and Service subnets its trusted zone lacks, and the commands that open
-// them; a worker behind ufw with some rules is told the rest (ufw needs no sources), and with
-// firewall: open that kforge opens them; the trusted zone and ufw's "Anywhere" rule let
+// them; a worker behind ufw with some rules is told the rest, and with firewall: open that
+// kforge opens them; the trusted zone and ufw's "Anywhere" rule let
 // everything in.
 func TestFirewall(t *testing.T) {
 	pr := func(proto string, from, to int) facts.PortRange {
@@ -625,15 +626,15 @@ func TestFirewall(t *testing.T) {
 			"[ERROR Firewall] w1: firewalld (zone public) does not let in everything from 10.96.0.0/12 (the pods' and the Services' subnets: pod traffic between nodes, and Services)",
 			"    fix: set firewall: open in the inventory, or open them yourself: firewall-cmd --permanent --zone=trusted --add-source=10.96.0.0/12 && firewall-cmd --reload",
 		}},
-		{"ufw, some rules", "w1", facts.Firewall{Kind: "ufw", Open: []facts.PortRange{pr("tcp", 22, 22), pr("tcp", 10250, 10250), pr("", 30000, 32767)}}, []string{
-			"[ERROR Firewall] w1: ufw does not let in 10256/tcp (kube-proxy's health check), 8472/udp (the pod network (flannel's VXLAN))",
-			"    fix: set firewall: open in the inventory, or open them yourself: ufw allow 10256/tcp && ufw allow 8472/udp",
+		{"ufw, some rules", "w1", facts.Firewall{Kind: "ufw", Open: []facts.PortRange{pr("tcp", 22, 22), pr("tcp", 10250, 10250), pr("", 30000, 32767)}, Sources: []string{"10.244.0.0/16"}}, []string{
+			"[ERROR Firewall] w1: ufw does not let in 10256/tcp (kube-proxy's health check), 8472/udp (the pod network (flannel's VXLAN)); does not let in everything from 10.96.0.0/12 (the pods' and the Services' subnets: pod traffic between nodes, and Services)",
+			"    fix: set firewall: open in the inventory, or open them yourself: ufw allow 10256/tcp && ufw allow 8472/udp && ufw allow from 10.96.0.0/12 && ufw route allow from 10.96.0.0/12 && ufw route allow to 10.96.0.0/12",
 		}},
 		{"ufw, some rules, firewall: open", "w1", facts.Firewall{Kind: "ufw", Open: []facts.PortRange{pr("tcp", 22, 22), pr("tcp", 10250, 10250), pr("", 30000, 32767)}}, []string{
-			"[INFO Firewall] w1: ufw does not let in 10256/tcp (kube-proxy's health check), 8472/udp (the pod network (flannel's VXLAN)); kforge opens it (firewall: open)",
+			"[INFO Firewall] w1: ufw does not let in 10256/tcp (kube-proxy's health check), 8472/udp (the pod network (flannel's VXLAN)); does not let in everything from 10.244.0.0/16 and 10.96.0.0/12 (the pods' and the Services' subnets: pod traffic between nodes, and Services); kforge opens it (firewall: open)",
 		}},
 		{"firewalld, trusted zone", "m1", facts.Firewall{Kind: "firewalld", Zone: "trusted"}, nil},
-		{"ufw, everything from the nodes' subnet", "w1", facts.Firewall{Kind: "ufw", Open: []facts.PortRange{{}}}, nil},
+		{"ufw, everything from anywhere", "w1", facts.Firewall{Kind: "ufw", Open: []facts.PortRange{{}}, Sources: []string{"Anywhere"}}, nil},
 		{"no firewall", "m1", facts.Firewall{Kind: "none"}, nil},
 	} {
 		hosts := healthyHosts()
@@ -657,7 +658,8 @@ func TestFirewall(t *testing.T) {
 
 // TestProxyMode: a host without legacy iptables makes auto take nftables on every host, said
 // once for that host; an old kernel is refused nftables mode with the setting that avoids it;
-// iptables mode named by the user on such a host is a warning.
+// iptables mode named by the user on such a host is a warning, and so is nftables mode on a
+// host without nft (reset needs it).
 func TestProxyMode(t *testing.T) {
 	for _, c := range []struct {
 		name   string
@@ -684,6 +686,10 @@ func TestProxyMode(t *testing.T) {
 			"[ERROR KubeProxyMode] w1: kube-proxy runs in nftables mode, which needs Linux 5.13 or later; this host runs 5.4.0-200-generic",
 			"    fix: upgrade the kernel to 5.13 or later, or set kubeProxy.mode: iptables in the inventory",
 		}},
+		{"nftables named, no nft on w1", inventory.ProxyModeNftables, nil, nil, []string{
+			"[WARNING KubeProxyMode] w1: kube-proxy runs in nftables mode and nft is not installed: kforge reset cannot delete the nftables tables of kube-proxy, flannel and portmap here",
+			"    fix: install nft (the Debian and RHEL package nftables)",
+		}},
 	} {
 		hosts := healthyHosts()
 		for h, state := range c.legacy {
@@ -691,6 +697,9 @@ func TestProxyMode(t *testing.T) {
 		}
 		for h, k := range c.kernel {
 			hosts[h].Kernel = k
+		}
+		if strings.Contains(c.name, "no nft") {
+			delete(hosts["w1"].Binaries, "nft")
 		}
 		cl := cluster()
 		cl.KubeProxy.Mode = c.mode
