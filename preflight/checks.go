@@ -671,7 +671,7 @@ func checkFirewall(c *inventory.Cluster, n inventory.Node, f *facts.Facts) []Fin
 		fw += " (zone " + f.Firewall.Zone + ")"
 	}
 	if c.Firewall == inventory.FirewallOpen {
-		return []Finding{finding(n, CheckFirewall, Info, "", "%s %s; kforge opens it (firewall: open)", fw, strings.Join(what, "; "))}
+		return []Finding{finding(n, CheckFirewall, Info, "", "%s %s; kforge opens them (firewall: open)", fw, strings.Join(what, "; "))}
 	}
 	return []Finding{finding(n, CheckFirewall, Error, "set firewall: open in the inventory, or open them yourself: "+firewall.OpenCommand(f.Firewall.Kind, blocked, untrusted),
 		"%s %s", fw, strings.Join(what, "; "))}

@@ -631,7 +631,7 @@ func TestFirewall(t *testing.T) {
 			"    fix: set firewall: open in the inventory, or open them yourself: ufw allow 10256/tcp && ufw allow 8472/udp && ufw allow from 10.96.0.0/12 && ufw route allow from 10.96.0.0/12 && ufw route allow to 10.96.0.0/12",
 		}},
 		{"ufw, some rules, firewall: open", "w1", facts.Firewall{Kind: "ufw", Open: []facts.PortRange{pr("tcp", 22, 22), pr("tcp", 10250, 10250), pr("", 30000, 32767)}}, []string{
-			"[INFO Firewall] w1: ufw does not let in 10256/tcp (kube-proxy's health check), 8472/udp (the pod network (flannel's VXLAN)); does not let in everything from 10.244.0.0/16 and 10.96.0.0/12 (the pods' and the Services' subnets: pod traffic between nodes, and Services); kforge opens it (firewall: open)",
+			"[INFO Firewall] w1: ufw does not let in 10256/tcp (kube-proxy's health check), 8472/udp (the pod network (flannel's VXLAN)); does not let in everything from 10.244.0.0/16 and 10.96.0.0/12 (the pods' and the Services' subnets: pod traffic between nodes, and Services); kforge opens them (firewall: open)",
 		}},
 		{"firewalld, trusted zone", "m1", facts.Firewall{Kind: "firewalld", Zone: "trusted"}, nil},
 		{"ufw, everything from anywhere", "w1", facts.Firewall{Kind: "ufw", Open: []facts.PortRange{{}}, Sources: []string{"Anywhere"}}, nil},

@@ -12,7 +12,7 @@ import (
 
 // openFirewalls is apply's firewall step (firewall: open): on every host whose firewall
 // (firewalld, ufw) blocks a port its role needs, or does not let in the pod and Service subnets
-// where that matters (firewall.Untrusted), it opens them for good (scripts/firewall-open.sh).
+// (firewall.Untrusted), it opens them for good (scripts/firewall-open.sh).
 // Hosts without a firewall, or whose firewall already lets them in, are left alone.
 func (rc *runContext) openFirewalls(ctx context.Context, r progress.Reporter) error {
 	return rc.fleet.Each(ctx, "", func(ctx context.Context, n inventory.Node, h remote.Host) error {
