@@ -225,6 +225,15 @@ func (f *Facts) KubeletResolvConf() string {
 // kube-proxy's auto mode picks it. A host that did not say counts as having it.
 func (f *Facts) LegacyIptables() bool { return f.Modules["ip_tables"] != "missing" }
 
+// ProxyMode is the mode kube-proxy runs in on cluster c with these hosts' facts (by name):
+// c.ProxyMode, where a host without facts counts as having legacy iptables.
+func ProxyMode(c *inventory.Cluster, hosts map[string]*Facts) string {
+	return c.ProxyMode(func(name string) bool {
+		f := hosts[name]
+		return f == nil || f.LegacyIptables()
+	})
+}
+
 // LoopbackOnly says whether every nameserver of /etc/resolv.conf is on the host itself (a local
 // stub resolver such as systemd-resolved's 127.0.0.53); false when it lists none.
 func (r Resolver) LoopbackOnly() bool {

@@ -19,9 +19,9 @@ import (
 
 // Packages is what the base rootfs holds on top of debootstrap's minbase: systemd as init, sshd,
 // containerd and runc, the tools kubeadm's preflight checks look for, curl, with which nodes
-// take the bundle from the masters' registries, and nft, with which reset deletes nftables. systemd-resolved, firewalld (with the
-// logind its polkitd needs), ufw and sudo are there for the traits of users' hosts (traits.go),
-// disabled until a test gives a host one. Changing the list (or the files in files/) changes
+// take the bundle from the masters' registries, and nft, with which reset deletes nftables
+// tables. systemd-resolved, firewalld (with the logind its polkitd needs), ufw and sudo are
+// there for the traits of users' hosts (traits.go), disabled until a test gives a host one. Changing the list (or the files in files/) changes
 // the rootfs hash, so a new rootfs is built beside the old one.
 var Packages = []string{
 	"systemd", "systemd-sysv", "dbus", "openssh-server",

@@ -24,8 +24,8 @@ import (
 
 // VMPackages is what the VM image holds on top of debootstrap's minbase: a kernel and an
 // initramfs, systemd as init, sshd, the tools kforge's preflight looks for, curl, nft, and
-// AppArmor's tools (Debian's and Ubuntu's kernels enable AppArmor; with apparmor_parser containerd confines
-// every container in its default profile). No containerd, no runc.
+// AppArmor's tools (Debian's and Ubuntu's kernels enable AppArmor; with apparmor_parser,
+// containerd confines every container in its default profile). No containerd, no runc.
 var VMPackages = []string{
 	"linux-image-amd64", "initramfs-tools", "systemd", "systemd-sysv", "udev", "dbus", "kmod",
 	"openssh-server", "iproute2", "iptables", "conntrack", "socat", "ebtables", "ethtool", "procps",

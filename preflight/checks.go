@@ -824,8 +824,7 @@ var nftablesKernel = regexp.MustCompile(`^(5\.(1[3-9]|[2-9][0-9])|[6-9]\.|[1-9][
 // checkProxyMode says which mode kube-proxy takes and why, where a host decides it, and refuses
 // nftables mode on a kernel older than 5.13.
 func checkProxyMode(c *inventory.Cluster, hosts map[string]*facts.Facts) []Finding {
-	legacy := func(name string) bool { f := hosts[name]; return f == nil || f.LegacyIptables() }
-	mode := c.ProxyMode(legacy)
+	mode := facts.ProxyMode(c, hosts)
 	var out []Finding
 	for _, n := range c.Nodes() {
 		f := hosts[n.Name]

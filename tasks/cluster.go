@@ -375,14 +375,8 @@ func upstreamResolv(c *inventory.Cluster, hosts map[string]*facts.Facts) string 
 }
 
 // proxyMode is kube-proxy's mode at this hop: the inventory's, or auto's choice on the hosts'
-// facts (a host whose facts are not known counts as having legacy iptables).
-func (h *hop) proxyMode() string {
-	hosts := h.rc.fleet.AllFacts()
-	return h.inv.ProxyMode(func(name string) bool {
-		f := hosts[name]
-		return f == nil || f.LegacyIptables()
-	})
-}
+// facts.
+func (h *hop) proxyMode() string { return facts.ProxyMode(h.inv, h.rc.fleet.AllFacts()) }
 
 // kubeProxyRestarts says whether kube-proxy's pods are restarted after these changes: it reads
 // its configuration and kubeconfig (the API server's address) only when it starts, so a changed
