@@ -556,12 +556,7 @@ func TestResolvConfMessage(t *testing.T) {
 	} {
 		hosts := healthyHosts()
 		hosts["w1"].Resolver = c.resolver
-		var got []string
-		for _, f := range Check(cluster(), hosts, Options{}) {
-			if f.Check == CheckResolvConf {
-				got = append(got, f.Lines()...)
-			}
-		}
+		got := linesOf(Check(cluster(), hosts, Options{}), CheckResolvConf)
 		if !slices.Equal(got, c.want) {
 			t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(c.want, "\n"))
 		}
@@ -592,12 +587,7 @@ func TestSecurityModules(t *testing.T) {
 	} {
 		hosts := healthyHosts()
 		hosts["w1"].LSM, hosts["w1"].OS.ID = c.lsm, c.os
-		var got []string
-		for _, f := range Check(cluster(), hosts, Options{}) {
-			if f.Check == CheckSELinux || f.Check == CheckAppArmor {
-				got = append(got, f.Lines()...)
-			}
-		}
+		got := linesOf(Check(cluster(), hosts, Options{}), CheckSELinux, CheckAppArmor)
 		if !slices.Equal(got, c.want) {
 			t.Errorf("%s: got\n%s\nwant\n%s", c.name, strings.Join(got, "\n"), strings.Join(c.want, "\n"))
 		}
@@ -644,12 +634,7 @@ func TestFirewall(t *testing.T) {
 		if strings.HasSuffix(c.name, "firewall: open") {
 			cl.Firewall = inventory.FirewallOpen
 		}
-		var got []string
-		for _, f := range Check(cl, hosts, Options{}) {
-			if f.Check == CheckFirewall {
-				got = append(got, f.Lines()...)
-			}
-		}
+		got := linesOf(Check(cl, hosts, Options{}), CheckFirewall)
 		if !slices.Equal(got, c.want) {
 			t.Errorf("%s: got\n%s\nwant\n%s", c.name, strings.Join(got, "\n"), strings.Join(c.want, "\n"))
 		}
@@ -703,14 +688,20 @@ func TestProxyMode(t *testing.T) {
 		}
 		cl := cluster()
 		cl.KubeProxy.Mode = c.mode
-		var got []string
-		for _, f := range Check(cl, hosts, Options{}) {
-			if f.Check == CheckProxyMode {
-				got = append(got, f.Lines()...)
-			}
-		}
+		got := linesOf(Check(cl, hosts, Options{}), CheckProxyMode)
 		if !slices.Equal(got, c.want) {
 			t.Errorf("%s: got\n%s\nwant\n%s", c.name, strings.Join(got, "\n"), strings.Join(c.want, "\n"))
 		}
 	}
+}
+
+// linesOf are the printed lines of the findings of the named checks, in order.
+func linesOf(fs Findings, checks ...string) []string {
+	var out []string
+	for _, f := range fs {
+		if slices.Contains(checks, f.Check) {
+			out = append(out, f.Lines()...)
+		}
+	}
+	return out
 }
