@@ -100,6 +100,7 @@ func (u ContainerdUnit) Render() ([]byte, error) { return render("containerd.ser
 type ServiceRoute struct {
 	Subnet string // the cluster's serviceSubnet
 	NodeIP string // the node's address; the route goes through the interface that holds it
+	Wait   int    // seconds to wait at boot for an interface to hold NodeIP; 0 is 120
 }
 
 // Render returns kforge-service-route.service.
@@ -108,8 +109,13 @@ func (r ServiceRoute) Render() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return render("kforge-service-route.service.tmpl", struct{ Subnet, NodeIP, Probe, Marker string }{
-		netip.MustParsePrefix(r.Subnet).Masked().String(), r.NodeIP, probe.String(), hostpath.ServiceRouteMarker})
+	if r.Wait == 0 {
+		r.Wait = 120
+	}
+	return render("kforge-service-route.service.tmpl", struct {
+		Subnet, NodeIP, Probe, Marker string
+		Wait, Timeout                 int
+	}{netip.MustParsePrefix(r.Subnet).Masked().String(), r.NodeIP, probe.String(), hostpath.ServiceRouteMarker, r.Wait, r.Wait + 30})
 }
 
 // ModulesLoad is kforge's modules-load.d file: the kernel modules containerd's overlayfs

@@ -252,9 +252,10 @@ func TestServiceRouteUnit(t *testing.T) {
 }
 
 // TestServiceRouteUnitCommands runs the unit's ExecStart and ExecStop, as systemd would after
-// unescaping them, in a network and mount namespace of their own (a veth interface holds the
-// node's address; /run is a fresh tmpfs): start adds the route and its marker, a second start
-// changes nothing, stop removes both.
+// unescaping them, in a network and mount namespace of their own (/run is a fresh tmpfs): with
+// no interface holding the node's address, start waits its bound and fails saying so; started
+// before the address comes (as at a boot where network-online.target came first), it waits and
+// adds the route and its marker; a second start changes nothing; stop removes both.
 func TestServiceRouteUnitCommands(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("network namespaces need root")
@@ -264,7 +265,7 @@ func TestServiceRouteUnitCommands(t *testing.T) {
 			t.Skip(c + " is not installed")
 		}
 	}
-	unit, err := ServiceRoute{Subnet: "10.96.0.0/12", NodeIP: "198.51.100.11"}.Render()
+	unit, err := ServiceRoute{Subnet: "10.96.0.0/12", NodeIP: "198.51.100.11", Wait: 2}.Render()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,10 +280,12 @@ func TestServiceRouteUnitCommands(t *testing.T) {
 	}
 	script := `set -e
 mount -t tmpfs tmpfs /run
-ip link add kf0 type veth peer name kf1 && ip link set kf1 up && ip addr add 198.51.100.11/24 dev kf0 && ip link set kf0 up
+ip link add kf0 type veth peer name kf1 && ip link set kf1 up && ip link set kf0 up
 start() { sh -c "$1"; }
 ip route get 10.96.0.1 >/dev/null 2>&1 && { echo "routed before start"; exit 1; }
-start "$START"; echo "after start: $(ip route show 10.96.0.0/12) marker=$(cat ` + hostpath.ServiceRouteMarker + `)"
+if start "$START" 2>err; then echo "started with no address"; exit 1; fi; echo "no address: $(cat err)"
+start "$START" & (sleep 0.5; ip addr add 198.51.100.11/24 dev kf0) & wait
+echo "after start: $(ip route show 10.96.0.0/12) marker=$(cat ` + hostpath.ServiceRouteMarker + `)"
 start "$START"; echo "after second start: $(ip route show 10.96.0.0/12)"
 sh -c "$STOP"; echo "after stop: $(ip route show 10.96.0.0/12) marker=$(cat ` + hostpath.ServiceRouteMarker + ` 2>/dev/null || echo none)"
 `
@@ -292,7 +295,8 @@ sh -c "$STOP"; echo "after stop: $(ip route show 10.96.0.0/12) marker=$(cat ` + 
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	want := "after start: 10.96.0.0/12 dev kf0 scope link src 198.51.100.11 marker=kf0\n" +
+	want := "no address: no interface holds 198.51.100.11 after 2 s\n" +
+		"after start: 10.96.0.0/12 dev kf0 scope link src 198.51.100.11 marker=kf0\n" +
 		"after second start: 10.96.0.0/12 dev kf0 scope link src 198.51.100.11\n" +
 		"after stop:  marker=none\n"
 	var got []string // ip pads its output with spaces, differently in each version
