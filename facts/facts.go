@@ -53,7 +53,7 @@ type Facts struct {
 	// CapEff is the effective capability set of the commands kforge runs (/proc/self/status).
 	CapEff uint64
 
-	// Sysctls maps a key (net.ipv4.ip_forward) to its value; a key the kernel lacks (e.g.
+	// Sysctls maps a key of SysctlKeys (net.ipv4.ip_forward) to its value; a key the kernel lacks (e.g.
 	// net.bridge.* without br_netfilter) is absent.
 	Sysctls map[string]string
 	// Modules maps each kernel module kforge looks at (overlay, br_netfilter, ip_tables) to
@@ -446,4 +446,11 @@ func GatherAll(ctx context.Context, hosts []remote.Host, lim remote.Limits, opts
 		}
 	}
 	return out, err
+}
+
+// SysctlKeys are the kernel settings gathered (Facts.Sysctls): those kforge sets
+// (templates.Sysctls).
+var SysctlKeys = []string{
+	"net.ipv4.ip_forward", "net.bridge.bridge-nf-call-iptables", "net.bridge.bridge-nf-call-ip6tables",
+	"vm.overcommit_memory", "vm.panic_on_oom", "kernel.panic", "kernel.panic_on_oops", "kernel.keys.root_maxkeys", "kernel.keys.root_maxbytes",
 }

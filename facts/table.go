@@ -248,7 +248,7 @@ km overlay 'grep -qw overlay /proc/filesystems'; km br_netfilter '[ -d /proc/sys
 			return nil
 		}},
 	{keys: []string{"sysctl "},
-		command: always(`for k in net/ipv4/ip_forward net/bridge/bridge-nf-call-iptables net/bridge/bridge-nf-call-ip6tables; do [ -r /proc/sys/$k ] && { l=; read -r l || [ -n "$l" ]; } </proc/sys/$k && printf 'sysctl %s %s\n' $k "$l"; done`),
+		command: always(`for k in ` + strings.ReplaceAll(strings.Join(SysctlKeys, " "), ".", "/") + `; do [ -r /proc/sys/$k ] && { l=; read -r l || [ -n "$l" ]; } </proc/sys/$k && printf 'sysctl %s %s\n' $k "$l"; done`),
 		parse: func(p *parsing, _, rest string) error {
 			k, v, ok := strings.Cut(rest, " ")
 			if !ok {

@@ -29,6 +29,17 @@ const (
 	KubeletDropInPath  = "/etc/systemd/system/kubelet.service.d/10-kforge.conf"
 	DefaultKubeletPath = "/usr/bin/kubelet"
 
+	// APIServerConfigDir holds kube-apiserver's configuration files kforge writes (0600 each):
+	// the encryption, admission, audit and authentication configurations.
+	APIServerConfigDir   = KubernetesDir + "/apiserver"
+	EncryptionConfig     = APIServerConfigDir + "/encryption.yaml"
+	AdmissionConfig      = APIServerConfigDir + "/admission.yaml"
+	AuditPolicy          = APIServerConfigDir + "/audit-policy.yaml"
+	AuthenticationConfig = APIServerConfigDir + "/authentication.yaml"
+	// AuditLogDir holds kube-apiserver's audit log (AuditLog) and its rotated files.
+	AuditLogDir = "/var/log/kubernetes/audit"
+	AuditLog    = AuditLogDir + "/audit.log"
+
 	// EtcdDataDir is stacked etcd's data directory.
 	EtcdDataDir = "/var/lib/etcd"
 

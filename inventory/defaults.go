@@ -68,6 +68,20 @@ func (c *Cluster) setDefaults() {
 		s.Agent = &yes
 	}
 
+	sec := &c.Security
+	def(&sec.EncryptionAtRest, EncryptionSecretbox)
+	for _, d := range []struct {
+		p *int
+		v int
+	}{{&sec.Audit.MaxAge, DefaultAuditMaxAge}, {&sec.Audit.MaxBackups, DefaultAuditMaxBackups}, {&sec.Audit.MaxSize, DefaultAuditMaxSize}} {
+		if *d.p == 0 {
+			*d.p = d.v
+		}
+	}
+	def(&sec.PodSecurity.Enforce, DefaultPodSecurityEnforce)
+	def(&sec.PodSecurity.Warn, DefaultPodSecurityWarn)
+	def(&sec.PodSecurity.Audit, DefaultPodSecurityAudit)
+
 	def(&c.Kubelet.CgroupDriver, "systemd")
 	def(&c.ContainerRuntime.Endpoint, DefaultCRIEndpoint)
 	if c.Bundle != "" {

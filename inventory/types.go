@@ -32,6 +32,14 @@ const (
 	DefaultCertValidity     = Duration(365 * 24 * hour)      // kubeadm: one year
 	DefaultCAValidity       = Duration(10 * 365 * 24 * hour) // kubeadm: ten years
 	DefaultAPIProxyPort     = 6444                           // k3s's and RKE2's port for the same proxy
+	// security: the audit log's rotation (the CIS Kubernetes Benchmark's values) and Pod
+	// Security's levels.
+	DefaultAuditMaxAge        = 30
+	DefaultAuditMaxBackups    = 10
+	DefaultAuditMaxSize       = 100
+	DefaultPodSecurityEnforce = "baseline"
+	DefaultPodSecurityWarn    = "restricted"
+	DefaultPodSecurityAudit   = "restricted"
 )
 
 // What kforge does about a host's firewall (Cluster.Firewall).
@@ -94,6 +102,8 @@ type Cluster struct {
 	Firewall string `yaml:"firewall,omitempty" jsonschema:"enum=check,enum=open"`
 	// Container runtime (containerd) options for every node.
 	ContainerRuntime ContainerRuntime `yaml:"containerRuntime,omitempty"`
+	// How the cluster is hardened: Secrets encrypted in etcd, the API server's audit log, Pod Security admission. Every part is on by default (docs/security.md).
+	Security Security `yaml:"security,omitempty"`
 	// Control-plane hosts (kube-apiserver, controller-manager, scheduler, stacked etcd). At least one; use an odd number for etcd quorum.
 	Masters []Host `yaml:"masters" jsonschema:"required,minItems=1"`
 	// Worker hosts.
@@ -252,6 +262,50 @@ type KubeProxy struct {
 	// kube-proxy's conntrack.maxPerCore: connections tracked per CPU core, which sets the machine-wide conntrack table size. Default: kube-proxy's own (32768). 0 leaves the table alone, as hosts that share a kernel (containers, kforge lab) need.
 	ConntrackMaxPerCore *int `yaml:"conntrackMaxPerCore,omitempty" jsonschema:"minimum=0"`
 }
+
+// Security holds the cluster's hardening settings.
+type Security struct {
+	// How Secrets are encrypted in etcd: secretbox (XSalsa20 and Poly1305, the default), aescbc, or none. The key is made by kforge and kept in the state dir's pki/ like the CA keys.
+	EncryptionAtRest string `yaml:"encryptionAtRest,omitempty" jsonschema:"enum=secretbox,enum=aescbc,enum=none"`
+	// The API servers' audit log.
+	Audit Audit `yaml:"audit,omitempty"`
+	// Pod Security admission's cluster-wide levels.
+	PodSecurity PodSecurity `yaml:"podSecurity,omitempty"`
+}
+
+// Audit holds the API servers' audit log settings.
+type Audit struct {
+	// Write the audit log (/var/log/kubernetes/audit/audit.log on every master): Secrets, ConfigMaps and tokens at Metadata level, everything else at Request level, health checks and nodes' own reads left out. Default true.
+	Enabled *bool `yaml:"enabled,omitempty"`
+	// Days an old log file is kept. Default 30.
+	MaxAge int `yaml:"maxAge,omitempty" jsonschema:"minimum=1"`
+	// Old log files kept. Default 10.
+	MaxBackups int `yaml:"maxBackups,omitempty" jsonschema:"minimum=1"`
+	// Megabytes a log file grows to before it is rotated. Default 100.
+	MaxSize int `yaml:"maxSize,omitempty" jsonschema:"minimum=1"`
+}
+
+// AuditEnabled says whether the API servers write an audit log.
+func (a Audit) AuditEnabled() bool { return a.Enabled == nil || *a.Enabled }
+
+// PodSecurity holds Pod Security admission's defaults, for namespaces without their own labels.
+type PodSecurity struct {
+	// Level pods must meet to be admitted: privileged, baseline or restricted. Default baseline.
+	Enforce string `yaml:"enforce,omitempty" jsonschema:"enum=privileged,enum=baseline,enum=restricted"`
+	// Level below which a user is warned. Default restricted.
+	Warn string `yaml:"warn,omitempty" jsonschema:"enum=privileged,enum=baseline,enum=restricted"`
+	// Level below which the audit log notes a pod. Default restricted.
+	Audit string `yaml:"audit,omitempty" jsonschema:"enum=privileged,enum=baseline,enum=restricted"`
+	// Namespaces exempt besides kube-system and kube-flannel, which always are.
+	ExemptNamespaces []string `yaml:"exemptNamespaces,omitempty"`
+}
+
+// Encryption-at-rest providers (Security.EncryptionAtRest).
+const (
+	EncryptionSecretbox = "secretbox"
+	EncryptionAESCBC    = "aescbc"
+	EncryptionNone      = "none"
+)
 
 // ContainerRuntime holds container runtime options.
 type ContainerRuntime struct {

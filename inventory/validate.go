@@ -18,18 +18,20 @@ import (
 )
 
 var (
-	dnsLabelRE     = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
-	hostLabelRE    = regexp.MustCompile(`^(?i)[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
-	labelNameRE    = regexp.MustCompile(`^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$`)
-	flagNameRE     = regexp.MustCompile(`^[a-z0-9][a-z0-9-]*$`)
-	unixUserRE     = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]*\$?$`)
-	keyAlgorithms  = []string{"ecdsa-p256", "ecdsa-p384", "rsa-2048", "rsa-3072", "rsa-4096"}
-	sudoModes      = []string{"auto", "none", "passwordless", "password"}
-	proxyModes     = []string{ProxyModeAuto, ProxyModeIptables, ProxyModeNftables}
-	firewallModes  = []string{FirewallCheck, FirewallOpen}
-	taintEffects   = []string{"NoSchedule", "PreferNoSchedule", "NoExecute"}
-	cgroupDrivers  = []string{"systemd", "cgroupfs"}
-	networkPlugins = []string{"flannel", "none"}
+	dnsLabelRE          = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+	hostLabelRE         = regexp.MustCompile(`^(?i)[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+	labelNameRE         = regexp.MustCompile(`^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$`)
+	flagNameRE          = regexp.MustCompile(`^[a-z0-9][a-z0-9-]*$`)
+	unixUserRE          = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]*\$?$`)
+	keyAlgorithms       = []string{"ecdsa-p256", "ecdsa-p384", "rsa-2048", "rsa-3072", "rsa-4096"}
+	sudoModes           = []string{"auto", "none", "passwordless", "password"}
+	proxyModes          = []string{ProxyModeAuto, ProxyModeIptables, ProxyModeNftables}
+	firewallModes       = []string{FirewallCheck, FirewallOpen}
+	encryptionProviders = []string{EncryptionSecretbox, EncryptionAESCBC, EncryptionNone}
+	podSecurityLevels   = []string{"privileged", "baseline", "restricted"}
+	taintEffects        = []string{"NoSchedule", "PreferNoSchedule", "NoExecute"}
+	cgroupDrivers       = []string{"systemd", "cgroupfs"}
+	networkPlugins      = []string{"flannel", "none"}
 )
 
 // validator collects problems with the field path they belong to.
@@ -56,6 +58,7 @@ func (c *Cluster) validate(lookupEnv func(string) (string, bool)) Errors {
 	v.hosts()
 	v.endpoint()
 	v.kubelet()
+	v.security()
 	if !strings.HasPrefix(c.ContainerRuntime.Endpoint, "unix://") {
 		v.add("containerRuntime.endpoint", "write unix:///path/to/containerd.sock", "%q is not a unix socket URL", c.ContainerRuntime.Endpoint)
 	}
@@ -452,6 +455,29 @@ func (v *validator) kubelet() {
 			v.add(p, fmt.Sprintf("write %s without the dashes", strings.TrimLeft(name, "-")), "flag %q has leading dashes", name)
 		} else if !flagNameRE.MatchString(name) {
 			v.add(p, "kubelet flag names are lowercase words joined by '-'", "%q is not a kubelet flag name", name)
+		}
+	}
+}
+
+func (v *validator) security() {
+	s := v.c.Security
+	if !slices.Contains(encryptionProviders, s.EncryptionAtRest) {
+		v.add("security.encryptionAtRest", "use one of: "+strings.Join(encryptionProviders, ", "), "unknown provider %q", s.EncryptionAtRest)
+	}
+	for p, n := range map[string]int{"maxAge": s.Audit.MaxAge, "maxBackups": s.Audit.MaxBackups, "maxSize": s.Audit.MaxSize} {
+		if n < 0 {
+			v.add("security.audit."+p, "use a positive number, or leave it out for the default", "%d is negative", n)
+		}
+	}
+	ps := s.PodSecurity
+	for p, l := range map[string]string{"enforce": ps.Enforce, "warn": ps.Warn, "audit": ps.Audit} {
+		if !slices.Contains(podSecurityLevels, l) {
+			v.add("security.podSecurity."+p, "use one of: "+strings.Join(podSecurityLevels, ", "), "unknown Pod Security level %q", l)
+		}
+	}
+	for i, ns := range ps.ExemptNamespaces {
+		if !isDNSLabel(ns) {
+			v.add(fmt.Sprintf("security.podSecurity.exemptNamespaces[%d]", i), "a namespace name is a DNS label: lowercase letters, digits and '-'", "%q is not a namespace name", ns)
 		}
 	}
 }

@@ -246,8 +246,13 @@ func TestEnsureReusesAndReissuesWithReasons(t *testing.T) {
 	o := Options{Dir: dir, Params: testParams(), Masters: testMasters[:1], Now: t0, Rand: seeded(4)}
 	set, ch := ensure(t, o)
 	reqs, _ := Requests(o.Params, o.Masters)
-	if len(ch) != len(reqs)+1 { // every row plus sa
-		t.Fatalf("first run: %d changes, want %d: %v", len(ch), len(reqs)+1, ch)
+	if len(ch) != len(reqs)+2 { // every row plus sa and the encryption key
+		t.Fatalf("first run: %d changes, want %d: %v", len(ch), len(reqs)+2, ch)
+	}
+	if set.Encryption == nil || len(set.Encryption.Keys) != 1 || len(set.Encryption.Keys[0].Secret) != 32 {
+		t.Errorf("first run: encryption keys %v", set.Encryption)
+	} else if fi, _ := os.Stat(filepath.Join(dir, EncryptionFile)); fi == nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("%s: %v", EncryptionFile, fi)
 	}
 	// Permissions: dir 0700, keys 0600.
 	if fi, _ := os.Stat(dir); fi.Mode().Perm() != 0o700 {
@@ -473,7 +478,7 @@ func TestDryRunWritesNothing(t *testing.T) {
 	o := Options{Dir: dir, Params: testParams(), Masters: testMasters[:1], Now: t0, Rand: seeded(21), DryRun: true}
 	_, ch, err := Ensure(o)
 	reqs, _ := Requests(o.Params, o.Masters)
-	if err != nil || len(ch) != len(reqs)+1 {
+	if err != nil || len(ch) != len(reqs)+2 { // the leaves and CAs, sa and the encryption key
 		t.Fatalf("dry run on nothing: %d changes, %v", len(ch), err)
 	}
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {

@@ -46,6 +46,8 @@ type Set struct {
 	ServiceAccount crypto.Signer
 	// ExternalCA is true when the cluster CA is the user's (pki.externalCA).
 	ExternalCA bool
+	// Encryption are the keys the API servers encrypt Secrets in etcd with (EncryptionFile).
+	Encryption *EncryptionKeys
 }
 
 // Get returns the certificate of row name for node ("" for Cluster rows).
@@ -164,6 +166,10 @@ func Ensure(o Options) (*Set, []Change, error) {
 		return nil, nil, err
 	}
 	set.ServiceAccount = sa
+	changes = append(changes, ch...)
+	if set.Encryption, ch, err = ensureEncryption(o); err != nil {
+		return nil, nil, err
+	}
 	changes = append(changes, ch...)
 	ch, err = removeGoneMasters(o)
 	if err != nil {

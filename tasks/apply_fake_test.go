@@ -43,6 +43,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/retry"
 
+	"github.com/kforge/kforge/facts"
 	"github.com/kforge/kforge/hostpath"
 	"github.com/kforge/kforge/inventory"
 	"github.com/kforge/kforge/kube"
@@ -51,6 +52,7 @@ import (
 	"github.com/kforge/kforge/remote"
 	"github.com/kforge/kforge/remote/remotetest"
 	"github.com/kforge/kforge/state"
+	"github.com/kforge/kforge/templates"
 )
 
 // TestApplyOnFakeHostsThenNothingToDo runs the whole of apply against in-memory hosts (one
@@ -158,16 +160,24 @@ func TestApplyOnFakeHostsThenNothingToDo(t *testing.T) {
 		// Services: containerd restarted for its new config, the kernel settings applied,
 		// kubelet enabled and running.
 		ran := h.executed()
-		for _, cmd := range []string{"systemctl restart containerd", "sysctl -q -p " + hostpath.SysctlFile, "systemctl daemon-reload", "systemctl enable -q kubelet", "systemctl restart kubelet"} {
+		for _, cmd := range []string{"systemctl restart containerd", "systemctl daemon-reload", "systemctl enable -q kubelet", "systemctl restart kubelet"} {
 			if !slices.Contains(ran, cmd) {
 				t.Errorf("%s: %q did not run; ran %q", name, cmd, ran)
 			}
 		}
+		// Only the kernel settings that differed were written (forwarding was off; the
+		// bridge's were on).
+		if i := slices.IndexFunc(ran, func(c string) bool { return strings.HasPrefix(c, "sysctl -q -w ") }); i < 0 ||
+			!strings.Contains(ran[i], " net.ipv4.ip_forward=1") || strings.Contains(ran[i], "bridge-nf-call-iptables") {
+			t.Errorf("%s: the kernel settings written: %q", name, ran)
+		}
 		if !h.running("kubelet") || !h.enabled("kubelet") || !h.running("containerd") {
 			t.Errorf("%s: kubelet running %v enabled %v, containerd running %v", name, h.running("kubelet"), h.enabled("kubelet"), h.running("containerd"))
 		}
-		if v := h.sysctl("net.ipv4.ip_forward"); v != "1" {
-			t.Errorf("%s: net.ipv4.ip_forward is %q after apply", name, v)
+		for _, s := range templates.Sysctls {
+			if v := h.sysctl(s.Key); v != s.Value {
+				t.Errorf("%s: %s is %q after apply, want %s", name, s.Key, v, s.Value)
+			}
 		}
 	}
 
@@ -731,8 +741,10 @@ func (h *simHost) facts() string {
 		b.WriteString(l + "\n")
 	}
 	h.mu.Lock()
-	for _, k := range []string{"net.ipv4.ip_forward", "net.bridge.bridge-nf-call-iptables", "net.bridge.bridge-nf-call-ip6tables"} {
-		fmt.Fprintf(&b, "sysctl %s %s\n", strings.ReplaceAll(k, ".", "/"), h.sysctls[k])
+	for _, k := range facts.SysctlKeys {
+		if v, ok := h.sysctls[k]; ok {
+			fmt.Fprintf(&b, "sysctl %s %s\n", strings.ReplaceAll(k, ".", "/"), v)
+		}
 	}
 	containerd, kubelet := h.active["containerd"], h.active["kubelet"]
 	h.mu.Unlock()
@@ -882,7 +894,7 @@ func (p *shParser) item(exec bool) (int, error) {
 	return p.run(p.toks[start:p.i])
 }
 
-// command runs one simple command: echo, sysctl -p, systemctl on containerd, kubelet and the
+// command runs one simple command: echo, sysctl -w, systemctl on containerd, kubelet and the
 // service-route unit, the
 // kernel module checks (a kernel with overlay and br_netfilter).
 func (h *simHost) command(args []string, out io.Writer) (int, error) {
@@ -893,17 +905,15 @@ func (h *simHost) command(args []string, out io.Writer) (int, error) {
 	case args[0] == "echo":
 		_, err := fmt.Fprintln(out, strings.Join(args[1:], " "))
 		return 0, err
-	case len(args) == 4 && strings.Join(args[:3], " ") == "sysctl -q -p":
-		f, ok := h.File(args[3])
-		if !ok {
-			return 255, nil
-		}
+	case len(args) > 3 && strings.Join(args[:3], " ") == "sysctl -q -w":
 		h.mu.Lock()
 		defer h.mu.Unlock()
-		for _, l := range strings.Split(string(f.Data), "\n") {
-			if k, v, ok := strings.Cut(l, "="); ok && !strings.HasPrefix(l, "#") {
-				h.sysctls[strings.TrimSpace(k)] = strings.TrimSpace(v)
+		for _, a := range args[3:] {
+			k, v, ok := strings.Cut(a, "=")
+			if !ok {
+				return 255, nil
 			}
+			h.sysctls[k] = v
 		}
 		return 0, nil
 	case len(args) == 3 && args[0] == "cat" && args[1] == "--":

@@ -18,8 +18,6 @@ import (
 	"github.com/kforge/kforge/templates"
 )
 
-const sysctlConf = "# Written by kforge: what Kubernetes networking needs.\nnet.ipv4.ip_forward = 1\nnet.bridge.bridge-nf-call-iptables = 1\nnet.bridge.bridge-nf-call-ip6tables = 1\n"
-
 // render makes every host's files at this hop from the run's PKI set and each host's facts:
 // etcd members start as ep says, and the control plane's flags count retiring masters that
 // still run (removed from the inventory, not yet pruned).
@@ -56,7 +54,7 @@ func (h *hop) render(ep etcdPlan, retiring int) (err error) {
 // withHostFiles are the files apply pushes to one host: what templates render, kforge's sysctl
 // file, and on masters the marker that says which static pods kforge wrote.
 func withHostFiles(c *inventory.Cluster, t templates.HostFiles) []templates.File {
-	files := append(t.Files, templates.File{Path: hostpath.SysctlFile, Mode: 0o644, Data: []byte(sysctlConf)})
+	files := append(t.Files, templates.File{Path: hostpath.SysctlFile, Mode: 0o644, Data: templates.SysctlConf()})
 	if t.Node.Role == inventory.RoleMaster {
 		var pods []string
 		for _, f := range t.Files {

@@ -336,9 +336,16 @@ func (hp *hop) configureRuntime(ctx context.Context, n inventory.Node, h remote.
 	}
 	wrote := func(pred func(string) bool) bool { return hp.files.wrote(n.Name, pred) }
 	cmds := []string{loadModulesScript}
-	if wrote(func(p string) bool { return p == hostpath.SysctlFile }) ||
-		f.Sysctls["net.ipv4.ip_forward"] != "1" || f.Sysctls["net.bridge.bridge-nf-call-iptables"] != "1" {
-		cmds = append(cmds, "sysctl -q -p "+hostpath.SysctlFile)
+	// Only the settings that differ are written: a host may hold a machine-wide one read-only
+	// at the right value (a container sharing its kernel), and the file applies them at boot.
+	var set []string
+	for _, s := range templates.Sysctls {
+		if f.Sysctls[s.Key] != s.Value {
+			set = append(set, s.Key+"="+s.Value)
+		}
+	}
+	if len(set) > 0 {
+		cmds = append(cmds, "sysctl -q -w "+strings.Join(set, " "))
 	}
 	routeUnit := wrote(func(p string) bool { return p == hostpath.ServiceRouteUnitPath })
 	if routeUnit || wrote(func(p string) bool { return p == hostpath.ContainerdUnitPath }) {

@@ -26,7 +26,7 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-//go:embed files/*.tmpl
+//go:embed files/*
 var files embed.FS
 
 var tmpl = template.Must(template.New("").Option("missingkey=error").ParseFS(files, "files/*.tmpl"))
@@ -118,6 +118,33 @@ func (r ServiceRoute) Render() ([]byte, error) {
 	}{netip.MustParsePrefix(r.Subnet).Masked().String(), r.NodeIP, probe.String(), hostpath.ServiceRouteMarker, r.Wait, r.Wait + 30})
 }
 
+// Sysctl is one kernel setting kforge makes on every node.
+type Sysctl struct{ Key, Value string }
+
+// Sysctls are the kernel settings of every node (hostpath.SysctlFile, applied at each boot):
+// what pod networking needs, and the values kubelet wants with protectKernelDefaults (kubelet's
+// setupKernelTunables), which it then only checks instead of writing them itself.
+var Sysctls = []Sysctl{
+	{"net.ipv4.ip_forward", "1"},
+	{"net.bridge.bridge-nf-call-iptables", "1"},
+	{"net.bridge.bridge-nf-call-ip6tables", "1"},
+	{"vm.overcommit_memory", "1"},
+	{"vm.panic_on_oom", "0"},
+	{"kernel.panic", "10"},
+	{"kernel.panic_on_oops", "1"},
+	{"kernel.keys.root_maxkeys", "1000000"},
+	{"kernel.keys.root_maxbytes", "25000000"},
+}
+
+// SysctlConf is hostpath.SysctlFile.
+func SysctlConf() []byte {
+	b := []byte("# Written by kforge: what pod networking needs, and kubelet's protectKernelDefaults.\n")
+	for _, s := range Sysctls {
+		b = fmt.Appendf(b, "%s = %s\n", s.Key, s.Value)
+	}
+	return b
+}
+
 // ModulesLoad is kforge's modules-load.d file: the kernel modules containerd's overlayfs
 // snapshotter and bridged pod traffic need, loaded at every boot.
 const ModulesLoad = "# Written by kforge: what containerd and Kubernetes networking need.\noverlay\nbr_netfilter\n"
@@ -141,6 +168,11 @@ type Kubelet struct {
 	// sets them for workers; masters are tainted through the API (mark-control-plane).
 	RegisterWithTaints []string
 }
+
+// PodPidsLimit is the most processes (and threads) one pod's containers may hold together, so
+// that a fork bomb in one pod does not starve the node (kubelet.extraArgs pod-max-pids
+// overrides it).
+const PodPidsLimit = 4096
 
 // ClusterDNSIP is kubeadm's cluster DNS address: the tenth address of the service subnet.
 func ClusterDNSIP(serviceSubnet string) (string, error) {
@@ -181,6 +213,15 @@ func (k Kubelet) Config() (*kubeletv1beta1.KubeletConfiguration, error) {
 		RotateCertificates:       true,
 		CgroupDriver:             k.CgroupDriver,
 		ContainerRuntimeEndpoint: k.CRIEndpoint,
+		// Hardening (docs/security.md): the kernel settings kubelet wants are kforge's to make
+		// (Sysctls), so kubelet only checks them; strong TLS only; a pod's processes are
+		// bounded; every container gets the runtime's seccomp profile unless its pod asks
+		// otherwise.
+		ProtectKernelDefaults: true,
+		TLSMinVersion:         TLSMinVersion,
+		TLSCipherSuites:       TLSCipherSuites,
+		PodPidsLimit:          ptr.To[int64](PodPidsLimit),
+		SeccompDefault:        ptr.To(true),
 	}
 	if c.CgroupDriver == "" {
 		c.CgroupDriver = "systemd"

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kforge/kforge/hostpath"
+	"github.com/kforge/kforge/inventory"
 	"github.com/kforge/kforge/release"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -79,6 +80,9 @@ type ControlPlane struct {
 	// the certificates it signs (kubelets' client certificates), the inventory's certValidity.
 	// 0 when it is kube-controller-manager's default (a year): kubeadm leaves it unset.
 	SigningDuration time.Duration
+	// Audit, when set, is the audit log's rotation (inventory security.audit): the API server
+	// writes hostpath.AuditLog by the policy at hostpath.AuditPolicy.
+	Audit *inventory.Audit
 }
 
 // EtcdPeerURL is https://ip:2380.
@@ -192,19 +196,28 @@ const ShutdownDelay = 5 * time.Second
 func (c ControlPlane) APIServer() *corev1.Pod {
 	port := strconv.Itoa(c.BindPort)
 	args := map[string]string{
-		"advertise-address":               c.AdvertiseAddress,
-		"allow-privileged":                "true",
-		"authorization-mode":              "Node,RBAC",
-		"client-ca-file":                  pkiPath("ca.crt"),
-		"enable-admission-plugins":        "NodeRestriction",
-		"enable-bootstrap-token-auth":     "true",
-		"etcd-cafile":                     pkiPath("etcd/ca.crt"),
-		"etcd-certfile":                   pkiPath("apiserver-etcd-client.crt"),
-		"etcd-keyfile":                    pkiPath("apiserver-etcd-client.key"),
-		"etcd-servers":                    "https://" + net.JoinHostPort(localhostFor(c.AdvertiseAddress), "2379"),
-		"kubelet-client-certificate":      pkiPath("apiserver-kubelet-client.crt"),
-		"kubelet-client-key":              pkiPath("apiserver-kubelet-client.key"),
-		"kubelet-preferred-address-types": "InternalIP,ExternalIP,Hostname",
+		"advertise-address":             c.AdvertiseAddress,
+		"allow-privileged":              "true",
+		"authorization-mode":            "Node,RBAC",
+		"client-ca-file":                pkiPath("ca.crt"),
+		"enable-admission-plugins":      "NodeRestriction,EventRateLimit,DenyServiceExternalIPs",
+		"admission-control-config-file": hostpath.AdmissionConfig,
+		"authentication-config":         hostpath.AuthenticationConfig,
+		"encryption-provider-config":    hostpath.EncryptionConfig,
+		// A new key (kforge secrets rotate-key) is read without a restart.
+		"encryption-provider-config-automatic-reload": "true",
+		"profiling": "false",
+		"service-account-extend-token-expiration": "false",
+		"tls-min-version":                         TLSMinVersion,
+		"tls-cipher-suites":                       strings.Join(TLSCipherSuites, ","),
+		"enable-bootstrap-token-auth":             "true",
+		"etcd-cafile":                             pkiPath("etcd/ca.crt"),
+		"etcd-certfile":                           pkiPath("apiserver-etcd-client.crt"),
+		"etcd-keyfile":                            pkiPath("apiserver-etcd-client.key"),
+		"etcd-servers":                            "https://" + net.JoinHostPort(localhostFor(c.AdvertiseAddress), "2379"),
+		"kubelet-client-certificate":              pkiPath("apiserver-kubelet-client.crt"),
+		"kubelet-client-key":                      pkiPath("apiserver-kubelet-client.key"),
+		"kubelet-preferred-address-types":         "InternalIP,ExternalIP,Hostname",
 		// SO_REUSEPORT: when kubelet replaces this pod (an upgrade, a renewed certificate),
 		// the new kube-apiserver binds :6443 while the old one still drains, instead of
 		// crash-looping on "address already in use" until it is gone (see
@@ -232,6 +245,15 @@ func (c ControlPlane) APIServer() *corev1.Pod {
 		// down and moves its clients to another master before it stops accepting them.
 		args["shutdown-delay-duration"] = ShutdownDelay.String()
 	}
+	mounts := append(c.caMounts(), mount{"kforge-apiserver-config", hostpath.APIServerConfigDir, corev1.HostPathDirectoryOrCreate, true})
+	if a := c.Audit; a != nil {
+		args["audit-policy-file"] = hostpath.AuditPolicy
+		args["audit-log-path"] = hostpath.AuditLog
+		args["audit-log-maxage"] = strconv.Itoa(a.MaxAge)
+		args["audit-log-maxbackup"] = strconv.Itoa(a.MaxBackups)
+		args["audit-log-maxsize"] = strconv.Itoa(a.MaxSize)
+		mounts = append(mounts, mount{"audit-log", hostpath.AuditLogDir, corev1.HostPathDirectoryOrCreate, false})
+	}
 	host := c.AdvertiseAddress
 	return componentPod(corev1.Container{
 		Name:           "kube-apiserver",
@@ -242,7 +264,7 @@ func (c ControlPlane) APIServer() *corev1.Pod {
 		StartupProbe:   startup(host, "/livez", corev1.URISchemeHTTPS),
 		Resources:      cpu("250m"),
 		Ports:          probePort(c.BindPort),
-	}, c.caMounts(), map[string]string{
+	}, mounts, map[string]string{
 		"kubeadm.kubernetes.io/kube-apiserver.advertise-address.endpoint": net.JoinHostPort(c.AdvertiseAddress, port),
 	})
 }
@@ -261,10 +283,14 @@ func (c ControlPlane) ControllerManager() *corev1.Pod {
 		"controllers":                      "*,bootstrapsigner,tokencleaner",
 		"kubeconfig":                       kubeconfig,
 		"leader-elect":                     strconv.FormatBool(!c.SingleMaster),
+		"profiling":                        "false",
 		"requestheader-client-ca-file":     pkiPath("front-proxy-ca.crt"),
 		"root-ca-file":                     pkiPath("ca.crt"),
 		"service-account-private-key-file": pkiPath("sa.key"),
 		"use-service-account-credentials":  "true",
+		// Pods that ended are collected from this many on (the default, 12500, is more than a
+		// small cluster's etcd should hold).
+		"terminated-pod-gc-threshold": "1000",
 	}
 	if c.SigningDuration > 0 {
 		args["cluster-signing-duration"] = c.SigningDuration.String()
@@ -308,6 +334,7 @@ func (c ControlPlane) Scheduler() *corev1.Pod {
 		"bind-address":              "127.0.0.1",
 		"kubeconfig":                kubeconfig,
 		"leader-elect":              strconv.FormatBool(!c.SingleMaster),
+		"profiling":                 "false",
 	}
 	return componentPod(corev1.Container{
 		Name:           "kube-scheduler",

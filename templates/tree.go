@@ -86,6 +86,13 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
+func orInt(v, d int) int {
+	if v == 0 {
+		return d
+	}
+	return v
+}
+
 func or(v, d string) string {
 	if v == "" {
 		return d
@@ -141,6 +148,10 @@ func ControlPlaneFor(c *inventory.Cluster, i int, o Options) (ControlPlane, erro
 	}
 	if v := time.Duration(c.PKI.CertValidity); v != 0 && v != pki.DefaultSigningDuration {
 		cp.SigningDuration = v
+	}
+	if a := c.Security.Audit; a.AuditEnabled() {
+		a.MaxAge, a.MaxBackups, a.MaxSize = orInt(a.MaxAge, inventory.DefaultAuditMaxAge), orInt(a.MaxBackups, inventory.DefaultAuditMaxBackups), orInt(a.MaxSize, inventory.DefaultAuditMaxSize)
+		cp.Audit = &a
 	}
 	switch {
 	case boot != nil:
@@ -340,7 +351,11 @@ func masterFiles(c *inventory.Cluster, set *pki.Set, i int, o Options) ([]File, 
 	if err != nil {
 		return nil, err
 	}
-	fs = append(append(fs, vip...), reg...)
+	api, err := APIServerFiles(c, set)
+	if err != nil {
+		return nil, err
+	}
+	fs = append(append(append(fs, vip...), reg...), api...)
 
 	cp, err := ControlPlaneFor(c, i, o)
 	if err != nil {
@@ -390,7 +405,9 @@ const InputsAnnotation = "kforge.io/inputs-hash"
 var Reloaded = map[string][]string{
 	"etcd": {pkiPath("etcd/server.crt"), pkiPath("etcd/server.key"), pkiPath("etcd/peer.crt"), pkiPath("etcd/peer.key")},
 	"kube-apiserver": {pkiPath("apiserver.crt"), pkiPath("apiserver.key"), pkiPath("front-proxy-client.crt"), pkiPath("front-proxy-client.key"),
-		pkiPath("apiserver-etcd-client.crt"), pkiPath("apiserver-etcd-client.key"), pkiPath("apiserver-kubelet-client.crt"), pkiPath("apiserver-kubelet-client.key")},
+		pkiPath("apiserver-etcd-client.crt"), pkiPath("apiserver-etcd-client.key"), pkiPath("apiserver-kubelet-client.crt"), pkiPath("apiserver-kubelet-client.key"),
+		// --encryption-provider-config-automatic-reload: a new key is read within a minute.
+		hostpath.EncryptionConfig},
 }
 
 // reloaded says whether every container of pod reads file p again while it runs.
@@ -529,11 +546,11 @@ func nodeFiles(c *inventory.Cluster, n inventory.Node, o Options) ([]File, error
 	}
 	return append(own, []File{
 		{Path: hostpath.ServiceRouteUnitPath, Mode: 0o644, Data: route},
-		{Path: hostpath.KubeletConfigPath, Mode: 0o644, Data: cfg},
+		{Path: hostpath.KubeletConfigPath, Mode: 0o600, Data: cfg},
 		{Path: hostpath.KubeletInstanceConfig, Mode: 0o644, Data: k.InstanceConfig()},
 		{Path: hostpath.KubeletFlagsEnvPath, Mode: 0o644, Data: k.FlagsEnv()},
-		{Path: hostpath.KubeletUnitPath, Mode: 0o644, Data: unit},
-		{Path: hostpath.KubeletDropInPath, Mode: 0o644, Data: dropIn},
+		{Path: hostpath.KubeletUnitPath, Mode: 0o600, Data: unit},
+		{Path: hostpath.KubeletDropInPath, Mode: 0o600, Data: dropIn},
 		{Path: hostpath.ContainerdConfigPath, Mode: 0o644, Data: ctrd},
 	}...), nil
 }
