@@ -24,6 +24,11 @@ const (
 	// kubelet-client-<time>.pem, certificate and key) and its serving certificate.
 	KubeletPKIDir     = KubeletDir + "/pki"
 	KubeletClientCert = KubeletPKIDir + "/kubelet-client-current.pem"
+	// KubeletServerCert and KubeletServerKey are the kubelet's serving certificate, issued by
+	// kforge from the cluster CA (pki.KubeletServerCert); kubelet reads them again when they
+	// change.
+	KubeletServerCert = KubeletPKIDir + "/kubelet-server.crt"
+	KubeletServerKey  = KubeletPKIDir + "/kubelet-server.key"
 	// KubeletDropInPath is kforge's kubelet drop-in: its presence says the kubelet on the host
 	// was set up by kforge.
 	KubeletDropInPath  = "/etc/systemd/system/kubelet.service.d/10-kforge.conf"

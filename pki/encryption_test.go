@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -33,5 +34,41 @@ func TestEncryptionKeys(t *testing.T) {
 		if _, err := LoadEncryptionKeys(dir); err == nil || !strings.Contains(err.Error(), EncryptionFile) || !strings.Contains(err.Error(), "restore it") {
 			t.Errorf("%q: %v", bad, err)
 		}
+	}
+}
+
+// TestWorkersGetServingCertificatesOnly: a worker gets its kubelet's serving certificate (its
+// name and address, signed by the cluster CA) and nothing else; a worker that leaves has it
+// removed; a master that becomes a worker keeps only that one.
+func TestWorkersGetServingCertificatesOnly(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "pki")
+	w1 := Master{Name: "w1", IP: "198.51.100.21", Address: "w1.lab.example.test"}
+	o := Options{Dir: dir, Params: testParams(), Masters: testMasters[:2], Workers: []Master{w1}, Now: t0, Rand: seeded(33)}
+	set, _ := ensure(t, o)
+	kp := set.Get(KubeletServerCert, "w1")
+	if kp == nil {
+		t.Fatal("no kubelet-server@w1")
+	}
+	if c := kp.Cert; c.Subject.CommonName != "system:node:w1" || !slices.Equal(c.DNSNames, []string{"w1", "w1.lab.example.test"}) || len(c.IPAddresses) != 1 || c.IPAddresses[0].String() != "198.51.100.21" || !SignedBy(c, set.CAs[CA].Cert) {
+		t.Errorf("kubelet-server@w1: %s %v %v", c.Subject, c.DNSNames, c.IPAddresses)
+	}
+	for k := range set.Certs {
+		if strings.HasSuffix(k, "@w1") && k != KubeletServerCert+"@w1" {
+			t.Errorf("worker w1 got %s", k)
+		}
+	}
+	// m2 becomes a worker, w1 leaves.
+	o.Masters, o.Workers = testMasters[:1], []Master{testMasters[1]}
+	set, ch := ensure(t, o)
+	if got := changed(ch); !strings.HasPrefix(got["w1"], "removed") {
+		t.Errorf("w1 left: %v", got)
+	}
+	entries, _ := os.ReadDir(filepath.Join(dir, "nodes", "m2"))
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if !slices.Equal(names, []string{"kubelet-server.crt", "kubelet-server.key"}) || set.Get(KubeletServerCert, "m2") == nil {
+		t.Errorf("m2 as a worker keeps %v", names)
 	}
 }

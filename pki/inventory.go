@@ -52,6 +52,19 @@ func FromInventory(c *inventory.Cluster) (Params, []Master, error) {
 	return p, masters, nil
 }
 
+// Workers are the inventory's workers as the PerNode rows take them.
+func Workers(c *inventory.Cluster) ([]Master, error) {
+	out := make([]Master, 0, len(c.Workers))
+	for _, h := range c.Workers {
+		ip := h.NodeIP()
+		if net.ParseIP(ip) == nil {
+			return nil, fmt.Errorf("worker %s: node IP %q is not an IP address; set internalAddress", h.Name, ip)
+		}
+		out = append(out, Master{Name: h.Name, IP: ip, Address: h.Address})
+	}
+	return out, nil
+}
+
 // NodeEndpoint is the API endpoint the nodes use, as host:port: their local API proxy on
 // 127.0.0.1 when there are several masters and no controlPlaneEndpoint
 // (inventory.Cluster.LocalAPIProxy), otherwise Endpoint. The API server certificates are
@@ -118,6 +131,9 @@ func ensureCluster(c *inventory.Cluster, invDir string, o Options) (*Set, []Chan
 		return nil, nil, err
 	}
 	o.Params, o.Masters = p, masters
+	if o.Workers, err = Workers(c); err != nil {
+		return nil, nil, err
+	}
 	if e := c.PKI.ExternalCA; e != nil {
 		rel := func(f string) string {
 			if filepath.IsAbs(f) {

@@ -69,6 +69,7 @@ func TestTableMatchesKubeadm(t *testing.T) {
 		"controller-manager.conf":  {cn: "system:kube-controller-manager", signer: "ca", ext: ca},
 		"scheduler.conf":           {cn: "system:kube-scheduler", signer: "ca", ext: ca},
 		"kubelet.conf":             {cn: "system:node:m2", org: "system:nodes", signer: "ca", ext: ca},
+		"kubelet-server":           {cn: "system:node:m2", org: "system:nodes", signer: "ca", ext: sa, dns: []string{"m2"}, ips: []string{"198.51.100.12"}},
 	}
 	rows := Table()
 	if len(rows) != len(wants) {
@@ -290,7 +291,7 @@ func TestEnsureReusesAndReissuesWithReasons(t *testing.T) {
 			t.Errorf("%s: %q", k, got[k])
 		}
 	}
-	if _, ok := got["etcd-server@m1"]; ok || len(got) != 1+2*4 {
+	if _, ok := got["etcd-server@m1"]; ok || len(got) != 1+2*5 { // five rows per master, kubelet-server the fifth
 		t.Errorf("unexpected changes: %v", got)
 	}
 

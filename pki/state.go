@@ -34,6 +34,7 @@ func RenewBefore(validity time.Duration) time.Duration {
 type Set struct {
 	Params  Params
 	Masters []Master
+	Workers []Master
 	// CAs by name (CA, FrontProxyCA, EtcdCA). The cluster CA's key is nil only when it came
 	// from an external CA whose key is not available (never the case today).
 	CAs map[string]*KeyPair
@@ -86,6 +87,8 @@ type Options struct {
 	Dir     string
 	Params  Params
 	Masters []Master
+	// Workers get the PerNode rows (their kubelets' serving certificates).
+	Workers []Master
 	// ExternalCA, when set, is the cluster CA (cert and key) to use instead of generating one.
 	ExternalCA *KeyPair
 	Now        time.Time
@@ -122,11 +125,11 @@ func Ensure(o Options) (*Set, []Change, error) {
 		}
 		defer unlock()
 	}
-	reqs, err := Requests(o.Params, o.Masters)
+	reqs, err := Requests(o.Params, o.Masters, o.Workers...)
 	if err != nil {
 		return nil, nil, err
 	}
-	set := &Set{Params: o.Params, Masters: o.Masters, CAs: map[string]*KeyPair{}, Certs: map[string]*KeyPair{}, ExternalCA: o.ExternalCA != nil}
+	set := &Set{Params: o.Params, Masters: o.Masters, Workers: o.Workers, CAs: map[string]*KeyPair{}, Certs: map[string]*KeyPair{}, ExternalCA: o.ExternalCA != nil}
 	var changes []Change
 	rot, err := ReadRotation(o.Dir)
 	if err != nil {
@@ -171,7 +174,7 @@ func Ensure(o Options) (*Set, []Change, error) {
 		return nil, nil, err
 	}
 	changes = append(changes, ch...)
-	ch, err = removeGoneMasters(o)
+	ch, err = removeGoneNodes(o)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -391,7 +394,9 @@ func ensureSA(o Options) (crypto.Signer, []Change, error) {
 	return k, []Change{{Key: "sa", Action: "created", Reason: "missing"}}, nil
 }
 
-func removeGoneMasters(o Options) ([]Change, error) {
+// removeGoneNodes removes the certificates of nodes no longer in the inventory: a master's, or
+// a worker's serving certificate.
+func removeGoneNodes(o Options) ([]Change, error) {
 	entries, err := os.ReadDir(filepath.Join(o.Dir, "nodes"))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -401,7 +406,15 @@ func removeGoneMasters(o Options) ([]Change, error) {
 	}
 	var ch []Change
 	for _, e := range entries {
-		if slices.ContainsFunc(o.Masters, func(m Master) bool { return m.Name == e.Name() }) {
+		listed := func(m Master) bool { return m.Name == e.Name() }
+		if slices.ContainsFunc(o.Masters, listed) {
+			continue
+		}
+		if slices.ContainsFunc(o.Workers, listed) {
+			// A master that became a worker keeps only what a worker has.
+			if err := o.keepOnly(e.Name(), KubeletServerCert); err != nil {
+				return nil, err
+			}
 			continue
 		}
 		if !o.DryRun {
@@ -409,9 +422,26 @@ func removeGoneMasters(o Options) ([]Change, error) {
 				return nil, err
 			}
 		}
-		ch = append(ch, Change{Key: e.Name(), Action: "removed", Reason: "no longer a master in the inventory"})
+		ch = append(ch, Change{Key: e.Name(), Action: "removed", Reason: "no longer a node of the inventory"})
 	}
 	return ch, nil
+}
+
+// keepOnly removes node's certificates other than base's (nothing in a dry run).
+func (o Options) keepOnly(node, base string) error {
+	dir := filepath.Join(o.Dir, "nodes", node)
+	entries, err := os.ReadDir(dir)
+	if err != nil || o.DryRun {
+		return err
+	}
+	for _, e := range entries {
+		if n := e.Name(); n != base+".crt" && n != base+".key" {
+			if err := os.RemoveAll(filepath.Join(dir, n)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // write writes one file of the material atomically, or nothing in a dry run.

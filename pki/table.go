@@ -68,6 +68,8 @@ const (
 	Cluster Scope = iota
 	// PerMaster rows are issued once per master, keyed by the master's name.
 	PerMaster
+	// PerNode rows are issued once per node, master or worker, keyed by the node's name.
+	PerNode
 )
 
 // Spec is one row of the certificate table. Rows are values built by Table and never mutated.
@@ -151,7 +153,34 @@ func Table() []Spec {
 		{Name: "kubelet.conf", Kubeconfig: "kubelet.conf", SignedBy: CA, Scope: PerMaster,
 			Subject:     func(m Master) (string, []string) { return NodeUserPrefix + m.Name, []string{NodesGroup} },
 			ExtKeyUsage: clientAuth},
+		// kforge's own: every kubelet serves with a certificate of the cluster CA, for its
+		// node's name and addresses, so the API server verifies the kubelets it reaches
+		// (--kubelet-certificate-authority). kubeadm leaves kubelets their self-signed ones.
+		{Name: KubeletServerCert, BaseName: KubeletServerCert, SignedBy: CA, Scope: PerNode,
+			Subject:     func(m Master) (string, []string) { return NodeUserPrefix + m.Name, []string{NodesGroup} },
+			ExtKeyUsage: serverAuth, SANs: nodeSANs},
 	}
+}
+
+// KubeletServerCert is the row of the kubelets' serving certificates, which live on each node
+// under /var/lib/kubelet/pki (hostpath.KubeletServerCert), not under /etc/kubernetes/pki.
+const KubeletServerCert = "kubelet-server"
+
+// nodeSANs are a node's name, its IP and the address kforge reaches it at.
+func nodeSANs(_ Params, m Master) ([]string, []net.IP, error) {
+	ip := net.ParseIP(m.IP)
+	if ip == nil {
+		return nil, nil, fmt.Errorf("node %s: address %q is not an IP", m.Name, m.IP)
+	}
+	dns, ips := []string{m.Name}, []net.IP{ip}
+	if m.Address != "" && m.Address != m.IP {
+		if a := net.ParseIP(m.Address); a != nil {
+			ips = append(ips, a)
+		} else {
+			dns = append(dns, m.Address)
+		}
+	}
+	return dns, ips, nil
 }
 
 // Lookup returns the row named name.
@@ -318,8 +347,9 @@ func uniqueSANs(dns []string, ips []net.IP) ([]string, []net.IP) {
 }
 
 // Requests resolves every row for the cluster: Cluster rows once, PerMaster rows per master,
-// in table order; RegistryCert only when the masters serve the bundle.
-func Requests(p Params, masters []Master) ([]Request, error) {
+// PerNode rows per master and worker, in table order; RegistryCert only when the masters serve
+// the bundle.
+func Requests(p Params, masters []Master, workers ...Master) ([]Request, error) {
 	var out []Request
 	for _, s := range Table() {
 		if s.Name == RegistryCert && !p.MastersServeBundle {
@@ -333,7 +363,11 @@ func Requests(p Params, masters []Master) ([]Request, error) {
 			out = append(out, r)
 			continue
 		}
-		for _, m := range masters {
+		nodes := masters
+		if s.Scope == PerNode {
+			nodes = append(slices.Clone(masters), workers...)
+		}
+		for _, m := range nodes {
 			r, err := s.Resolve(p, m)
 			if err != nil {
 				return nil, err

@@ -65,7 +65,11 @@ func (x *CertsCheck) readState(context.Context, progress.Reporter) error {
 	if err != nil {
 		return err
 	}
-	if x.reqs, err = pki.Requests(p, masters); err != nil {
+	workers, err := pki.Workers(x.inv)
+	if err != nil {
+		return err
+	}
+	if x.reqs, err = pki.Requests(p, masters, workers...); err != nil {
 		return err
 	}
 	x.alg = p.KeyAlgorithm
@@ -184,6 +188,8 @@ func hostCertFiles(reqs []pki.Request, n inventory.Node, first bool) []hostCertF
 			continue
 		}
 		switch {
+		case r.Spec.Name == pki.KubeletServerCert:
+			out = append(out, hostCertFile{Name: r.Spec.Name, Path: hostpath.KubeletServerCert, req: &r})
 		case n.Role == inventory.RoleWorker && r.Spec.Name != pki.CA:
 			continue
 		case r.Spec.BaseName != "":

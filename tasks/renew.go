@@ -155,7 +155,11 @@ func (x *credentials) inspect(ctx context.Context, r progress.Reporter) error {
 	if err != nil {
 		return err
 	}
-	reqs, err := pki.Requests(p, masters)
+	workers, err := pki.Workers(x.rc.inv)
+	if err != nil {
+		return err
+	}
+	reqs, err := pki.Requests(p, masters, workers...)
 	if err != nil {
 		return err
 	}
@@ -297,12 +301,24 @@ func (x *credentials) save(_ context.Context, r progress.Reporter) error {
 	return x.rc.set.SaveIssued(x.rc.o.State.PKI(), x.changes)
 }
 
+func isKubeletServing(p string) bool {
+	return p == hostpath.KubeletServerCert || p == hostpath.KubeletServerKey
+}
+
 // renewKubelets gives each kubelet whose client certificate expired a new one
 // (newKubeletClientCert) and restarts it; a kubelet whose self-signed serving certificate
 // expired has it removed, and makes a new one as it restarts. Kubelets are restarted before any
 // static pod is replaced, which leaves the running pods alone.
 func (x *credentials) renewKubelets(ctx context.Context, r progress.Reporter) error {
 	return x.rc.fleet.Each(ctx, "", func(ctx context.Context, n inventory.Node, h remote.Host) error {
+		// The serving certificate kforge issues: kubelet reads a new one itself.
+		if err := push(ctx, x.target.files, h, isKubeletServing); err != nil {
+			return err
+		}
+		if x.target.files.wrote(n.Name, isKubeletServing) {
+			x.noteRenewed(pki.KubeletServerCert + "@" + n.Name)
+			r(progress.Event{Kind: progress.HostDone, Host: n.Name, Message: "kubelet serving certificate renewed (kubelet reads it without a restart)"})
+		}
 		expired, serving := x.kubelets[n.Name], x.serving[n.Name]
 		if expired == "" && !serving {
 			return nil

@@ -147,6 +147,9 @@ func (rot *RotateCA) phase(ph pki.Phase) func(context.Context, progress.Reporter
 			if err := pushCredentials(ctx, rot.x.target.files, h); err != nil {
 				return err
 			}
+			if err := push(ctx, rot.x.target.files, h, isKubeletServing); err != nil { // kubelet reads it itself
+				return err
+			}
 			if err := rot.x.waitMasters(ctx, r, []inventory.Node{n}, masters[(i+1)%len(masters)]); err != nil {
 				return err
 			}
@@ -160,7 +163,7 @@ func (rot *RotateCA) phase(ph pki.Phase) func(context.Context, progress.Reporter
 			}
 		}
 		if err := rc.fleet.Each(ctx, inventory.RoleWorker, func(ctx context.Context, n inventory.Node, h remote.Host) error {
-			if err := push(ctx, rot.x.target.files, h, func(p string) bool { return p == hostpath.CACert }); err != nil {
+			if err := push(ctx, rot.x.target.files, h, func(p string) bool { return p == hostpath.CACert || isKubeletServing(p) }); err != nil {
 				return err
 			}
 			return rot.rollKubelet(ctx, r, n, h, ph)

@@ -465,6 +465,9 @@ func isRuntimeFile(p string) bool {
 
 // isKubeletInput says whether a change of p needs a kubelet restart.
 func isKubeletInput(p string) bool {
+	if p == hostpath.KubeletServerCert || p == hostpath.KubeletServerKey { // kubelet reloads them
+		return false
+	}
 	return p == hostpath.DefaultKubeletPath || strings.HasPrefix(p, hostpath.KubeletDir+"/") || strings.HasPrefix(p, hostpath.KubeletUnitPath) ||
 		p == hostpath.KubeletKubeconfig || p == hostpath.BootstrapKubeletConfig || p == hostpath.PKIDir+"/ca.crt"
 }

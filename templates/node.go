@@ -167,6 +167,9 @@ type Kubelet struct {
 	// RegisterWithTaints are "key=value:Effect" taints the node registers with. kubeadm join
 	// sets them for workers; masters are tainted through the API (mark-control-plane).
 	RegisterWithTaints []string
+	// ServingCert: kubelet serves with the certificate kforge issued it (hostpath.KubeletServerCert),
+	// not a self-signed one.
+	ServingCert bool
 }
 
 // PodPidsLimit is the most processes (and threads) one pod's containers may hold together, so
@@ -222,6 +225,9 @@ func (k Kubelet) Config() (*kubeletv1beta1.KubeletConfiguration, error) {
 		TLSCipherSuites:       TLSCipherSuites,
 		PodPidsLimit:          ptr.To[int64](PodPidsLimit),
 		SeccompDefault:        ptr.To(true),
+	}
+	if k.ServingCert {
+		c.TLSCertFile, c.TLSPrivateKeyFile = hostpath.KubeletServerCert, hostpath.KubeletServerKey
 	}
 	if c.CgroupDriver == "" {
 		c.CgroupDriver = "systemd"

@@ -217,7 +217,9 @@ func (c ControlPlane) APIServer() *corev1.Pod {
 		"etcd-servers":                            "https://" + net.JoinHostPort(localhostFor(c.AdvertiseAddress), "2379"),
 		"kubelet-client-certificate":              pkiPath("apiserver-kubelet-client.crt"),
 		"kubelet-client-key":                      pkiPath("apiserver-kubelet-client.key"),
-		"kubelet-preferred-address-types":         "InternalIP,ExternalIP,Hostname",
+		// Every kubelet serves with a certificate of the cluster CA (pki.KubeletServerCert).
+		"kubelet-certificate-authority":   pkiPath("ca.crt"),
+		"kubelet-preferred-address-types": "InternalIP,ExternalIP,Hostname",
 		// SO_REUSEPORT: when kubelet replaces this pod (an upgrade, a renewed certificate),
 		// the new kube-apiserver binds :6443 while the old one still drains, instead of
 		// crash-looping on "address already in use" until it is gone (see

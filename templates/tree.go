@@ -248,7 +248,7 @@ func Tree(c *inventory.Cluster, set *pki.Set, o Options) ([]HostFiles, error) {
 		if err != nil {
 			return nil, fmt.Errorf("host %s: %w", n.Name, err)
 		}
-		nf, err := nodeFiles(c, n, o)
+		nf, err := nodeFiles(c, set, n, o)
 		if err != nil {
 			return nil, fmt.Errorf("host %s: %w", n.Name, err)
 		}
@@ -274,7 +274,7 @@ func masterFiles(c *inventory.Cluster, set *pki.Set, i int, o Options) ([]File, 
 	m := c.Masters[i]
 	var fs []File
 	for _, s := range pki.Table() {
-		if s.BaseName == "" || s.Name == pki.RegistryCert && !c.BundleFromMasters() {
+		if s.BaseName == "" || s.Scope == pki.PerNode || s.Name == pki.RegistryCert && !c.BundleFromMasters() {
 			continue
 		}
 		node := ""
@@ -478,8 +478,17 @@ func workerFiles(c *inventory.Cluster, set *pki.Set, o Options) ([]File, error) 
 	}, nil
 }
 
-func nodeFiles(c *inventory.Cluster, n inventory.Node, o Options) ([]File, error) {
+func nodeFiles(c *inventory.Cluster, set *pki.Set, n inventory.Node, o Options) ([]File, error) {
 	k := KubeletFor(c, n, o)
+	var own []File // what kforge's own runtime needs besides its config, and the kubelet's serving pair
+	if kp := set.Get(pki.KubeletServerCert, n.Name); kp != nil {
+		cert, key, err := kp.PEM()
+		if err != nil {
+			return nil, err
+		}
+		own = append(own, File{Path: hostpath.KubeletServerCert, Mode: 0o644, Data: cert}, File{Path: hostpath.KubeletServerKey, Mode: 0o600, Data: key})
+		k.ServingCert = true
+	}
 	cfg, err := k.ConfigYAML()
 	if err != nil {
 		return nil, err
@@ -500,17 +509,16 @@ func nodeFiles(c *inventory.Cluster, n inventory.Node, o Options) ([]File, error
 		SystemdCgroup:       k.CgroupDriver == "systemd",
 		CNIBinDir:           o.CNIBinDir,
 	}
-	var own []File // what kforge's own runtime needs besides its config
 	if c.ContainerRuntime.Install == inventory.RuntimeFromBundle {
 		runtime.ConfigVersion, runtime.RuncPath, runtime.RegistryConfigPath = 3, hostpath.RuncPath, hostpath.RegistryConfigDir
 		unit, err := ContainerdUnit{Containerd: hostpath.RuntimeBinDir + "/containerd"}.Render()
 		if err != nil {
 			return nil, err
 		}
-		own = []File{
-			{Path: hostpath.ContainerdUnitPath, Mode: 0o644, Data: unit},
-			{Path: hostpath.ModulesLoadFile, Mode: 0o644, Data: []byte(ModulesLoad)},
-		}
+		own = append(own,
+			File{Path: hostpath.ContainerdUnitPath, Mode: 0o644, Data: unit},
+			File{Path: hostpath.ModulesLoadFile, Mode: 0o644, Data: []byte(ModulesLoad)},
+		)
 		var origins []string
 		for _, name := range im.ByComponent() {
 			origins = append(origins, ImageOrigin(name))
