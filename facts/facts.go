@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -50,6 +51,8 @@ type Facts struct {
 
 	// UID is the effective user id commands run as (0 when root or sudo works).
 	UID int
+	// EtcdUser is the system user etcd runs as on a master (EtcdUserName); nil where there is none.
+	EtcdUser *User
 	// CapEff is the effective capability set of the commands kforge runs (/proc/self/status).
 	CapEff uint64
 
@@ -453,4 +456,27 @@ func GatherAll(ctx context.Context, hosts []remote.Host, lim remote.Limits, opts
 var SysctlKeys = []string{
 	"net.ipv4.ip_forward", "net.bridge.bridge-nf-call-iptables", "net.bridge.bridge-nf-call-ip6tables",
 	"vm.overcommit_memory", "vm.panic_on_oom", "kernel.panic", "kernel.panic_on_oops", "kernel.keys.root_maxkeys", "kernel.keys.root_maxbytes",
+}
+
+// EtcdUserName is the system user kforge makes on masters for etcd, and its group's name.
+const EtcdUserName = "etcd"
+
+// User is a system user's ids.
+type User struct{ UID, GID int }
+
+// ParsePasswd reads the ids of a passwd line (name:x:uid:gid:...).
+func ParsePasswd(line string) (User, error) {
+	f := strings.Split(line, ":")
+	if len(f) < 4 {
+		return User{}, fmt.Errorf("not a passwd line")
+	}
+	uid, err := strconv.Atoi(f[2])
+	if err != nil {
+		return User{}, fmt.Errorf("uid %q: %w", f[2], err)
+	}
+	gid, err := strconv.Atoi(f[3])
+	if err != nil {
+		return User{}, fmt.Errorf("gid %q: %w", f[3], err)
+	}
+	return User{UID: uid, GID: gid}, nil
 }

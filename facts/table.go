@@ -87,6 +87,13 @@ var table = []fact{
 	{keys: []string{"machineid="},
 		command: always(`l=; [ -r /etc/machine-id ] && { read -r l || [ -n "$l" ]; } </etc/machine-id && printf 'machineid=%s\n' "$l"`),
 		parse:   func(p *parsing, _, v string) error { p.f.MachineID = v; return nil }},
+	{keys: []string{"etcduser="},
+		command: always(`l=$(getent passwd etcd 2>/dev/null) && printf 'etcduser=%s\n' "$l"`),
+		parse: func(p *parsing, _, v string) error {
+			u, err := ParsePasswd(v)
+			p.f.EtcdUser = &u
+			return err
+		}},
 	{keys: []string{"systemd="},
 		command: always(`if [ -d /run/systemd/system ]; then echo systemd=1; else echo systemd=0; fi`),
 		parse:   func(p *parsing, _, v string) error { p.f.Systemd = v == "1"; return nil }},

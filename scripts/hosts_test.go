@@ -137,7 +137,7 @@ func TestRestoreEtcdData(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := s.file("etcd")
-	s.mustRun(Command("restore-etcd-data", "dir", dir), tgz.String())
+	s.mustRun(Command("restore-etcd-data", "dir", dir, "owner", ""), tgz.String())
 	var got []string
 	_ = filepath.Walk(dir, func(p string, fi os.FileInfo, _ error) error {
 		if !fi.IsDir() {
@@ -154,7 +154,7 @@ func TestRestoreEtcdData(t *testing.T) {
 	if _, err := os.Stat(dir + ".kforge-restore"); err == nil {
 		t.Error("the work directory is left")
 	}
-	if _, _, err := s.run(Command("restore-etcd-data", "dir", dir), "not a tar"); err == nil {
+	if _, _, err := s.run(Command("restore-etcd-data", "dir", dir, "owner", ""), "not a tar"); err == nil {
 		t.Error("a broken archive: no failure")
 	}
 }

@@ -28,6 +28,11 @@ func fakeHost(name string) *remotetest.Host {
 				fmt.Fprintf(c.Stdout, "%s  %s\n", hex.EncodeToString(sum[:]), p)
 			}
 		}
+		for _, p := range h.Files() {
+			if f, ok := h.File(p); ok && strings.Contains(c.Command, p) {
+				fmt.Fprintf(c.Stdout, "meta %o %d:%d %s\n", f.Mode.Perm(), f.UID, f.GID, p)
+			}
+		}
 		return nil
 	})
 	h.Handle(func(c string) bool { return strings.Contains(c, "systemctl") }, func(context.Context, remote.Cmd) error { return nil })
@@ -85,6 +90,27 @@ func TestPushWritesOnlyWhatDiffersAndKubeletRestartsOnlyForItsInputs(t *testing.
 	startKubelet(ctx, files, h)
 	if !strings.HasPrefix(h.Commands()[len(h.Commands())-1], "systemctl daemon-reload") {
 		t.Errorf("unit changed without daemon-reload: %q", h.Commands()[len(h.Commands())-1])
+	}
+
+	// The same content with another mode, or another owner, is pushed too (a cluster made
+	// before kforge tightened a file's mode, or gave etcd its own user).
+	files.set("m1", []templates.File{
+		{Path: hostpath.KubeletUnitPath, Mode: 0o600, Data: []byte("[Service]")},
+		{Path: "/etc/kubernetes/pki/etcd/server.key", Mode: 0o600, Data: []byte("key"), UID: 998, GID: 997},
+	})
+	h.SetFile("/etc/kubernetes/pki/etcd/server.key", []byte("key"), 0o600)
+	before := len(h.Uploads())
+	if err := push(ctx, files, h, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.Uploads()[before:]; !slices.Equal(got, []string{hostpath.KubeletUnitPath, "/etc/kubernetes/pki/etcd/server.key"}) {
+		t.Errorf("a mode and an owner that differ: uploaded %v", got)
+	}
+	if f, _ := h.File("/etc/kubernetes/pki/etcd/server.key"); f.UID != 998 || f.GID != 997 {
+		t.Errorf("etcd's key owned by %d:%d", f.UID, f.GID)
+	}
+	if f, _ := h.File(hostpath.KubeletUnitPath); f.Mode != 0o600 {
+		t.Errorf("kubelet's unit mode %o", f.Mode)
 	}
 }
 

@@ -155,6 +155,7 @@ func (a *Apply) Steps() []Step {
 	if c.Firewall == inventory.FirewallOpen {
 		l.add("firewall", OnHosts, all, rc.openFirewalls, "open the ports each host's role needs in its firewall (firewalld, ufw), and let the pod and Service subnets in, for good; nothing where it lets them in")
 	}
+	l.add("etcd-user", OnHosts, masters, rc.etcdUser, "make the system user etcd runs as where it is missing, and give it %s (0700)", hostpath.EtcdDataDir)
 	l.add("pki", OnWorkstation, nil, rc.ensurePKI, "generate or reuse the cluster's certificates (%s), kubeconfigs and bootstrap token in the state dir", c.PKI.KeyAlgorithm)
 	l.add("etcd-members", OnHosts, masters, func(ctx context.Context, r progress.Reporter) (err error) {
 		a.etcd, err = planEtcd(ctx, rc, r)

@@ -158,6 +158,18 @@ func TestApplyOnFakeHostsThenNothingToDo(t *testing.T) {
 		if f, _ := h.File(hostpath.CACert); string(f.Data) != caPEM {
 			t.Errorf("%s: %s is not the state dir's CA", name, hostpath.CACert)
 		}
+		// etcd runs as the etcd user apply made, and its serving and peer keys are its own.
+		if master {
+			if f, _ := h.File(hostpath.PKIDir + "/etcd/server.key"); f.UID != 998 || f.GID != 997 || f.Mode != 0o600 {
+				t.Errorf("%s: etcd's server key %d:%d %o, want 998:997 600", name, f.UID, f.GID, f.Mode)
+			}
+			if f, _ := h.File(hostpath.PKIDir + "/etcd/ca.key"); f.UID != 0 {
+				t.Errorf("%s: the etcd CA's key is owned by %d", name, f.UID)
+			}
+			if f, _ := h.File(hostpath.ManifestsDir + "/etcd.yaml"); !strings.Contains(string(f.Data), "runAsUser: 998") || !strings.Contains(string(f.Data), "runAsGroup: 997") {
+				t.Errorf("%s: etcd's static pod does not run as the etcd user:\n%s", name, f.Data)
+			}
+		}
 		// Services: containerd restarted for its new config, the kernel settings applied,
 		// kubelet enabled and running.
 		ran := h.executed()
@@ -580,12 +592,17 @@ type simHost struct {
 	joined  bool // kubelet has registered its node
 	// bootstrapConf is the last bootstrap-kubelet.conf uploaded (forget-token removes the file).
 	bootstrapConf []byte
+	// etcdUser: etcd-user.sh made the etcd user (simEtcdUser).
+	etcdUser bool
 	// firewalld, when set, runs in its public zone letting in these ports ("22/tcp") and, from
 	// its trusted zone, these sources; firewall-open.sh adds to them.
 	firewalld *simFirewalld
 }
 
 type simFirewalld struct{ ports, sources []string }
+
+// simEtcdUser is the etcd user's passwd line on simulated masters.
+const simEtcdUser = "etcd:x:998:997:etcd, made by kforge:/var/lib/etcd:/usr/sbin/nologin"
 
 func newSimHost(s *simCluster, n inventory.Node) *simHost {
 	h := &simHost{Host: remotetest.New(n.Name), sim: s, node: n,
@@ -611,6 +628,13 @@ func newSimHost(s *simCluster, n inventory.Node) *simHost {
 	})
 	h.Handle(func(c string) bool { return strings.HasPrefix(c, "for f in ") }, h.hashes)
 	h.Handle(func(c string) bool { return strings.HasPrefix(c, "kind=") }, h.openFirewall)
+	h.Handle(func(c string) bool { return strings.HasPrefix(c, "user=etcd\n") }, func(_ context.Context, c remote.Cmd) error {
+		h.mu.Lock()
+		h.etcdUser = true
+		h.mu.Unlock()
+		_, err := io.WriteString(c.Stdout, simEtcdUser+"\n")
+		return err
+	})
 	h.Handle(func(c string) bool { return strings.HasPrefix(c, "server=") }, h.repointKubelet)
 	h.Handle(func(c string) bool { return c == forgetTokenScript }, func(_ context.Context, c remote.Cmd) error {
 		if h.has(hostpath.KubeletKubeconfig) && h.has(hostpath.BootstrapKubeletConfig) {
@@ -702,6 +726,12 @@ func (h *simHost) hashes(_ context.Context, c remote.Cmd) error {
 			fmt.Fprintf(c.Stdout, "%x  %s\n", sha256.Sum256(f.Data), p)
 		}
 	}
+	for _, q := range strings.Fields(list) {
+		p := strings.Trim(q, "'")
+		if f, ok := h.File(p); ok {
+			fmt.Fprintf(c.Stdout, "meta %o %d:%d %s\n", f.Mode.Perm(), f.UID, f.GID, p)
+		}
+	}
 	return nil
 }
 
@@ -742,6 +772,9 @@ func (h *simHost) facts() string {
 		b.WriteString(l + "\n")
 	}
 	h.mu.Lock()
+	if h.etcdUser {
+		fmt.Fprintf(&b, "etcduser=%s\n", simEtcdUser)
+	}
 	for _, k := range facts.SysctlKeys {
 		if v, ok := h.sysctls[k]; ok {
 			fmt.Fprintf(&b, "sysctl %s %s\n", strings.ReplaceAll(k, ".", "/"), v)
@@ -974,8 +1007,11 @@ func (h *simHost) kubeletStarted() error {
 		return err
 	}
 	name, ip := flags["hostname-override"], flags["node-ip"]
-	if name == "" || ip == "" {
-		return fmt.Errorf("kubelet: no --hostname-override or --node-ip in %s", hostpath.KubeletFlagsEnvPath)
+	if name == "" {
+		name = h.Name() // the simulated hosts' hostnames are their node names
+	}
+	if ip == "" {
+		return fmt.Errorf("kubelet: no --node-ip in %s", hostpath.KubeletFlagsEnvPath)
 	}
 	if h.node.Role == inventory.RoleMaster {
 		if !h.has(hostpath.KubeletKubeconfig) {

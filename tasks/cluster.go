@@ -438,7 +438,7 @@ func (h *hop) writeCNIConfig(ctx context.Context, node, cidr string, r progress.
 	if err != nil {
 		return err
 	}
-	h.files.add(node, templates.File{Path: hostpath.CNIConfFile, Mode: 0o644, Data: conf})
+	h.files.add(node, templates.File{Path: hostpath.CNIConfFile, Mode: 0o600, Data: conf}) // CIS 1.1.9
 	if err := push(ctx, h.files, h.rc.fleet.Host(node), func(p string) bool { return p == hostpath.CNIConfFile }); err != nil {
 		return err
 	}

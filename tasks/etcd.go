@@ -8,12 +8,14 @@ import (
 	"strings"
 
 	"github.com/kforge/kforge/etcd"
+	"github.com/kforge/kforge/facts"
 	"github.com/kforge/kforge/fleet"
 	"github.com/kforge/kforge/hostpath"
 	"github.com/kforge/kforge/inventory"
 	"github.com/kforge/kforge/pki"
 	"github.com/kforge/kforge/progress"
 	"github.com/kforge/kforge/remote"
+	"github.com/kforge/kforge/scripts"
 	"github.com/kforge/kforge/templates"
 )
 
@@ -163,4 +165,37 @@ func (p etcdPlan) waitMember(ctx context.Context, rc *runContext, n inventory.No
 	ctx, cancel := context.WithTimeout(ctx, rc.o.Timeout)
 	defer cancel()
 	return c.WaitStarted(ctx, n.Name, templates.EtcdPeerURL(n.NodeIP()))
+}
+
+// etcdUser makes, on every master, the system user etcd runs as where it is missing, and gives
+// it the data directory (0700); the facts learn its ids, which render puts in etcd's static pod
+// and on etcd's keys (templates.Options.EtcdUser).
+func (rc *runContext) etcdUser(ctx context.Context, r progress.Reporter) error {
+	return rc.fleet.Each(ctx, inventory.RoleMaster, func(ctx context.Context, n inventory.Node, h remote.Host) error {
+		f := rc.fleet.Facts(n.Name)
+		if f == nil {
+			return nil
+		}
+		out, err := remote.Output(ctx, h, scripts.Command("etcd-user", "user", facts.EtcdUserName, "dir", hostpath.EtcdDataDir))
+		if err != nil {
+			return err
+		}
+		u, err := facts.ParsePasswd(strings.TrimSpace(string(out)))
+		if err != nil {
+			return fmt.Errorf("host %s: the etcd user: %w (getent printed %q)", n.Name, err, out)
+		}
+		if f.EtcdUser == nil {
+			r(progress.Event{Kind: progress.Info, Host: n.Name, Message: fmt.Sprintf("system user %s made (uid %d); etcd runs as it, %s is its own (0700)", facts.EtcdUserName, u.UID, hostpath.EtcdDataDir)})
+		}
+		f.EtcdUser = &u
+		return nil
+	})
+}
+
+// etcdOwner is "user:group" of master name's etcd user, "" where it has none.
+func (rc *runContext) etcdOwner(name string) string {
+	if f := rc.fleet.Facts(name); f != nil && f.EtcdUser != nil {
+		return fmt.Sprintf("%d:%d", f.EtcdUser.UID, f.EtcdUser.GID)
+	}
+	return ""
 }

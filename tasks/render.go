@@ -26,12 +26,17 @@ func (h *hop) render(ep etcdPlan, retiring int) (err error) {
 	o := templates.Options{
 		BootstrapToken: rc.token.Value(), EtcdBoot: ep.boot, RetiringMasters: retiring,
 		RestrictOOMScoreAdj: map[string]bool{}, CgroupV2: map[string]bool{}, HostCACertDirs: map[string][]string{}, HostResolvConf: map[string]string{},
+		EtcdUser: map[string]templates.Owner{}, Hostname: map[string]string{},
 	}
 	for name, f := range rc.fleet.AllFacts() {
 		o.RestrictOOMScoreAdj[name] = !f.HasCapSysResource()
 		o.CgroupV2[name] = f.Cgroup.Version == facts.CgroupV2
 		o.HostCACertDirs[name] = f.Dirs
 		o.HostResolvConf[name] = f.KubeletResolvConf()
+		o.Hostname[name] = f.Hostname
+		if u := f.EtcdUser; u != nil {
+			o.EtcdUser[name] = templates.Owner{UID: u.UID, GID: u.GID}
+		}
 	}
 	if o.Registries, err = registries(h.inv); err != nil {
 		return err

@@ -76,6 +76,7 @@ func (x *Restore) Steps() []Step {
 		l.add("bundle", OnWorkstation, nil, t.readBundle, "read the bundle's manifest in %s: its release of Kubernetes %s, platform, files and images", c.Bundle, c.KubernetesVersion)
 	}
 	l.add("preflight", OnHosts, all, t.preflight, "run kubeadm's preflight checks on every host before anything changes")
+	l.add("etcd-user", OnHosts, masters, rc.etcdUser, "make the system user etcd runs as where it is missing, and give it %s (0700)", hostpath.EtcdDataDir)
 	l.add("pki", OnWorkstation, nil, rc.ensurePKI, "generate or reuse the cluster's certificates (%s), kubeconfigs and bootstrap token in the state dir", c.PKI.KeyAlgorithm)
 	l.add("restore-etcd", OnHosts, masters, x.restoreEtcd, "on %s: stop kubelet and containers, replace %s with the snapshot, restored on the workstation as one new etcd cluster of the inventory's masters (revision +1e9, compacted)", strings.Join(masters, ", "), hostpath.EtcdDataDir)
 	l.add("render", OnWorkstation, nil, func(context.Context, progress.Reporter) error {
@@ -194,7 +195,7 @@ func (x *Restore) restoreEtcd(ctx context.Context, r progress.Reporter) error {
 		if err != nil {
 			return err
 		}
-		if err := pushDataDir(ctx, h, dir); err != nil {
+		if err := pushDataDir(ctx, h, dir, x.rc.etcdOwner(n.Name)); err != nil {
 			return err
 		}
 		r(progress.Event{Kind: progress.HostDone, Host: n.Name, Duration: rc.o.Now().Sub(start),
@@ -258,14 +259,17 @@ func stopControlPlane(ctx context.Context, c *inventory.Cluster, h remote.Host) 
 }
 
 // swapDataDirScript unpacks the restored member directory beside etcd's data directory, then
-// swaps it in: the old member directory goes only once the new one is complete.
-var swapDataDirScript = scripts.Command("restore-etcd-data", "dir", hostpath.EtcdDataDir)
+// swaps it in: the old member directory goes only once the new one is complete; it is owner's
+// ("uid:gid" of the etcd user, or "" for root).
+func swapDataDirScript(owner string) string {
+	return scripts.Command("restore-etcd-data", "dir", hostpath.EtcdDataDir, "owner", owner)
+}
 
-// pushDataDir streams dir's member directory to the host's etcd data directory.
-func pushDataDir(ctx context.Context, h remote.Host, dir string) error {
+// pushDataDir streams dir's member directory to the host's etcd data directory, for owner.
+func pushDataDir(ctx context.Context, h remote.Host, dir, owner string) error {
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(writeTarGz(pw, dir)) }()
-	err := h.Run(ctx, remote.Cmd{Command: swapDataDirScript, Stdin: pr})
+	err := h.Run(ctx, remote.Cmd{Command: swapDataDirScript(owner), Stdin: pr})
 	pr.CloseWithError(err)
 	if err != nil {
 		return fmt.Errorf("push the restored etcd data to %s: %w", hostpath.EtcdDataDir, err)

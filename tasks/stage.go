@@ -2,8 +2,6 @@ package tasks
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"path"
@@ -595,7 +593,9 @@ func push(ctx context.Context, files *hostFiles, h remote.Host, scope func(path 
 		return err
 	}
 	for _, f := range toWrite(want, have) {
-		if err := h.Upload(ctx, remote.Bytes(f.Path, f.Data, f.Mode)); err != nil {
+		u := remote.Bytes(f.Path, f.Data, f.Mode)
+		u.UID, u.GID = f.UID, f.GID
+		if err := h.Upload(ctx, u); err != nil {
 			return err
 		}
 		files.noteWritten(h.Name(), f, have[f.Path] != "")
@@ -608,32 +608,39 @@ func push(ctx context.Context, files *hostFiles, h remote.Host, scope func(path 
 func toWrite(want []templates.File, have map[string]string) []templates.File {
 	var out []templates.File
 	for _, f := range want {
-		sum := sha256.Sum256(f.Data)
-		if have[f.Path] != hex.EncodeToString(sum[:]) {
+		if have[f.Path] != f.State() {
 			out = append(out, f)
 		}
 	}
 	return out
 }
 
-// hashes returns the sha256 of each path that is a regular file on h, in one command.
+// hashes returns the state of each path that is a regular file on h (templates.File.State: its
+// sha256, mode and owner), in one command.
 func hashes(ctx context.Context, h remote.Host, paths []string) (map[string]string, error) {
 	var b strings.Builder
 	b.WriteString("for f in")
 	for _, p := range paths {
 		b.WriteString(" " + remote.Quote(p))
 	}
-	b.WriteString(`; do [ -f "$f" ] && set -- "$@" "$f"; done; [ $# -eq 0 ] || sha256sum -- "$@"; true`)
+	b.WriteString(`; do [ -f "$f" ] && set -- "$@" "$f"; done; [ $# -eq 0 ] || { sha256sum -- "$@" && stat -c 'meta %a %u:%g %n' -- "$@"; }; true`)
 	out, err := remote.Output(ctx, h, b.String())
 	if err != nil {
 		return nil, err
 	}
-	m := map[string]string{}
+	sums, meta := map[string]string{}, map[string]string{}
 	for _, line := range strings.Split(string(out), "\n") {
-		sum, p, ok := strings.Cut(line, "  ")
-		if ok {
-			m[p] = sum
+		if rest, ok := strings.CutPrefix(line, "meta "); ok {
+			if f := strings.SplitN(rest, " ", 3); len(f) == 3 {
+				meta[f[2]] = f[0] + " " + f[1]
+			}
+		} else if sum, p, ok := strings.Cut(line, "  "); ok {
+			sums[p] = sum
 		}
+	}
+	m := map[string]string{}
+	for p, sum := range sums {
+		m[p] = strings.TrimSpace(sum + " " + meta[p])
 	}
 	return m, nil
 }

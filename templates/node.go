@@ -167,6 +167,9 @@ type Kubelet struct {
 	// RegisterWithTaints are "key=value:Effect" taints the node registers with. kubeadm join
 	// sets them for workers; masters are tainted through the API (mark-control-plane).
 	RegisterWithTaints []string
+	// NameIsHostname: the node's name is what kubelet would call it by itself (its hostname),
+	// so it needs no --hostname-override.
+	NameIsHostname bool
 	// ServingCert: kubelet serves with the certificate kforge issued it (hostpath.KubeletServerCert),
 	// not a self-signed one.
 	ServingCert bool
@@ -258,7 +261,10 @@ func (k Kubelet) InstanceConfig() []byte {
 // FlagsEnv is kubeadm-flags.env: KUBELET_KUBEADM_ARGS with the node's own flags and the
 // inventory's extra args, sorted by name, as kubeadm writes them.
 func (k Kubelet) FlagsEnv() []byte {
-	args := map[string]string{"node-ip": k.NodeIP, "hostname-override": k.NodeName}
+	args := map[string]string{"node-ip": k.NodeIP}
+	if !k.NameIsHostname {
+		args["hostname-override"] = k.NodeName
+	}
 	if len(k.RegisterWithTaints) > 0 {
 		args["register-with-taints"] = strings.Join(k.RegisterWithTaints, ",")
 	}

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 )
 
@@ -80,6 +81,8 @@ type ControlPlane struct {
 	// the certificates it signs (kubelets' client certificates), the inventory's certValidity.
 	// 0 when it is kube-controller-manager's default (a year): kubeadm leaves it unset.
 	SigningDuration time.Duration
+	// EtcdUser, when set, is the user and group etcd runs as (Options.EtcdUser); root otherwise.
+	EtcdUser *Owner
 	// Audit, when set, is the audit log's rotation (inventory security.audit): the API server
 	// writes hostpath.AuditLog by the policy at hostpath.AuditPolicy.
 	Audit *inventory.Audit
@@ -397,6 +400,10 @@ func (c ControlPlane) Etcd() *corev1.Pod {
 		{"etcd-data", hostpath.EtcdDataDir, corev1.HostPathDirectoryOrCreate, false},
 		{"etcd-certs", hostpath.PKIDir + "/etcd", corev1.HostPathDirectoryOrCreate, false},
 	}, map[string]string{"kubeadm.kubernetes.io/etcd.advertise-client-urls": client})
+	if u := c.EtcdUser; u != nil {
+		sc := pod.Spec.SecurityContext
+		sc.RunAsUser, sc.RunAsGroup, sc.RunAsNonRoot = ptr.To(int64(u.UID)), ptr.To(int64(u.GID)), ptr.To(true)
+	}
 	return pod
 }
 

@@ -29,6 +29,20 @@ type File struct {
 	Path string // absolute path on the host
 	Mode os.FileMode
 	Data []byte
+	// UID and GID own it: root (0) unless a component that runs as its own user reads it
+	// (etcd's keys).
+	UID, GID int
+}
+
+// State is how push compares the file with a host's: its content's sha256, its mode and its
+// owner, as the hash command prints them ("<sha256> <mode> <uid>:<gid>").
+func (f File) State() string {
+	m := f.Mode.Perm()
+	if m == 0 {
+		m = 0o644
+	}
+	sum := sha256.Sum256(f.Data)
+	return fmt.Sprintf("%s %o %d:%d", hex.EncodeToString(sum[:]), m, f.UID, f.GID)
 }
 
 // Secret reports whether the file holds a private key or credentials (mode 0600).
@@ -71,7 +85,20 @@ type Options struct {
 	// EtcdBoot, by master name, says how a master's etcd member starts when it is not a new
 	// cluster's (ControlPlaneFor): joining a running cluster, or already running.
 	EtcdBoot map[string]*EtcdBootstrap
+	// Hostname, by node name, is the host's own hostname: kubelet gets --hostname-override
+	// only where its node name differs from it, as kubeadm does (where it is unknown, always).
+	Hostname map[string]string
+	// EtcdUser, by master name, is the system user etcd runs as (apply makes it): etcd's
+	// static pod runs as it, and its serving and peer keys are its own. A master without one
+	// (not made yet: plan before the first apply) runs etcd as root, as kubeadm does.
+	EtcdUser map[string]Owner
 }
+
+// Owner is a user's and group's ids.
+type Owner struct{ UID, GID int }
+
+// etcdOwned are the files of a master's PKI that etcd reads as its own user.
+var etcdOwned = []string{pkiPath("etcd/server.crt"), pkiPath("etcd/server.key"), pkiPath("etcd/peer.crt"), pkiPath("etcd/peer.key")}
 
 func (o Options) withDefaults() Options {
 	if o.CACertDirs == nil {
@@ -131,6 +158,10 @@ func ControlPlaneFor(c *inventory.Cluster, i int, o Options) (ControlPlane, erro
 		caCertDirs = d
 	}
 	boot := o.EtcdBoot[m.Name]
+	var etcdUser *Owner
+	if u, ok := o.EtcdUser[m.Name]; ok {
+		etcdUser = &u
+	}
 	cp := ControlPlane{
 		ClusterName:      c.Name,
 		Images:           r.Images(or(c.ImageRepository, inventory.DefaultImageRepository)),
@@ -145,6 +176,7 @@ func ControlPlaneFor(c *inventory.Cluster, i int, o Options) (ControlPlane, erro
 		CACertDirs:       caCertDirs,
 		EtcdClusterState: "new",
 		SingleMaster:     len(c.Masters)+o.RetiringMasters == 1,
+		EtcdUser:         etcdUser,
 	}
 	if v := time.Duration(c.PKI.CertValidity); v != 0 && v != pki.DefaultSigningDuration {
 		cp.SigningDuration = v
@@ -189,7 +221,9 @@ func KubeletFor(c *inventory.Cluster, n inventory.Node, o Options) Kubelet {
 		CRIEndpoint:        or(c.ContainerRuntime.Endpoint, inventory.DefaultCRIEndpoint),
 		AllowCgroupV1:      c.Kubelet.AllowCgroupV1 && !o.CgroupV2[n.Name],
 		ResolvConf:         or(c.Kubelet.ResolvConf, o.HostResolvConf[n.Name]),
-		ExtraArgs:          c.Kubelet.ExtraArgs,
+		// kubelet names its node after the hostname, lowercased, when not told otherwise.
+		NameIsHostname: o.Hostname[n.Name] != "" && strings.ToLower(o.Hostname[n.Name]) == n.Name,
+		ExtraArgs:      c.Kubelet.ExtraArgs,
 	}
 }
 
@@ -291,6 +325,13 @@ func masterFiles(c *inventory.Cluster, set *pki.Set, i int, o Options) ([]File, 
 		}
 		if s.IsCA() {
 			pf[0].Data = set.TrustPEM(s.Name) // the CA, or old and new while it is rotated
+		}
+		if u, ok := o.EtcdUser[m.Name]; ok {
+			for i := range pf {
+				if slices.Contains(etcdOwned, pf[i].Path) {
+					pf[i].UID, pf[i].GID = u.UID, u.GID
+				}
+			}
 		}
 		fs = append(fs, pf...)
 	}
