@@ -635,6 +635,12 @@ func TestApplyLabClusterEndToEnd(t *testing.T) {
 		c.checkServiceWebhook(ctx, workload{image: agentImage, pull: corev1.PullNever}, master, w1)
 	})
 
+	c.step("secure-by-default", func(t *testing.T) {
+		// The CIS Kubernetes Benchmark's checks, Pod Security, the audit log, etcd's user, the
+		// kubelets' serving certificates.
+		c.secureByDefault(ctx, l.Hosts[0], l.Hosts[1])
+	})
+
 	c.step("kubeadm-reads-certificates", func(t *testing.T) {
 		exp := c.exec(ctx, master, "kubeadm certs check-expiration")
 		for _, cert := range []string{"admin.conf", "apiserver", "apiserver-etcd-client", "apiserver-kubelet-client", "controller-manager.conf", "etcd-healthcheck-client", "etcd-peer", "etcd-server", "front-proxy-client", "scheduler.conf", "super-admin.conf"} {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -46,6 +47,12 @@ func (c *cluster) restoreOntoANewMaster(ctx context.Context, lost lab.Host, work
 		}
 	}
 	mkConfigMap("before-snapshot")
+	// A Secret, whose value must be in the snapshot only encrypted, and readable after the
+	// restore (the state dir's key).
+	secretValue := "e2e-secret-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	if _, err := k.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "before-snapshot"}, StringData: map[string]string{"password": secretValue}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	two := int32(2)
 	labels := map[string]string{"app": "survivor"}
 	if _, err := k.AppsV1().Deployments(ns).Create(ctx, &appsv1.Deployment{
@@ -76,6 +83,10 @@ func (c *cluster) restoreOntoANewMaster(ctx context.Context, lost lab.Host, work
 	}
 	snap := snaps[0].File
 	mkConfigMap("after-snapshot")
+	if db, err := os.ReadFile(snap); err != nil || bytes.Contains(db, []byte(secretValue)) || !bytes.Contains(db, []byte("k8s:enc:secretbox:v1:")) {
+		t.Errorf("the snapshot holds the Secret's value in plain text %v, or no value encrypted with secretbox %v (%v)",
+			bytes.Contains(db, []byte(secretValue)), bytes.Contains(db, []byte("k8s:enc:secretbox:v1:")), err)
+	}
 
 	// Refusals: etcd still has quorum; a corrupted snapshot (before anything connects).
 	out, err = c.run("restore", "--snapshot", snap)
@@ -120,6 +131,9 @@ func (c *cluster) restoreOntoANewMaster(ctx context.Context, lost lab.Host, work
 		t.Errorf("admin.conf does not point at the new master %s: %v\n%s", newMaster.Address, err, admin)
 	}
 	k = c.client()
+	if sec, err := k.CoreV1().Secrets(ns).Get(ctx, "before-snapshot", metav1.GetOptions{}); err != nil || string(sec.Data["password"]) != secretValue {
+		t.Errorf("the Secret after the restore: %v (value as written: %v)", err, sec != nil && string(sec.Data["password"]) == secretValue)
+	}
 	if _, err := k.CoreV1().ConfigMaps(ns).Get(ctx, "before-snapshot", metav1.GetOptions{}); err != nil {
 		t.Errorf("ConfigMap created before the snapshot: %v", err)
 	}

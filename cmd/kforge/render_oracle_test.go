@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kforge/kforge/bundle"
+	"github.com/kforge/kforge/cis"
 	"github.com/kforge/kforge/pki"
 	"github.com/kforge/kforge/release"
 	"github.com/kforge/kforge/templates"
@@ -310,6 +311,9 @@ cp -a /var/lib/kubelet/. "$OUT/var-lib-kubelet/"
 		for _, d := range compareKubelet(t, filepath.Join(theirs, "var-lib-kubelet"), filepath.Join(out, m[0], "var", "lib", "kubelet")) {
 			d.key = who + ": " + d.key
 			diffs = append(diffs, d)
+		}
+		if i == 0 {
+			cisSideBySide(t, m[0], theirs, filepath.Join(out, m[0]))
 		}
 	}
 	// The runs above sign with kforge's CAs, so the CAs themselves are compared here:
@@ -835,4 +839,74 @@ func unionKeys(a, b map[string]any) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// cisSideBySide scores the first master's files, kubeadm's and kforge's, with the CIS
+// Kubernetes Benchmark's automated checks (package cis, FromTree) and logs the results side by
+// side: the count for a default kubeadm cluster that docs/security.md compares kforge's with.
+// What neither tree holds is taken as each tool leaves it on a host: kubeadm's packages install
+// kubelet's unit and drop-in 0644, kubeadm makes /var/lib/etcd 0700 for root, and flannel's
+// DaemonSet writes its CNI config 0644; kforge's apply gives etcd's data dir and keys to the
+// etcd user and writes its CNI config 0600. A check kforge fails beyond docs/security.md's list
+// fails the test.
+func cisSideBySide(t *testing.T, master, theirs, mine string) {
+	t.Helper()
+	kubeadmHost, err := cis.FromTree(master, map[string]string{"/etc/kubernetes": filepath.Join(theirs, "etc-kubernetes"), "/var/lib/kubelet": filepath.Join(theirs, "var-lib-kubelet")},
+		map[string]cis.File{
+			"/usr/lib/systemd/system/kubelet.service":                   {Mode: 0o644, Owner: "root:root"},
+			"/usr/lib/systemd/system/kubelet.service.d/10-kubeadm.conf": {Mode: 0o644, Owner: "root:root"},
+			"/var/lib/etcd":                      {Mode: 0o700, Owner: "root:root"},
+			"/etc/cni/net.d/10-flannel.conflist": {Mode: 0o644, Owner: "root:root"},
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	extra := map[string]cis.File{"/var/lib/etcd": {Mode: 0o700, Owner: "etcd:etcd"}, "/etc/cni/net.d/10-kforge.conflist": {Mode: 0o600, Owner: "root:root"}}
+	for _, f := range []string{"server.crt", "peer.crt"} {
+		extra["/etc/kubernetes/pki/etcd/"+f] = cis.File{Mode: 0o644, Owner: "etcd:etcd"}
+	}
+	for _, f := range []string{"server.key", "peer.key"} {
+		extra["/etc/kubernetes/pki/etcd/"+f] = cis.File{Mode: 0o600, Owner: "etcd:etcd"}
+	}
+	kforgeHost, err := cis.FromTree(master, map[string]string{"/etc": filepath.Join(mine, "etc"), "/var": filepath.Join(mine, "var")}, extra)
+	if err != nil {
+		t.Fatal(err)
+	}
+	theirsR, mineR := cis.Run(kubeadmHost), cis.Run(kforgeHost)
+	byID := map[string]cis.Result{}
+	for _, r := range mineR {
+		byID[r.ID] = r
+	}
+	count := func(rs []cis.Result) (fail, scored int) {
+		for _, r := range rs {
+			if !r.Pass {
+				fail++
+				if r.Scored {
+					scored++
+				}
+			}
+		}
+		return
+	}
+	var lines []string
+	res := func(ok bool) string { return map[bool]string{true: "pass", false: "FAIL"}[ok] }
+	for _, r := range theirsR {
+		m := byID[r.ID]
+		if !r.Pass || !m.Pass {
+			lines = append(lines, fmt.Sprintf("  %-7s kubeadm %s  kforge %s  %s", r.ID, res(r.Pass), res(m.Pass), r.Text))
+		}
+	}
+	kf, ks := count(theirsR)
+	mf, ms := count(mineR)
+	t.Logf("CIS Kubernetes Benchmark v1.12, automated checks on the first master's files (%d checks): kubeadm fails %d (%d scored), kforge fails %d (%d scored); the checks either fails:\n%s",
+		len(theirsR), kf, ks, mf, ms, strings.Join(lines, "\n"))
+	// docs/security.md's two; and 4.2.7: render reads no host, so it cannot know that a node's
+	// name is its hostname and writes --hostname-override always (apply leaves it out where they
+	// agree, as kubeadm does: docs/kubeadm-differences.md).
+	documented := []string{"1.1.19", "1.2.11", "4.2.7"}
+	for _, r := range mineR {
+		if !r.Pass && !slices.Contains(documented, r.ID) {
+			t.Errorf("kforge's files fail CIS %s (%s): %s", r.ID, r.Text, r.Got)
+		}
+	}
 }
