@@ -92,8 +92,8 @@ var checks = []Check{
 	owner("1.1.6", "scheduler pod specification file ownership is root:root", manifests+"/kube-scheduler.yaml"),
 	perm("1.1.7", "etcd pod specification file permissions are 600 or more restrictive", manifests+"/etcd.yaml", 0o600),
 	owner("1.1.8", "etcd pod specification file ownership is root:root", manifests+"/etcd.yaml"),
-	unscored(files("1.1.9", Master, "Container Network Interface file permissions are 600 or more restrictive", under(cniDir, ""), modeAtMost(0o600))),
-	unscored(files("1.1.10", Master, "Container Network Interface file ownership is root:root", under(cniDir, ""), ownedBy("root:root"))),
+	unscored(files("1.1.9", Master, "Container Network Interface file permissions are 600 or more restrictive", under(cniDir, false, ""), modeAtMost(0o600))),
+	unscored(files("1.1.10", Master, "Container Network Interface file ownership is root:root", under(cniDir, false, ""), ownedBy("root:root"))),
 	files("1.1.11", Master, "etcd data directory permissions are 700 or more restrictive", flagFile("etcd", "data-dir"), modeAtMost(0o700)),
 	files("1.1.12", Master, "etcd data directory ownership is etcd:etcd", flagFile("etcd", "data-dir"), ownedBy("etcd:etcd")),
 	files("1.1.13", Master, "default administrative credential file permissions are 600", paths(kubernetes+"/admin.conf", kubernetes+"/super-admin.conf"), modeAtMost(0o600)),
@@ -102,9 +102,9 @@ var checks = []Check{
 	owner("1.1.16", "scheduler.conf file ownership is root:root", kubernetes+"/scheduler.conf"),
 	perm("1.1.17", "controller-manager.conf file permissions are 600 or more restrictive", kubernetes+"/controller-manager.conf", 0o600),
 	owner("1.1.18", "controller-manager.conf file ownership is root:root", kubernetes+"/controller-manager.conf"),
-	files("1.1.19", Master, "Kubernetes PKI directory and file ownership is root:root", under(pkiDir, ""), ownedBy("root:root")),
-	unscored(files("1.1.20", Master, "Kubernetes PKI certificate file permissions are 644 or more restrictive", under(pkiDir, ".crt"), modeAtMost(0o644))),
-	unscored(files("1.1.21", Master, "Kubernetes PKI key file permissions are 600", under(pkiDir, ".key"), modeAtMost(0o600))),
+	files("1.1.19", Master, "Kubernetes PKI directory and file ownership is root:root", under(pkiDir, true, ""), ownedBy("root:root")),
+	unscored(files("1.1.20", Master, "Kubernetes PKI certificate file permissions are 644 or more restrictive", under(pkiDir, false, ".crt"), modeAtMost(0o644))),
+	unscored(files("1.1.21", Master, "Kubernetes PKI key file permissions are 600", under(pkiDir, false, ".key"), modeAtMost(0o600))),
 
 	unscored(flag("1.2.1", Master, "--anonymous-auth is false", "kube-apiserver", anonymousOff)),
 	flag("1.2.2", Master, "--token-auth-file is not set", "kube-apiserver", unset("token-auth-file")),
@@ -274,12 +274,13 @@ func ownedBy(want string) func(File) (bool, string) {
 
 func paths(ps ...string) func(*Host) []string { return func(*Host) []string { return ps } }
 
-// under is every file under dir ending in suffix, dir itself included when suffix is empty.
-func under(dir, suffix string) func(*Host) []string {
+// under is every file under dir whose name ends in suffix, as find(1) lists them: with dir
+// itself when self is set.
+func under(dir string, self bool, suffix string) func(*Host) []string {
 	return func(h *Host) []string {
 		var out []string
 		for p := range h.Files {
-			if (p == dir && suffix == "") || strings.HasPrefix(p, dir+"/") && strings.HasSuffix(p, suffix) {
+			if (self && p == dir) || strings.HasPrefix(p, dir+"/") && strings.HasSuffix(p, suffix) {
 				out = append(out, p)
 			}
 		}
@@ -301,7 +302,7 @@ func flagFile(proc, flag string) func(*Host) []string {
 func kubeletUnits(h *Host) []string {
 	out := slices.Clone(KubeletUnitFiles)
 	for _, d := range KubeletDropInDirs {
-		out = append(out, under(d, ".conf")(h)...)
+		out = append(out, under(d, false, ".conf")(h)...)
 	}
 	return out
 }

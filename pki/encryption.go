@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"sigs.k8s.io/yaml"
@@ -36,6 +37,82 @@ func (k EncryptionKey) GoString() string { return "pki.EncryptionKey{Name: " + k
 // (a key rotation in progress).
 type EncryptionKeys struct {
 	Keys []EncryptionKey `json:"keys"`
+	// Rotation is the key rotation in progress (kforge secrets rotate-key); nil when none.
+	Rotation *KeyRotation `json:"rotation,omitempty"`
+}
+
+// KeyRotation is a key rotation in progress: the phase the keys are in, the new key.
+type KeyRotation struct {
+	Phase   KeyPhase  `json:"phase"`
+	New     string    `json:"new"` // the new key's name
+	Started time.Time `json:"started"`
+}
+
+// KeyPhase is a phase of a key rotation. In each, the API servers' configuration lists the keys
+// as the phase says, and the phase is done once every API server has loaded it:
+//   - add: the old key encrypts, the new one is known (every API server can read what the
+//     others will write with it);
+//   - write: the new key encrypts, the old one still decrypts;
+//   - rewrite: every Secret is written again (with the new key), and none is left in etcd
+//     under the old one;
+//   - drop: the old key is gone from every file.
+type KeyPhase string
+
+const (
+	KeyAdd     KeyPhase = "add"
+	KeyWrite   KeyPhase = "write"
+	KeyRewrite KeyPhase = "rewrite"
+	KeyDrop    KeyPhase = "drop"
+)
+
+// StartKeyRotation makes a new key and records the rotation in dir, in phase add; a rotation in
+// progress is returned as it is, to be resumed.
+func StartKeyRotation(dir string, now time.Time, random io.Reader) (*EncryptionKeys, error) {
+	ks, err := LoadEncryptionKeys(dir)
+	if err != nil {
+		return nil, err
+	}
+	if ks == nil {
+		return nil, fmt.Errorf("no encryption key in %s: kforge apply makes the first one", dir)
+	}
+	if ks.Rotation != nil {
+		return ks, nil
+	}
+	k, err := NewEncryptionKey(now, random)
+	if err != nil {
+		return nil, err
+	}
+	if slices.ContainsFunc(ks.Keys, func(o EncryptionKey) bool { return o.Name == k.Name }) {
+		return nil, fmt.Errorf("a key named %s exists already: start the rotation again in a second", k.Name)
+	}
+	next := &EncryptionKeys{Keys: append(slices.Clone(ks.Keys), k), Rotation: &KeyRotation{Phase: KeyAdd, New: k.Name, Started: now.UTC()}}
+	return next, SaveEncryptionKeys(dir, next)
+}
+
+// Advance is the keys in phase p of ks's rotation: in write and rewrite the new key first, in
+// drop the new key alone.
+func (ks *EncryptionKeys) Advance(p KeyPhase) (*EncryptionKeys, error) {
+	if ks.Rotation == nil {
+		return nil, errors.New("no key rotation in progress")
+	}
+	i := slices.IndexFunc(ks.Keys, func(k EncryptionKey) bool { return k.Name == ks.Rotation.New })
+	if i < 0 {
+		return nil, fmt.Errorf("the new key %s of the rotation is not among the keys", ks.Rotation.New)
+	}
+	rot := *ks.Rotation
+	rot.Phase = p
+	next := &EncryptionKeys{Rotation: &rot}
+	switch p {
+	case KeyAdd:
+		next.Keys = append(slices.Delete(slices.Clone(ks.Keys), i, i+1), ks.Keys[i])
+	case KeyWrite, KeyRewrite:
+		next.Keys = append([]EncryptionKey{ks.Keys[i]}, slices.Delete(slices.Clone(ks.Keys), i, i+1)...)
+	case KeyDrop:
+		next.Keys = []EncryptionKey{ks.Keys[i]}
+	default:
+		return nil, fmt.Errorf("unknown phase %q", p)
+	}
+	return next, nil
 }
 
 // NewEncryptionKey makes a key named after now from random's bytes.
@@ -103,11 +180,17 @@ func SaveEncryptionKeys(dir string, ks *EncryptionKeys) error {
 	return Options{}.write(filepath.Join(dir, EncryptionFile), data, 0o600)
 }
 
-// ensureEncryption loads the keys, or makes the first one.
+// ensureEncryption loads the keys, or makes the first one; a rotation in progress is a warning.
 func ensureEncryption(o Options) (*EncryptionKeys, []Change, error) {
 	ks, err := LoadEncryptionKeys(o.Dir)
-	if err != nil || ks != nil {
-		return ks, nil, err
+	if err != nil {
+		return nil, nil, err
+	}
+	if ks != nil && ks.Rotation != nil {
+		return ks, []Change{{Key: "encryption", Action: "warning", Reason: fmt.Sprintf("key rotation in phase %s since %s: kforge secrets rotate-key finishes it", ks.Rotation.Phase, ks.Rotation.Started.Format(time.RFC3339))}}, nil
+	}
+	if ks != nil {
+		return ks, nil, nil
 	}
 	k, err := NewEncryptionKey(o.Now, o.Rand)
 	if err != nil {

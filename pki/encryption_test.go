@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestEncryptionKeys: the first Ensure makes one 32-byte key, the next ones keep it; printing
@@ -70,5 +71,45 @@ func TestWorkersGetServingCertificatesOnly(t *testing.T) {
 	}
 	if !slices.Equal(names, []string{"kubelet-server.crt", "kubelet-server.key"}) || set.Get(KubeletServerCert, "m2") == nil {
 		t.Errorf("m2 as a worker keeps %v", names)
+	}
+}
+
+// TestKeyRotationPhases: a rotation adds a key after the old one, puts it first, then keeps it
+// alone; it is recorded in the state dir so a second start resumes it, and Ensure reports it.
+func TestKeyRotationPhases(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "pki")
+	o := Options{Dir: dir, Params: testParams(), Masters: testMasters[:1], Now: t0, Rand: seeded(34)}
+	first, _ := ensure(t, o)
+	old := first.Encryption.Keys[0].Name
+	ks, err := StartKeyRotation(dir, t0.Add(time.Hour), seeded(35))
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := func(ks *EncryptionKeys) string {
+		var n []string
+		for _, k := range ks.Keys {
+			n = append(n, k.Name)
+		}
+		return strings.Join(n, ",")
+	}
+	nw := ks.Rotation.New
+	if ks.Rotation.Phase != KeyAdd || names(ks) != old+","+nw || nw == old {
+		t.Fatalf("start: %s %s", ks.Rotation.Phase, names(ks))
+	}
+	again, err := StartKeyRotation(dir, t0.Add(2*time.Hour), seeded(36))
+	if err != nil || again.Rotation.New != nw || names(again) != names(ks) {
+		t.Errorf("a second start did not resume: %v %v", again, err)
+	}
+	if _, ch := ensure(t, o); len(ch) != 1 || ch[0].Action != "warning" || !strings.Contains(ch[0].Reason, "phase add") {
+		t.Errorf("Ensure during the rotation: %v", ch)
+	}
+	for _, c := range []struct {
+		p    KeyPhase
+		want string
+	}{{KeyWrite, nw + "," + old}, {KeyRewrite, nw + "," + old}, {KeyAdd, old + "," + nw}, {KeyDrop, nw}} {
+		next, err := ks.Advance(c.p)
+		if err != nil || names(next) != c.want || next.Rotation.Phase != c.p {
+			t.Errorf("%s: %s %v, want %s", c.p, names(next), err, c.want)
+		}
 	}
 }
