@@ -140,6 +140,9 @@ func TestHAControlPlaneGrowsSurvivesAMasterAndShrinks(t *testing.T) {
 	// Certificates renewed under load.
 	c.step("renew", func(t *testing.T) { c.renewUnderLoad(ctx, h[:5]) })
 
+	// The key that encrypts Secrets, rotated under the same load.
+	c.step("rotate-key", func(t *testing.T) { c.rotateKeyUnderLoad(ctx, h[:3]) })
+
 	// From here on the checks go through the first master's address (the API server
 	// certificates lose the load balancer's; the VIP is checked on its own).
 	var k kubernetes.Interface

@@ -23,6 +23,8 @@ import (
 	"github.com/kforge/kforge/cis"
 	"github.com/kforge/kforge/hostpath"
 	"github.com/kforge/kforge/lab"
+	"github.com/kforge/kforge/pki"
+	"github.com/kforge/kforge/remote"
 )
 
 // secureByDefault: the cluster kforge made with no security settings in its inventory is
@@ -191,4 +193,73 @@ func allowedCISFailures(t *testing.T) map[string]string {
 	sort.Strings(ids)
 	t.Logf("checks failed on purpose (docs/security.md): %s", strings.Join(ids, ", "))
 	return out
+}
+
+// rotateKeyUnderLoad rotates the key that encrypts Secrets (kforge secrets rotate-key) on the
+// masters hosts while startLoad's prober counts failed requests to a Service and the API is
+// probed through the load balancer. The first run is killed once an API server has loaded the
+// new key; plan then shows the rotation in progress, and the next run finishes it. Afterwards
+// every Secret written before reads back as it was, and no file on any master holds the old key.
+func (c *cluster) rotateKeyUnderLoad(ctx context.Context, masters []lab.Host) {
+	t := c.t
+	t.Helper()
+	k := c.client()
+	_, failed0 := proberCounts(ctx, t, k)
+	values := map[string]string{}
+	for i := range 20 {
+		name := fmt.Sprintf("rotate-%02d", i)
+		values[name] = name + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+		if _, err := k.CoreV1().Secrets("default").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name}, StringData: map[string]string{"v": values[name]}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before, err := pki.LoadEncryptionKeys(filepath.Join(c.state, "pki"))
+	if err != nil || before == nil || len(before.Keys) != 1 {
+		t.Fatalf("the state dir's encryption keys before the rotation: %v %v", before, err)
+	}
+	old := before.Keys[0]
+
+	api := probeAPIWith(ctx, c.adminClient)
+	start := time.Now()
+	killed, out := c.runUntil(ctx, "the API server loaded it", "secrets", "rotate-key")
+	if !killed {
+		c.fatalWithMasters(ctx, masters, "the first rotate-key run ended before an API server loaded the new key:\n%s", out)
+	}
+	if plan, _ := c.plan(); !strings.Contains(plan, "key rotation in phase add") {
+		t.Errorf("plan during the interrupted key rotation does not show it:\n%s", plan)
+	}
+	out, err = c.run("secrets", "rotate-key")
+	took := time.Since(start)
+	failed, down := api.stop()
+	if err != nil {
+		c.fatalWithMasters(ctx, masters, "secrets rotate-key (second run): %v\n%s", err, out)
+	}
+	_, failedN := proberCounts(ctx, t, k)
+	t.Logf("secrets rotate-key on %d masters took %s (both runs); Service prober: %d failed requests; API probes through the load balancer: %d failed (about %s), the longest outage %s%s\n%s",
+		len(masters), took.Round(time.Second), failedN-failed0, failed, down.Round(100*time.Millisecond), api.longestOutage().Round(100*time.Millisecond), api.outages(), out)
+	if failedN-failed0 > 0 || failed > 0 {
+		t.Errorf("during the key rotation the Service failed %d requests and the API %d; want none", failedN-failed0, failed)
+	}
+	if !strings.Contains(out, "done by an earlier run") {
+		t.Errorf("the second rotate-key run did not resume the first one's rotation:\n%s", out)
+	}
+
+	after, err := pki.LoadEncryptionKeys(filepath.Join(c.state, "pki"))
+	if err != nil || after == nil || len(after.Keys) != 1 || after.Keys[0].Name == old.Name || after.Rotation != nil {
+		t.Errorf("the state dir's keys after the rotation: %v %v; want one new key, no rotation", after, err)
+	}
+	for name, v := range values {
+		s, err := k.CoreV1().Secrets("default").Get(ctx, name, metav1.GetOptions{})
+		if err != nil || string(s.Data["v"]) != v {
+			t.Errorf("Secret %s after the rotation: %v (its value as written: %v)", name, err, s != nil && string(s.Data["v"]) == v)
+		}
+	}
+	for _, m := range masters {
+		if left := c.exec(ctx, m.Name, "grep -rlF -- "+remote.Quote(old.Base64())+" /etc/kubernetes /var/lib/kubelet /etc/kforge 2>/dev/null; true"); strings.TrimSpace(left) != "" {
+			t.Errorf("%s: the old key is still in %s", m.Name, strings.TrimSpace(left))
+		}
+	}
+	if plan, code := c.plan(); strings.Contains(plan, "key rotation") {
+		t.Errorf("plan after the rotation (exit %d) still shows it:\n%s", code, plan)
+	}
 }

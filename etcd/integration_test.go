@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -183,6 +184,29 @@ func TestRealEtcd(t *testing.T) {
 		}
 		if size := int64(len(db)); size != before.DBSize && size != after.DBSize {
 			t.Errorf("snapshot database is %d bytes; etcd's status says %d (before) and %d (after)", size, before.DBSize, after.DBSize)
+		}
+	})
+
+	t.Run("unprefixed values", func(t *testing.T) {
+		// 250 keys (three pages), every seventh without the prefix; a key beside the range.
+		var want []string
+		for i := range 250 {
+			v := "k8s:enc:secretbox:v1:new:" + fmt.Sprint(i)
+			k := fmt.Sprintf("/registry/secrets/ns/s%03d", i)
+			if i%7 == 0 {
+				v = "k8s:enc:secretbox:v1:old:" + fmt.Sprint(i)
+				want = append(want, k)
+			}
+			if _, err := c.cli.Put(ctx, k, v); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := c.cli.Put(ctx, "/registry/secretsx", "plain"); err != nil {
+			t.Fatal(err)
+		}
+		total, got, err := c.Unprefixed(ctx, "/registry/secrets/", []byte("k8s:enc:secretbox:v1:new:"))
+		if err != nil || total != 250 || !slices.Equal(got, want) {
+			t.Errorf("Unprefixed: %d keys, %d without the prefix (want 250 and %d), %v", total, len(got), len(want), err)
 		}
 	})
 

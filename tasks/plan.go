@@ -69,6 +69,9 @@ type Diff struct {
 	// Rotation is the CA rotation in progress, if any: kforge certs rotate-ca finishes it (apply
 	// renders what its phase says meanwhile).
 	Rotation string `json:"rotation,omitempty"`
+	// KeyRotation is the rotation of the key that encrypts Secrets in progress, if any: kforge
+	// secrets rotate-key finishes it (apply keeps the keys as its phase has them meanwhile).
+	KeyRotation string `json:"keyRotation,omitempty"`
 	// APIUnknown says why the API part is not known, when it is not.
 	APIUnknown string `json:"apiUnknown,omitempty"`
 }
@@ -119,7 +122,7 @@ type RemovedHost struct {
 // an apply would change nothing that plan could see.
 func (d Diff) Changes() int {
 	n := len(d.Hosts) + len(d.Certificates) + len(d.Objects) + len(d.Rollouts)
-	if d.BootstrapToken != "" || d.Upgrade != "" || d.Rotation != "" {
+	if d.BootstrapToken != "" || d.Upgrade != "" || d.Rotation != "" || d.KeyRotation != "" {
 		n++
 	}
 	if d.NewCluster {
@@ -214,6 +217,9 @@ func (p *Plan) pki(context.Context, progress.Reporter) error {
 	}
 	for _, ch := range changes {
 		if ch.Action == "warning" {
+			if ch.Key == "encryption" {
+				p.Diff.KeyRotation = ch.Reason
+			}
 			continue
 		}
 		if ch.Action == "created" && strings.HasPrefix(ch.Reason, "new CA ") {

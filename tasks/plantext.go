@@ -29,6 +29,11 @@ func (d Diff) Text() string {
 		indent(d.Rotation, "    ")
 		b.WriteString("\n")
 	}
+	if d.KeyRotation != "" {
+		b.WriteString("encryption key rotation in progress\n")
+		indent(d.KeyRotation, "    ")
+		b.WriteString("\n")
+	}
 	if d.Upgrade != "" {
 		b.WriteString("upgrade\n")
 		indent(d.Upgrade, "    ")
