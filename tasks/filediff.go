@@ -20,13 +20,14 @@ import (
 //   - a certificate (*.crt) is described (subject, issuer, SANs, validity, serial) and the
 //     descriptions are diffed, which shows why it changes (a new SAN, a renewal, a new CA);
 //   - any other file is diffed line by line, with the values of secret fields (kubeconfig
-//     client keys, tokens, passwords, registry Authorization) replaced by a tag: the same value
+//     client keys, tokens, passwords, registry Authorization, the encryption keys of the API
+//     servers' EncryptionConfiguration) replaced by a tag: the same value
 //     gets the same tag within one plan, so a changed secret shows as a changed tag, and a tag
 //     is an HMAC under a key made for this plan alone, so it says nothing about the value.
 
 // secretField matches a line whose value is a secret, in YAML (kubeconfigs), TOML (containerd's
 // hosts.toml) or INI-like files; group 1 is everything up to the value.
-var secretField = regexp.MustCompile(`(?i)^(\s*(?:- )?"?(?:client-key-data|token|password|authorization|auth|private-key)"?\s*[:=]\s*)(\S.*)$`)
+var secretField = regexp.MustCompile(`(?i)^(\s*(?:- )?"?(?:client-key-data|token|password|authorization|auth|private-key|secret)"?\s*[:=]\s*)(\S.*)$`)
 
 // blobField matches a line holding a base64 certificate (public, but unreadable in a diff).
 var blobField = regexp.MustCompile(`^(\s*(?:client-certificate-data|certificate-authority-data)\s*:\s*)(\S+)$`)

@@ -15,6 +15,7 @@ import (
 	"github.com/kforge/kforge/progress"
 	"github.com/kforge/kforge/remote"
 	"github.com/kforge/kforge/state"
+	"github.com/kforge/kforge/templates"
 )
 
 // TestPlanAgreesWithApply: on in-memory hosts and a fake API, plan after an apply finds no
@@ -157,6 +158,18 @@ func TestFileDiffNeverShowsKeys(t *testing.T) {
 	}
 	if diff, note := r.fileDiff("/etc/kubernetes/pki/ca.key", []byte("-----BEGIN EC PRIVATE KEY-----"), []byte("-----BEGIN EC PRIVATE KEY-----x"), false); diff != "" || !strings.Contains(note, "not shown") {
 		t.Errorf("private key: %q %q", diff, note)
+	}
+	// The API servers' encryption configuration during a key rotation: its keys are tags.
+	oldKeys := &pki.EncryptionKeys{Keys: []pki.EncryptionKey{{Name: "k1", Secret: []byte(strings.Repeat("a", 32))}}}
+	newKeys := &pki.EncryptionKeys{Keys: []pki.EncryptionKey{{Name: "k1", Secret: []byte(strings.Repeat("a", 32))}, {Name: "k2", Secret: []byte(strings.Repeat("b", 32))}}}
+	encOld, err := templates.EncryptionConfig("secretbox", oldKeys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	encNew, _ := templates.EncryptionConfig("secretbox", newKeys)
+	diff, _ = r.fileDiff(hostpath.EncryptionConfig, encOld, encNew, false)
+	if strings.Contains(diff, newKeys.Keys[0].Base64()) || strings.Contains(diff, newKeys.Keys[1].Base64()) || !strings.Contains(diff, "+      - name: k2") || !strings.Contains(diff, "secret: <secret ") {
+		t.Errorf("encryption configuration:\n%s", diff)
 	}
 	toml := "[host.\"https://r\"]\n  [host.\"https://r\".header]\n    Authorization = \"Basic dTpw\"\n"
 	if diff, _ := r.fileDiff("/etc/containerd/certs.d/r/hosts.toml", []byte(toml), []byte(strings.ReplaceAll(toml, "dTpw", "dTpx")), false); strings.Contains(diff, "dTp") || !strings.Contains(diff, "Authorization = <secret ") {
