@@ -130,6 +130,26 @@ func (c *cluster) secureByDefault(ctx context.Context, master, worker lab.Host) 
 		return false, fmt.Sprintf("%d lines, none for the Secret", strings.Count(log, "\n"))
 	})
 
+	// The encryption key is in no log or run record of the state dir (only in pki/), nor in
+	// kforge cis's output.
+	keys, err := pki.LoadEncryptionKeys(filepath.Join(c.state, "pki"))
+	if err != nil || keys == nil {
+		t.Fatalf("the state dir's encryption keys: %v", err)
+	}
+	secret := keys.Keys[0].Base64()
+	filepath.WalkDir(c.state, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || strings.HasPrefix(p, filepath.Join(c.state, "pki")+string(filepath.Separator)) {
+			return nil
+		}
+		if data, _ := os.ReadFile(p); strings.Contains(string(data), secret) {
+			t.Errorf("%s holds the encryption key", p)
+		}
+		return nil
+	})
+	if strings.Contains(out, secret) {
+		t.Error("kforge cis printed the encryption key")
+	}
+
 	// etcd runs as its own user.
 	if u := strings.TrimSpace(c.exec(ctx, master.Name, "ps -o user= -C etcd")); u != "etcd" {
 		t.Errorf("etcd runs as %q, want etcd", u)
