@@ -97,8 +97,11 @@ type Options struct {
 // Owner is a user's and group's ids.
 type Owner struct{ UID, GID int }
 
-// etcdOwned are the files of a master's PKI that etcd reads as its own user.
-var etcdOwned = []string{pkiPath("etcd/server.crt"), pkiPath("etcd/server.key"), pkiPath("etcd/peer.crt"), pkiPath("etcd/peer.key")}
+// etcdOwned are the files of a master's PKI that etcd's user reads: etcd's serving and peer
+// pairs, and the health-check client's, with which etcdctl run in etcd's pod (as that user)
+// reaches the member, as kubeadm's documentation shows.
+var etcdOwned = []string{pkiPath("etcd/server.crt"), pkiPath("etcd/server.key"), pkiPath("etcd/peer.crt"), pkiPath("etcd/peer.key"),
+	pkiPath("etcd/healthcheck-client.crt"), pkiPath("etcd/healthcheck-client.key")}
 
 func (o Options) withDefaults() Options {
 	if o.CACertDirs == nil {

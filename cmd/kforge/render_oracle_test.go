@@ -862,10 +862,10 @@ func cisSideBySide(t *testing.T, master, theirs, mine string) {
 		t.Fatal(err)
 	}
 	extra := map[string]cis.File{"/var/lib/etcd": {Mode: 0o700, Owner: "etcd:etcd"}, "/etc/cni/net.d/10-kforge.conflist": {Mode: 0o600, Owner: "root:root"}}
-	for _, f := range []string{"server.crt", "peer.crt"} {
+	for _, f := range []string{"server.crt", "peer.crt", "healthcheck-client.crt"} {
 		extra["/etc/kubernetes/pki/etcd/"+f] = cis.File{Mode: 0o644, Owner: "etcd:etcd"}
 	}
-	for _, f := range []string{"server.key", "peer.key"} {
+	for _, f := range []string{"server.key", "peer.key", "healthcheck-client.key"} {
 		extra["/etc/kubernetes/pki/etcd/"+f] = cis.File{Mode: 0o600, Owner: "etcd:etcd"}
 	}
 	kforgeHost, err := cis.FromTree(master, map[string]string{"/etc": filepath.Join(mine, "etc"), "/var": filepath.Join(mine, "var")}, extra)
