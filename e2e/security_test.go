@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -245,6 +246,10 @@ func (c *cluster) rotateKeyUnderLoad(ctx context.Context, masters []lab.Host) {
 	if !killed {
 		c.fatalWithMasters(ctx, masters, "the first rotate-key run ended before an API server loaded the new key:\n%s", out)
 	}
+	newKey := regexp.MustCompile(`new key (\S+) \(replacing`).FindStringSubmatch(out)
+	if newKey == nil {
+		t.Fatalf("the first rotate-key run did not name its new key:\n%s", out)
+	}
 	if plan, _ := c.plan(); !strings.Contains(plan, "key rotation in phase add") {
 		t.Errorf("plan during the interrupted key rotation does not show it:\n%s", plan)
 	}
@@ -260,8 +265,8 @@ func (c *cluster) rotateKeyUnderLoad(ctx context.Context, masters []lab.Host) {
 	if failedN-failed0 > 0 || failed > 0 {
 		t.Errorf("during the key rotation the Service failed %d requests and the API %d; want none", failedN-failed0, failed)
 	}
-	if !strings.Contains(out, "done by an earlier run") {
-		t.Errorf("the second rotate-key run did not resume the first one's rotation:\n%s", out)
+	if !strings.Contains(out, "new key "+newKey[1]+" ") {
+		t.Errorf("the second rotate-key run did not resume the first one's rotation (key %s):\n%s", newKey[1], out)
 	}
 
 	after, err := pki.LoadEncryptionKeys(filepath.Join(c.state, "pki"))
