@@ -140,7 +140,7 @@ func Table() []Spec {
 			Subject: fixed("kube-apiserver-etcd-client"), ExtKeyUsage: clientAuth},
 		// kforge's own: the masters' registry serves the bundle to the other nodes with it.
 		{Name: RegistryCert, BaseName: RegistryCert, SignedBy: CA, Scope: PerMaster,
-			Subject: fixed(RegistryCert), ExtKeyUsage: serverAuth, SANs: registrySANs},
+			Subject: fixed(RegistryCert), ExtKeyUsage: serverAuth, SANs: nodeSANs},
 
 		{Name: "admin.conf", Kubeconfig: "admin.conf", SignedBy: CA,
 			Subject: fixed("kubernetes-admin", ClusterAdminsGroup), ExtKeyUsage: clientAuth},
@@ -166,7 +166,8 @@ func Table() []Spec {
 // under /var/lib/kubelet/pki (hostpath.KubeletServerCert), not under /etc/kubernetes/pki.
 const KubeletServerCert = "kubelet-server"
 
-// nodeSANs are a node's name, its IP and the address kforge reaches it at.
+// nodeSANs are a node's name, its IP and the address kforge reaches it at: how the API server
+// reaches its kubelet, and the other nodes a master's registry.
 func nodeSANs(_ Params, m Master) ([]string, []net.IP, error) {
 	ip := net.ParseIP(m.IP)
 	if ip == nil {
@@ -256,24 +257,6 @@ func etcdSANs(_ Params, m Master) ([]string, []net.IP, error) {
 // which the other nodes take the bundle: not kubeadm's, signed by the cluster CA, which every
 // node trusts.
 const RegistryCert = "kforge-registry"
-
-// registrySANs name the master as the nodes reach its registry: its node name, advertise
-// address and the address kforge reaches it at.
-func registrySANs(_ Params, m Master) ([]string, []net.IP, error) {
-	adv := net.ParseIP(m.IP)
-	if adv == nil {
-		return nil, nil, fmt.Errorf("master %s: address %q is not an IP", m.Name, m.IP)
-	}
-	dns, ips := []string{m.Name}, []net.IP{adv}
-	if m.Address != "" && m.Address != m.IP {
-		if ip := net.ParseIP(m.Address); ip != nil {
-			ips = append(ips, ip)
-		} else {
-			dns = append(dns, m.Address)
-		}
-	}
-	return dns, ips, nil
-}
 
 // FirstServiceIP is the kubernetes Service's address: the first host address of the subnet.
 func FirstServiceIP(subnet string) (net.IP, error) {
