@@ -1,6 +1,9 @@
 package cis
 
 import (
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -28,5 +31,35 @@ func TestEveryAutomatedCheck(t *testing.T) {
 	}
 	if scored != 65 {
 		t.Errorf("%d scored checks, want 65", scored)
+	}
+}
+
+// TestAcceptedAreDocumented: the checks kforge cis accepts as failed on purpose are exactly the
+// rows of docs/security.md's table of them.
+func TestAcceptedAreDocumented(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "docs", "security.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var documented []string
+	in := false
+	for _, l := range strings.Split(string(data), "\n") {
+		switch {
+		case strings.HasPrefix(l, "| Check | Why kforge fails it |"):
+			in = true
+		case !strings.HasPrefix(l, "|"):
+			in = false
+		case in && !strings.HasPrefix(l, "|---"):
+			documented = append(documented, strings.TrimSpace(strings.Split(l, "|")[1]))
+		}
+	}
+	var accepted []string
+	for id := range Accepted {
+		accepted = append(accepted, id)
+	}
+	slices.Sort(accepted)
+	slices.Sort(documented)
+	if !slices.Equal(accepted, documented) {
+		t.Errorf("kforge cis accepts %v; docs/security.md documents %v", accepted, documented)
 	}
 }
