@@ -25,6 +25,7 @@ import (
 	"github.com/kforge/kforge/inventory"
 	"github.com/kforge/kforge/kube"
 	"github.com/kforge/kforge/lab"
+	"github.com/kforge/kforge/templates"
 	"github.com/kforge/kforge/release"
 )
 
@@ -249,14 +250,20 @@ func (c *cluster) checkVMHost(ctx context.Context, vm string) {
 	if got := strings.TrimSpace(c.exec(ctx, vm, "uname -r")); got != node.Status.NodeInfo.KernelVersion || got == strings.TrimSpace(string(ours)) {
 		c.t.Errorf("%s runs kernel %s (node says %s), this machine %s: want its own", vm, got, node.Status.NodeInfo.KernelVersion, ours)
 	}
+	// Every kernel setting kforge makes (those kubelet's protectKernelDefaults checks included),
+	// applied on the VM's own kernel and written for its next boot.
+	var keys, values []string
+	for _, sc := range templates.Sysctls {
+		keys, values = append(keys, sc.Key), append(values, sc.Value)
+	}
 	for _, chk := range []struct{ what, script, want string }{
 		{"cgroup file system", "stat -fc %T /sys/fs/cgroup", "cgroup2fs"},
 		{"failCgroupV1 in kubelet's config", "grep -c failCgroupV1 " + hostpath.KubeletConfigPath + " || true", "0"},
 		{"kubelet's cgroup driver", "grep '^cgroupDriver' " + hostpath.KubeletConfigPath, "cgroupDriver: systemd"},
 		{"modules loaded", "lsmod | awk '$1==\"br_netfilter\"||$1==\"overlay\"{print $1}' | sort | tr '\\n' ' '", "br_netfilter overlay "},
 		{"modules persisted", "cat " + hostpath.ModulesLoadFile + " | grep -v '^#' | tr '\\n' ' '", "overlay br_netfilter "},
-		{"sysctls applied", "sysctl -n net.ipv4.ip_forward net.bridge.bridge-nf-call-iptables | tr '\\n' ' '", "1 1 "},
-		{"sysctls persisted", "grep -c '= 1' " + hostpath.SysctlFile, "3"},
+		{"sysctls applied", "sysctl -n " + strings.Join(keys, " ") + " | tr '\\n' ' '", strings.Join(values, " ")},
+		{"sysctls persisted", "grep -vc '^#' " + hostpath.SysctlFile, strconv.Itoa(len(keys))},
 		{"units enabled", "systemctl is-enabled containerd kubelet | tr '\\n' ' '", "enabled enabled "},
 		{"kubelet's cgroup", "systemctl show -p ControlGroup --value kubelet", "/system.slice/kubelet.service"},
 	} {
