@@ -125,6 +125,7 @@ func (c *cluster) upgradeAcrossTwoMinors(ctx context.Context, from, via, to stri
 	// The first run is killed once the master is at the middle release (as Ctrl-C twice, or
 	// a lost workstation, would end it); the next run finishes the upgrade from there.
 	api := probeAPI(ctx, k)
+	unknown := watchUnknown(ctx, k)
 	start := time.Now()
 	killed, out := c.runUntil(ctx, "control plane at "+via, "apply", "--timeout", "5m")
 	if !killed {
@@ -179,9 +180,21 @@ func (c *cluster) upgradeAcrossTwoMinors(ctx context.Context, from, via, to stri
 	t.Logf("Service prober: %d requests answered, %d failed; API probes: %d failed, about %s without an answer, the longest outage %s", ok, failed, apiFailed, apiDown.Round(100*time.Millisecond), api.longestOutage().Round(100*time.Millisecond))
 	// Measured: 0 failed in two runs of three, 3 in the third (the prober's container was
 	// restarted on the master by its new kubelet; see the log of its earlier container above).
-	// The target is 0; more than a handful is a Service that went away.
-	if failed > 5 || ok < 100 {
-		t.Errorf("the Service prober counted %d failed requests (and %d answered); want none, and at most a handful", failed, ok)
+	// The target is 0; more than a handful is a Service that went away. One cause is known and
+	// not kforge's to remove with one master (docs/upgrades.md, "Not yet"): when the master's API
+	// is away longer than kube-controller-manager's node grace period (50 s, counted from the
+	// workers' last lease renewal), it marks the workers NotReady and their pods not ready the
+	// moment it answers again, and the Service has no endpoint for a few seconds. Then the
+	// failures are counted and said, and bounded by what those seconds hold.
+	seen := unknown.stop()
+	limit := 5
+	if seen[w1]+seen[w2] > 0 {
+		limit = 60
+		t.Logf("kube-controller-manager marked the workers' status Unknown (seen by node: %v) after the single master's API was away %s: the Service's failures are bounded by %d, not 5",
+			seen, api.longestOutage().Round(100*time.Millisecond), limit)
+	}
+	if failed > limit || ok < 100 {
+		t.Errorf("the Service prober counted %d failed requests (and %d answered); want none, and at most a handful (workers' status seen Unknown: %v)", failed, ok, seen)
 	}
 
 	// Every node at the new version, Ready and schedulable.
@@ -641,4 +654,31 @@ func registryContents(ctx context.Context, c *cluster, host string) registryStat
 	const dir = hostpath.RegistryDir
 	tags := c.exec(ctx, host, "ls "+dir+"/docker/registry/v2/repositories/registry.k8s.io/kube-proxy/_manifests/tags")
 	return registryState{kubeProxyTags: strings.Join(strings.Fields(tags), " "), mib: strings.TrimSpace(c.exec(ctx, host, "du -sm "+dir+" | cut -f1"))}
+}
+
+// watchUnknown records the nodes seen with a Ready condition of status Unknown, listing them
+// every second: kube-controller-manager's verdict on a node whose kubelet stopped renewing its
+// Lease (NodeStatusUnknown), not a kubelet's own NotReady (status False).
+func watchUnknown(ctx context.Context, k kubernetes.Interface) *notReadyWatch {
+	w := &notReadyWatch{done: make(chan struct{}), ended: make(chan struct{}), seen: map[string]int{}}
+	go func() {
+		defer close(w.ended)
+		for {
+			if nodes, err := k.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); err == nil {
+				for _, n := range nodes.Items {
+					for _, c := range n.Status.Conditions {
+						if c.Type == corev1.NodeReady && c.Status == corev1.ConditionUnknown {
+							w.seen[n.Name]++
+						}
+					}
+				}
+			}
+			select {
+			case <-w.done:
+				return
+			case <-time.After(time.Second):
+			}
+		}
+	}()
+	return w
 }
