@@ -180,11 +180,13 @@ func uploadConfigObjects(in UploadConfigInput) (objects, error) {
 
 // kubeadmDefaultKubelet reports whether kc is what kubeadm generates itself: none of the
 // settings the inventory may choose (kubelet.allowCgroupV1 → failCgroupV1, a resolvConf) is
-// set. kubeadm signs only the configurations it generated (a user-supplied KubeletConfiguration
-// stays unsigned), and `kubeadm upgrade` may regenerate a signed one from its defaults — which
-// would drop those choices.
+// set, nor kforge's hardening (protectKernelDefaults, a serving certificate of the cluster CA:
+// docs/security.md), which kforge always sets, so that kforge's is never kubeadm's. kubeadm
+// signs only the configurations it generated (a user-supplied KubeletConfiguration stays
+// unsigned), and `kubeadm upgrade` may regenerate a signed one from its defaults — which would
+// drop those choices.
 func kubeadmDefaultKubelet(kc *kubeletv1beta1.KubeletConfiguration) bool {
-	return kc.FailCgroupV1 == nil && kc.ResolverConfig == nil
+	return kc.FailCgroupV1 == nil && kc.ResolverConfig == nil && !kc.ProtectKernelDefaults && kc.TLSCertFile == ""
 }
 
 // signed adds kubeadm's component-config hash annotation (componentconfigs.SignConfigMap):

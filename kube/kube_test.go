@@ -215,8 +215,22 @@ func TestUploadConfigTwice(t *testing.T) {
 	if h, ok := cm.Annotations[ComponentConfigHashAnnotation]; ok {
 		t.Errorf("kubelet-config with failCgroupV1 signed %q, want unsigned", h)
 	}
+	// Nor does kforge's own hardening leave it kubeadm's (docs/security.md); without any of
+	// them it is, and it is signed as kubeadm signs its own.
 	kc2 := kc.DeepCopy()
 	kc2.FailCgroupV1 = nil
+	if o, err := uploadConfigObjects(UploadConfigInput{Cluster: cc, Kubelet: kc2}); err != nil {
+		t.Fatal(err)
+	} else {
+		fc := fake.NewClientset()
+		if _, err := o.apply(ctx, fc); err != nil {
+			t.Fatal(err)
+		}
+		if cm, _ := fc.CoreV1().ConfigMaps("kube-system").Get(ctx, "kubelet-config", metav1.GetOptions{}); cm.Annotations[ComponentConfigHashAnnotation] != "" {
+			t.Errorf("hardened kubelet-config signed %q, want unsigned", cm.Annotations[ComponentConfigHashAnnotation])
+		}
+	}
+	kc2.ProtectKernelDefaults, kc2.TLSCertFile, kc2.TLSPrivateKeyFile = false, "", ""
 	o, err := uploadConfigObjects(UploadConfigInput{Cluster: cc, Kubelet: kc2})
 	if err != nil {
 		t.Fatal(err)

@@ -79,6 +79,16 @@ func TestObjectsMatchKubeadm(t *testing.T) {
 	}
 	ccYAML, _ := yaml.Marshal(cc)
 	kpYAML, _ := yaml.Marshal(KubeProxyConfiguration(proxy))
+	// kforge's kubelet configuration differs from kubeadm's defaults where kforge hardens it
+	// (docs/kubeadm-differences.md, "Hardened by default"): kubeadm is given it, as a user would
+	// give it a KubeletConfiguration, and the objects are compared from there.
+	kc, err := KubeletConfigurationFor(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored := kc.DeepCopy()
+	stored.ContainerRuntimeEndpoint = "" // node-local (instance-config.yaml), as UploadConfig leaves it out
+	kcYAML, _ := yaml.Marshal(stored)
 	dir := t.TempDir()
 	config := fmt.Sprintf(`apiVersion: kubeadm.k8s.io/v1beta4
 kind: InitConfiguration
@@ -93,7 +103,8 @@ nodeRegistration:
   criSocket: %s
 ---
 %s---
-%s`, token.ID, token.Secret, token.TTL, inventory.DefaultCRIEndpoint, ccYAML, kpYAML)
+%s---
+%s`, token.ID, token.Secret, token.TTL, inventory.DefaultCRIEndpoint, ccYAML, kpYAML, kcYAML)
 	// Given --kubeconfig, kubeadm talks to the server named there (a's loopback address); the
 	// advertise address above only lands in kube-proxy's kubeconfig, which is never used here.
 	// (mark-control-plane takes no --kubeconfig: it would dial the advertise address, so node
@@ -125,10 +136,6 @@ nodeRegistration:
 	}
 	now := exp.Add(-token.TTL)
 	bc := b.client(t, b.superAdmin)
-	kc, err := KubeletConfigurationFor(c)
-	if err != nil {
-		t.Fatal(err)
-	}
 	run := func(bc kubernetes.Interface) []Change {
 		var changes []Change
 		for _, step := range []func() ([]Change, error){
