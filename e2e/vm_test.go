@@ -25,8 +25,8 @@ import (
 	"github.com/kforge/kforge/inventory"
 	"github.com/kforge/kforge/kube"
 	"github.com/kforge/kforge/lab"
-	"github.com/kforge/kforge/templates"
 	"github.com/kforge/kforge/release"
+	"github.com/kforge/kforge/templates"
 )
 
 // TestHostsAsUsersHaveThem: a mixed lab whose hosts carry the traits of the hosts users have
