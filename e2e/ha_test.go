@@ -338,14 +338,19 @@ type notReadyWatch struct {
 }
 
 func watchNotReady(ctx context.Context, k kubernetes.Interface) *notReadyWatch {
+	return watchNodes(ctx, k, func(n *corev1.Node) bool { return !nodeReady(n) })
+}
+
+// watchNodes records, by node, how many times a listing (every second) found it as seen says.
+func watchNodes(ctx context.Context, k kubernetes.Interface, seen func(*corev1.Node) bool) *notReadyWatch {
 	w := &notReadyWatch{done: make(chan struct{}), ended: make(chan struct{}), seen: map[string]int{}}
 	go func() {
 		defer close(w.ended)
 		for {
 			if nodes, err := k.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); err == nil {
-				for _, n := range nodes.Items {
-					if !nodeReady(&n) {
-						w.seen[n.Name]++
+				for i := range nodes.Items {
+					if seen(&nodes.Items[i]) {
+						w.seen[nodes.Items[i].Name]++
 					}
 				}
 			}

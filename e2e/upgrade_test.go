@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -660,25 +661,9 @@ func registryContents(ctx context.Context, c *cluster, host string) registryStat
 // every second: kube-controller-manager's verdict on a node whose kubelet stopped renewing its
 // Lease (NodeStatusUnknown), not a kubelet's own NotReady (status False).
 func watchUnknown(ctx context.Context, k kubernetes.Interface) *notReadyWatch {
-	w := &notReadyWatch{done: make(chan struct{}), ended: make(chan struct{}), seen: map[string]int{}}
-	go func() {
-		defer close(w.ended)
-		for {
-			if nodes, err := k.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); err == nil {
-				for _, n := range nodes.Items {
-					for _, c := range n.Status.Conditions {
-						if c.Type == corev1.NodeReady && c.Status == corev1.ConditionUnknown {
-							w.seen[n.Name]++
-						}
-					}
-				}
-			}
-			select {
-			case <-w.done:
-				return
-			case <-time.After(time.Second):
-			}
-		}
-	}()
-	return w
+	return watchNodes(ctx, k, func(n *corev1.Node) bool {
+		return slices.ContainsFunc(n.Status.Conditions, func(c corev1.NodeCondition) bool {
+			return c.Type == corev1.NodeReady && c.Status == corev1.ConditionUnknown
+		})
+	})
 }
