@@ -35,8 +35,17 @@ func NewCIS(c *inventory.Cluster, o Options) *CIS {
 // Close ends every connection the command opened.
 func (x *CIS) Close() { x.fleet.Close() }
 
-// cisReachTimeout is how long a host that does not answer SSH is retried.
-const cisReachTimeout = 30 * time.Second
+// reachTimeout is how long a host that does not answer SSH is retried by the commands that need
+// every host of a role (kforge cis, secrets rotate-key).
+const reachTimeout = 30 * time.Second
+
+// reachAll connects to every host of role in f; the first that does not answer is the error.
+func reachAll(ctx context.Context, f *fleet.Fleet, role inventory.Role, r progress.Reporter) error {
+	for name, err := range f.Reach(ctx, role, reachTimeout, r) {
+		return fmt.Errorf("host %s: %w", name, err)
+	}
+	return nil
+}
 
 // Steps is kforge cis, top to bottom.
 func (x *CIS) Steps() []Step {
@@ -49,10 +58,7 @@ func (x *CIS) Steps() []Step {
 }
 
 func (x *CIS) connect(ctx context.Context, r progress.Reporter) error {
-	for name, err := range x.fleet.Reach(ctx, "", cisReachTimeout, r) {
-		return fmt.Errorf("host %s: %w", name, err)
-	}
-	return nil
+	return reachAll(ctx, x.fleet, "", r)
 }
 
 func (x *CIS) gather(ctx context.Context, r progress.Reporter) error {

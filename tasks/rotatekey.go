@@ -57,10 +57,7 @@ func (x *RotateKey) Steps() []Step {
 	masters := rc.fleet.Names(inventory.RoleMaster)
 	var l list
 	l.add("connect", OnHosts, masters, func(ctx context.Context, r progress.Reporter) error {
-		for name, err := range rc.fleet.Reach(ctx, inventory.RoleMaster, cisReachTimeout, r) {
-			return fmt.Errorf("host %s: %w", name, err)
-		}
-		return nil
+		return reachAll(ctx, rc.fleet, inventory.RoleMaster, r)
 	}, "connect to %s over SSH", count(len(masters), "master"))
 	l.add("credentials", OnWorkstation, nil, x.credentials, "read the cluster's credentials from the state dir (nothing is written)")
 	l.add("start", OnWorkstation, nil, x.start, "make a new key in %s, or resume the rotation in progress", rc.o.State.PKI())
