@@ -4,17 +4,22 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
+	"github.com/kforge/kforge/inventory"
 	"github.com/kforge/kforge/lab"
 	"github.com/kforge/kforge/pki"
+	"github.com/kforge/kforge/remote"
 )
 
 // renewUnderLoad, on the HA cluster (3 masters behind the lab's load balancer, 2 workers):
@@ -226,4 +231,70 @@ func (p *logsProbe) stop() (int64, []string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.ok.Load(), p.failed
+}
+
+// rotateCAEveryWay rotates the cluster and etcd CAs of the HA cluster (3 masters with the
+// node-local API proxies and the VIP, 2 workers) in one run, while startLoad's prober counts
+// failed requests to a Service and the API is probed every 200 ms, each probe on a connection
+// of its own with the admin kubeconfig as it is then (freshClient): through the lab's load
+// balancer (still in front of the masters' :6443; its address has left the certificates, so
+// the probe asks for the name kubernetes), through a worker's node-local API proxy, and
+// through the VIP. Each master's API server stops before its etcd member restarts and starts
+// once it is back (pushEtcdFirst): no read may fail through the load balancer or the proxy.
+func (c *cluster) rotateCAEveryWay(ctx context.Context, masters []lab.Host, worker lab.Host) {
+	t := c.t
+	t.Helper()
+	_, failed0 := proberCounts(ctx, t, c.client())
+	s, err := remote.Dial(ctx, remote.Config{Name: worker.Name, Address: worker.Address, Port: 22, User: "root",
+		IdentityFile: c.lab.IdentityFile, KnownHostsFile: c.lab.KnownHostsFile}, remote.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	proxy := net.JoinHostPort("127.0.0.1", strconv.Itoa(inventory.DefaultAPIProxyPort))
+	probes := []struct {
+		via string
+		p   *apiProbe
+	}{
+		{"the load balancer", probeAPIWith(ctx, c.freshClient(func(cfg *rest.Config) {
+			cfg.Host = "https://" + net.JoinHostPort(c.lab.LoadBalancer.Address, "6443")
+			cfg.TLSClientConfig.ServerName = "kubernetes"
+		}))},
+		{worker.Name + "'s node-local API proxy", probeAPIWith(ctx, c.freshClient(func(cfg *rest.Config) {
+			cfg.Host = "https://" + proxy
+			cfg.Dial = func(ctx context.Context, network, _ string) (net.Conn, error) { return s.DialContext(ctx, network, proxy) }
+		}))},
+		{"the VIP", probeAPIWith(ctx, c.freshVIPClient())},
+	}
+	start := time.Now()
+	out, err := c.run("certs", "rotate-ca", "--ca", "cluster,etcd")
+	took := time.Since(start)
+	failed := map[string]int64{}
+	var said []string
+	for _, pr := range probes {
+		n, down := pr.p.stop()
+		failed[pr.via] = n
+		said = append(said, fmt.Sprintf("through %s %d failed (about %s, the longest outage %s)%s", pr.via, n, down.Round(100*time.Millisecond), pr.p.longestOutage().Round(100*time.Millisecond), pr.p.outages()))
+	}
+	if err != nil {
+		c.fatalWithMasters(ctx, masters, "certs rotate-ca on %d masters: %v\n%s", len(masters), err, out)
+	}
+	_, failedN := proberCounts(ctx, t, c.client())
+	t.Logf("certs rotate-ca --ca cluster,etcd on %d masters took %s; Service prober: %d failed requests; API probes (every 200 ms, a new connection each): %s\n%s",
+		len(masters), took.Round(time.Second), failedN-failed0, strings.Join(said, "; "), out)
+	if failedN-failed0 > 0 || failed[probes[0].via] > 0 || failed[probes[1].via] > 0 {
+		t.Errorf("during the CA rotation the Service failed %d requests, the API %d through the load balancer and %d through %s; want none",
+			failedN-failed0, failed[probes[0].via], failed[probes[1].via], probes[1].via)
+	}
+	// The VIP moves when its holder's kforge-vip stops: a probe sent meanwhile finds no one
+	// answering the address for about a second.
+	if l := probes[2].p.longestOutage(); l > 5*time.Second {
+		t.Errorf("the API did not answer through the VIP for %s in a row during the CA rotation; want at most a handover's second or two", l)
+	}
+	if got := strings.Count(out, "kube-apiserver and kube-controller-manager stopped (after"); got != 2*len(masters) {
+		t.Errorf("the rotation stopped an API server before its etcd restarted %d times; want twice per master (the trust and drop phases):\n%s", got, out)
+	}
+	if out, err := c.kubectl(ctx, "get", "nodes"); err != nil || strings.Count(out, " Ready ") != len(masters)+2 {
+		t.Errorf("kubectl with the new admin kubeconfig: %v\n%s", err, out)
+	}
 }

@@ -171,6 +171,13 @@ func TestHAControlPlaneGrowsSurvivesAMasterAndShrinks(t *testing.T) {
 		c.checkVIP(ctx, k, h[:3])
 	})
 
+	// The cluster and etcd CAs rotated with the proxies and the VIP in use: no read fails
+	// through the load balancer or a proxy.
+	c.step("rotate-ca", func(t *testing.T) {
+		c.rotateCAEveryWay(ctx, h[:3], workers[0])
+		k = c.clientAt(h[0].Address + ":6443") // trusts the new CA
+	})
+
 	// A fourth master joins: every proxy follows, no kubelet restarts; it stands by for the VIP.
 	pids := c.kubeletPIDs(ctx, h[:5])
 	four := []lab.Host{h[0], h[1], h[2], h[5]}

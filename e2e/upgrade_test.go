@@ -158,7 +158,7 @@ func (c *cluster) upgradeAcrossTwoMinors(ctx context.Context, from, via, to stri
 	if at := cordoned(); at.IsZero() || ended.Sub(at) > 20*time.Second+15*time.Second {
 		t.Errorf("the blocked drain of %s: cordoned at %s, apply ended at %s; want the end within --drain-timeout 20s (and 15 s to spare)", w1, at.Format(time.TimeOnly), ended.Format(time.TimeOnly))
 	} else {
-		t.Logf("the blocked drain of %s: apply ended %s after the cordon, saying:\n%s", w1, ended.Sub(at).Round(100*time.Millisecond), linesWith(out, "drain node"))
+		t.Logf("the blocked drain of %s: cordoned at %s, apply ended %s after, saying:\n%s", w1, at.Format("15:04:05.0"), ended.Sub(at).Round(100*time.Millisecond), linesWith(out, "drain node"))
 	}
 	if n, err := k.CoreV1().Nodes().Get(ctx, w1, metav1.GetOptions{}); err != nil || !n.Spec.Unschedulable || n.Status.NodeInfo.KubeletVersion != from {
 		t.Errorf("%s after the blocked drain: %v; want cordoned, still at %s", w1, err, from)
@@ -178,7 +178,7 @@ func (c *cluster) upgradeAcrossTwoMinors(ctx context.Context, from, via, to stri
 	t.Logf("upgrade %s → %s took %s:\n%s", from, to, took.Round(time.Second), out)
 	ok, failed := proberCounts(ctx, t, k)
 	ok, failed = ok-ok0, failed-failed0 // during the upgrade (and the plan before it)
-	t.Logf("Service prober: %d requests answered, %d failed; API probes: %d failed, about %s without an answer, the longest outage %s", ok, failed, apiFailed, apiDown.Round(100*time.Millisecond), api.longestOutage().Round(100*time.Millisecond))
+	t.Logf("Service prober: %d requests answered, %d failed; API probes: %d failed, about %s without an answer, the longest outage %s%s", ok, failed, apiFailed, apiDown.Round(100*time.Millisecond), api.longestOutage().Round(100*time.Millisecond), api.outages())
 	// Measured: 0 failed in two runs of three, 3 in the third (the prober's container was
 	// restarted on the master by its new kubelet; see the log of its earlier container above).
 	// The target is 0; more than a handful is a Service that went away. One cause is known and

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kforge/kforge/hostpath"
@@ -95,6 +96,13 @@ func (c *cluster) handOverVIP(ctx context.Context, k kubernetes.Interface, m lab
 // VIP, as each kubectl run has: a kept-alive connection to a master that went away would time
 // out on its own schedule, not the VIP's.
 func (c *cluster) freshVIPClient() func() kubernetes.Interface {
+	return c.freshClient(func(*rest.Config) {})
+}
+
+// freshClient returns, for each call, an admin client made from the state dir's admin
+// kubeconfig as it is then (kforge rewrites it as certificates and CAs change), changed by
+// edit, with a connection of its own closed after its request, as each kubectl run has.
+func (c *cluster) freshClient(edit func(*rest.Config)) func() kubernetes.Interface {
 	return func() kubernetes.Interface {
 		cfg, err := c.adminConfig()
 		if err != nil {
@@ -103,6 +111,7 @@ func (c *cluster) freshVIPClient() func() kubernetes.Interface {
 		// A Dial function keeps client-go from sharing a cached transport; no keep-alive closes
 		// each connection after its request.
 		cfg.Dial = (&net.Dialer{Timeout: 2 * time.Second}).DialContext
+		edit(cfg)
 		cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
 			if t, ok := rt.(*http.Transport); ok {
 				t.DisableKeepAlives = true

@@ -124,6 +124,11 @@ func pushCredentials(ctx context.Context, files *hostFiles, h remote.Host) error
 	if err := push(ctx, files, h, isCredential); err != nil {
 		return err
 	}
+	return restartRegistry(ctx, files, h)
+}
+
+// restartRegistry restarts the master's registry when this run wrote its certificate.
+func restartRegistry(ctx context.Context, files *hostFiles, h remote.Host) error {
 	if files.wrote(h.Name(), registryRestarts) {
 		return h.Run(ctx, remote.Cmd{Command: "systemctl try-restart " + hostpath.RegistryUnit})
 	}

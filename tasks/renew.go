@@ -514,16 +514,8 @@ func (x *credentials) waitProbes(ctx context.Context, pods []kube.StaticPod) err
 		if err != nil {
 			return err
 		}
-		for {
-			why := probeNow(ctx, d, n.NodeIP(), p.Pod)
-			if why == "" {
-				break
-			}
-			select {
-			case <-ctx.Done():
-				return fmt.Errorf("%s: %s not ready after %s: %s", p.Node, p.Pod.Name, x.rc.o.Timeout, why)
-			case <-time.After(250 * time.Millisecond):
-			}
+		if why := until(ctx, func() string { return probeNow(ctx, d, n.NodeIP(), p.Pod) }); why != "" {
+			return fmt.Errorf("%s: %s not ready after %s: %s", p.Node, p.Pod.Name, x.rc.o.Timeout, why)
 		}
 	}
 	return nil

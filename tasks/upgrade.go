@@ -472,10 +472,11 @@ func (up *Upgrade) addonImages(ctx context.Context, r progress.Reporter) error {
 	})
 }
 
-// upgradeMaster moves one master to hop h's version, in kubeadm's order: the runtime first (restarted
-// only when the release changes it), then the hop's binaries and images, then its files; the
-// kubelet that runs replaces the static pods (etcd, kube-apiserver, kube-controller-manager,
-// kube-scheduler) and kforge waits until they run the new manifests, Ready; only then is kubelet
+// upgradeMaster moves one master to hop h's version, in kubeadm's order: the runtime first
+// (restarted only when the release changes it), then the hop's binaries and images, then its
+// files (etcd's first, under a stopped API server: pushEtcdFirst); the kubelet that runs
+// replaces the static pods (etcd, kube-apiserver, kube-controller-manager, kube-scheduler) and
+// kforge waits until they run the new manifests, Ready; only then is kubelet
 // restarted on its new binary and configuration, which leaves the running pods alone. (Restarting
 // kubelet while it replaces kube-apiserver left the old one holding :6443 and the new one in
 // CrashLoopBackOff for minutes.)
@@ -500,7 +501,7 @@ func upgradeMaster(ctx context.Context, h *hop, n inventory.Node, r progress.Rep
 	if _, _, err := h.ship(ctx, host, bundleNeed(h.inv, inventory.RoleMaster), nil, r); err != nil {
 		return err
 	}
-	if err := push(ctx, h.files, host, nil); err != nil {
+	if err := pushEtcdFirst(ctx, h.rc, h.files, n, host, nil, r); err != nil {
 		return err
 	}
 	if err := h.waitRestartedPods(ctx, r); err != nil {

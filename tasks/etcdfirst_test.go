@@ -1,0 +1,75 @@
+package tasks
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/kforge/kforge/state"
+)
+
+// TestEtcdFirstAddrs: from the manifests render makes, kforge watches etcd's start time on its
+// plain-HTTP metrics listener (loopback, beside its readiness check) and kube-apiserver's
+// listener on the node's address.
+func TestEtcdFirstAddrs(t *testing.T) {
+	c := cluster(t, "")
+	a := NewApply(c, Options{State: state.At(t.TempDir())})
+	runSteps(t, a.Steps(), "pki", "render")
+	var etcdPod, apiPod corev1.Pod
+	for _, f := range a.target.files.get("m1", func(p string) bool { return p == etcdManifest || p == apiserverManifest }) {
+		p := &etcdPod
+		if f.Path == apiserverManifest {
+			p = &apiPod
+		}
+		if err := yaml.Unmarshal(f.Data, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n := c.Nodes()[0]
+	metrics, api, err := etcdFirstAddrs(&etcdPod, &apiPod, n.NodeIP())
+	if err != nil || metrics != "http://127.0.0.1:2381/metrics" || api != net.JoinHostPort(n.NodeIP(), "6443") {
+		t.Errorf("etcdFirstAddrs = %q, %q, %v; want etcd's metrics on 127.0.0.1:2381 and kube-apiserver on %s:6443", metrics, api, err, n.NodeIP())
+	}
+	if _, _, err := etcdFirstAddrs(&corev1.Pod{}, &apiPod, n.NodeIP()); err == nil {
+		t.Error("a manifest without a container: want an error")
+	}
+}
+
+// dialTo dials addr whatever it is asked for: a host's SSH tunnel in a fast test.
+type dialTo string
+
+func (d dialTo) DialContext(ctx context.Context, network, _ string) (net.Conn, error) {
+	return (&net.Dialer{}).DialContext(ctx, network, string(d))
+}
+
+// TestEtcdStartTime: process_start_time_seconds is read from etcd's metrics; an etcd that does
+// not answer, or metrics without it, give "".
+func TestEtcdStartTime(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/metrics" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Write([]byte("# HELP process_start_time_seconds Start time of the process since unix epoch in seconds.\n" +
+			"# TYPE process_start_time_seconds gauge\n" + "process_resident_memory_bytes 1.2e+07\n" +
+			"process_start_time_seconds 1.79e+09\n" + "process_virtual_memory_bytes 2e+09\n"))
+	}))
+	defer srv.Close()
+	d := dialTo(strings.TrimPrefix(srv.URL, "http://"))
+	if got := etcdStartTime(context.Background(), d, "http://127.0.0.1:2381/metrics"); got != "1.79e+09" {
+		t.Errorf("etcdStartTime = %q; want 1.79e+09", got)
+	}
+	if got := etcdStartTime(context.Background(), d, "http://127.0.0.1:2381/other"); got != "" {
+		t.Errorf("etcdStartTime of metrics without it = %q; want \"\"", got)
+	}
+	srv.Close()
+	if got := etcdStartTime(context.Background(), d, "http://127.0.0.1:2381/metrics"); got != "" {
+		t.Errorf("etcdStartTime of an etcd that does not answer = %q; want \"\"", got)
+	}
+}
