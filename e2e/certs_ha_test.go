@@ -300,3 +300,34 @@ func (c *cluster) rotateCAEveryWay(ctx context.Context, masters []lab.Host, work
 		t.Errorf("kubectl with the new admin kubeconfig: %v\n%s", err, out)
 	}
 }
+
+// rollSettingUnderLoad changes a setting that is in every API server's manifest (the audit
+// log's age) and applies it while startLoad's prober counts failed requests to a Service and
+// the API is probed through the load balancer: the running masters roll one at a time, each
+// one's new API server ready before the next stops, so no read fails.
+func (c *cluster) rollSettingUnderLoad(ctx context.Context, masters, workers []lab.Host) {
+	t := c.t
+	t.Helper()
+	_, failed0 := proberCounts(ctx, t, c.client())
+	c.security = "{audit: {maxAge: 7}}"
+	c.writeInventory(masters, workers)
+	api := probeAPIWith(ctx, c.adminClient)
+	start := time.Now()
+	out, err := c.run("apply", "--timeout", "4m")
+	took := time.Since(start)
+	failed, down := api.stop()
+	if err != nil {
+		c.fatalWithMasters(ctx, masters, "apply with security.audit.maxAge 7: %v\n%s", err, out)
+	}
+	_, failedN := proberCounts(ctx, t, c.client())
+	t.Logf("apply of security.audit.maxAge on %d masters took %s; Service prober: %d failed requests; API probes through the load balancer: %d failed (about %s), the longest outage %s%s",
+		len(masters), took.Round(100*time.Millisecond), failedN-failed0, failed, down.Round(100*time.Millisecond), api.longestOutage().Round(100*time.Millisecond), api.outages())
+	if failed > 0 || failedN-failed0 > 0 {
+		t.Errorf("while the masters took a new API server flag the Service failed %d requests and the API %d through the load balancer; want none (one master at a time)\n%s", failedN-failed0, failed, out)
+	}
+	for _, m := range masters {
+		if got := strings.TrimSpace(c.exec(ctx, m.Name, "grep -c -- --audit-log-maxage=7 /etc/kubernetes/manifests/kube-apiserver.yaml; true")); got != "1" {
+			t.Errorf("%s: kube-apiserver's manifest does not say --audit-log-maxage=7 (%q)", m.Name, got)
+		}
+	}
+}

@@ -85,6 +85,8 @@ type cluster struct {
 	certValidity string
 	// extraAddon, when set, is one more addon manifest of the inventory (YAML).
 	extraAddon string
+	// security is the inventory's security block as a YAML flow mapping ("" for none).
+	security string
 }
 
 const agentImage = "kforge.test/e2e-agent:v1"
@@ -884,6 +886,9 @@ func (c *cluster) writeInventory(masters, workers []lab.Host) {
 	}
 	if len(pkiFields) > 0 {
 		fmt.Fprintf(&b, "pki: {%s}\n", strings.Join(pkiFields, ", "))
+	}
+	if c.security != "" {
+		fmt.Fprintf(&b, "security: %s\n", c.security)
 	}
 	var kp []string
 	if c.proxyMode != "" {

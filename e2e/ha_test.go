@@ -140,6 +140,9 @@ func TestHAControlPlaneGrowsSurvivesAMasterAndShrinks(t *testing.T) {
 	// Certificates renewed under load.
 	c.step("renew", func(t *testing.T) { c.renewUnderLoad(ctx, h[:5]) })
 
+	// A setting that changes every API server's manifest: the masters roll one at a time.
+	c.step("rolling-setting", func(t *testing.T) { c.rollSettingUnderLoad(ctx, h[:3], workers) })
+
 	// The key that encrypts Secrets, rotated under the same load.
 	c.step("rotate-key", func(t *testing.T) { c.rotateKeyUnderLoad(ctx, h[:3]) })
 

@@ -132,6 +132,34 @@ func (h *hop) waitAPIServer(ctx context.Context, r progress.Reporter) error {
 	return h.waitRestartedPods(ctx, r)
 }
 
+// waitMasterPods waits, through master via's API server, until the static pods this run
+// replaced on master n run their new manifests and answer their readiness checks.
+func (h *hop) waitMasterPods(ctx context.Context, n, via inventory.Node) error {
+	var pods []kube.StaticPod
+	for _, f := range h.files.replacedManifests(n.Name) {
+		var pod corev1.Pod
+		if err := yaml.Unmarshal(f.Data, &pod); err != nil {
+			return fmt.Errorf("%s: %w", f.Path, err)
+		}
+		pods = append(pods, kube.StaticPod{Node: n.Name, Pod: &pod})
+	}
+	if len(pods) == 0 {
+		return nil
+	}
+	cfg, err := restConfigVia(h.inv, h.rc.set, h.rc.fleet, "super-admin.conf", via.Host)
+	if err != nil {
+		return err
+	}
+	c, err := kube.NewClients(cfg)
+	if err != nil {
+		return err
+	}
+	if err := kube.WaitForStaticPods(ctx, c.Typed, kube.StaticPodWait{Pods: pods, Timeout: h.rc.o.Timeout, Started: true}); err != nil {
+		return err
+	}
+	return waitProbes(ctx, h.rc, pods)
+}
+
 // waitRestartedPods waits for the control-plane pods whose manifests this run replaced (new
 // flags, image, or re-issued credentials: templates.InputsAnnotation) until kubelet runs the
 // new ones and they are Ready, so that no later step talks to a component about to restart.

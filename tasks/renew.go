@@ -466,7 +466,7 @@ func (x *credentials) waitMasters(ctx context.Context, r progress.Reporter, mast
 		if err := kube.WaitForStaticPods(ctx, c.Typed, kube.StaticPodWait{Pods: pods, Timeout: x.rc.o.Timeout, Started: true}); err != nil {
 			return err
 		}
-		if err := x.waitProbes(ctx, pods); err != nil {
+		if err := waitProbes(ctx, x.rc, pods); err != nil {
 			return err
 		}
 		r(progress.Event{Kind: progress.Info, Message: fmt.Sprintf("restarted pods ready after %s", x.rc.o.Now().Sub(start).Round(100*time.Millisecond))})
@@ -505,17 +505,17 @@ func (x *credentials) waitMasters(ctx context.Context, r progress.Reporter, mast
 
 // waitProbes waits until every pod answers its readiness probes (probeNow), asked every 250 ms
 // through its master's SSH connection.
-func (x *credentials) waitProbes(ctx context.Context, pods []kube.StaticPod) error {
-	ctx, cancel := context.WithTimeout(ctx, x.rc.o.Timeout)
+func waitProbes(ctx context.Context, rc *runContext, pods []kube.StaticPod) error {
+	ctx, cancel := context.WithTimeout(ctx, rc.o.Timeout)
 	defer cancel()
 	for _, p := range pods {
-		n, _ := x.rc.fleet.Node(p.Node)
-		d, err := x.rc.fleet.Dialer(p.Node)
+		n, _ := rc.fleet.Node(p.Node)
+		d, err := rc.fleet.Dialer(p.Node)
 		if err != nil {
 			return err
 		}
 		if why := until(ctx, func() string { return probeNow(ctx, d, n.NodeIP(), p.Pod) }); why != "" {
-			return fmt.Errorf("%s: %s not ready after %s: %s", p.Node, p.Pod.Name, x.rc.o.Timeout, why)
+			return fmt.Errorf("%s: %s not ready after %s: %s", p.Node, p.Pod.Name, rc.o.Timeout, why)
 		}
 	}
 	return nil

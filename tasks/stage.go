@@ -29,21 +29,27 @@ import (
 // for it).
 func stage(ctx context.Context, t *hop, ep etcdPlan, r progress.Reporter) (*staging, error) {
 	f := t.rc.fleet
-	var fresh, joining []inventory.Node
+	var fresh, joining, rolling []inventory.Node
 	for _, n := range f.Nodes(inventory.RoleMaster) {
-		if ep.join[n.Name] {
+		switch {
+		case ep.join[n.Name]:
 			joining = append(joining, n)
-		} else {
+		case ep.boot[n.Name] != nil:
+			rolling = append(rolling, n)
+		default:
 			fresh = append(fresh, n)
 		}
 	}
-	// The workers wait for the registries of the masters staged together (a joining master
-	// comes later, one at a time); a failure staging the masters ends that wait.
+	if len(rolling) < 2 {
+		fresh, rolling = append(fresh, rolling...), nil // one running master has no one to hand over to
+	}
+	// The workers wait for the registries of the masters staged here (a joining master comes
+	// later, one at a time); a failure staging the masters ends that wait.
 	filling := 0
 	if t.manifest != nil && t.inv.BundleFromMasters() {
-		filling = len(fresh)
+		filling = len(fresh) + len(rolling)
 	}
-	st := &staging{fills: newRegistryFills(filling)}
+	st := &staging{fills: newRegistryFills(filling), etcdFirst: map[string]bool{}}
 	st.workers.start(func() error {
 		return fleet.EachOf(ctx, f, f.Nodes(inventory.RoleWorker), func(ctx context.Context, n inventory.Node, _ remote.Host) error {
 			start := t.rc.o.Now()
@@ -73,6 +79,20 @@ func stage(ctx context.Context, t *hop, ep etcdPlan, r progress.Reporter) (*stag
 		st.fills.release()
 		return st, err
 	}
+	// The running masters of a control plane with several roll one at a time, etcd first
+	// (pushEtcdFirst), each master's replaced static pods Ready before the next: a changed
+	// setting never restarts every API server or etcd member at once.
+	for i, n := range rolling {
+		st.etcdFirst[n.Name] = true
+		if err := stageMaster(ctx, n); err != nil {
+			st.fills.release()
+			return st, remote.WithHost(n.Name, err)
+		}
+		if err := t.waitMasterPods(ctx, n, rolling[(i+1)%len(rolling)]); err != nil {
+			st.fills.release()
+			return st, remote.WithHost(n.Name, err)
+		}
+	}
 	// Masters joining a running etcd cluster start one at a time: each new member must be up
 	// before the next is added, or the cluster loses quorum.
 	for _, n := range joining {
@@ -99,6 +119,7 @@ type staging struct {
 	workers   jobs
 	shipments jobs
 	fills     *registryFills
+	etcdFirst map[string]bool // running masters whose files land etcd first (pushEtcdFirst)
 }
 
 func (st *staging) waitWorkers(ctx context.Context) error {
@@ -173,7 +194,12 @@ func (h *hop) stageHost(ctx context.Context, n inventory.Node, st *staging, r pr
 		}
 		did = append(did, msg)
 	}
-	if err := push(ctx, h.files, host, nil); err != nil {
+	if st != nil && st.etcdFirst[n.Name] {
+		err = pushEtcdFirst(ctx, h.rc, h.files, n, host, nil, r)
+	} else {
+		err = push(ctx, h.files, host, nil)
+	}
+	if err != nil {
 		return nil, err
 	}
 	did = append(did, fmt.Sprintf("%d files written", h.files.countWritten(n.Name)))
