@@ -46,6 +46,26 @@ type etcdPlan struct {
 	boot map[string]*templates.EtcdBootstrap // how each master's member starts, when not new
 }
 
+// startOrder splits masters by how stage starts them: fresh ones together (a new cluster's, or
+// a single running master, which has no one to hand over to), running ones one at a time when
+// two or more run (rolling), then those joining the running etcd cluster, one at a time.
+func (p etcdPlan) startOrder(masters []inventory.Node) (fresh, rolling, joining []inventory.Node) {
+	for _, n := range masters {
+		switch {
+		case p.join[n.Name]:
+			joining = append(joining, n)
+		case p.boot[n.Name] != nil:
+			rolling = append(rolling, n)
+		default:
+			fresh = append(fresh, n)
+		}
+	}
+	if len(rolling) < 2 {
+		fresh, rolling = append(fresh, rolling...), nil
+	}
+	return fresh, rolling, joining
+}
+
 // planEtcd decides how each master's etcd member starts, before render: running members keep
 // the bootstrap flags they started with (read from their manifest: etcd ignores them once it
 // has data, and a changed manifest would restart it), masters without data join the running

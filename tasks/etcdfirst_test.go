@@ -11,7 +11,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/kforge/kforge/inventory"
 	"github.com/kforge/kforge/state"
+	"github.com/kforge/kforge/templates"
 )
 
 // TestEtcdFirstAddrs: from the manifests render makes, kforge watches etcd's start time on its
@@ -71,5 +73,40 @@ func TestEtcdStartTime(t *testing.T) {
 	srv.Close()
 	if got := etcdStartTime(context.Background(), d, "http://127.0.0.1:2381/metrics"); got != "" {
 		t.Errorf("etcdStartTime of an etcd that does not answer = %q; want \"\"", got)
+	}
+}
+
+// TestStartOrder: a new cluster's masters start together; two or more running masters roll one
+// at a time; one running master with new ones joining starts alone, then they join in turn.
+func TestStartOrder(t *testing.T) {
+	m := func(names ...string) []inventory.Node {
+		var out []inventory.Node
+		for _, n := range names {
+			out = append(out, inventory.Node{Host: inventory.Host{Name: n}, Role: inventory.RoleMaster})
+		}
+		return out
+	}
+	names := func(ns []inventory.Node) string {
+		var out []string
+		for _, n := range ns {
+			out = append(out, n.Name)
+		}
+		return strings.Join(out, ",")
+	}
+	running := &templates.EtcdBootstrap{}
+	for _, c := range []struct {
+		name                   string
+		plan                   etcdPlan
+		fresh, rolling, joined string
+	}{
+		{"new cluster", etcdPlan{}, "m1,m2,m3", "", ""},
+		{"one running, two joining", etcdPlan{boot: map[string]*templates.EtcdBootstrap{"m1": running}, join: map[string]bool{"m2": true, "m3": true}}, "m1", "", "m2,m3"},
+		{"three running", etcdPlan{boot: map[string]*templates.EtcdBootstrap{"m1": running, "m2": running, "m3": running}}, "", "m1,m2,m3", ""},
+		{"two running, one joining", etcdPlan{boot: map[string]*templates.EtcdBootstrap{"m1": running, "m2": running}, join: map[string]bool{"m3": true}}, "", "m1,m2", "m3"},
+	} {
+		fresh, rolling, joining := c.plan.startOrder(m("m1", "m2", "m3"))
+		if names(fresh) != c.fresh || names(rolling) != c.rolling || names(joining) != c.joined {
+			t.Errorf("%s: together %q, one at a time %q, joining %q; want %q, %q, %q", c.name, names(fresh), names(rolling), names(joining), c.fresh, c.rolling, c.joined)
+		}
 	}
 }

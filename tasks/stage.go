@@ -29,20 +29,7 @@ import (
 // for it).
 func stage(ctx context.Context, t *hop, ep etcdPlan, r progress.Reporter) (*staging, error) {
 	f := t.rc.fleet
-	var fresh, joining, rolling []inventory.Node
-	for _, n := range f.Nodes(inventory.RoleMaster) {
-		switch {
-		case ep.join[n.Name]:
-			joining = append(joining, n)
-		case ep.boot[n.Name] != nil:
-			rolling = append(rolling, n)
-		default:
-			fresh = append(fresh, n)
-		}
-	}
-	if len(rolling) < 2 {
-		fresh, rolling = append(fresh, rolling...), nil // one running master has no one to hand over to
-	}
+	fresh, rolling, joining := ep.startOrder(f.Nodes(inventory.RoleMaster))
 	// The workers wait for the registries of the masters staged here (a joining master comes
 	// later, one at a time); a failure staging the masters ends that wait.
 	filling := 0
