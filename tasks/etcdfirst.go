@@ -142,10 +142,11 @@ func pushStarted(ctx context.Context, files *hostFiles, h remote.Host, p string)
 }
 
 // stopVIPScript stops kforge-vip where it runs, which hands the virtual IP to another master
-// (docs/hosts.md); startVIPScript starts it where its unit is.
+// (docs/hosts.md); startVIPScript starts it where apply's vip step enabled it (a unit file
+// written by this run waits for that step, which first grants its Lease).
 var (
 	stopVIPScript  = "systemctl is-active -q " + hostpath.VIPUnit + " && systemctl stop " + hostpath.VIPUnit + "; true"
-	startVIPScript = "if [ -e " + hostpath.VIPUnitPath + " ]; then systemctl start " + hostpath.VIPUnit + "; fi"
+	startVIPScript = "if systemctl is-enabled -q " + hostpath.VIPUnit + " 2>/dev/null; then systemctl start " + hostpath.VIPUnit + "; fi"
 )
 
 // etcdFirstAddrs are, from the manifests to push, etcd's metrics URL (beside its readiness
