@@ -27,12 +27,12 @@ func (b *bringUp) startSteps(l *list) {
 	all, masters := rc.fleet.Names(""), rc.fleet.Names(inventory.RoleMaster)
 	rolling := ""
 	if len(masters) > 1 {
-		rolling = "; running masters one at a time, etcd first"
+		rolling = ", running ones one at a time, etcd first"
 	}
 	l.add("stage", OnHosts, all, func(ctx context.Context, r progress.Reporter) (err error) {
 		b.staged, err = stage(ctx, b.t, *b.etcd, r)
 		return err
-	}, "on every host in parallel: %s; masters then start kubelet and the static-pod control plane (%s%s), workers finish staging meanwhile", stageWhat(c), strings.Join(masters, ", "), rolling)
+	}, "on every host in parallel: %s; masters then start kubelet and the static-pod control plane (%s)%s; workers finish staging meanwhile", stageWhat(c), strings.Join(masters, ", "), rolling)
 	l.add("wait-apiserver", ThroughAPI, nil, rc.kubeletsSay(b.t.waitAPIServer), "wait until the API server answers, through an SSH tunnel to %s, and for control-plane pods this run replaced", masters[0])
 	l.add("kubeconfig", OnWorkstation, nil, rc.writeKubeconfig, "write the admin kubeconfig to the state dir: from here on the cluster can be looked at, even when a later step fails")
 }
