@@ -135,18 +135,32 @@ func (h *hop) waitAPIServer(ctx context.Context, r progress.Reporter) error {
 // waitMasterPods waits, through master via's API server, until the static pods this run
 // replaced on master n run their new manifests and answer their readiness checks.
 func (h *hop) waitMasterPods(ctx context.Context, n, via inventory.Node) error {
+	pods, err := replacedPods(h.files, []inventory.Node{n})
+	if err != nil || len(pods) == 0 {
+		return err
+	}
+	return waitPodsVia(ctx, h.rc, pods, via)
+}
+
+// replacedPods are the static pods whose manifests this run replaced on masters.
+func replacedPods(files *hostFiles, masters []inventory.Node) ([]kube.StaticPod, error) {
 	var pods []kube.StaticPod
-	for _, f := range h.files.replacedManifests(n.Name) {
-		var pod corev1.Pod
-		if err := yaml.Unmarshal(f.Data, &pod); err != nil {
-			return fmt.Errorf("%s: %w", f.Path, err)
+	for _, n := range masters {
+		for _, f := range files.replacedManifests(n.Name) {
+			var pod corev1.Pod
+			if err := yaml.Unmarshal(f.Data, &pod); err != nil {
+				return nil, fmt.Errorf("%s: %s: %w", n.Name, f.Path, err)
+			}
+			pods = append(pods, kube.StaticPod{Node: n.Name, Pod: &pod})
 		}
-		pods = append(pods, kube.StaticPod{Node: n.Name, Pod: &pod})
 	}
-	if len(pods) == 0 {
-		return nil
-	}
-	cfg, err := restConfigVia(h.inv, h.rc.set, h.rc.fleet, "super-admin.conf", via.Host)
+	return pods, nil
+}
+
+// waitPodsVia waits, through master via's API server, until kubelet runs pods' new manifests,
+// then until each answers its readiness checks (sooner than the kubelet's probes say it).
+func waitPodsVia(ctx context.Context, rc *runContext, pods []kube.StaticPod, via inventory.Node) error {
+	cfg, err := restConfigVia(rc.inv, rc.set, rc.fleet, "super-admin.conf", via.Host)
 	if err != nil {
 		return err
 	}
@@ -154,10 +168,10 @@ func (h *hop) waitMasterPods(ctx context.Context, n, via inventory.Node) error {
 	if err != nil {
 		return err
 	}
-	if err := kube.WaitForStaticPods(ctx, c.Typed, kube.StaticPodWait{Pods: pods, Timeout: h.rc.o.Timeout, Started: true}); err != nil {
+	if err := kube.WaitForStaticPods(ctx, c.Typed, kube.StaticPodWait{Pods: pods, Timeout: rc.o.Timeout, Started: true}); err != nil {
 		return err
 	}
-	return waitProbes(ctx, h.rc, pods)
+	return waitProbes(ctx, rc, pods)
 }
 
 // waitRestartedPods waits for the control-plane pods whose manifests this run replaced (new
@@ -165,17 +179,13 @@ func (h *hop) waitMasterPods(ctx context.Context, n, via inventory.Node) error {
 // new ones and they are Ready, so that no later step talks to a component about to restart.
 func (h *hop) waitRestartedPods(ctx context.Context, r progress.Reporter) error {
 	rc := h.rc
-	var pods []kube.StaticPod
+	pods, err := replacedPods(h.files, rc.fleet.Nodes(inventory.RoleMaster))
+	if err != nil {
+		return err
+	}
 	var names []string
-	for _, n := range rc.fleet.Nodes(inventory.RoleMaster) {
-		for _, f := range h.files.replacedManifests(n.Name) {
-			var pod corev1.Pod
-			if err := yaml.Unmarshal(f.Data, &pod); err != nil {
-				return fmt.Errorf("%s: %s: %w", n.Name, f.Path, err)
-			}
-			s := kube.StaticPod{Node: n.Name, Pod: &pod}
-			pods, names = append(pods, s), append(names, s.MirrorName())
-		}
+	for _, p := range pods {
+		names = append(names, p.MirrorName())
 	}
 	if len(pods) > 0 {
 		r(progress.Event{Kind: progress.Info, Message: "waiting for kubelet to restart " + strings.Join(names, ", ") + " with their new manifests"})

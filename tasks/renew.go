@@ -22,8 +22,6 @@ import (
 	"github.com/kforge/kforge/scripts"
 	"github.com/kforge/kforge/templates"
 
-	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/yaml"
 )
 
 // CertsRenew is one `kforge certs renew`: the leaf certificates re-issued centrally, pushed to
@@ -443,30 +441,13 @@ func (x *credentials) loadKubeletClient(ctx context.Context, n inventory.Node) e
 // waitMasters waits, through master via's API server, until the static pods kubelet replaced
 // on masters run their new manifests and are Ready, and reports each master.
 func (x *credentials) waitMasters(ctx context.Context, r progress.Reporter, masters []inventory.Node, via inventory.Node) error {
-	var pods []kube.StaticPod
-	for _, n := range masters {
-		for _, f := range x.target.files.replacedManifests(n.Name) {
-			var pod corev1.Pod
-			if err := yaml.Unmarshal(f.Data, &pod); err != nil {
-				return fmt.Errorf("%s: %s: %w", n.Name, f.Path, err)
-			}
-			pods = append(pods, kube.StaticPod{Node: n.Name, Pod: &pod})
-		}
+	pods, err := replacedPods(x.target.files, masters)
+	if err != nil {
+		return err
 	}
 	if len(pods) > 0 {
-		cfg, err := restConfigVia(x.rc.inv, x.rc.set, x.rc.fleet, "super-admin.conf", via.Host)
-		if err != nil {
-			return err
-		}
-		c, err := kube.NewClients(cfg)
-		if err != nil {
-			return err
-		}
 		start := x.rc.o.Now()
-		if err := kube.WaitForStaticPods(ctx, c.Typed, kube.StaticPodWait{Pods: pods, Timeout: x.rc.o.Timeout, Started: true}); err != nil {
-			return err
-		}
-		if err := waitProbes(ctx, x.rc, pods); err != nil {
+		if err := waitPodsVia(ctx, x.rc, pods, via); err != nil {
 			return err
 		}
 		r(progress.Event{Kind: progress.Info, Message: fmt.Sprintf("restarted pods ready after %s", x.rc.o.Now().Sub(start).Round(100*time.Millisecond))})
