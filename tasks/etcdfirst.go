@@ -59,7 +59,7 @@ func pushEtcdFirst(ctx context.Context, rc *runContext, files *hostFiles, n inve
 		if err := push(ctx, files, h, scope); err != nil {
 			return err
 		}
-		return h.Run(ctx, remote.Cmd{Command: startVIPScript}) // stopped by an interrupted run
+		return resumeVIP(ctx, rc, h) // stopped by an interrupted run
 	}
 	var etcdPod, apiPod corev1.Pod
 	for _, f := range want {
@@ -121,7 +121,7 @@ func pushEtcdFirst(ctx context.Context, rc *runContext, files *hostFiles, n inve
 	if err := pushStarted(ctx, files, h, kcmManifest); err != nil {
 		return err
 	}
-	if err := h.Run(ctx, remote.Cmd{Command: startVIPScript}); err != nil {
+	if err := resumeVIP(ctx, rc, h); err != nil {
 		return err
 	}
 	r(progress.Event{Kind: progress.Info, Host: n.Name, Message: fmt.Sprintf("kube-apiserver and kube-controller-manager stopped (after %s); etcd started again alone (ready after %s), then kube-apiserver (ready after %s), then kube-controller-manager",
@@ -148,6 +148,15 @@ var (
 	stopVIPScript  = "systemctl is-active -q " + hostpath.VIPUnit + " && systemctl stop " + hostpath.VIPUnit + "; true"
 	startVIPScript = "if systemctl is-enabled -q " + hostpath.VIPUnit + " 2>/dev/null; then systemctl start " + hostpath.VIPUnit + "; fi"
 )
+
+// resumeVIP starts kforge-vip where apply's vip step enabled it (startVIPScript); a cluster
+// without a controlPlaneVIP costs no round trip.
+func resumeVIP(ctx context.Context, rc *runContext, h remote.Host) error {
+	if rc.inv.ControlPlaneVIP == "" {
+		return nil
+	}
+	return h.Run(ctx, remote.Cmd{Command: startVIPScript})
+}
 
 // etcdFirstAddrs are, from the manifests to push, etcd's metrics URL (beside its readiness
 // check, on its plain-HTTP metrics listener) and the address kube-apiserver listens on.
