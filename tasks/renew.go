@@ -21,7 +21,6 @@ import (
 	"github.com/kforge/kforge/remote"
 	"github.com/kforge/kforge/scripts"
 	"github.com/kforge/kforge/templates"
-
 )
 
 // CertsRenew is one `kforge certs renew`: the leaf certificates re-issued centrally, pushed to
