@@ -143,7 +143,8 @@ func buildAgentImageLabelled(t testing.TB, dir string, labels map[string]string)
 	if err := writeTar(&layer, map[string][]byte{"agent": data}); err != nil {
 		t.Fatal(err)
 	}
-	l, err := tarball.LayerFromReader(bytes.NewReader(layer.Bytes()))
+	// LayerFromOpener, not LayerFromReader: that one buffers into a temp file it never removes.
+	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(layer.Bytes())), nil })
 	if err != nil {
 		t.Fatal(err)
 	}

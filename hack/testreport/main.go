@@ -4,7 +4,8 @@
 // growth of the suite is seen at the end of every `make test`. A lab test that waited for its
 // turn in its lane (e2e/lanes_test.go) and logged "ran D after its turn came" is listed with D,
 // its own time, and the wait beside it. Last of all, for each test that failed, the last lines it
-// printed from its test files (`x_test.go:N: ...`, a message's first line each): the output above
+// printed from its test files (`x_test.go:N: ...`, a message's first line each), after the
+// earlier ones that say "want" (the house's error messages do): the output above
 // can be long, and CI keeps only its tail, so why a test failed is said at the very end too. It
 // exits 1 when a test or a package failed (or the input ended without a package result), 0
 // otherwise.
@@ -54,13 +55,17 @@ type failure struct {
 var testLine = regexp.MustCompile(`^\s+\S+_test\.go:\d+: `)
 
 // Of each failed test, the digest keeps this many lines, each cut to lineMax bytes.
+// Before them, it keeps up to wantLines earlier lines that say "want".
 const (
-	whyLines = 8
-	lineMax  = 240
+	whyLines  = 8
+	wantLines = 6
+	lineMax   = 240
 )
 
 // failedWith records why test failed: the last lines of out (its own output, not its
-// subtests') that it printed from its test files.
+// subtests') that it printed from its test files, and before them the earlier such lines that
+// say "want" (the house's error messages do; t.Errorf and t.Logf look alike in the output, and
+// an error said early in a long test is otherwise cut off).
 func (r *report) failedWith(test string, out []string) {
 	var lines []string
 	for _, l := range out {
@@ -73,7 +78,16 @@ func (r *report) failedWith(test string, out []string) {
 		}
 	}
 	if len(lines) > whyLines {
-		lines = lines[len(lines)-whyLines:]
+		var wants []string
+		for _, l := range lines[:len(lines)-whyLines] {
+			if strings.Contains(l, "want") {
+				wants = append(wants, l)
+			}
+		}
+		if len(wants) > wantLines {
+			wants = wants[len(wants)-wantLines:]
+		}
+		lines = append(wants, lines[len(lines)-whyLines:]...)
 	}
 	r.why = append(r.why, failure{test: test, lines: lines})
 }

@@ -70,10 +70,14 @@ func TestReport(t *testing.T) {
 }
 
 // TestReportWhy: of a failed test's output, the digest at the end keeps the last eight lines
-// printed from test files, without their continuation lines, cut when long.
+// printed from test files, without their continuation lines, cut when long, and before them
+// the earlier lines that say "want".
 func TestReportWhy(t *testing.T) {
 	var in []string
 	for i := 1; i <= 12; i++ {
+		if i == 2 {
+			in = append(in, `{"Action":"output","Package":"p","Test":"TestU/step","Output":"    u_test.go:50: got 3, want 0\n"}`)
+		}
 		in = append(in, fmt.Sprintf(`{"Action":"output","Package":"p","Test":"TestU/step","Output":"    u_test.go:%d: line %d\n"}`, i, i),
 			`{"Action":"output","Package":"p","Test":"TestU/step","Output":"        continued\n"}`)
 	}
@@ -82,7 +86,7 @@ func TestReportWhy(t *testing.T) {
 	var out strings.Builder
 	run(strings.NewReader(strings.Join(in, "\n")), &out, nil)
 	_, digest, _ := strings.Cut(out.String(), "failed (the last lines each printed from its test files):\n")
-	want := "  TestU/step\n"
+	want := "  TestU/step\n      u_test.go:50: got 3, want 0\n"
 	for i := 6; i <= 12; i++ {
 		want += fmt.Sprintf("      u_test.go:%d: line %d\n", i, i)
 	}
