@@ -100,6 +100,7 @@ func Build(ctx context.Context, o Options) (*Manifest, error) {
 			corednsModule(v.CoreDNS),
 			cniModule(v.CNIPlugins),
 			flannelModule(v.Flannel),
+			netpolModule(v.NetworkPolicy),
 			pauseModule(v.Pause),
 			containerdModule(v.Containerd),
 			runcModule(v.Runc),
@@ -496,6 +497,9 @@ func imageSpecs(names map[string]string, dirs map[string]string) ([]imageSpec, e
 		case "flannel":
 			s.Files = append([]imageFile{{Path: "/opt/bin/flanneld", Src: filepath.Join(dirs["flannel"], "flanneld")}}, nf...)
 			s.Entrypoint = []string{"/opt/bin/flanneld"}
+		case "kube-network-policies":
+			s.Files = []imageFile{{Path: NetworkPolicyBinary, Src: filepath.Join(dirs["kube-network-policies"], "netpol")}}
+			s.Entrypoint = []string{NetworkPolicyBinary}
 		}
 		specs = append(specs, s)
 	}

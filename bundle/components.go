@@ -23,6 +23,8 @@ type Versions struct {
 	Pause      string `json:"pause"`      // the pause image tag, e.g. 3.10.2
 	CNIPlugins string `json:"cniPlugins"` // github.com/containernetworking/plugins, e.g. v1.9.1
 	Flannel    string `json:"flannel"`    // e.g. v0.28.10
+	// The NetworkPolicy agent; empty in bundles made before kforge ran it.
+	NetworkPolicy string `json:"networkPolicy,omitempty"` // sigs.k8s.io/kube-network-policies, e.g. v0.8.0
 	// The container runtime; empty in bundles made before kforge installed it.
 	Containerd string `json:"containerd,omitempty"` // e.g. v2.3.7
 	Runc       string `json:"runc,omitempty"`       // e.g. v1.5.2
@@ -31,14 +33,15 @@ type Versions struct {
 // versionsOf is the manifest's record of release r.
 func versionsOf(r release.Release) Versions {
 	return Versions{
-		Kubernetes: r.Kubernetes,
-		Etcd:       r.Etcd,
-		CoreDNS:    r.CoreDNS,
-		Pause:      r.Pause,
-		CNIPlugins: r.CNIPlugins,
-		Flannel:    r.Flannel,
-		Containerd: r.Containerd,
-		Runc:       r.Runc,
+		Kubernetes:    r.Kubernetes,
+		Etcd:          r.Etcd,
+		CoreDNS:       r.CoreDNS,
+		Pause:         r.Pause,
+		CNIPlugins:    r.CNIPlugins,
+		Flannel:       r.Flannel,
+		NetworkPolicy: r.NetworkPolicy,
+		Containerd:    r.Containerd,
+		Runc:          r.Runc,
 	}
 }
 

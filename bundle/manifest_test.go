@@ -13,21 +13,21 @@ import (
 )
 
 // TestManifestVersionsKeepTheirFormat: the "versions" object of manifest.json is written from
-// the release catalogue with the keys bundles have always had, plus the runtime's; a manifest
-// written before kforge bundled the runtime still loads, without it.
+// the release catalogue with the keys bundles have always had, plus the NetworkPolicy agent's
+// and the runtime's; a manifest written before kforge bundled them still loads, without them.
 func TestManifestVersionsKeepTheirFormat(t *testing.T) {
 	r, err := release.For("v1.36.3")
 	if err != nil {
 		t.Fatal(err)
 	}
 	const old = `{"kubernetes":"v1.36.3","etcd":"v3.6.8","coredns":"v1.14.2","pause":"3.10.2","cniPlugins":"v1.9.1","flannel":"v0.28.10"`
-	const want = old + `,"containerd":"v2.3.7","runc":"v1.5.2"}`
+	const want = old + `,"networkPolicy":"v0.8.0","containerd":"v2.3.7","runc":"v1.5.2"}`
 	b, err := json.Marshal(versionsOf(r))
 	if err != nil || string(b) != want {
 		t.Errorf("versions %s, %v; want %s", b, err, want)
 	}
 	var back Versions
-	if err := json.Unmarshal([]byte(old+"}"), &back); err != nil || back.Flannel != "v0.28.10" || back.Containerd != "" {
+	if err := json.Unmarshal([]byte(old+"}"), &back); err != nil || back.Flannel != "v0.28.10" || back.Containerd != "" || back.NetworkPolicy != "" {
 		t.Errorf("an older manifest's versions read as %+v, %v", back, err)
 	}
 }

@@ -638,6 +638,11 @@ func TestApplyLabClusterEndToEnd(t *testing.T) {
 		c.checkServiceWebhook(ctx, workload{image: agentImage, pull: corev1.PullNever}, master, w1)
 	})
 
+	c.step("network-policy", func(t *testing.T) {
+		// NetworkPolicy enforced with no setting: a default deny, then one labelled pod let in.
+		c.checkNetworkPolicy(ctx, workload{image: agentImage, pull: corev1.PullNever}, w1, w2, 3)
+	})
+
 	c.step("secure-by-default", func(t *testing.T) {
 		// The CIS Kubernetes Benchmark's checks, Pod Security, the audit log, etcd's user, the
 		// kubelets' serving certificates.

@@ -38,6 +38,7 @@ func (c *Cluster) setDefaults() {
 	def(&n.ServiceSubnet, DefaultServiceSubnet)
 	def(&n.DNSDomain, DefaultDNSDomain)
 	def(&n.Plugin, "flannel")
+	def(&n.NetworkPolicy, NetworkPolicyEnforce)
 	def(&c.KubeProxy.Mode, ProxyModeAuto)
 	def(&c.Firewall, FirewallCheck)
 	if n.NodeCIDRMaskSize == 0 {

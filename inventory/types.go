@@ -153,7 +153,15 @@ type Networking struct {
 	NodeCIDRMaskSize int `yaml:"nodeCIDRMaskSize,omitempty"`
 	// Pod network installed by kforge: flannel (vxlan) or none (bring your own). Default flannel.
 	Plugin string `yaml:"plugin,omitempty" jsonschema:"enum=flannel,enum=none"`
+	// Whether NetworkPolicy is enforced: enforce (SIG Network's agent, kube-network-policies, runs on every node) or off (no agent; for those who bring their own, e.g. with their pod network). Turning it off removes the agent at the next apply. Default enforce.
+	NetworkPolicy string `yaml:"networkPolicy,omitempty" jsonschema:"enum=enforce,enum=off"`
 }
+
+// The values of networking.networkPolicy.
+const (
+	NetworkPolicyEnforce = "enforce"
+	NetworkPolicyOff     = "off"
+)
 
 // PKI holds certificate options.
 type PKI struct {

@@ -32,6 +32,7 @@ var (
 	taintEffects        = []string{"NoSchedule", "PreferNoSchedule", "NoExecute"}
 	cgroupDrivers       = []string{"systemd", "cgroupfs"}
 	networkPlugins      = []string{"flannel", "none"}
+	networkPolicies     = []string{NetworkPolicyEnforce, NetworkPolicyOff}
 )
 
 // validator collects problems with the field path they belong to.
@@ -183,6 +184,9 @@ func (v *validator) networking() {
 	}
 	if !slices.Contains(networkPlugins, n.Plugin) {
 		v.add("networking.plugin", "use one of: "+strings.Join(networkPlugins, ", "), "unknown pod network plugin %q", n.Plugin)
+	}
+	if !slices.Contains(networkPolicies, n.NetworkPolicy) {
+		v.add("networking.networkPolicy", "use one of: "+strings.Join(networkPolicies, ", "), "unknown NetworkPolicy setting %q", n.NetworkPolicy)
 	}
 	// Node networks: a host inside the pod or service range is unreachable once routes are set.
 	for _, h := range v.allHosts() {

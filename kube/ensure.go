@@ -23,6 +23,7 @@ const (
 	Created   Action = "created"
 	Updated   Action = "updated"
 	Unchanged Action = "unchanged"
+	Deleted   Action = "deleted" // an addon turned off in the inventory
 )
 
 // Change records what one function did to one object.
@@ -41,7 +42,7 @@ func (c Change) String() string {
 	return fmt.Sprintf("%s %s %s", c.Kind, n, c.Action)
 }
 
-// Changed reports whether any of the changes created or updated an object.
+// Changed reports whether any of the changes created, updated or deleted an object.
 func Changed(cs []Change) bool {
 	for _, c := range cs {
 		if c.Action != Unchanged {
@@ -59,7 +60,7 @@ func Summary(cs []Change) string {
 		n[c.Action]++
 	}
 	var parts []string
-	for _, a := range []Action{Created, Updated, Unchanged} {
+	for _, a := range []Action{Created, Updated, Deleted, Unchanged} {
 		if n[a] > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", n[a], a))
 		}

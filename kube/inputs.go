@@ -152,6 +152,15 @@ func FlannelInputFor(c *inventory.Cluster, im release.Images, proxyMode string) 
 	}
 }
 
+// NetworkPolicyInputFor is what the inventory asks of the NetworkPolicy agent.
+func NetworkPolicyInputFor(c *inventory.Cluster, im release.Images) NetworkPolicyInput {
+	return NetworkPolicyInput{
+		Enforce:  c.Networking.NetworkPolicy != inventory.NetworkPolicyOff,
+		Image:    im.NetworkPolicy,
+		Endpoint: pki.NodeEndpoint(c),
+	}
+}
+
 // ManifestsFor reads the inventory's addon manifests (paths relative to invDir), in order.
 func ManifestsFor(c *inventory.Cluster, invDir string) ([]Manifest, error) {
 	var out []Manifest

@@ -68,6 +68,11 @@ func (b *bringUp) clusterSteps(l *list) {
 	if c.Networking.Plugin == "flannel" {
 		l.add("pod-network", OnHosts, all, rc.kubeletsSay(t.podNetwork), "install flannel (vxlan) over %s and write each node's CNI config for its pod CIDR", c.Networking.PodSubnet)
 	}
+	if c.Networking.NetworkPolicy == inventory.NetworkPolicyOff {
+		l.add("network-policy", ThroughAPI, nil, t.networkPolicy, "remove the NetworkPolicy agent (kube-network-policies) where an earlier run installed it: networking.networkPolicy is off")
+	} else {
+		l.add("network-policy", ThroughAPI, nil, t.networkPolicy, "run the NetworkPolicy agent (SIG Network's kube-network-policies) on every node: NetworkPolicies are enforced")
+	}
 	l.add("mark-nodes", ThroughAPI, nil, rc.kubeletsSay(rc.markNodes), "label and taint the masters, apply the inventory's labels and taints")
 	if len(c.Addons) > 0 {
 		l.add("addons", ThroughAPI, nil, rc.addons, "apply %s (server-side)", count(len(c.Addons), "user manifest"))

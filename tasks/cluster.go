@@ -342,7 +342,11 @@ func (h *hop) images() (release.Images, error) {
 		return r.Images(h.inv.ImageRepository), nil
 	}
 	im := r.Images("") // the bundle's images carry registry.k8s.io's names
-	if err := h.manifest.HasImages(im.CoreDNS, im.KubeProxy, im.Flannel); err != nil {
+	need := []string{im.CoreDNS, im.KubeProxy, im.Flannel}
+	if h.inv.Networking.NetworkPolicy != inventory.NetworkPolicyOff {
+		need = append(need, im.NetworkPolicy)
+	}
+	if err := h.manifest.HasImages(need...); err != nil {
 		return release.Images{}, fmt.Errorf("bundle %s: %w", h.inv.Bundle, err)
 	}
 	return im, nil
@@ -468,6 +472,26 @@ func (h *hop) podNetworkObjects(ctx context.Context) ([]kube.Change, error) {
 		return nil, err
 	}
 	return kube.Flannel(ctx, api.Typed, kube.FlannelInputFor(h.inv, im, h.proxyMode()))
+}
+
+// networkPolicy runs the NetworkPolicy agent on every node, or removes it when the inventory
+// turns enforcement off.
+func (h *hop) networkPolicy(ctx context.Context, r progress.Reporter) error {
+	cs, err := h.networkPolicyObjects(ctx)
+	r(progress.Event{Kind: progress.Info, Message: "kube-network-policies: " + kube.Summary(cs)})
+	return err
+}
+
+func (h *hop) networkPolicyObjects(ctx context.Context) ([]kube.Change, error) {
+	im, err := h.images()
+	if err != nil {
+		return nil, err
+	}
+	api, err := h.rc.clients()
+	if err != nil {
+		return nil, err
+	}
+	return kube.NetworkPolicies(ctx, api.Typed, kube.NetworkPolicyInputFor(h.inv, im))
 }
 
 // writeCNIConfig writes node's CNI config for its pod CIDR.

@@ -65,7 +65,7 @@ func (x *Reset) hostSteps() list {
 	l.add("containers", OnHosts, all, x.removeContainers, "kill and remove every container in containerd's k8s.io namespace (images stay)")
 	l.add("unmount", OnHosts, all, x.unmountKubelet, "unmount what kubelet mounted under %s and the pods' network namespaces", hostpath.KubeletDir)
 	l.add("files", OnHosts, all, x.removeFiles, "remove %s, %s, %s (on %s), the kubelet unit and drop-in, the service-route unit (with its route), %s", hostpath.KubernetesDir, hostpath.KubeletDir, hostpath.EtcdDataDir, strings.Join(masters, ", "), hostpath.SysctlFile)
-	l.add("network", OnHosts, all, x.cleanNetwork, "delete cni0 and flannel.1, the CNI config and state, /run/flannel, the nftables tables of kube-proxy, flannel and portmap, and the KUBE-/FLANNEL- iptables chains with the jumps to them")
+	l.add("network", OnHosts, all, x.cleanNetwork, "delete cni0 and flannel.1, the CNI config and state, /run/flannel, the nftables tables of kube-proxy, flannel, portmap and the NetworkPolicy agent, and the KUBE-/FLANNEL- iptables chains with the jumps to them")
 	return l
 }
 

@@ -111,7 +111,7 @@ func TestBundleBuildJSONEvents(t *testing.T) {
 // bundleTasks are the tasks of a bundle build: one per component, one per image, the bundle
 // directory.
 func bundleTasks() []string {
-	tasks := []string{"kubernetes", "etcd", "coredns", "cni-plugins", "flannel", "pause", "containerd", "runc"}
+	tasks := []string{"kubernetes", "etcd", "coredns", "cni-plugins", "flannel", "kube-network-policies", "pause", "containerd", "runc"}
 	for _, c := range bundle.ImageComponents {
 		tasks = append(tasks, "image "+c)
 	}
@@ -186,6 +186,7 @@ case "$1 $2" in
 "mod download")
 	case "$4" in
 	k8s.io/kubernetes@*) echo "{\"Path\":\"k8s.io/kubernetes\",\"GoMod\":\"$D/kubernetes.mod\",\"Dir\":\"$D\"}" ;;
+	sigs.k8s.io/kube-network-policies@*) echo "{\"Path\":\"${4%@*}\",\"Dir\":\"$D/knp\"}" ;;
 	*) echo "{\"Path\":\"${4%@*}\",\"Dir\":\"$D\"}" ;;
 	esac ;;
 "mod tidy") ;;
@@ -203,7 +204,13 @@ build\ *)
 esac
 `,
 	}
+	// kube-network-policies' controller.go as far as kforge's patch reads it: its queue rule, twice.
+	const queueRule = "\tqueue := &expr.Queue{Num: uint16(c.config.QueueID)}\n\tif c.config.FailOpen {\n\t\tqueue.Flag = expr.QueueFlagBypass\n\t}\n"
+	files["knp/pkg/networkpolicy/controller.go"] = "package networkpolicy\n\nfunc a() {\n" + queueRule + "}\n\nfunc b() {\n" + queueRule + "}\n"
 	for name, data := range files {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(d, name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
 		if err := os.WriteFile(filepath.Join(d, name), []byte(data), 0o755); err != nil {
 			t.Fatal(err)
 		}

@@ -4,7 +4,7 @@
 //	                      on SIGTERM it goes on serving for 5 s (until its endpoint is gone
 //	                      everywhere), then exits
 //	agent lookup NAME     resolve NAME through the pod's DNS and print the addresses
-//	agent get URL         GET URL and print the body
+//	agent get URL [T]     GET URL and print the body; give up after T (a Go duration; 20 s)
 //	agent probe URL       GET URL every 100 ms on a new connection (2 s timeout), forever; logs
 //	                      each failure and, every 2 s, "probe ok=N failed=M"
 //	agent webhook CRT KEY a validating admission webhook on HTTPS :8443: it denies objects
@@ -70,6 +70,15 @@ func main() {
 			fmt.Println(a)
 		}
 	case "get":
+		if len(os.Args) > 3 {
+			d, err := time.ParseDuration(os.Args[3])
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				os.Exit(2)
+			}
+			ctx, cancel = context.WithTimeout(context.Background(), d)
+			defer cancel()
+		}
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, os.Args[2], nil)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
