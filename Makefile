@@ -40,13 +40,15 @@ bench: deps
 
 ## conformance: Kubernetes' own conformance suite, built offline, against a lab cluster: every
 ## [Conformance] spec that is not [Serial], [Disruptive] or [Slow]. KUBERNETES=v1.37.2 picks the
-## release (default: kforge's default); PROXY_MODE=nftables puts kube-proxy in nftables mode.
-## JUnit, the suite's log and a summary by SIG land in conformance-report/<version>[-<mode>]/.
+## release (default: kforge's default); PROXY_MODE=nftables puts kube-proxy in nftables mode;
+## NETPOL=1 runs sig-network's NetworkPolicy specs ([Feature:NetworkPolicy]) instead.
+## JUnit, the suite's log and a summary by SIG land in conformance-report/<version>[-<mode>][-netpol]/.
 ## `make test` runs a slice of it (DNS, Services, webhooks).
 KUBERNETES ?=
 PROXY_MODE ?=
+NETPOL ?=
 conformance: deps
-	KFORGE_CONFORMANCE=full KFORGE_CONFORMANCE_REPORT=$(CURDIR)/conformance-report KFORGE_CONFORMANCE_VERSION=$(KUBERNETES) KFORGE_CONFORMANCE_PROXY_MODE=$(PROXY_MODE) \
+	KFORGE_CONFORMANCE=full KFORGE_CONFORMANCE_REPORT=$(CURDIR)/conformance-report KFORGE_CONFORMANCE_VERSION=$(KUBERNETES) KFORGE_CONFORMANCE_PROXY_MODE=$(PROXY_MODE) KFORGE_CONFORMANCE_NETPOL=$(NETPOL) \
 		$(TESTENV) $(GO) test -count=1 -v -timeout 4h -run '^TestConformance$$' ./e2e
 
 ## fuzz: the inventory loader fuzzer; FUZZTIME=10m by default.

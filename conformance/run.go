@@ -18,6 +18,14 @@ const (
 	Skip  = `\[Serial\]|\[Disruptive\]|\[Slow\]`
 )
 
+// The NetworkPolicy specs of sig-network (Netpol, labelled Feature:NetworkPolicy), without the
+// same kinds as above, nor the three over SCTP (also labelled Feature:SCTPConnectivity): the
+// lab's kernel has no SCTP (CONFIG_IP_SCTP), so no pod could open an SCTP socket.
+const (
+	NetworkPolicyFocus = `\[Feature:NetworkPolicy\]`
+	NetworkPolicySkip  = Skip + `|\[Feature:SCTPConnectivity\]`
+)
+
 // RunOptions say what to run against which cluster.
 type RunOptions struct {
 	Kubeconfig string

@@ -34,7 +34,9 @@ const conformanceSlice = `\[sig-network\] DNS should provide (DNS for the cluste
 // KFORGE_CONFORMANCE=full every [Conformance] spec that is not [Serial], [Disruptive] or [Slow]
 // (make conformance). KFORGE_CONFORMANCE_VERSION picks the Kubernetes version (default: the
 // default release), KFORGE_CONFORMANCE_PROXY_MODE kube-proxy's mode (kubeProxy.mode), and
-// KFORGE_CONFORMANCE_REPORT keeps the JUnit report and the suite's log in that directory. Every selected spec must pass, but for those that cannot with images made offline
+// KFORGE_CONFORMANCE_REPORT keeps the JUnit report and the suite's log in that directory.
+// KFORGE_CONFORMANCE_NETPOL=1 runs sig-network's NetworkPolicy specs instead
+// (conformance.NetworkPolicyFocus), against the agent kforge runs by default. Every selected spec must pass, but for those that cannot with images made offline
 // (conformance.CannotPassOffline). make test's slice (conformanceSlice) runs on the cluster of
 // TestApplyLabClusterEndToEnd, which exists already.
 func TestConformance(t *testing.T) {
@@ -48,12 +50,17 @@ func TestConformance(t *testing.T) {
 		version = v
 	}
 	proxyMode := os.Getenv("KFORGE_CONFORMANCE_PROXY_MODE")
+	focus, skip, suffix := conformance.Focus, conformance.Skip, ""
+	if os.Getenv("KFORGE_CONFORMANCE_NETPOL") == "1" {
+		focus, skip, suffix = conformance.NetworkPolicyFocus, conformance.NetworkPolicySkip, "-netpol"
+	}
 	report := t.TempDir()
 	if dir := os.Getenv("KFORGE_CONFORMANCE_REPORT"); dir != "" {
 		report = filepath.Join(dir, version)
 		if proxyMode != "" {
 			report += "-" + proxyMode
 		}
+		report += suffix
 	}
 	timeout := 3 * time.Hour
 	ctx, cancel := context.WithTimeout(context.Background(), timeout+20*time.Minute)
@@ -78,7 +85,7 @@ func TestConformance(t *testing.T) {
 			t.Fatalf("kube-proxy's configuration: %v; want mode %s\n%s", err, proxyMode, cm.Data["config.conf"])
 		}
 	}
-	c.conformance(ctx, kit, conformance.Focus, 6, timeout, report)
+	c.conformance(ctx, kit, focus, skip, 6, timeout, report)
 }
 
 // mirrorConformanceImages starts the lab registry, pushes the conformance suite's test images
@@ -112,14 +119,15 @@ func (c *cluster) mirrorConformanceImages(kit conformance.Kit) {
 		upstreamRegistry, reg.addr, reg.caFile)}
 }
 
-// conformance runs the specs of focus with procs in parallel against the cluster (1 master, 2
-// workers), the report in report: every one must pass, but for those that cannot offline.
-func (c *cluster) conformance(ctx context.Context, kit conformance.Kit, focus string, procs int, timeout time.Duration, report string) {
+// conformance runs the specs of focus but skip ("": conformance.Skip) with procs in parallel
+// against the cluster (1 master, 2 workers), the report in report: every one must pass, but for
+// those that cannot offline.
+func (c *cluster) conformance(ctx context.Context, kit conformance.Kit, focus, skip string, procs int, timeout time.Duration, report string) {
 	t := c.t
 	t.Helper()
 	s, err := conformance.Run(ctx, kit, conformance.RunOptions{
 		Kubeconfig: filepath.Join(c.state, "admin.conf"), ReportDir: report,
-		Focus: focus, Procs: procs, Timeout: timeout, Nodes: 2,
+		Focus: focus, Skip: skip, Procs: procs, Timeout: timeout, Nodes: 2,
 	})
 	if err != nil {
 		t.Fatal(err)

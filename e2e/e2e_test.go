@@ -87,6 +87,8 @@ type cluster struct {
 	extraAddon string
 	// security is the inventory's security block as a YAML flow mapping ("" for none).
 	security string
+	// networkPolicy is the inventory's networking.networkPolicy ("": the default).
+	networkPolicy string
 }
 
 const agentImage = "kforge.test/e2e-agent:v1"
@@ -641,6 +643,7 @@ func TestApplyLabClusterEndToEnd(t *testing.T) {
 	c.step("network-policy", func(t *testing.T) {
 		// NetworkPolicy enforced with no setting: a default deny, then one labelled pod let in.
 		c.checkNetworkPolicy(ctx, workload{image: agentImage, pull: corev1.PullNever}, w1, w2, 3)
+		c.networkPolicyOffAndOn(ctx, l.Hosts[:1], l.Hosts[1:3])
 	})
 
 	c.step("secure-by-default", func(t *testing.T) {
@@ -731,7 +734,7 @@ func TestApplyLabClusterEndToEnd(t *testing.T) {
 
 	c.step("conformance", func(t *testing.T) {
 		// Kubernetes' own conformance specs (make test's slice) on this cluster.
-		c.conformance(ctx, kit, conformanceSlice, 3, 20*time.Minute, t.TempDir())
+		c.conformance(ctx, kit, conformanceSlice, "", 3, 20*time.Minute, t.TempDir())
 	})
 
 	c.step("restore", func(t *testing.T) {
@@ -895,6 +898,9 @@ func (c *cluster) writeInventory(masters, workers []lab.Host) {
 	}
 	if c.security != "" {
 		fmt.Fprintf(&b, "security: %s\n", c.security)
+	}
+	if c.networkPolicy != "" {
+		fmt.Fprintf(&b, "networking: {networkPolicy: %s}\n", c.networkPolicy)
 	}
 	var kp []string
 	if c.proxyMode != "" {

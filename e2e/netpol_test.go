@@ -3,16 +3,20 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/kforge/kforge/inventory"
 	"github.com/kforge/kforge/kube"
+	"github.com/kforge/kforge/lab"
 )
 
 // checkNetworkPolicy: NetworkPolicy is enforced with no setting. The agent runs on every node;
@@ -117,4 +121,41 @@ func (c *cluster) checkNetworkPolicy(ctx context.Context, wl workload, server, c
 		t.Fatal(err)
 	}
 	expect("default deny, and allow role=friend from "+cns, true, false)
+}
+
+// networkPolicyOffAndOn turns enforcement off in the inventory: plan shows the agent's
+// DaemonSet deleted, apply deletes it, and its nftables table leaves every host; turned on
+// again, the next apply brings it back, ready.
+func (c *cluster) networkPolicyOffAndOn(ctx context.Context, masters, workers []lab.Host) {
+	t := c.t
+	t.Helper()
+	k := c.client()
+	c.networkPolicy = inventory.NetworkPolicyOff
+	c.writeInventory(masters, workers)
+	const deleted = "deleted  DaemonSet kube-system/" + kube.NetworkPolicyName
+	if plan, code := c.plan(); code != 4 || !strings.Contains(plan, deleted) {
+		t.Errorf("plan with networking.networkPolicy off: exit %d; want 4 and %q:\n%s", code, deleted, plan)
+	}
+	if out, err := c.run("apply", "--timeout", "4m"); err != nil {
+		t.Fatalf("apply with networking.networkPolicy off: %v\n%s", err, out)
+	}
+	if _, err := k.AppsV1().DaemonSets("kube-system").Get(ctx, kube.NetworkPolicyName, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the agent's DaemonSet after apply with networkPolicy off: %v; want it gone", err)
+	}
+	hosts := append(slices.Clone(masters), workers...)
+	if err := wait.PollUntilContextTimeout(ctx, 2*time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
+		for _, h := range hosts {
+			if strings.TrimSpace(c.exec(ctx, h.Name, "nft list table inet "+kube.NetworkPolicyTable+" >/dev/null 2>&1 && echo there; true")) != "" {
+				return false, nil
+			}
+		}
+		return true, nil
+	}); err != nil {
+		t.Errorf("the agent's nftables table is still on a host a minute after it was turned off: %v", err)
+	}
+	c.networkPolicy = ""
+	c.writeInventory(masters, workers)
+	if out, err := c.run("apply", "--timeout", "4m"); err != nil || !strings.Contains(out, "kube-network-policies: 4 created") {
+		t.Errorf("apply with NetworkPolicy enforced again: %v; want the agent's 4 objects created\n%s", err, out)
+	}
 }
