@@ -54,7 +54,7 @@ func BenchmarkApplyVsKubeadm(b *testing.B) {
 
 	b.ResetTimer()
 	script := runBaseline(ctx, b, bundleDir, filepath.Join(dir, "script-side"), fmt.Sprintf("bks%d", id))
-	kf := runKforge(ctx, b, kforge, bundleDir, filepath.Join(dir, "kforge-side"), fmt.Sprintf("bkf%d", id), 3, "")
+	kf := runKforge(ctx, b, kforge, bundleDir, filepath.Join(dir, "kforge-side"), fmt.Sprintf("bkf%d", id), kforgeSide{hosts: 3})
 	b.StopTimer()
 
 	ratio := kf.total.Seconds() / script.total.Seconds()
@@ -591,16 +591,26 @@ func waitNodesReady(ctx context.Context, b *testing.B, k kubernetes.Interface, w
 // waits for kube-system pods). With shape (tc's rate, such as 100mbit) the machine's link to
 // the lab is shaped to it during the apply. It also measures the CPU time the hosts' own
 // processes used and the bytes apply's SSH connections sent and received.
-func runKforge(ctx context.Context, b *testing.B, kforge, bundleDir, dir, name string, hosts int, shape string) side {
+// kforgeSide says what runKforge brings up: hosts lab hosts (1 master, the rest workers), the
+// lab's link shaped to shape ("": not), networking.networkPolicy ("": the default), and then,
+// when set, what runs on the cluster before its lab goes.
+type kforgeSide struct {
+	hosts         int
+	shape         string
+	networkPolicy string
+	then          func(c *cluster)
+}
+
+func runKforge(ctx context.Context, b *testing.B, kforge, bundleDir, dir, name string, o kforgeSide) side {
 	b.Helper()
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		b.Fatal(err)
 	}
-	l, down := benchLab(ctx, b, name, true, hosts)
+	l, down := benchLab(ctx, b, name, true, o.hosts)
 	defer down()
-	c := &cluster{t: b, lab: l, kforge: kforge, bundle: bundleDir, version: release.Default(), state: filepath.Join(dir, "state"), inventory: filepath.Join(dir, "kforge.yaml")}
+	c := &cluster{t: b, lab: l, kforge: kforge, bundle: bundleDir, version: release.Default(), state: filepath.Join(dir, "state"), inventory: filepath.Join(dir, "kforge.yaml"), networkPolicy: o.networkPolicy}
 	c.writeInventory(l.Hosts[:1], l.Hosts[1:])
-	if shape != "" {
+	if shape := o.shape; shape != "" {
 		undo, err := l.ShapeUplink(ctx, shape)
 		if err != nil {
 			b.Fatal(err)
@@ -681,6 +691,9 @@ func runKforge(ctx context.Context, b *testing.B, kforge, bundleDir, dir, name s
 	}
 	if !summary {
 		b.Fatalf("kforge apply --output json printed no summary event:\n%s", tailLines(out, 40))
+	}
+	if o.then != nil {
+		o.then(c)
 	}
 	return res
 }

@@ -134,7 +134,7 @@ func BenchmarkFleetScaling(b *testing.B) {
 		}
 		var runs []side
 		for _, n := range []int{3, 21} {
-			runs = append(runs, runKforge(ctx, b, kforge, bundleDir, filepath.Join(dir, fmt.Sprintf("%s-%d", shape, n)), fmt.Sprintf("fs%d%d", id%1000, n), n, shape))
+			runs = append(runs, runKforge(ctx, b, kforge, bundleDir, filepath.Join(dir, fmt.Sprintf("%s-%d", shape, n)), fmt.Sprintf("fs%d%d", id%1000, n), kforgeSide{hosts: n, shape: shape}))
 		}
 		small, large := runs[0], runs[1]
 		for i, r := range runs {
@@ -169,7 +169,7 @@ func BenchmarkFleet50(b *testing.B) {
 	testenv.Require(b, lab.Prerequisites())
 	ctx, dir, kforge, bundleDir := labBench(b, 45*time.Minute)
 	b.ResetTimer()
-	r := runKforge(ctx, b, kforge, bundleDir, filepath.Join(dir, "51"), fmt.Sprintf("f5%d", os.Getpid()%1000), 51, "")
+	r := runKforge(ctx, b, kforge, bundleDir, filepath.Join(dir, "51"), fmt.Sprintf("f5%d", os.Getpid()%1000), kforgeSide{hosts: 51})
 	b.Logf("1 master + 50 workers: %s", fleetLine(r))
 	b.ReportMetric(r.total.Seconds(), "51-nodes-s")
 	b.ReportMetric((r.cpu / time.Duration(runtime.NumCPU())).Seconds(), "51-nodes-floor-s")

@@ -5,6 +5,8 @@
 //	                      everywhere), then exits
 //	agent lookup NAME     resolve NAME through the pod's DNS and print the addresses
 //	agent get URL [T]     GET URL and print the body; give up after T (a Go duration; 20 s)
+//	agent bench URL N     GET URL N times, one after another, each on a new connection; prints
+//	                      "requests=N failed=F p50=D p90=D p99=D max=D" (the answered ones')
 //	agent probe URL       GET URL every 100 ms on a new connection (2 s timeout), forever; logs
 //	                      each failure and, every 2 s, "probe ok=N failed=M"
 //	agent webhook CRT KEY a validating admission webhook on HTTPS :8443: it denies objects
@@ -20,6 +22,8 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
+	"strconv"
 	"syscall"
 	"time"
 )
@@ -53,6 +57,13 @@ func main() {
 		}
 	case "probe":
 		probe(os.Args[2])
+	case "bench":
+		n, err := strconv.Atoi(os.Args[3])
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+		bench(os.Args[2], n)
 	case "webhook":
 		fmt.Println("agent webhook on :8443")
 		http.HandleFunc("/validate", validate)
@@ -91,6 +102,34 @@ func main() {
 		fmt.Fprintln(os.Stderr, "unknown command", os.Args[1])
 		os.Exit(2)
 	}
+}
+
+// bench requests url n times on new connections and prints the latencies' quantiles.
+func bench(url string, n int) {
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	var took []time.Duration
+	failed := 0
+	for range n {
+		start := time.Now()
+		resp, err := client.Get(url)
+		if err == nil {
+			_, err = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		if err != nil {
+			failed++
+			continue
+		}
+		took = append(took, time.Since(start))
+	}
+	slices.Sort(took)
+	q := func(f float64) time.Duration {
+		if len(took) == 0 {
+			return 0
+		}
+		return took[min(len(took)-1, int(f*float64(len(took))))]
+	}
+	fmt.Printf("requests=%d failed=%d p50=%s p90=%s p99=%s max=%s\n", n, failed, q(0.5), q(0.9), q(0.99), q(1))
 }
 
 // probe requests url forever and counts the answers.
