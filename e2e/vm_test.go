@@ -44,7 +44,8 @@ import (
 // Without firewall: open, preflight refuses, naming the master's blocked ports. With it, apply
 // opens them. Then: nodes Ready, in-cluster and upstream DNS from pods, a Service across nodes, a
 // NodePort from the workstation, no packet through the NAT NIC; the same after
-// `firewall-cmd --reload`; a second apply changes nothing. Then the VM is rebooted, and later
+// `firewall-cmd --reload`; NetworkPolicy enforced by the VM's agent; a second apply changes
+// nothing. Then the VM is rebooted, and later
 // powered off hard and started again: each time it comes back Ready with no kforge run, its
 // DaemonSet pods running again. reset then leaves no nftables table of kube-proxy's, flannel's
 // or portmap's on any host.
@@ -121,6 +122,9 @@ func TestHostsAsUsersHaveThem(t *testing.T) {
 	}
 	c.checkWorkloads(ctx, workload{image: agentImage, pull: corev1.PullNever}, nw, vm)
 	c.checkAppArmor(ctx, vm)
+	// NetworkPolicy, enforced by the VM's agent on a kernel with nft_queue (Debian's), where the
+	// nspawn hosts' agents use the xtables NFQUEUE target (docs/networking.md).
+	c.checkNetworkPolicy(ctx, workload{image: agentImage, pull: corev1.PullNever}, vm, nw, 3)
 	nodePort := c.exposeNodePort(ctx)
 	c.checkUsersNetwork(ctx, h, nodePort, upstream)
 	// firewalld's and ufw's reloads rebuild their own rules only: kube-proxy's and flannel's stay.
@@ -178,13 +182,14 @@ func TestHostsAsUsersHaveThem(t *testing.T) {
 		return err == nil && strings.TrimSpace(out) == "server", out
 	})
 
-	// reset leaves none of the nftables tables of kube-proxy, flannel and portmap, on any host.
+	// reset leaves none of the nftables tables of kube-proxy, flannel, portmap and the
+	// NetworkPolicy agent, on any host.
 	if out, err := c.run("reset", "--yes"); err != nil {
 		t.Fatalf("kforge reset: %v\n%s", err, out)
 	}
 	for _, n := range h {
 		out, err := c.lab.Exec(ctx, n.Name, "nft", "list", "tables")
-		if left := regexp.MustCompile(`(?m)^table \S+ (kube-proxy|flannel-ipv[46]|cni_hostport)$`).FindAllString(string(out), -1); err != nil || len(left) > 0 {
+		if left := regexp.MustCompile(`(?m)^table \S+ (kube-proxy|flannel-ipv[46]|cni_hostport|kube-network-policies)$`).FindAllString(string(out), -1); err != nil || len(left) > 0 {
 			t.Errorf("%s after reset: nft list tables: %v; left %q", n.Name, err, left)
 		}
 	}

@@ -375,22 +375,31 @@ func coreAddons(ctx context.Context, t *hop, st *staging, r progress.Reporter) e
 	return err
 }
 
-func (h *hop) coreAddonObjects(ctx context.Context) ([]kube.Change, error) {
+// addonAPI is what an addon's objects are made with: the hop's images and the API's client.
+func (h *hop) addonAPI() (release.Images, kubernetes.Interface, error) {
 	im, err := h.images()
 	if err != nil {
-		return nil, err
+		return release.Images{}, nil, err
 	}
 	api, err := h.rc.clients()
 	if err != nil {
+		return release.Images{}, nil, err
+	}
+	return im, api.Typed, nil
+}
+
+func (h *hop) coreAddonObjects(ctx context.Context) ([]kube.Change, error) {
+	im, typed, err := h.addonAPI()
+	if err != nil {
 		return nil, err
 	}
-	all, err := kube.KubeProxy(ctx, api.Typed, kube.KubeProxyInputFor(h.inv, im, h.proxyMode()))
+	all, err := kube.KubeProxy(ctx, typed, kube.KubeProxyInputFor(h.inv, im, h.proxyMode()))
 	if err != nil {
 		return all, err
 	}
 	in := kube.CoreDNSInputFor(h.inv, im)
 	in.Upstream = upstreamResolv(h.inv, h.rc.fleet.AllFacts())
-	cs, err := kube.CoreDNS(ctx, api.Typed, in)
+	cs, err := kube.CoreDNS(ctx, typed, in)
 	return append(all, cs...), err
 }
 
@@ -463,15 +472,11 @@ func (h *hop) podNetwork(ctx context.Context, r progress.Reporter) error {
 }
 
 func (h *hop) podNetworkObjects(ctx context.Context) ([]kube.Change, error) {
-	im, err := h.images()
+	im, typed, err := h.addonAPI()
 	if err != nil {
 		return nil, err
 	}
-	api, err := h.rc.clients()
-	if err != nil {
-		return nil, err
-	}
-	return kube.Flannel(ctx, api.Typed, kube.FlannelInputFor(h.inv, im, h.proxyMode()))
+	return kube.Flannel(ctx, typed, kube.FlannelInputFor(h.inv, im, h.proxyMode()))
 }
 
 // networkPolicy runs the NetworkPolicy agent on every node, or removes it when the inventory
@@ -483,15 +488,11 @@ func (h *hop) networkPolicy(ctx context.Context, r progress.Reporter) error {
 }
 
 func (h *hop) networkPolicyObjects(ctx context.Context) ([]kube.Change, error) {
-	im, err := h.images()
+	im, typed, err := h.addonAPI()
 	if err != nil {
 		return nil, err
 	}
-	api, err := h.rc.clients()
-	if err != nil {
-		return nil, err
-	}
-	return kube.NetworkPolicies(ctx, api.Typed, kube.NetworkPolicyInputFor(h.inv, im))
+	return kube.NetworkPolicies(ctx, typed, kube.NetworkPolicyInputFor(h.inv, im))
 }
 
 // writeCNIConfig writes node's CNI config for its pod CIDR.
