@@ -5,6 +5,7 @@ package e2e
 import (
 	"archive/tar"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -87,8 +88,10 @@ type cluster struct {
 	extraAddon string
 	// security is the inventory's security block as a YAML flow mapping ("" for none).
 	security string
-	// networkPolicy is the inventory's networking.networkPolicy ("": the default).
-	networkPolicy string
+	// networkPolicy is the inventory's networking.networkPolicy ("": the default), and
+	// adminNetworkPolicy its networking.adminNetworkPolicy.
+	networkPolicy      string
+	adminNetworkPolicy bool
 }
 
 const agentImage = "kforge.test/e2e-agent:v1"
@@ -644,6 +647,7 @@ func TestApplyLabClusterEndToEnd(t *testing.T) {
 		// NetworkPolicy enforced with no setting: a default deny, then one labelled pod let in.
 		c.checkNetworkPolicy(ctx, workload{image: agentImage, pull: corev1.PullNever}, w1, w2, 3)
 		c.networkPolicyOffAndOn(ctx, l.Hosts[:1], l.Hosts[1:3])
+		c.checkAdminNetworkPolicy(ctx, l.Hosts[:1], l.Hosts[1:3], workload{image: agentImage, pull: corev1.PullNever}, w1, w2)
 	})
 
 	c.step("secure-by-default", func(t *testing.T) {
@@ -899,8 +903,8 @@ func (c *cluster) writeInventory(masters, workers []lab.Host) {
 	if c.security != "" {
 		fmt.Fprintf(&b, "security: %s\n", c.security)
 	}
-	if c.networkPolicy != "" {
-		fmt.Fprintf(&b, "networking: {networkPolicy: %s}\n", c.networkPolicy)
+	if c.networkPolicy != "" || c.adminNetworkPolicy {
+		fmt.Fprintf(&b, "networking: {networkPolicy: %s, adminNetworkPolicy: %t}\n", cmp.Or(c.networkPolicy, inventory.NetworkPolicyEnforce), c.adminNetworkPolicy)
 	}
 	var kp []string
 	if c.proxyMode != "" {

@@ -66,6 +66,8 @@ func TestMalformedInventories(t *testing.T) {
 		{"mask not a number", head + "networking:\n  nodeCIDRMaskSize: big\n" + m1, nil, 5, "networking.nodeCIDRMaskSize", `want a number, got "big"`},
 		{"dns domain", head + "networking:\n  dnsDomain: -bad-\n" + m1, nil, 5, "networking.dnsDomain", "not a valid DNS domain"},
 		{"unknown plugin", head + "networking:\n  plugin: calico\n" + m1, nil, 5, "networking.plugin", `unknown pod network plugin "calico"`},
+		{"unknown network policy setting", head + "networking:\n  networkPolicy: calico\n" + m1, nil, 5, "networking.networkPolicy", `unknown NetworkPolicy setting "calico"`},
+		{"admin network policy without the agent", head + "networking:\n  networkPolicy: off\n  adminNetworkPolicy: true\n" + m1, nil, 6, "networking.adminNetworkPolicy", "needs the NetworkPolicy agent"},
 		{"unknown key algorithm", head + "pki:\n  keyAlgorithm: dsa\n" + m1, nil, 5, "pki.keyAlgorithm", `unknown key algorithm "dsa"`},
 		{"bad validity", head + "pki:\n  certValidity: 1y\n" + m1, nil, 5, "pki.certValidity", "not a duration"},
 		{"cert outlives CA", head + "pki:\n  certValidity: 4000d\n  caValidity: 3650d\n" + m1, nil, 5, "pki.certValidity", "cannot outlive its CA"},

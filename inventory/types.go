@@ -155,6 +155,8 @@ type Networking struct {
 	Plugin string `yaml:"plugin,omitempty" jsonschema:"enum=flannel,enum=none"`
 	// Whether NetworkPolicy is enforced: enforce (SIG Network's agent, kube-network-policies, runs on every node) or off (no agent; for those who bring their own, e.g. with their pod network). Turning it off removes the agent at the next apply. Default enforce.
 	NetworkPolicy string `yaml:"networkPolicy,omitempty" jsonschema:"enum=enforce,enum=off"`
+	// Enforce AdminNetworkPolicy and BaselineAdminNetworkPolicy (policy.networking.k8s.io/v1alpha1) too: kforge installs their CRDs, and the agent then sees every new connection, not only those of pods a NetworkPolicy selects. Turning it off again leaves the CRDs and their objects (deleting a CRD deletes its objects): the agent stops enforcing them. Needs networkPolicy enforce. Default false.
+	AdminNetworkPolicy bool `yaml:"adminNetworkPolicy,omitempty"`
 }
 
 // The values of networking.networkPolicy.

@@ -188,6 +188,9 @@ func (v *validator) networking() {
 	if !slices.Contains(networkPolicies, n.NetworkPolicy) {
 		v.add("networking.networkPolicy", "use one of: "+strings.Join(networkPolicies, ", "), "unknown NetworkPolicy setting %q", n.NetworkPolicy)
 	}
+	if n.AdminNetworkPolicy && n.NetworkPolicy == NetworkPolicyOff {
+		v.add("networking.adminNetworkPolicy", "set networking.networkPolicy: enforce, or leave adminNetworkPolicy out", "AdminNetworkPolicy needs the NetworkPolicy agent, which networking.networkPolicy: off removes")
+	}
 	// Node networks: a host inside the pod or service range is unreachable once routes are set.
 	for _, h := range v.allHosts() {
 		ip, err := netip.ParseAddr(h.host.NodeIP())

@@ -158,6 +158,7 @@ func NetworkPolicyInputFor(c *inventory.Cluster, im release.Images) NetworkPolic
 		Enforce:  c.Networking.NetworkPolicy != inventory.NetworkPolicyOff,
 		Image:    im.NetworkPolicy,
 		Endpoint: pki.NodeEndpoint(c),
+		Admin:    c.Networking.AdminNetworkPolicy,
 	}
 }
 

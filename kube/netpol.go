@@ -2,8 +2,11 @@ package kube
 
 import (
 	"context"
+	"embed"
 	"fmt"
+	"io/fs"
 	"net"
+	"path"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -23,6 +26,29 @@ type NetworkPolicyInput struct {
 	// Endpoint is the control-plane endpoint as host:port: the agent runs in the host network
 	// and must not depend on kube-proxy's Service rules to reach the API (as flannel).
 	Endpoint string
+	// Admin enforces AdminNetworkPolicies and BaselineAdminNetworkPolicies too (their CRDs are
+	// AdminNetworkPolicyCRDs, applied apart): the agent then also watches nodes and those kinds.
+	Admin bool
+}
+
+// NetworkPolicyAPIVersion is the sigs.k8s.io/network-policy-api whose CRDs
+// (config/crd/experimental) kforge installs for AdminNetworkPolicy: the one kube-network-policies
+// v0.8.0 is built with (policy.networking.k8s.io/v1alpha1).
+const NetworkPolicyAPIVersion = "v0.1.6-0.20250401132235-45061d10895e"
+
+//go:embed files/network-policy-api/*.yaml
+var networkPolicyAPI embed.FS
+
+// AdminNetworkPolicyCRDs are the CustomResourceDefinitions of AdminNetworkPolicy and
+// BaselineAdminNetworkPolicy, as network-policy-api NetworkPolicyAPIVersion ships them.
+func AdminNetworkPolicyCRDs() []Manifest {
+	names, _ := fs.Glob(networkPolicyAPI, "files/network-policy-api/*.yaml")
+	var out []Manifest
+	for _, n := range names {
+		data, _ := networkPolicyAPI.ReadFile(n)
+		out = append(out, Manifest{Path: "network-policy-api " + NetworkPolicyAPIVersion + " " + path.Base(n), Data: data})
+	}
+	return out
 }
 
 // NetworkPolicyName names the agent's DaemonSet, ServiceAccount, ClusterRole and
@@ -63,14 +89,19 @@ func networkPolicyObjects(in NetworkPolicyInput) (objects, error) {
 	}
 	const ns, name = "kube-system", NetworkPolicyName
 	labels := map[string]string{"app": name, "tier": "node", "k8s-app": name}
+	core := []string{"pods", "namespaces"}
+	args := []string{"--hostname-override=$(MY_NODE_NAME)", "--v=2", fmt.Sprintf("--nfqueue-id=%d", NetworkPolicyQueue)}
+	rules := []rbacv1.PolicyRule{{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"networkpolicies"}, Verbs: []string{"list", "watch"}}}
+	if in.Admin { // as the agent's install-anp.yaml
+		core = append(core, "nodes")
+		args = append(args, "--admin-network-policy", "--baseline-admin-network-policy")
+		rules = append(rules, rbacv1.PolicyRule{APIGroups: []string{"policy.networking.k8s.io"}, Resources: []string{"adminnetworkpolicies", "baselineadminnetworkpolicies"}, Verbs: []string{"list", "watch"}})
+	}
 	var o objects
 	o.serviceAccount(&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}})
 	o.clusterRole(&rbacv1.ClusterRole{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Rules: []rbacv1.PolicyRule{
-			{APIGroups: []string{""}, Resources: []string{"pods", "namespaces"}, Verbs: []string{"list", "watch"}},
-			{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"networkpolicies"}, Verbs: []string{"list", "watch"}},
-		},
+		Rules:      append([]rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: core, Verbs: []string{"list", "watch"}}}, rules...),
 	})
 	o.clusterRoleBinding(clusterRoleBinding(name, name, serviceAccount(ns, name)))
 	o.daemonSet(&appsv1.DaemonSet{
@@ -91,7 +122,7 @@ func networkPolicyObjects(in NetworkPolicyInput) (objects, error) {
 						Image:           in.Image,
 						ImagePullPolicy: corev1.PullIfNotPresent,
 						Command:         []string{"/bin/netpol"},
-						Args:            []string{"--hostname-override=$(MY_NODE_NAME)", "--v=2", fmt.Sprintf("--nfqueue-id=%d", NetworkPolicyQueue)},
+						Args:            args,
 						Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
 							corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("50Mi"),
 						}},

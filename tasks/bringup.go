@@ -71,7 +71,11 @@ func (b *bringUp) clusterSteps(l *list) {
 	if c.Networking.NetworkPolicy == inventory.NetworkPolicyOff {
 		l.add("network-policy", ThroughAPI, nil, t.networkPolicy, "remove the NetworkPolicy agent (kube-network-policies) where an earlier run installed it: networking.networkPolicy is off")
 	} else {
-		l.add("network-policy", ThroughAPI, nil, t.networkPolicy, "run the NetworkPolicy agent (SIG Network's kube-network-policies) on every node: NetworkPolicies are enforced")
+		what := "NetworkPolicies are enforced"
+		if c.Networking.AdminNetworkPolicy {
+			what = "NetworkPolicies, AdminNetworkPolicies and BaselineAdminNetworkPolicies (their CRDs installed first) are enforced"
+		}
+		l.add("network-policy", ThroughAPI, nil, t.networkPolicy, "run the NetworkPolicy agent (SIG Network's kube-network-policies) on every node: %s", what)
 	}
 	l.add("mark-nodes", ThroughAPI, nil, rc.kubeletsSay(rc.markNodes), "label and taint the masters, apply the inventory's labels and taints")
 	if len(c.Addons) > 0 {

@@ -492,7 +492,19 @@ func (h *hop) networkPolicyObjects(ctx context.Context) ([]kube.Change, error) {
 	if err != nil {
 		return nil, err
 	}
-	return kube.NetworkPolicies(ctx, typed, kube.NetworkPolicyInputFor(h.inv, im))
+	in := kube.NetworkPolicyInputFor(h.inv, im)
+	var cs []kube.Change
+	if in.Admin && in.Enforce {
+		api, err := h.rc.clients()
+		if err != nil {
+			return nil, err
+		}
+		if cs, err = kube.ApplyManifests(ctx, api.Dynamic, api.Mapper, kube.ApplyInput{Manifests: kube.AdminNetworkPolicyCRDs()}); err != nil {
+			return cs, err
+		}
+	}
+	more, err := kube.NetworkPolicies(ctx, typed, in)
+	return append(cs, more...), err
 }
 
 // writeCNIConfig writes node's CNI config for its pod CIDR.
