@@ -31,20 +31,43 @@ const (
 	netpolQueueCall = "\tqueue := kforgeQueue(uint16(c.config.QueueID), c.config.FailOpen)\n"
 )
 
+// netpolSignals is how the agent's main.go stops (on SIGINT only), and netpolSignalsTerm what
+// kforge's copy has instead: SIGTERM too, which is how kubelet stops a pod. On either the agent
+// deletes its nftables table before it exits; killed by a signal it does not catch, it leaves its
+// queue rules behind with nothing reading the queue, and the kernel drops every new connection
+// to a pod a policy selects (the queue has no bypass), for good: after the agent is turned off,
+// and until a restarted agent rewrites the table.
+const (
+	netpolSignals     = "\tctx, cancel := signal.NotifyContext(\n\t\tcontext.Background(), os.Interrupt, unix.SIGINT)\n"
+	netpolSignalsTerm = "\tctx, cancel := signal.NotifyContext(\n\t\tcontext.Background(), os.Interrupt, unix.SIGINT, unix.SIGTERM)\n"
+)
+
 // patchNetpolController points controller.go's queue rules at kforgeQueue; it fails when the
 // source no longer has them twice (another release of the agent: look again).
 func patchNetpolController(src []byte) ([]byte, error) {
-	if n := bytes.Count(src, []byte(netpolQueueRule)); n != 2 {
-		return nil, fmt.Errorf("controller.go constructs its queue expression %d times as kforge's patch expects it, want 2", n)
+	return replaceExactly(src, "controller.go", netpolQueueRule, netpolQueueCall, 2)
+}
+
+// patchNetpolMain makes the agent's main.go stop on SIGTERM too.
+func patchNetpolMain(src []byte) ([]byte, error) {
+	return replaceExactly(src, "cmd/main.go", netpolSignals, netpolSignalsTerm, 1)
+}
+
+// replaceExactly replaces old with new in src, which must hold old exactly n times (else the
+// patch no longer fits that source: another release of the agent, look again).
+func replaceExactly(src []byte, file, old, new string, n int) ([]byte, error) {
+	if got := bytes.Count(src, []byte(old)); got != n {
+		return nil, fmt.Errorf("%s holds the text kforge's patch replaces %d times, want %d", file, got, n)
 	}
-	return bytes.ReplaceAll(src, []byte(netpolQueueRule), []byte(netpolQueueCall)), nil
+	return bytes.ReplaceAll(src, []byte(old), []byte(new)), nil
 }
 
 // netpolModule builds the agent (its cmd package, as netpol) from a copy of its module with
-// internal/netpol's queue.go added to pkg/networkpolicy and controller.go patched to use it.
+// internal/netpol's queue.go added to pkg/networkpolicy, controller.go patched to use it, and
+// main.go patched to stop on SIGTERM.
 // The copy's directory carries the patch's hash, so a changed patch is a new recipe.
 func netpolModule(v string) goModule {
-	sum := sha256.Sum256(append(append([]byte(netpolQueueRule), netpolQueueCall...), netpolQueue...))
+	sum := sha256.Sum256([]byte(netpolQueueRule + netpolQueueCall + netpolSignals + netpolSignalsTerm + string(netpolQueue)))
 	local := "./kube-network-policies-" + hex.EncodeToString(sum[:6])
 	return goModule{
 		Name:     "kube-network-policies",
@@ -62,17 +85,22 @@ func netpolModule(v string) goModule {
 			if err := copyTree(info.Dir, dst); err != nil {
 				return err
 			}
-			ctl := filepath.Join(dst, "pkg", "networkpolicy", "controller.go")
-			src, err := os.ReadFile(ctl)
-			if err != nil {
-				return err
-			}
-			patched, err := patchNetpolController(src)
-			if err != nil {
-				return fmt.Errorf("kube-network-policies %s: %w", v, err)
-			}
-			if err := os.WriteFile(ctl, patched, 0o644); err != nil {
-				return err
+			for _, p := range []struct {
+				file  string
+				patch func([]byte) ([]byte, error)
+			}{{"pkg/networkpolicy/controller.go", patchNetpolController}, {"cmd/main.go", patchNetpolMain}} {
+				f := filepath.Join(dst, filepath.FromSlash(p.file))
+				src, err := os.ReadFile(f)
+				if err != nil {
+					return err
+				}
+				patched, err := p.patch(src)
+				if err != nil {
+					return fmt.Errorf("kube-network-policies %s: %w", v, err)
+				}
+				if err := os.WriteFile(f, patched, 0o644); err != nil {
+					return err
+				}
 			}
 			return os.WriteFile(filepath.Join(dst, "pkg", "networkpolicy", "kforge_queue.go"), netpolQueue, 0o644)
 		},

@@ -229,7 +229,7 @@ func (c *cluster) networkPolicyOffAndOn(ctx context.Context, masters, workers []
 		t.Errorf("the agent's DaemonSet after apply with networkPolicy off: %v; want it gone", err)
 	}
 	hosts := append(slices.Clone(masters), workers...)
-	if err := wait.PollUntilContextTimeout(ctx, 2*time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
+	if err := wait.PollUntilContextTimeout(ctx, 2*time.Second, time.Minute, true, func(context.Context) (bool, error) {
 		for _, h := range hosts {
 			if strings.TrimSpace(c.exec(ctx, h.Name, "nft list table inet "+kube.NetworkPolicyTable+" >/dev/null 2>&1 && echo there; true")) != "" {
 				return false, nil

@@ -204,9 +204,11 @@ build\ *)
 esac
 `,
 	}
-	// kube-network-policies' controller.go as far as kforge's patch reads it: its queue rule, twice.
+	// kube-network-policies' controller.go and main.go as far as kforge's patches read them: its
+	// queue rule, twice, and the signals it stops on.
 	const queueRule = "\tqueue := &expr.Queue{Num: uint16(c.config.QueueID)}\n\tif c.config.FailOpen {\n\t\tqueue.Flag = expr.QueueFlagBypass\n\t}\n"
 	files["knp/pkg/networkpolicy/controller.go"] = "package networkpolicy\n\nfunc a() {\n" + queueRule + "}\n\nfunc b() {\n" + queueRule + "}\n"
+	files["knp/cmd/main.go"] = "package main\n\nfunc run() {\n\tctx, cancel := signal.NotifyContext(\n\t\tcontext.Background(), os.Interrupt, unix.SIGINT)\n}\n"
 	for name, data := range files {
 		if err := os.MkdirAll(filepath.Dir(filepath.Join(d, name)), 0o755); err != nil {
 			t.Fatal(err)
