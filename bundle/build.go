@@ -101,6 +101,7 @@ func Build(ctx context.Context, o Options) (*Manifest, error) {
 			cniModule(v.CNIPlugins),
 			flannelModule(v.Flannel),
 			netpolModule(v.NetworkPolicy),
+			metricsServerModule(v.MetricsServer),
 			pauseModule(v.Pause),
 			containerdModule(v.Containerd),
 			runcModule(v.Runc),
@@ -500,6 +501,9 @@ func imageSpecs(names map[string]string, dirs map[string]string) ([]imageSpec, e
 		case "kube-network-policies":
 			s.Files = []imageFile{{Path: NetworkPolicyBinary, Src: filepath.Join(dirs["kube-network-policies"], "netpol")}}
 			s.Entrypoint = []string{NetworkPolicyBinary}
+		case "metrics-server":
+			s.Files = []imageFile{{Path: "/metrics-server", Src: filepath.Join(dirs["metrics-server"], "metrics-server")}}
+			s.Entrypoint = []string{"/metrics-server"}
 		}
 		specs = append(specs, s)
 	}

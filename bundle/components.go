@@ -25,6 +25,8 @@ type Versions struct {
 	Flannel    string `json:"flannel"`    // e.g. v0.28.10
 	// The NetworkPolicy agent; empty in bundles made before kforge ran it.
 	NetworkPolicy string `json:"networkPolicy,omitempty"` // sigs.k8s.io/kube-network-policies, e.g. v0.8.0
+	// The resource metrics API's server; empty in bundles made before kforge ran it.
+	MetricsServer string `json:"metricsServer,omitempty"` // sigs.k8s.io/metrics-server, e.g. v0.8.0
 	// The container runtime; empty in bundles made before kforge installed it.
 	Containerd string `json:"containerd,omitempty"` // e.g. v2.3.7
 	Runc       string `json:"runc,omitempty"`       // e.g. v1.5.2
@@ -40,6 +42,7 @@ func versionsOf(r release.Release) Versions {
 		CNIPlugins:    r.CNIPlugins,
 		Flannel:       r.Flannel,
 		NetworkPolicy: r.NetworkPolicy,
+		MetricsServer: r.MetricsServer,
 		Containerd:    r.Containerd,
 		Runc:          r.Runc,
 	}
@@ -199,6 +202,19 @@ func vipModule() goModule {
 		Local:     map[string][]byte{"main.go": vipMain, "vip.go": vipVIP},
 		LocalName: VIPFile,
 		Kforge:    daemonPackage,
+	}
+}
+
+// metricsServerModule builds metrics-server as its Makefile does: cmd/metrics-server, its
+// version stamped into client-go's version package, which it reports.
+func metricsServerModule(v string) goModule {
+	const mod = "sigs.k8s.io/metrics-server"
+	return goModule{
+		Name:     "metrics-server",
+		Version:  v,
+		Require:  map[string]string{mod: v},
+		Packages: []string{mod + "/cmd/metrics-server"},
+		Ldflags:  "-X k8s.io/client-go/pkg/version.gitVersion=" + v,
 	}
 }
 

@@ -69,7 +69,8 @@ type File struct {
 // Image is one image archive of a bundle.
 type Image struct {
 	// Component is what the image runs: kube-apiserver, kube-controller-manager,
-	// kube-scheduler, kube-proxy, etcd, coredns, pause, flannel or kube-network-policies.
+	// kube-scheduler, kube-proxy, etcd, coredns, pause, flannel, kube-network-policies or
+	// metrics-server.
 	Component string `json:"component"`
 	// Kubernetes are the Kubernetes versions (of Releases) the image belongs to; empty: every
 	// release of the bundle.
@@ -94,7 +95,7 @@ type Image struct {
 // Components of the images a bundle holds, in manifest order.
 var ImageComponents = []string{
 	"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy",
-	"etcd", "coredns", "pause", "flannel", "kube-network-policies",
+	"etcd", "coredns", "pause", "flannel", "kube-network-policies", "metrics-server",
 }
 
 // controlPlaneOnly components run on control-plane hosts only.

@@ -650,6 +650,12 @@ func TestApplyLabClusterEndToEnd(t *testing.T) {
 		c.checkAdminNetworkPolicy(ctx, l.Hosts[:1], l.Hosts[1:3], workload{image: agentImage, pull: corev1.PullNever}, w1, w2)
 	})
 
+	c.step("metrics", func(t *testing.T) {
+		// metrics-server with no setting: kubectl top for every node, and an HPA scales a
+		// Deployment from 1 to 3 replicas under load, and back.
+		c.checkMetrics(ctx, workload{image: agentImage, pull: corev1.PullNever}, []string{master, w1, w2})
+	})
+
 	c.step("secure-by-default", func(t *testing.T) {
 		// The CIS Kubernetes Benchmark's checks, Pod Security, the audit log, etcd's user, the
 		// kubelets' serving certificates.

@@ -104,6 +104,8 @@ type Cluster struct {
 	ContainerRuntime ContainerRuntime `yaml:"containerRuntime,omitempty"`
 	// How the cluster is hardened: Secrets encrypted in etcd, the API server's audit log, Pod Security admission. Every part is on by default (docs/security.md).
 	Security Security `yaml:"security,omitempty"`
+	// metrics-server, the resource metrics API (kubectl top, HorizontalPodAutoscalers by CPU and memory).
+	MetricsServer MetricsServer `yaml:"metricsServer,omitempty"`
 	// Control-plane hosts (kube-apiserver, controller-manager, scheduler, stacked etcd). At least one; use an odd number for etcd quorum.
 	Masters []Host `yaml:"masters" jsonschema:"required,minItems=1"`
 	// Worker hosts.
@@ -272,6 +274,15 @@ type KubeProxy struct {
 	// kube-proxy's conntrack.maxPerCore: connections tracked per CPU core, which sets the machine-wide conntrack table size. Default: kube-proxy's own (32768). 0 leaves the table alone, as hosts that share a kernel (containers, kforge lab) need.
 	ConntrackMaxPerCore *int `yaml:"conntrackMaxPerCore,omitempty" jsonschema:"minimum=0"`
 }
+
+// MetricsServer holds metrics-server's settings.
+type MetricsServer struct {
+	// Run metrics-server (from the bundle, in kube-system; it verifies the kubelets' serving certificates against the cluster CA). Turning it off removes it at the next apply. Default true.
+	Enabled *bool `yaml:"enabled,omitempty"`
+}
+
+// On says whether the cluster runs metrics-server.
+func (m MetricsServer) On() bool { return m.Enabled == nil || *m.Enabled }
 
 // Security holds the cluster's hardening settings.
 type Security struct {

@@ -69,6 +69,7 @@ var resources = map[string]schema.GroupVersionResource{
 	"Deployment":               {Group: "apps", Version: "v1", Resource: "deployments"},
 	"DaemonSet":                {Group: "apps", Version: "v1", Resource: "daemonsets"},
 	"CustomResourceDefinition": {Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"},
+	"APIService":               apiServiceGVR,
 	"Widget":                   {Group: "example.kforge.dev", Version: "v1", Resource: "widgets"},
 }
 
@@ -137,6 +138,20 @@ func applySteps(t testing.TB, cp *controlPlane, admin kubernetes.Interface) (fun
 			},
 			func() ([]Change, error) {
 				return Flannel(ctx, c, FlannelInputFor(cp.cluster, images, inventory.ProxyModeIptables))
+			},
+			func() ([]Change, error) {
+				// With AdminNetworkPolicy: its CRDs, as apply applies them first.
+				cs, err := ApplyManifests(ctx, dyn, mapper, ApplyInput{Manifests: AdminNetworkPolicyCRDs()})
+				if err != nil {
+					return cs, err
+				}
+				in := NetworkPolicyInputFor(cp.cluster, images)
+				in.Admin = true
+				more, err := NetworkPolicies(ctx, c, in)
+				return append(cs, more...), err
+			},
+			func() ([]Change, error) {
+				return MetricsServer(ctx, c, dyn, MetricsServerInput{Enabled: true, Image: images.MetricsServer})
 			},
 			func() ([]Change, error) {
 				return ApplyManifests(ctx, dyn, mapper, ApplyInput{Manifests: []Manifest{{Path: "addons/demo.yaml", Data: []byte(userManifest)}}})
@@ -262,7 +277,47 @@ func TestEverythingTwiceAgainstARealAPIServer(t *testing.T) {
 	t.Run("wait for ready", func(t *testing.T) { checkWaitForReady(t, admin) })
 	t.Run("kubelet CSRs signed", func(t *testing.T) { checkKubeletCSRs(t, cp, admin, itToken) })
 	t.Run("pod CIDRs", func(t *testing.T) { checkPodCIDRs(t, admin) })
+	t.Run("addons turned off", func(t *testing.T) { checkAddonsOff(t, cp, admin, dyn) })
 	t.Run("API server health error", func(t *testing.T) { checkHealthError(t, cp, admin) })
+}
+
+// checkAddonsOff: the NetworkPolicy agent and metrics-server, turned off, are deleted, the
+// APIService first; the CRDs of AdminNetworkPolicy stay; a second removal finds nothing.
+func checkAddonsOff(t *testing.T, cp *controlPlane, admin kubernetes.Interface, dyn dynamic.Interface) {
+	ctx := context.Background()
+	ms, err := MetricsServer(ctx, admin, dyn, MetricsServerInput{})
+	if err != nil || len(ms) != 9 || ms[0].Kind != "APIService" {
+		t.Errorf("metrics-server off: %v %v; want 9 deleted, the APIService first", ms, err)
+	}
+	np, err := NetworkPolicies(ctx, admin, NetworkPolicyInput{})
+	if err != nil || len(np) != 4 {
+		t.Errorf("NetworkPolicy agent off: %v %v; want 4 deleted", np, err)
+	}
+	for _, c := range append(ms, np...) {
+		if c.Action != Deleted {
+			t.Errorf("turned off: %s", c)
+		}
+		gvr := resources[c.Kind]
+		var ri dynamic.ResourceInterface = dyn.Resource(gvr)
+		if c.Namespace != "" {
+			ri = dyn.Resource(gvr).Namespace(c.Namespace)
+		}
+		if _, err := ri.Get(ctx, c.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("%s after it was deleted: %v", c, err)
+		}
+	}
+	if _, err := dyn.Resource(resources["CustomResourceDefinition"]).Get(ctx, "adminnetworkpolicies.policy.networking.k8s.io", metav1.GetOptions{}); err != nil {
+		t.Errorf("the AdminNetworkPolicy CRD after the agent went: %v; want it kept", err)
+	}
+	again, err := MetricsServer(ctx, admin, dyn, MetricsServerInput{})
+	if err != nil || len(again) != 0 {
+		t.Errorf("metrics-server off twice: %v %v", again, err)
+	}
+	// Back on, for the checks after this one.
+	run, _ := applySteps(t, cp, admin)
+	if _, err := run(admin); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // checkHealthError stops etcd (the test's own process, by PID) and expects WaitForAPIServer to

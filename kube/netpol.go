@@ -11,7 +11,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -149,23 +148,11 @@ func networkPolicyObjects(in NetworkPolicyInput) (objects, error) {
 // is a Deleted change.
 func removeNetworkPolicies(ctx context.Context, c kubernetes.Interface) ([]Change, error) {
 	const ns, name = "kube-system", NetworkPolicyName
-	var out []Change
-	for _, d := range []struct {
-		kind, ns string
-		del      func() error
-	}{
-		{"DaemonSet", ns, func() error { return c.AppsV1().DaemonSets(ns).Delete(ctx, name, metav1.DeleteOptions{}) }},
-		{"ClusterRoleBinding", "", func() error { return c.RbacV1().ClusterRoleBindings().Delete(ctx, name, metav1.DeleteOptions{}) }},
-		{"ClusterRole", "", func() error { return c.RbacV1().ClusterRoles().Delete(ctx, name, metav1.DeleteOptions{}) }},
-		{"ServiceAccount", ns, func() error { return c.CoreV1().ServiceAccounts(ns).Delete(ctx, name, metav1.DeleteOptions{}) }},
-	} {
-		switch err := d.del(); {
-		case apierrors.IsNotFound(err):
-		case err != nil:
-			return out, fmt.Errorf("delete %s %s: %w", d.kind, name, err)
-		default:
-			out = append(out, Change{Kind: d.kind, Namespace: d.ns, Name: name, Action: Deleted})
-		}
-	}
-	return out, nil
+	del := metav1.DeleteOptions{}
+	return removeAll([]removal{
+		{"DaemonSet", ns, name, func() error { return c.AppsV1().DaemonSets(ns).Delete(ctx, name, del) }},
+		{"ClusterRoleBinding", "", name, func() error { return c.RbacV1().ClusterRoleBindings().Delete(ctx, name, del) }},
+		{"ClusterRole", "", name, func() error { return c.RbacV1().ClusterRoles().Delete(ctx, name, del) }},
+		{"ServiceAccount", ns, name, func() error { return c.CoreV1().ServiceAccounts(ns).Delete(ctx, name, del) }},
+	})
 }

@@ -34,6 +34,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/discovery"
 	fakediscovery "k8s.io/client-go/discovery/fake"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -71,8 +72,7 @@ func TestApplyOnFakeHostsThenNothingToDo(t *testing.T) {
 		Connect: func(_ context.Context, n inventory.Node) (remote.Host, error) { return sim.hosts[n.Name], nil },
 		API: func(identity string) (kube.Clients, error) {
 			identities = append(identities, identity)
-			// No addons in the inventory: nothing uses the dynamic client or the mapper.
-			return kube.Clients{Typed: sim.api}, nil
+			return sim.clients(), nil
 		},
 	}
 
@@ -393,10 +393,14 @@ type simCluster struct {
 	wg     sync.WaitGroup
 	hosts  map[string]*simHost
 	api    *fakeAPI
-	canned []string // the static lines of a real host's facts (facts/testdata/ubuntu-v2-rerun.txt)
+	dyn    *dynamicfake.FakeDynamicClient // what the typed clientset does not serve (APIServices)
+	canned []string                       // the static lines of a real host's facts (facts/testdata/ubuntu-v2-rerun.txt)
 	poke   chan struct{}
 	flush  chan chan struct{}
 }
+
+// clients are the simulated cluster's API clients (no mapper: no test here applies manifests).
+func (s *simCluster) clients() kube.Clients { return kube.Clients{Typed: s.api, Dynamic: s.dyn} }
 
 func newSimCluster(t *testing.T, c *inventory.Cluster) *simCluster {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -415,6 +419,7 @@ func newSimCluster(t *testing.T, c *inventory.Cluster) *simCluster {
 		}
 	}
 	cs := fake.NewClientset()
+	s.dyn = dynamicfake.NewSimpleDynamicClient(runtime.NewScheme())
 	s.api = &fakeAPI{Clientset: cs, ready: func() bool { return s.hosts[c.Masters[0].Name].apiServerUp() }}
 	// The controller looks again whenever a node, Deployment or DaemonSet is written. The
 	// reactor only pokes: the write itself is the fake's, done under the fake's lock before
@@ -1187,7 +1192,7 @@ func TestApplyOpensFirewalls(t *testing.T) {
 		Timeout: 5 * time.Second,
 		Settle:  time.Millisecond,
 		Connect: func(_ context.Context, n inventory.Node) (remote.Host, error) { return sim.hosts[n.Name], nil },
-		API:     func(string) (kube.Clients, error) { return kube.Clients{Typed: sim.api}, nil },
+		API:     func(string) (kube.Clients, error) { return sim.clients(), nil },
 	}
 	a := NewApply(c, o)
 	_, err := Run(context.Background(), a.Steps(), func(progress.Event) {}, time.Now)

@@ -46,7 +46,7 @@ func taskNames(ts []Task) []string {
 
 func TestApplyListFollowsTheInventory(t *testing.T) {
 	single := taskNames(ApplyTasks(cluster(t, "networking: {plugin: none}\n"), Options{}))
-	want := []string{"connect", "preflight", "etcd-user", "pki", "etcd-members", "render", "stage", "wait-apiserver", "kubeconfig", "cluster-config", "bootstrap", "core-addons", "network-policy", "mark-nodes", "retire", "record-hosts"}
+	want := []string{"connect", "preflight", "etcd-user", "pki", "etcd-members", "render", "stage", "wait-apiserver", "kubeconfig", "cluster-config", "bootstrap", "core-addons", "network-policy", "metrics-server", "mark-nodes", "retire", "record-hosts"}
 	if !slices.Equal(single, want) {
 		t.Errorf("single master, no pod network:\n got %v\nwant %v", single, want)
 	}

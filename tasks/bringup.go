@@ -77,6 +77,11 @@ func (b *bringUp) clusterSteps(l *list) {
 		}
 		l.add("network-policy", ThroughAPI, nil, t.networkPolicy, "run the NetworkPolicy agent (SIG Network's kube-network-policies) on every node: %s", what)
 	}
+	if c.MetricsServer.On() {
+		l.add("metrics-server", ThroughAPI, nil, t.metricsServer, "run metrics-server in kube-system (kubectl top, HorizontalPodAutoscalers), verifying the kubelets' serving certificates against the cluster CA")
+	} else {
+		l.add("metrics-server", ThroughAPI, nil, t.metricsServer, "remove metrics-server where an earlier run installed it: metricsServer.enabled is false")
+	}
 	l.add("mark-nodes", ThroughAPI, nil, rc.kubeletsSay(rc.markNodes), "label and taint the masters, apply the inventory's labels and taints")
 	if len(c.Addons) > 0 {
 		l.add("addons", ThroughAPI, nil, rc.addons, "apply %s (server-side)", count(len(c.Addons), "user manifest"))

@@ -346,6 +346,9 @@ func (h *hop) images() (release.Images, error) {
 	if h.inv.Networking.NetworkPolicy != inventory.NetworkPolicyOff {
 		need = append(need, im.NetworkPolicy)
 	}
+	if h.inv.MetricsServer.On() {
+		need = append(need, im.MetricsServer)
+	}
 	if err := h.manifest.HasImages(need...); err != nil {
 		return release.Images{}, fmt.Errorf("bundle %s: %w", h.inv.Bundle, err)
 	}
@@ -505,6 +508,25 @@ func (h *hop) networkPolicyObjects(ctx context.Context) ([]kube.Change, error) {
 	}
 	more, err := kube.NetworkPolicies(ctx, typed, in)
 	return append(cs, more...), err
+}
+
+// metricsServer runs metrics-server, or removes it when the inventory turns it off.
+func (h *hop) metricsServer(ctx context.Context, r progress.Reporter) error {
+	cs, err := h.metricsServerObjects(ctx)
+	r(progress.Event{Kind: progress.Info, Message: "metrics-server: " + kube.Summary(cs)})
+	return err
+}
+
+func (h *hop) metricsServerObjects(ctx context.Context) ([]kube.Change, error) {
+	im, typed, err := h.addonAPI()
+	if err != nil {
+		return nil, err
+	}
+	api, err := h.rc.clients()
+	if err != nil {
+		return nil, err
+	}
+	return kube.MetricsServer(ctx, typed, api.Dynamic, kube.MetricsServerInput{Enabled: h.inv.MetricsServer.On(), Image: im.MetricsServer})
 }
 
 // writeCNIConfig writes node's CNI config for its pod CIDR.

@@ -27,6 +27,7 @@ func TestAddonImages(t *testing.T) {
 		{Component: "kube-proxy", Name: "registry.k8s.io/kube-proxy:v1.36.3"},
 		{Component: "flannel", Name: "ghcr.io/flannel-io/flannel:v0.28.10"},
 		{Component: "kube-network-policies", Name: "registry.k8s.io/networking/kube-network-policies:v0.8.0"},
+		{Component: "metrics-server", Name: "registry.k8s.io/metrics-server/metrics-server:v0.8.0"},
 	}}
 	// readBundle took the bundle's release of the inventory's version.
 	if inv, err = inv.AtVersion("v1.36.3"); err != nil {
@@ -38,14 +39,16 @@ func TestAddonImages(t *testing.T) {
 	}
 
 	m.Images = m.Images[:2]
-	if _, err := (&hop{inv: inv, manifest: m}).images(); err == nil || err.Error() != "bundle /b: no image ghcr.io/flannel-io/flannel:v0.28.10, registry.k8s.io/networking/kube-network-policies:v0.8.0 (rebuild the bundle with this kforge: kforge bundle build -o DIR)" {
+	if _, err := (&hop{inv: inv, manifest: m}).images(); err == nil || err.Error() != "bundle /b: no image ghcr.io/flannel-io/flannel:v0.28.10, registry.k8s.io/networking/kube-network-policies:v0.8.0, registry.k8s.io/metrics-server/metrics-server:v0.8.0 (rebuild the bundle with this kforge: kforge bundle build -o DIR)" {
 		t.Errorf("a bundle without flannel and the NetworkPolicy agent: %v", err)
 	}
-	// A bundle made before kforge ran the agent serves a cluster that turns it off.
+	// A bundle made before kforge ran the agent and metrics-server serves a cluster that turns
+	// them off.
 	m.Images = append(m.Images, bundle.Image{Component: "flannel", Name: "ghcr.io/flannel-io/flannel:v0.28.10"})
 	off := *inv
 	off.Networking.NetworkPolicy = inventory.NetworkPolicyOff
+	off.MetricsServer.Enabled = new(bool)
 	if _, err := (&hop{inv: &off, manifest: m}).images(); err != nil {
-		t.Errorf("a bundle without the NetworkPolicy agent, networking.networkPolicy off: %v", err)
+		t.Errorf("a bundle without the NetworkPolicy agent and metrics-server, both off: %v", err)
 	}
 }

@@ -37,7 +37,7 @@ func TestPlanAgreesWithApply(t *testing.T) {
 			}
 			return sim.hosts[n.Name], nil
 		},
-		API: func(string) (kube.Clients, error) { return kube.Clients{Typed: sim.api}, nil },
+		API: func(string) (kube.Clients, error) { return sim.clients(), nil },
 	}
 	runApply(t, NewApply(c, o))
 	sim.settle()

@@ -416,7 +416,7 @@ func (up *Upgrade) snapshot(ctx context.Context, r progress.Reporter) error {
 // which every node may be asked to run before it is upgraded itself.
 func addonImage(name string) bool {
 	switch name {
-	case "kube-proxy", "coredns", "flannel", "kube-network-policies", "pause":
+	case "kube-proxy", "coredns", "flannel", "kube-network-policies", "metrics-server", "pause":
 		return true
 	}
 	return false
@@ -527,7 +527,8 @@ func upgradeMaster(ctx context.Context, h *hop, n inventory.Node, r progress.Rep
 // kubelet restarted on a new version.
 const controlPlaneSteady = 15 * time.Second
 
-// upgradeAddons moves kube-proxy, CoreDNS, flannel and the NetworkPolicy agent to h's release.
+// upgradeAddons moves kube-proxy, CoreDNS, flannel, the NetworkPolicy agent and metrics-server
+// to h's release.
 func upgradeAddons(ctx context.Context, h *hop, r progress.Reporter) error {
 	cs, err := h.coreAddonObjects(ctx)
 	if err != nil {
@@ -545,6 +546,11 @@ func upgradeAddons(ctx context.Context, h *hop, r progress.Reporter) error {
 		return err
 	}
 	cs = append(cs, nc...)
+	mc, err := h.metricsServerObjects(ctx)
+	if err != nil {
+		return err
+	}
+	cs = append(cs, mc...)
 	r(progress.Event{Kind: progress.Info, Message: "addons of " + h.inv.KubernetesVersion + ": " + kube.Summary(cs)})
 	return nil
 }

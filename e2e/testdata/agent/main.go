@@ -1,6 +1,7 @@
 // Command agent is the end-to-end tests' workload, built into a one-file image by the tests:
 //
-//	agent serve           HTTP on :8080, answering with the pod's hostname; logs one line per request;
+//	agent serve           HTTP on :8080, answering with the pod's hostname (/burn?ms=N: after N
+//	                      ms of CPU work, not logged); logs one line per other request;
 //	                      on SIGTERM it goes on serving for 5 s (until its endpoint is gone
 //	                      everywhere), then exits
 //	agent lookup NAME     resolve NAME through the pod's DNS and print the addresses
@@ -39,6 +40,12 @@ func main() {
 	case "serve":
 		host, _ := os.Hostname()
 		fmt.Println("agent serving on :8080 as", host)
+		http.HandleFunc("/burn", func(w http.ResponseWriter, r *http.Request) {
+			ms, _ := strconv.Atoi(r.URL.Query().Get("ms"))
+			for end := time.Now().Add(time.Duration(ms) * time.Millisecond); time.Now().Before(end); {
+			}
+			fmt.Fprint(w, host)
+		})
 		http.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 			fmt.Println("request from", r.RemoteAddr)
 			fmt.Fprint(w, host)
