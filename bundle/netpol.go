@@ -37,6 +37,15 @@ const (
 // queue rules behind with nothing reading the queue, and the kernel drops every new connection
 // to a pod a policy selects (the queue has no bypass), for good: after the agent is turned off,
 // and until a restarted agent rewrites the table.
+// netpolDNSQueue is the queue rule of the agent's DNS agent (dnsagent.go, which AdminNetworkPolicy
+// turns on), and netpolDNSQueueCall kforge's: the same through kforgeQueue. Without it, on a
+// kernel without nft_queue its rule fails, it closes its queue, and its reader spins on "bad file
+// descriptor", taking the CPU the agent's verdicts need (measured: new connections stalled).
+const (
+	netpolDNSQueue     = "\t\t\t&expr.Queue{Num: uint16(n.nfQueueID), Flag: expr.QueueFlagBypass},\n"
+	netpolDNSQueueCall = "\t\t\tkforgeQueue(uint16(n.nfQueueID), true),\n"
+)
+
 const (
 	netpolSignals     = "\tctx, cancel := signal.NotifyContext(\n\t\tcontext.Background(), os.Interrupt, unix.SIGINT)\n"
 	netpolSignalsTerm = "\tctx, cancel := signal.NotifyContext(\n\t\tcontext.Background(), os.Interrupt, unix.SIGINT, unix.SIGTERM)\n"
@@ -46,6 +55,11 @@ const (
 // source no longer has them twice (another release of the agent: look again).
 func patchNetpolController(src []byte) ([]byte, error) {
 	return replaceExactly(src, "controller.go", netpolQueueRule, netpolQueueCall, 2)
+}
+
+// patchNetpolDNS points dnsagent.go's queue rule at kforgeQueue.
+func patchNetpolDNS(src []byte) ([]byte, error) {
+	return replaceExactly(src, "dnsagent.go", netpolDNSQueue, netpolDNSQueueCall, 1)
 }
 
 // patchNetpolMain makes the agent's main.go stop on SIGTERM too.
@@ -63,11 +77,11 @@ func replaceExactly(src []byte, file, old, new string, n int) ([]byte, error) {
 }
 
 // netpolModule builds the agent (its cmd package, as netpol) from a copy of its module with
-// internal/netpol's queue.go added to pkg/networkpolicy, controller.go patched to use it, and
-// main.go patched to stop on SIGTERM.
+// internal/netpol's queue.go added to pkg/networkpolicy, controller.go and dnsagent.go patched
+// to use it, and main.go patched to stop on SIGTERM.
 // The copy's directory carries the patch's hash, so a changed patch is a new recipe.
 func netpolModule(v string) goModule {
-	sum := sha256.Sum256([]byte(netpolQueueRule + netpolQueueCall + netpolSignals + netpolSignalsTerm + string(netpolQueue)))
+	sum := sha256.Sum256([]byte(netpolQueueRule + netpolQueueCall + netpolDNSQueue + netpolDNSQueueCall + netpolSignals + netpolSignalsTerm + string(netpolQueue)))
 	local := "./kube-network-policies-" + hex.EncodeToString(sum[:6])
 	return goModule{
 		Name:     "kube-network-policies",
@@ -88,7 +102,7 @@ func netpolModule(v string) goModule {
 			for _, p := range []struct {
 				file  string
 				patch func([]byte) ([]byte, error)
-			}{{"pkg/networkpolicy/controller.go", patchNetpolController}, {"cmd/main.go", patchNetpolMain}} {
+			}{{"pkg/networkpolicy/controller.go", patchNetpolController}, {"pkg/networkpolicy/dnsagent.go", patchNetpolDNS}, {"cmd/main.go", patchNetpolMain}} {
 				f := filepath.Join(dst, filepath.FromSlash(p.file))
 				src, err := os.ReadFile(f)
 				if err != nil {

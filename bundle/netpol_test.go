@@ -22,7 +22,7 @@ func TestNetpolPatchesFit(t *testing.T) {
 	if _, err := os.Stat(dir); err != nil {
 		t.Skip("kube-network-policies v0.8.0 is not in the module cache")
 	}
-	for file, patch := range map[string]func([]byte) ([]byte, error){"pkg/networkpolicy/controller.go": patchNetpolController, "cmd/main.go": patchNetpolMain} {
+	for file, patch := range map[string]func([]byte) ([]byte, error){"pkg/networkpolicy/controller.go": patchNetpolController, "pkg/networkpolicy/dnsagent.go": patchNetpolDNS, "cmd/main.go": patchNetpolMain} {
 		src, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(file)))
 		if err != nil {
 			t.Fatal(err)

@@ -167,8 +167,46 @@ func sameObject(want, have object) bool {
 		case "TypeMeta", "ObjectMeta", "Status":
 			continue
 		}
-		if !equality.Semantic.DeepDerivative(w.Field(i).Interface(), h.Field(i).Interface()) {
+		if !equality.Semantic.DeepDerivative(w.Field(i).Interface(), h.Field(i).Interface()) || !sameLengths(w.Field(i), h.Field(i)) {
 			return false
+		}
+	}
+	return true
+}
+
+// sameLengths says whether every non-empty slice want sets is as long as have's. DeepDerivative
+// takes a shorter slice of want's for a prefix of have's, and an element kforge no longer
+// sets (an argument, an RBAC rule) would then stay for good.
+func sameLengths(w, h reflect.Value) bool {
+	switch w.Kind() {
+	case reflect.Pointer, reflect.Interface:
+		if w.IsNil() || h.IsNil() || w.Elem().Type() != h.Elem().Type() {
+			return true
+		}
+		return sameLengths(w.Elem(), h.Elem())
+	case reflect.Struct:
+		for i := range w.NumField() {
+			if w.Type().Field(i).IsExported() && !sameLengths(w.Field(i), h.Field(i)) {
+				return false
+			}
+		}
+	case reflect.Slice:
+		if w.Len() == 0 {
+			return true
+		}
+		if w.Len() != h.Len() {
+			return false
+		}
+		for i := range w.Len() {
+			if !sameLengths(w.Index(i), h.Index(i)) {
+				return false
+			}
+		}
+	case reflect.Map:
+		for _, k := range w.MapKeys() {
+			if hv := h.MapIndex(k); hv.IsValid() && !sameLengths(w.MapIndex(k), hv) {
+				return false
+			}
 		}
 	}
 	return true

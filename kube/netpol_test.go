@@ -57,6 +57,17 @@ func TestNetworkPoliciesTwiceThenOff(t *testing.T) {
 		t.Errorf("with Admin: args %v, ClusterRole resources %v", args, resources)
 	}
 
+	// Back without Admin: the flags and the rule go again (a shorter slice is a change).
+	in.Admin = false
+	cs, err = NetworkPolicies(ctx, c, in)
+	if a := actions(cs); err != nil || a["ClusterRole "+NetworkPolicyName] != Updated || a["DaemonSet kube-system/"+NetworkPolicyName] != Updated {
+		t.Errorf("Admin turned off again: %v %v; want the ClusterRole and the DaemonSet updated", cs, err)
+	}
+	ds, _ = c.AppsV1().DaemonSets("kube-system").Get(ctx, NetworkPolicyName, metav1.GetOptions{})
+	if args := ds.Spec.Template.Spec.Containers[0].Args; slices.Contains(args, "--admin-network-policy") {
+		t.Errorf("Admin turned off again: args %v", args)
+	}
+
 	off, err := NetworkPolicies(ctx, c, NetworkPolicyInput{})
 	if err != nil || len(off) != 4 {
 		t.Fatalf("turned off: %v %v; want 4 deleted", off, err)

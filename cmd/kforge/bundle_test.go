@@ -208,6 +208,7 @@ esac
 	// queue rule, twice, and the signals it stops on.
 	const queueRule = "\tqueue := &expr.Queue{Num: uint16(c.config.QueueID)}\n\tif c.config.FailOpen {\n\t\tqueue.Flag = expr.QueueFlagBypass\n\t}\n"
 	files["knp/pkg/networkpolicy/controller.go"] = "package networkpolicy\n\nfunc a() {\n" + queueRule + "}\n\nfunc b() {\n" + queueRule + "}\n"
+	files["knp/pkg/networkpolicy/dnsagent.go"] = "package networkpolicy\n\nvar _ = []any{\n\t\t\t&expr.Queue{Num: uint16(n.nfQueueID), Flag: expr.QueueFlagBypass},\n}\n"
 	files["knp/cmd/main.go"] = "package main\n\nfunc run() {\n\tctx, cancel := signal.NotifyContext(\n\t\tcontext.Background(), os.Interrupt, unix.SIGINT)\n}\n"
 	for name, data := range files {
 		if err := os.MkdirAll(filepath.Dir(filepath.Join(d, name)), 0o755); err != nil {
