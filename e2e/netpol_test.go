@@ -204,9 +204,10 @@ func (c *cluster) checkAdminNetworkPolicy(ctx context.Context, masters, workers 
 
 	c.adminNetworkPolicy = false
 	c.writeInventory(masters, workers)
-	if out, err := c.run("apply", "--timeout", "4m"); err != nil {
-		t.Errorf("apply with adminNetworkPolicy off again: %v\n%s", err, out)
+	if out, err := c.run("apply", "--timeout", "4m"); err != nil || !strings.Contains(out, "kube-network-policies: 2 updated, 2 unchanged") {
+		t.Errorf("apply with adminNetworkPolicy off again: %v; want the agent's ClusterRole and DaemonSet updated (the CRDs stay)\n%s", err, linesWith(out, "kube-network-policies"))
 	}
+	c.waitNetworkPolicyAgent(ctx, len(masters)+len(workers))
 }
 
 // networkPolicyOffAndOn turns enforcement off in the inventory: plan shows the agent's
