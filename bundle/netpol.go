@@ -31,12 +31,6 @@ const (
 	netpolQueueCall = "\tqueue := kforgeQueue(uint16(c.config.QueueID), c.config.FailOpen)\n"
 )
 
-// netpolSignals is how the agent's main.go stops (on SIGINT only), and netpolSignalsTerm what
-// kforge's copy has instead: SIGTERM too, which is how kubelet stops a pod. On either the agent
-// deletes its nftables table before it exits; killed by a signal it does not catch, it leaves its
-// queue rules behind with nothing reading the queue, and the kernel drops every new connection
-// to a pod a policy selects (the queue has no bypass), for good: after the agent is turned off,
-// and until a restarted agent rewrites the table.
 // netpolDNSQueue is the queue rule of the agent's DNS agent (dnsagent.go, which AdminNetworkPolicy
 // turns on), and netpolDNSQueueCall kforge's: the same through kforgeQueue. Without it, on a
 // kernel without nft_queue its rule fails, it closes its queue, and its reader spins on "bad file
@@ -46,6 +40,12 @@ const (
 	netpolDNSQueueCall = "\t\t\tkforgeQueue(uint16(n.nfQueueID), true),\n"
 )
 
+// netpolSignals is how the agent's main.go stops (on SIGINT only), and netpolSignalsTerm what
+// kforge's copy has instead: SIGTERM too, which is how kubelet stops a pod. On either the agent
+// deletes its nftables table before it exits; killed by a signal it does not catch, it leaves its
+// queue rules behind with nothing reading the queue, and the kernel drops every new connection
+// to a pod a policy selects (the queue has no bypass), for good: after the agent is turned off,
+// and until a restarted agent rewrites the table.
 const (
 	netpolSignals     = "\tctx, cancel := signal.NotifyContext(\n\t\tcontext.Background(), os.Interrupt, unix.SIGINT)\n"
 	netpolSignalsTerm = "\tctx, cancel := signal.NotifyContext(\n\t\tcontext.Background(), os.Interrupt, unix.SIGINT, unix.SIGTERM)\n"
@@ -78,8 +78,8 @@ func replaceExactly(src []byte, file, old, new string, n int) ([]byte, error) {
 
 // netpolModule builds the agent (its cmd package, as netpol) from a copy of its module with
 // internal/netpol's queue.go added to pkg/networkpolicy, controller.go and dnsagent.go patched
-// to use it, and main.go patched to stop on SIGTERM.
-// The copy's directory carries the patch's hash, so a changed patch is a new recipe.
+// to use it, and main.go patched to stop on SIGTERM. The copy's directory carries the patches'
+// hash, so a changed patch is a new recipe.
 func netpolModule(v string) goModule {
 	sum := sha256.Sum256([]byte(netpolQueueRule + netpolQueueCall + netpolDNSQueue + netpolDNSQueueCall + netpolSignals + netpolSignalsTerm + string(netpolQueue)))
 	local := "./kube-network-policies-" + hex.EncodeToString(sum[:6])

@@ -378,31 +378,28 @@ func coreAddons(ctx context.Context, t *hop, st *staging, r progress.Reporter) e
 	return err
 }
 
-// addonAPI is what an addon's objects are made with: the hop's images and the API's client.
-func (h *hop) addonAPI() (release.Images, kubernetes.Interface, error) {
+// addonAPI is what an addon's objects are made with: the hop's images and the API's clients.
+func (h *hop) addonAPI() (release.Images, kube.Clients, error) {
 	im, err := h.images()
 	if err != nil {
-		return release.Images{}, nil, err
+		return release.Images{}, kube.Clients{}, err
 	}
 	api, err := h.rc.clients()
-	if err != nil {
-		return release.Images{}, nil, err
-	}
-	return im, api.Typed, nil
+	return im, api.Clients, err
 }
 
 func (h *hop) coreAddonObjects(ctx context.Context) ([]kube.Change, error) {
-	im, typed, err := h.addonAPI()
+	im, api, err := h.addonAPI()
 	if err != nil {
 		return nil, err
 	}
-	all, err := kube.KubeProxy(ctx, typed, kube.KubeProxyInputFor(h.inv, im, h.proxyMode()))
+	all, err := kube.KubeProxy(ctx, api.Typed, kube.KubeProxyInputFor(h.inv, im, h.proxyMode()))
 	if err != nil {
 		return all, err
 	}
 	in := kube.CoreDNSInputFor(h.inv, im)
 	in.Upstream = upstreamResolv(h.inv, h.rc.fleet.AllFacts())
-	cs, err := kube.CoreDNS(ctx, typed, in)
+	cs, err := kube.CoreDNS(ctx, api.Typed, in)
 	return append(all, cs...), err
 }
 
@@ -475,11 +472,11 @@ func (h *hop) podNetwork(ctx context.Context, r progress.Reporter) error {
 }
 
 func (h *hop) podNetworkObjects(ctx context.Context) ([]kube.Change, error) {
-	im, typed, err := h.addonAPI()
+	im, api, err := h.addonAPI()
 	if err != nil {
 		return nil, err
 	}
-	return kube.Flannel(ctx, typed, kube.FlannelInputFor(h.inv, im, h.proxyMode()))
+	return kube.Flannel(ctx, api.Typed, kube.FlannelInputFor(h.inv, im, h.proxyMode()))
 }
 
 // networkPolicy runs the NetworkPolicy agent on every node, or removes it when the inventory
@@ -491,22 +488,18 @@ func (h *hop) networkPolicy(ctx context.Context, r progress.Reporter) error {
 }
 
 func (h *hop) networkPolicyObjects(ctx context.Context) ([]kube.Change, error) {
-	im, typed, err := h.addonAPI()
+	im, api, err := h.addonAPI()
 	if err != nil {
 		return nil, err
 	}
 	in := kube.NetworkPolicyInputFor(h.inv, im)
 	var cs []kube.Change
 	if in.Admin && in.Enforce {
-		api, err := h.rc.clients()
-		if err != nil {
-			return nil, err
-		}
 		if cs, err = kube.ApplyManifests(ctx, api.Dynamic, api.Mapper, kube.ApplyInput{Manifests: kube.AdminNetworkPolicyCRDs()}); err != nil {
 			return cs, err
 		}
 	}
-	more, err := kube.NetworkPolicies(ctx, typed, in)
+	more, err := kube.NetworkPolicies(ctx, api.Typed, in)
 	return append(cs, more...), err
 }
 
@@ -518,15 +511,11 @@ func (h *hop) metricsServer(ctx context.Context, r progress.Reporter) error {
 }
 
 func (h *hop) metricsServerObjects(ctx context.Context) ([]kube.Change, error) {
-	im, typed, err := h.addonAPI()
+	im, api, err := h.addonAPI()
 	if err != nil {
 		return nil, err
 	}
-	api, err := h.rc.clients()
-	if err != nil {
-		return nil, err
-	}
-	return kube.MetricsServer(ctx, typed, api.Dynamic, kube.MetricsServerInput{Enabled: h.inv.MetricsServer.On(), Image: im.MetricsServer})
+	return kube.MetricsServer(ctx, api.Typed, api.Dynamic, kube.MetricsServerInput{Enabled: h.inv.MetricsServer.On(), Image: im.MetricsServer})
 }
 
 // writeCNIConfig writes node's CNI config for its pod CIDR.

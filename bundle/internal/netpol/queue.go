@@ -1,6 +1,6 @@
 // Package networkpolicy is kforge's one addition to sigs.k8s.io/kube-network-policies'
 // package of the same name: `kforge bundle build` copies this file into the agent's module
-// and points the agent's two queue rules at kforgeQueue (bundle/netpol.go). It is compiled and
+// and points the agent's three queue rules at kforgeQueue (bundle/netpol.go). It is compiled and
 // tested here as a package of kforge's too.
 //
 // The agent sends the first packet of every connection that a NetworkPolicy may concern to

@@ -111,19 +111,35 @@ func main() {
 	}
 }
 
+// newConnClient opens a new connection for every request and gives up on one after 2 s.
+func newConnClient() *http.Client {
+	return &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+}
+
+// getOnce requests url and reads the whole answer, which must be 200 OK.
+func getOnce(client *http.Client, url string) error {
+	resp, err := client.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("status %s", resp.Status)
+	}
+	return nil
+}
+
 // bench requests url n times on new connections and prints the latencies' quantiles.
 func bench(url string, n int) {
-	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	client := newConnClient()
 	var took []time.Duration
 	failed := 0
 	for range n {
 		start := time.Now()
-		resp, err := client.Get(url)
-		if err == nil {
-			_, err = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-		}
-		if err != nil {
+		if err := getOnce(client, url); err != nil {
 			failed++
 			continue
 		}
@@ -141,20 +157,12 @@ func bench(url string, n int) {
 
 // probe requests url forever and counts the answers.
 func probe(url string) {
-	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	client := newConnClient()
 	ok, failed := 0, 0
 	last := time.Now()
 	for {
 		start := time.Now()
-		resp, err := client.Get(url)
-		if err == nil {
-			_, err = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if err == nil && resp.StatusCode != http.StatusOK {
-				err = fmt.Errorf("status %s", resp.Status)
-			}
-		}
-		if err != nil {
+		if err := getOnce(client, url); err != nil {
 			failed++
 			fmt.Printf("%s failed: %v\n", start.UTC().Format(time.RFC3339Nano), err)
 		} else {
