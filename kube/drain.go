@@ -40,6 +40,15 @@ func Drain(ctx context.Context, c kubernetes.Interface, node string, timeout tim
 	// there is nothing to wait for once they are evicted.
 	dead := nodeNotReady(n) != ""
 	evicted := map[string]bool{}
+	// stuck says what the last round found; the deadline may come in the middle of a round (its
+	// list or an eviction), and the error still names the pods and the budgets.
+	stuck := "pods still on it: unknown (the deadline came before the first round ended)"
+	timedOut := func() error {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return fmt.Errorf("drain node %s: not done within %s: %s", node, timeout, stuck)
+		}
+		return fmt.Errorf("drain node %s: %s: %w", node, stuck, ctx.Err())
+	}
 	for {
 		// A kubelet that stops answering during the drain (its host just went down) is dead
 		// from the moment the node controller marks it: look again each round.
@@ -49,7 +58,7 @@ func Drain(ctx context.Context, c kubernetes.Interface, node string, timeout tim
 		list, err := c.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String()})
 		if err != nil {
 			if ctx.Err() != nil {
-				return keys(evicted), fmt.Errorf("drain node %s: %w", node, ctx.Err())
+				return keys(evicted), timedOut()
 			}
 			return keys(evicted), fmt.Errorf("drain node %s: list its pods: %w", node, err)
 		}
@@ -76,6 +85,8 @@ func Drain(ctx context.Context, c kubernetes.Interface, node string, timeout tim
 			case apierrors.IsNotFound(err):
 			case apierrors.IsTooManyRequests(err):
 				refused = append(refused, name+" ("+disruptionBudgetOf(ctx, c, &p)+" allows no disruption now)")
+			case ctx.Err() != nil:
+				return keys(evicted), timedOut()
 			default:
 				return keys(evicted), fmt.Errorf("drain node %s: evict %s: %w", node, name, err)
 			}
@@ -83,17 +94,14 @@ func Drain(ctx context.Context, c kubernetes.Interface, node string, timeout tim
 		if len(left) == 0 {
 			return keys(evicted), nil
 		}
+		sort.Strings(left)
+		stuck = "pods still on it: " + strings.Join(left, ", ")
+		if len(refused) > 0 {
+			stuck += "; evictions refused: " + strings.Join(refused, ", ")
+		}
 		select {
 		case <-ctx.Done():
-			sort.Strings(left)
-			msg := "pods still on it: " + strings.Join(left, ", ")
-			if len(refused) > 0 {
-				msg += "; evictions refused: " + strings.Join(refused, ", ")
-			}
-			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				return keys(evicted), fmt.Errorf("drain node %s: not done within %s: %s", node, timeout, msg)
-			}
-			return keys(evicted), fmt.Errorf("drain node %s: %s: %w", node, msg, ctx.Err())
+			return keys(evicted), timedOut()
 		case <-time.After(time.Second):
 		}
 	}
