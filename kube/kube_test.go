@@ -870,3 +870,25 @@ func TestWaitForReadySettles(t *testing.T) {
 		}
 	}
 }
+
+// A kubelet that lost a container between the pod's status and the read answers with a line of
+// its own: that line is not the container's log (CI at bb052fd quoted it as if it were).
+func TestLogLinesOfTellsAKubeletsOwnAnswerFromALog(t *testing.T) {
+	for _, c := range []struct {
+		body    string
+		lines   int
+		wantErr bool
+	}{
+		{"", 0, false},
+		{"\n", 0, false},
+		{"CoreDNS-1.13.1\nlinux/amd64\n", 2, false},
+		{"unable to retrieve container logs for containerd://54e3af10f0a2\n", 0, true},
+		// a log that merely mentions it is still a log
+		{"starting\nunable to retrieve container logs for x\n", 2, false},
+	} {
+		lines, err := logLinesOf([]byte(c.body))
+		if len(lines) != c.lines || (err != nil) != c.wantErr {
+			t.Errorf("logLinesOf(%q) = %q, %v; want %d lines, error %v", c.body, lines, err, c.lines, c.wantErr)
+		}
+	}
+}

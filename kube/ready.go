@@ -158,11 +158,27 @@ func (l PodLog) lines() []string {
 	return out
 }
 
-// logLines and logPods bound what a NotReadyError quotes.
+// logLines and logPods bound what a NotReadyError quotes; logTries is how often a crash-looping
+// container's log is asked for while the kubelet swaps its runs.
 const (
 	logLines = 10
 	logPods  = 5
+	logTries = 3
 )
+
+// logLinesOf splits a log as the API server returned it. A kubelet that lost the container
+// between the pod's status and the read answers 200 with one line of its own instead of the
+// log (seen in CI: "unable to retrieve container logs for containerd://…"): that is an error.
+func logLinesOf(b []byte) ([]string, error) {
+	s := strings.TrimRight(string(b), "\n")
+	if s == "" {
+		return nil, nil
+	}
+	if !strings.Contains(s, "\n") && strings.HasPrefix(s, "unable to retrieve container logs for ") {
+		return nil, errors.New(s)
+	}
+	return strings.Split(s, "\n"), nil
+}
 
 // TailLogs reads the last lines of each pod's container log (its last run's when it has
 // restarted), for up to logPods pods.
@@ -177,20 +193,30 @@ func TailLogs(ctx context.Context, c kubernetes.Interface, pods []PodRef) []PodL
 			b, err := c.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: p.Container, Previous: p.Previous, TailLines: &tail}).DoRaw(ctx)
 			l := PodLog{Pod: p, Err: err}
 			if err == nil {
-				if s := strings.TrimRight(string(b), "\n"); s != "" {
-					l.Lines = strings.Split(s, "\n")
-				}
+				l.Lines, l.Err = logLinesOf(b)
 			}
 			return l
 		}
-		l := read(p)
-		if p.Previous && (l.Err != nil || len(l.Lines) == 0) {
-			// The last run's log may be gone already (the kubelet removed that container):
-			// the current run's says the same of a crash loop.
+		var l PodLog
+		for try := 0; try < logTries; try++ {
+			if try > 0 {
+				select {
+				case <-ctx.Done():
+					return append(out, l)
+				case <-time.After(time.Second):
+				}
+			}
+			l = read(p)
+			if !p.Previous || (l.Err == nil && len(l.Lines) > 0) {
+				break
+			}
+			// The last run's log may be gone already (the kubelet removed that container
+			// as the next one started): the current run's says the same of a crash loop.
 			cur := p
 			cur.Previous = false
 			if running := read(cur); running.Err == nil && len(running.Lines) > 0 {
 				l = running
+				break
 			}
 		}
 		out = append(out, l)
