@@ -361,7 +361,11 @@ type ExecError struct {
 }
 
 func (e *ExecError) Error() string {
-	return fmt.Sprintf("lab host %s: %s: %v", e.Host, strings.Join(e.Argv, " "), e.Err)
+	msg := fmt.Sprintf("lab host %s: %s: %v", e.Host, strings.Join(e.Argv, " "), e.Err)
+	if s := strings.TrimSpace(e.Stderr); s != "" { // its last line: ssh's reason, a command's complaint
+		msg += ": " + s[strings.LastIndexByte(s, '\n')+1:]
+	}
+	return msg
 }
 
 func (e *ExecError) Unwrap() error { return e.Err }

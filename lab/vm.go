@@ -288,8 +288,11 @@ func (l *Lab) vmCommand(ctx context.Context, h *hostState, argv []string) *exec.
 	for i, a := range argv {
 		q[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
 	}
-	cmd := exec.CommandContext(ctx, "ssh", "-q", "-i", l.IdentityFile, "-o", "UserKnownHostsFile="+l.KnownHostsFile,
-		"-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
+	// LogLevel=ERROR, not -q: when ssh itself fails (exit 255) its reason is in the error's
+	// stderr (CI at 2b3e5e2 saw a bare "exit status 255" from a VM just rebooted). A VM under
+	// emulation that has just booted may take long to accept: three connection attempts of 20 s.
+	cmd := exec.CommandContext(ctx, "ssh", "-o", "LogLevel=ERROR", "-i", l.IdentityFile, "-o", "UserKnownHostsFile="+l.KnownHostsFile,
+		"-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-o", "ConnectTimeout=20", "-o", "ConnectionAttempts=3",
 		"-p", strconv.Itoa(h.Port), "root@"+h.Address, strings.Join(q, " "))
 	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "LANG=C.UTF-8"}
 	return cmd
