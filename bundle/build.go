@@ -107,6 +107,7 @@ func Build(ctx context.Context, o Options) (*Manifest, error) {
 			runcModule(v.Runc),
 			apiproxyModule(),
 			vipModule(),
+			etcdsnapModule(),
 			registryModule(RegistryVersion),
 		}, then)
 		if err != nil {
@@ -202,6 +203,7 @@ func releaseFiles(p releasePart) []bundleFile {
 	add(File{Name: "runc", Path: "runtime/runc", Install: hostpath.RuncPath, Mode: "0755"}, filepath.Join(p.dirs["runc"], "runc"), p.r.Runc)
 	add(File{Name: APIProxyFile, Path: "bin/" + APIProxyFile, Install: hostpath.APIProxyPath, Mode: "0755"}, filepath.Join(p.dirs["apiproxy"], APIProxyFile), TCPProxyVersion)
 	add(File{Name: VIPFile, Path: "bin/" + VIPFile, Install: hostpath.VIPPath, Mode: "0755"}, filepath.Join(p.dirs["vip"], VIPFile), vipModule().Version)
+	add(File{Name: EtcdSnapshotFile, Path: "bin/" + EtcdSnapshotFile, Install: hostpath.EtcdSnapshotPath, Mode: "0755"}, filepath.Join(p.dirs["etcdsnap"], EtcdSnapshotFile), etcdsnapModule().Version)
 	add(File{Name: RegistryFile, Path: "bin/" + RegistryFile, Install: hostpath.RegistryPath, Mode: "0755"}, filepath.Join(p.dirs["registry"], "registry"), RegistryVersion)
 	return out
 }

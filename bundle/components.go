@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/kforge/kforge/etcd/snapshotfile"
 	"github.com/kforge/kforge/release"
 )
 
@@ -202,6 +203,40 @@ func vipModule() goModule {
 		Local:     map[string][]byte{"main.go": vipMain, "vip.go": vipVIP},
 		LocalName: VIPFile,
 		Kforge:    daemonPackage,
+	}
+}
+
+//go:embed internal/etcdsnap/main.go
+var etcdsnapMain []byte
+
+//go:embed internal/etcdsnap/snap.go
+var etcdsnapSnap []byte
+
+// The modules the masters' scheduled snapshots are taken with: etcd's client and etcdutl, as
+// kforge's own go.mod has them (etcd/snapshotfile verifies with etcdutl's library).
+const (
+	etcdsnapEtcdVersion = "v3.6.16"
+	etcdsnapZapVersion  = "v1.27.1"
+)
+
+// EtcdSnapshotFile is the bundle file of the masters' scheduled snapshot taker.
+const EtcdSnapshotFile = "kforge-etcd-snapshot"
+
+// etcdsnapModule builds kforge-etcd-snapshot, which the masters' timer runs (etcdSnapshots):
+// internal/etcdsnap around go.etcd.io/etcd/client/v3, verifying with kforge's
+// etcd/snapshotfile.
+func etcdsnapModule() goModule {
+	return goModule{
+		Name:    "etcdsnap",
+		Version: "etcd-" + etcdsnapEtcdVersion,
+		Require: map[string]string{
+			"go.etcd.io/etcd/client/v3":  etcdsnapEtcdVersion,
+			"go.etcd.io/etcd/etcdutl/v3": etcdsnapEtcdVersion,
+			"go.uber.org/zap":            etcdsnapZapVersion,
+		},
+		Local:     map[string][]byte{"main.go": etcdsnapMain, "snap.go": etcdsnapSnap},
+		LocalName: EtcdSnapshotFile,
+		Kforge:    map[string][]byte{"bundle/daemon/daemon.go": daemonSource, "etcd/snapshotfile/verify.go": snapshotfile.Source},
 	}
 }
 

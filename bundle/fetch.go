@@ -21,7 +21,7 @@ import (
 // Served is what of bundle m the masters' registries hold: what a node with need needs,
 // without the masters' own files and images.
 func Served(m *Manifest, need Need) (files []File, images []Image) {
-	need.ControlPlane, need.VIP = false, false
+	need.ControlPlane, need.VIP, need.EtcdSnapshots = false, false, false
 	for _, f := range m.Files {
 		if need.wantsFile(f) {
 			files = append(files, f)

@@ -19,7 +19,7 @@ import (
 func TestServed(t *testing.T) {
 	m := &Manifest{
 		Files: []File{
-			{Name: "kubelet"}, {Name: "kubeadm"}, {Name: RegistryFile}, {Name: "containerd"}, {Name: APIProxyFile}, {Name: VIPFile},
+			{Name: "kubelet"}, {Name: "kubeadm"}, {Name: RegistryFile}, {Name: "containerd"}, {Name: APIProxyFile}, {Name: VIPFile}, {Name: EtcdSnapshotFile},
 		},
 		Images: []Image{
 			{Component: "kube-apiserver", Name: "registry.k8s.io/kube-apiserver:v1", ControlPlaneOnly: true},
@@ -37,7 +37,7 @@ func TestServed(t *testing.T) {
 		return strings.Join(out, " ")
 	}
 	// A master's need still serves only what the other nodes need.
-	for _, need := range []Need{{Runtime: true}, {Runtime: true, ControlPlane: true, VIP: true}} {
+	for _, need := range []Need{{Runtime: true}, {Runtime: true, ControlPlane: true, VIP: true, EtcdSnapshots: true}} {
 		if got := names(Served(m, need)); got != "kubelet containerd kube-proxy" {
 			t.Errorf("%+v: served %q", need, got)
 		}

@@ -76,10 +76,11 @@ func TestShipBundleToLabHosts(t *testing.T) {
 	master, worker := l.Hosts[0].Name, l.Hosts[1].Name
 	// The hosts run their own containerd: the bundle's runtime is not shipped; nor is the API
 	// proxy, which only nodes of a cluster without a controlPlaneEndpoint get, nor the virtual
-	// IP runner, which only masters of a cluster with a controlPlaneVIP get.
+	// IP runner, which only masters of a cluster with a controlPlaneVIP get, nor the scheduled
+	// snapshots' program, which only masters of a cluster that takes them get.
 	files := 0
 	for _, f := range m.Files {
-		if !IsRuntime(f.Name) && f.Name != APIProxyFile && f.Name != VIPFile {
+		if !IsRuntime(f.Name) && f.Name != APIProxyFile && f.Name != VIPFile && f.Name != EtcdSnapshotFile {
 			files++
 		}
 	}

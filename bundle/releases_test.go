@@ -74,6 +74,7 @@ func fakeRelease(t *testing.T, cache, version string) {
 	fakeBuilt(t, cache, runcModule(r.Runc), map[string]string{"runc": "runc " + r.Runc})
 	fakeBuilt(t, cache, apiproxyModule(), map[string]string{APIProxyFile: "apiproxy"})
 	fakeBuilt(t, cache, vipModule(), map[string]string{VIPFile: "vip"})
+	fakeBuilt(t, cache, etcdsnapModule(), map[string]string{EtcdSnapshotFile: "etcdsnap"})
 	fakeBuilt(t, cache, registryModule(RegistryVersion), map[string]string{"registry": "registry"})
 }
 
@@ -112,6 +113,7 @@ func TestBuildSeveralReleases(t *testing.T) {
 		"runtime/runc ",
 		"bin/kforge-apiproxy ",
 		"bin/kforge-vip ",
+		"bin/kforge-etcd-snapshot ",
 		"bin/kforge-registry ",
 		"bin/v1.37.2/kubeadm v1.37.2", "bin/v1.37.2/kubelet v1.37.2", "bin/v1.37.2/kubectl v1.37.2",
 		"runtime/v2.4.2/containerd v1.37.2", "runtime/v2.4.2/containerd-shim-runc-v2 v1.37.2", "runtime/v2.4.2/ctr v1.37.2",
@@ -154,8 +156,8 @@ func TestBuildSeveralReleases(t *testing.T) {
 		}
 		r, _ := release.For(v)
 		names := r.Images("").ByComponent()
-		if len(one.Files) != 14 || len(one.Images) != len(ImageComponents) {
-			t.Errorf("%s: %d files, %d images; want 14 and %d", v, len(one.Files), len(one.Images), len(ImageComponents))
+		if len(one.Files) != 15 || len(one.Images) != len(ImageComponents) {
+			t.Errorf("%s: %d files, %d images; want 15 and %d", v, len(one.Files), len(one.Images), len(ImageComponents))
 		}
 		if f, ok := one.File("containerd"); !ok || !strings.Contains(f.Path, r.Containerd) || f.Install != "/usr/local/bin/containerd" {
 			t.Errorf("%s: containerd %+v, want %s's", v, f, r.Containerd)

@@ -59,6 +59,9 @@ type Need struct {
 	// VIP also ships the control plane's virtual IP runner (kforge-vip): only for the masters
 	// of a cluster with a controlPlaneVIP.
 	VIP bool
+	// EtcdSnapshots also ships the scheduled snapshots' program (kforge-etcd-snapshot): only
+	// for the masters of a cluster that takes them.
+	EtcdSnapshots bool
 }
 
 // IsRuntime says whether the bundle file named name is part of the container runtime.
@@ -80,7 +83,7 @@ func IsTool(name string) bool { return name == "kubeadm" || name == "kubectl" }
 
 // wantsFile says whether a host with this need gets bundle file f.
 func (n Need) wantsFile(f File) bool {
-	if IsRuntime(f.Name) && !n.Runtime || f.Name == APIProxyFile && !n.APIProxy || f.Name == VIPFile && !n.VIP {
+	if IsRuntime(f.Name) && !n.Runtime || f.Name == APIProxyFile && !n.APIProxy || f.Name == VIPFile && !n.VIP || f.Name == EtcdSnapshotFile && !n.EtcdSnapshots {
 		return false
 	}
 	return n.wants(f.Name, controlPlaneFiles[f.Name])

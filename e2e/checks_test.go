@@ -11,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/kforge/kforge/bundle"
-	"github.com/kforge/kforge/etcd"
+	"github.com/kforge/kforge/etcd/snapshotfile"
 	"github.com/kforge/kforge/lab"
 	"github.com/kforge/kforge/release"
 	"github.com/kforge/kforge/state"
@@ -267,7 +267,7 @@ func (c *cluster) checkEtcdStatusAndSnapshot(ctx context.Context) {
 		t.Fatalf("snapshots in the state dir: %+v, %v; want %d (--keep 2)", snaps, err, want)
 	}
 	s := snaps[len(snaps)-1] // the newest
-	info, err := etcd.VerifySnapshot(s.File)
+	info, err := snapshotfile.Verify(s.File)
 	if err != nil {
 		t.Fatal(err)
 	}

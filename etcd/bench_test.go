@@ -3,6 +3,7 @@ package etcd
 import (
 	"context"
 	"fmt"
+	"github.com/kforge/kforge/etcd/snapshotfile"
 	"github.com/kforge/kforge/progress"
 	"os"
 	"os/exec"
@@ -67,7 +68,7 @@ func BenchmarkSnapshot10kObjects(b *testing.B) {
 		if err := f.Close(); err != nil {
 			b.Fatal(err)
 		}
-		info, err := VerifySnapshot(path)
+		info, err := snapshotfile.Verify(path)
 		if err != nil {
 			b.Fatal(err)
 		}

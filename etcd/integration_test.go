@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/kforge/kforge/bundle"
+	"github.com/kforge/kforge/etcd/snapshotfile"
 	"github.com/kforge/kforge/internal/testenv"
 	"github.com/kforge/kforge/inventory"
 	"github.com/kforge/kforge/pki"
@@ -233,7 +234,7 @@ func TestRealEtcd(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		info, err := VerifySnapshot(path)
+		info, err := snapshotfile.Verify(path)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -262,10 +263,10 @@ func TestRealEtcd(t *testing.T) {
 			if err := os.WriteFile(p, bad.data, 0o600); err != nil {
 				t.Fatal(err)
 			}
-			_, err := VerifySnapshot(p)
-			var se *SnapshotError
-			if !errors.As(err, &se) || !errors.Is(err, ErrSnapshot) || !strings.Contains(err.Error(), bad.want) || !strings.Contains(err.Error(), p) {
-				t.Errorf("%s snapshot: %v; want a *SnapshotError naming the file and saying %q", bad.name, err, bad.want)
+			_, err := snapshotfile.Verify(p)
+			var se *snapshotfile.Error
+			if !errors.As(err, &se) || !errors.Is(err, snapshotfile.ErrRefused) || !strings.Contains(err.Error(), bad.want) || !strings.Contains(err.Error(), p) {
+				t.Errorf("%s snapshot: %v; want a *snapshotfile.Error naming the file and saying %q", bad.name, err, bad.want)
 			}
 		}
 	})

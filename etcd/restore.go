@@ -15,7 +15,7 @@ const RestoreBump = 1_000_000_000
 
 // Restore is one member's data directory restored from a snapshot.
 type Restore struct {
-	Snapshot string // a snapshot file (VerifySnapshot it first)
+	Snapshot string // a snapshot file (snapshotfile.Verify it first)
 	DataDir  string // the new data directory on this machine; must not exist or be empty
 	Name     string // the member's name (the master's)
 	PeerURL  string // the member's peer URL

@@ -72,6 +72,16 @@ const (
 	VIPKubeconfig      = "/etc/kubernetes/kforge-vip.conf"
 	VIPState           = "/run/kforge-vip/state.json"
 	ContainerdUnitPath = "/etc/systemd/system/containerd.service"
+	// Scheduled etcd snapshots (etcdSnapshots): on every master a timer starts a oneshot
+	// service that runs kforge-etcd-snapshot with its configuration; the snapshots and their
+	// records (NAME.db, NAME.json) are kept in EtcdSnapshotDir.
+	EtcdSnapshotPath      = "/usr/local/bin/kforge-etcd-snapshot"
+	EtcdSnapshotUnit      = "kforge-etcd-snapshot.service"
+	EtcdSnapshotUnitPath  = "/etc/systemd/system/" + EtcdSnapshotUnit
+	EtcdSnapshotTimer     = "kforge-etcd-snapshot.timer"
+	EtcdSnapshotTimerPath = "/etc/systemd/system/" + EtcdSnapshotTimer
+	EtcdSnapshotConfig    = "/etc/kforge/etcd-snapshot.json"
+	EtcdSnapshotDir       = "/var/lib/kforge/etcd-snapshots"
 	// The masters' registry (CNCF distribution), from which the other nodes take the bundle's
 	// images and binaries over the cluster network: its binary, unit, configuration (read-only,
 	// TLS with a certificate from the cluster CA, on RegistryPort) and storage. It is filled

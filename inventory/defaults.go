@@ -69,6 +69,13 @@ func (c *Cluster) setDefaults() {
 		s.Agent = &yes
 	}
 
+	if c.EtcdSnapshots.Every == 0 {
+		c.EtcdSnapshots.Every = DefaultEtcdSnapshotsEvery
+	}
+	if c.EtcdSnapshots.Keep == 0 {
+		c.EtcdSnapshots.Keep = DefaultEtcdSnapshotsKeep
+	}
+
 	sec := &c.Security
 	def(&sec.EncryptionAtRest, EncryptionSecretbox)
 	for _, d := range []struct {

@@ -40,6 +40,11 @@ const (
 	DefaultPodSecurityEnforce = "baseline"
 	DefaultPodSecurityWarn    = "restricted"
 	DefaultPodSecurityAudit   = "restricted"
+	// etcdSnapshots: RKE2's schedule (every 12 hours, the newest 5 kept).
+	DefaultEtcdSnapshotsEvery = Duration(12 * hour)
+	DefaultEtcdSnapshotsKeep  = 5
+	// MinEtcdSnapshotsEvery is the shortest schedule: a snapshot is a full copy of the database.
+	MinEtcdSnapshotsEvery = Duration(hour / 60)
 )
 
 // What kforge does about a host's firewall (Cluster.Firewall).
@@ -106,6 +111,8 @@ type Cluster struct {
 	Security Security `yaml:"security,omitempty"`
 	// metrics-server, the resource metrics API (kubectl top, HorizontalPodAutoscalers by CPU and memory).
 	MetricsServer MetricsServer `yaml:"metricsServer,omitempty"`
+	// Snapshots every master takes of its etcd member on a schedule.
+	EtcdSnapshots EtcdSnapshots `yaml:"etcdSnapshots,omitempty"`
 	// Control-plane hosts (kube-apiserver, controller-manager, scheduler, stacked etcd). At least one; use an odd number for etcd quorum.
 	Masters []Host `yaml:"masters" jsonschema:"required,minItems=1"`
 	// Worker hosts.
@@ -283,6 +290,24 @@ type MetricsServer struct {
 
 // On says whether the cluster runs metrics-server.
 func (m MetricsServer) On() bool { return m.Enabled == nil || *m.Enabled }
+
+// EtcdSnapshots holds the schedule of the snapshots the masters take of etcd.
+type EtcdSnapshots struct {
+	// Take snapshots on a schedule: a systemd timer on every master runs kforge-etcd-snapshot (from the bundle), which streams its etcd member's snapshot into /var/lib/kforge/etcd-snapshots, verifies it and keeps the newest. `kforge etcd snapshot --fetch` copies the newest to the workstation; `kforge etcd status` says how old each master's last one is. Turning it off removes the timer at the next apply (the snapshots stay). Default true when a bundle is set (the program comes from it).
+	Enabled *bool `yaml:"enabled,omitempty"`
+	// How often: a Go duration or whole days ("30m", "6h", "1d"), at least 1m. Default 12h.
+	Every Duration `yaml:"every,omitempty"`
+	// How many snapshots each master keeps, the newest. Default 5.
+	Keep int `yaml:"keep,omitempty" jsonschema:"minimum=1"`
+}
+
+// ScheduledSnapshots says whether the masters take etcd snapshots on a schedule.
+func (c *Cluster) ScheduledSnapshots() bool {
+	if e := c.EtcdSnapshots.Enabled; e != nil {
+		return *e
+	}
+	return c.Bundle != ""
+}
 
 // Security holds the cluster's hardening settings.
 type Security struct {

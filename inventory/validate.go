@@ -73,6 +73,7 @@ func (c *Cluster) validate(lookupEnv func(string) (string, bool)) Errors {
 		v.add("containerRuntime.install", "use bundle or host", "unknown runtime source %q", c.ContainerRuntime.Install)
 	}
 	v.registries()
+	v.etcdSnapshots()
 	for i, a := range c.Addons {
 		if a.Path == "" {
 			v.add(fmt.Sprintf("addons[%d].path", i), "give the manifest file", "path is required")
@@ -486,6 +487,19 @@ func (v *validator) security() {
 		if !isDNSLabel(ns) {
 			v.add(fmt.Sprintf("security.podSecurity.exemptNamespaces[%d]", i), "a namespace name is a DNS label: lowercase letters, digits and '-'", "%q is not a namespace name", ns)
 		}
+	}
+}
+
+func (v *validator) etcdSnapshots() {
+	e := v.c.EtcdSnapshots
+	if e.Every < MinEtcdSnapshotsEvery {
+		v.add("etcdSnapshots.every", "take them at most once a minute (every: 1m or more)", "%s is too often: each snapshot is a full copy of etcd's database", e.Every)
+	}
+	if e.Keep < 0 {
+		v.add("etcdSnapshots.keep", "keep at least 1, or leave it out for the default", "%d is negative", e.Keep)
+	}
+	if e.Enabled != nil && *e.Enabled && v.c.Bundle == "" {
+		v.add("etcdSnapshots.enabled", "set bundle (kforge bundle build -o DIR builds one), or enabled: false", "scheduled snapshots are taken by kforge-etcd-snapshot from the bundle, but no bundle is set")
 	}
 }
 

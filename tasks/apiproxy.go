@@ -54,6 +54,9 @@ func retired(c *inventory.Cluster) []string {
 	if c.ControlPlaneVIP == "" {
 		out = append(out, "kforge-vip (no controlPlaneVIP)")
 	}
+	if !c.ScheduledSnapshots() {
+		out = append(out, "the scheduled etcd snapshots' timer (etcdSnapshots off; the snapshots taken stay in "+hostpath.EtcdSnapshotDir+")")
+	}
 	return out
 }
 
@@ -74,6 +77,9 @@ func (rc *runContext) retire(ctx context.Context, r progress.Reporter) error {
 			{c.ControlPlaneVIP == "" && hasUnit(f, hostpath.VIPUnitPath),
 				retireUnitScript(hostpath.VIPUnit, hostpath.VIPUnitPath, hostpath.VIPConfig, hostpath.VIPState, hostpath.VIPPath),
 				"virtual IP released, kforge-vip stopped and removed: the admin kubeconfig uses " + pki.Endpoint(c)},
+			{n.Role == inventory.RoleMaster && !c.ScheduledSnapshots() && hasUnit(f, hostpath.EtcdSnapshotTimerPath),
+				retireUnitScript(hostpath.EtcdSnapshotTimer, hostpath.EtcdSnapshotTimerPath, hostpath.EtcdSnapshotUnitPath, hostpath.EtcdSnapshotConfig, hostpath.EtcdSnapshotPath),
+				"scheduled etcd snapshots stopped and their timer removed (the snapshots stay in " + hostpath.EtcdSnapshotDir + ")"},
 		} {
 			if !u.retire {
 				continue

@@ -90,7 +90,7 @@ func (o Options) withDefaults() Options {
 // newFleet is the fleet of nodes, reached as o says, gathering what apply and reset need to
 // know of each host.
 func newFleet(c *inventory.Cluster, nodes []inventory.Node, o Options) *fleet.Fleet {
-	hash := []string{hostpath.KubeletKubeconfig, hostpath.APIProxyUnitPath, hostpath.VIPUnitPath, hostpath.ResolvConf, facts.ResolvedUpstream}
+	hash := []string{hostpath.KubeletKubeconfig, hostpath.APIProxyUnitPath, hostpath.VIPUnitPath, hostpath.EtcdSnapshotTimerPath, hostpath.ResolvConf, facts.ResolvedUpstream}
 	if c.Kubelet.ResolvConf != "" {
 		hash = append(hash, c.Kubelet.ResolvConf)
 	}

@@ -57,13 +57,15 @@ func TestApplyListFollowsTheInventory(t *testing.T) {
 		t.Errorf("two masters without an endpoint: retire %q; want kforge-vip only", findTask(t, tasks, "retire").Description)
 	}
 	two.ControlPlaneVIP = "10.0.0.50"
-	if names := taskNames(ApplyTasks(two, Options{})); slices.Contains(names, "retire") || slices.Index(names, "vip") != slices.Index(names, "bootstrap")+1 {
-		t.Errorf("two masters with a VIP: %v; want vip after bootstrap and nothing retired", names)
+	withVIP := ApplyTasks(two, Options{})
+	if names, retire := taskNames(withVIP), findTask(t, withVIP, "retire").Description; slices.Index(names, "vip") != slices.Index(names, "bootstrap")+1 ||
+		strings.Contains(retire, "kforge-vip") || !strings.Contains(retire, "etcd snapshots") {
+		t.Errorf("two masters with a VIP: %v, retire %q; want vip after bootstrap and only the scheduled snapshots' timer retired (no bundle)", names, retire)
 	}
 
 	full := ApplyTasks(cluster(t, "workers:\n  - {name: w1, address: 10.0.0.2}\nbundle: "+fakeBundleDir(t)+"\naddons: [{path: /a.yaml}]\n"), Options{})
 	names := taskNames(full)
-	for _, n := range []string{"stage", "pod-network", "join-workers", "addons", "wait-ready"} {
+	for _, n := range []string{"stage", "pod-network", "join-workers", "etcd-snapshots", "addons", "wait-ready"} {
 		if !slices.Contains(names, n) {
 			t.Errorf("%s missing from %v", n, names)
 		}
@@ -80,6 +82,10 @@ func TestApplyListFollowsTheInventory(t *testing.T) {
 		case "join-workers":
 			if !slices.Equal(task.Hosts, []string{"w1"}) {
 				t.Errorf("join-workers hosts %v", task.Hosts)
+			}
+		case "etcd-snapshots": // with a bundle, on by default, on the masters
+			if !slices.Equal(task.Hosts, []string{"m1"}) || !strings.Contains(task.Description, "every 12h") {
+				t.Errorf("etcd-snapshots: %+v", task)
 			}
 		case "connect", "preflight":
 			if len(task.Hosts) != 2 {

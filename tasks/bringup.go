@@ -83,6 +83,11 @@ func (b *bringUp) clusterSteps(l *list) {
 		l.add("metrics-server", ThroughAPI, nil, t.metricsServer, "remove metrics-server where an earlier run installed it: metricsServer.enabled is false")
 	}
 	l.add("mark-nodes", ThroughAPI, nil, rc.kubeletsSay(rc.markNodes), "label and taint the masters, apply the inventory's labels and taints")
+	if c.ScheduledSnapshots() {
+		l.add("etcd-snapshots", OnHosts, masters, func(ctx context.Context, r progress.Reporter) error {
+			return startSnapshots(ctx, t, b.staged, r)
+		}, "start the timer of the scheduled etcd snapshots on every master: every %s, each master's own member into %s, verified, the newest %d kept", c.EtcdSnapshots.Every, hostpath.EtcdSnapshotDir, c.EtcdSnapshots.Keep)
+	}
 	if len(c.Addons) > 0 {
 		l.add("addons", ThroughAPI, nil, rc.addons, "apply %s (server-side)", count(len(c.Addons), "user manifest"))
 	}

@@ -172,8 +172,16 @@ func (x *Reset) unmountKubelet(ctx context.Context, r progress.Reporter) error {
 var stopServiceRouteScript = scripts.Command("stop-unit", "unit", hostpath.ServiceRouteUnit, "unit_path", hostpath.ServiceRouteUnitPath,
 	"said", "stopped (its route removed) and disabled")
 
+// resetUnits are kforge's own systemd units (name, file) that reset stops and disables before
+// their files go.
+var resetUnits = [][2]string{
+	{hostpath.VIPUnit, hostpath.VIPUnitPath}, {hostpath.APIProxyUnit, hostpath.APIProxyUnitPath},
+	{hostpath.RegistryUnit, hostpath.RegistryUnitPath}, {hostpath.EtcdSnapshotTimer, hostpath.EtcdSnapshotTimerPath},
+}
+
 // resetFiles are the paths reset removes on a node: everything kforge wrote there except the
-// bundle's binaries and containerd's config. Directories that are mount points or symlinks
+// bundle's binaries, containerd's config and the scheduled etcd snapshots (in
+// hostpath.EtcdSnapshotDir: with etcd's data gone they may be the cluster's last copy). Directories that are mount points or symlinks
 // (a separate disk for /var/lib/etcd, say) are emptied instead.
 func resetFiles(role inventory.Role) []string {
 	ps := []string{hostpath.KubernetesDir, hostpath.KubeletDir}
@@ -183,7 +191,8 @@ func resetFiles(role inventory.Role) []string {
 	return append(ps, hostpath.KubeletUnitPath, hostpath.KubeletDropInPath, hostpath.ServiceRouteUnitPath, hostpath.SysctlFile,
 		hostpath.APIProxyUnitPath, hostpath.APIProxyConfig, path.Dir(hostpath.APIProxyState),
 		hostpath.VIPUnitPath, hostpath.VIPConfig, path.Dir(hostpath.VIPState),
-		hostpath.RegistryUnitPath, hostpath.RegistryConfig, hostpath.RegistryFillConfig, hostpath.RegistryDir)
+		hostpath.RegistryUnitPath, hostpath.RegistryConfig, hostpath.RegistryFillConfig, hostpath.RegistryDir,
+		hostpath.EtcdSnapshotTimerPath, hostpath.EtcdSnapshotUnitPath, hostpath.EtcdSnapshotConfig)
 }
 
 // removeScript removes each of paths, then emptyDir if it is empty, and prints what it
@@ -201,7 +210,7 @@ func (x *Reset) removeFiles(ctx context.Context, r progress.Reporter) error {
 		if err != nil {
 			return "", err
 		}
-		for _, u := range [][2]string{{hostpath.VIPUnit, hostpath.VIPUnitPath}, {hostpath.APIProxyUnit, hostpath.APIProxyUnitPath}, {hostpath.RegistryUnit, hostpath.RegistryUnitPath}} {
+		for _, u := range resetUnits {
 			unit, _, err := runReset(ctx, h, stopUnitScript(u[0], u[1]))
 			if err != nil {
 				return "", err

@@ -151,7 +151,7 @@ func newFakeNode(t *testing.T, n inventory.Node, dirty bool) *fakeNode {
 		}
 		return nil
 	})
-	for _, u := range [][2]string{{hostpath.VIPUnit, hostpath.VIPUnitPath}, {hostpath.APIProxyUnit, hostpath.APIProxyUnitPath}, {hostpath.RegistryUnit, hostpath.RegistryUnitPath}} {
+	for _, u := range resetUnits {
 		on(stopUnitScript(u[0], u[1]), func(w io.Writer, _ string) error {
 			if slices.Contains(h.files, u[1]) {
 				fmt.Fprintf(w, "changed %s stopped and disabled\n", u[0])

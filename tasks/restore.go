@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/kforge/kforge/etcd"
+	"github.com/kforge/kforge/etcd/snapshotfile"
 	"github.com/kforge/kforge/hostpath"
 	"github.com/kforge/kforge/inventory"
 	"github.com/kforge/kforge/progress"
@@ -48,7 +49,7 @@ type Restore struct {
 	rc     *runContext
 	ro     RestoreOptions
 	target *hop              // bundle reads its manifest, render its files
-	info   etcd.SnapshotInfo // snapshot: the verified snapshot
+	info   snapshotfile.Info // snapshot: the verified snapshot
 	up     *bringUp          // stage and the steps after it; every etcd member starts new
 	lost   jobs              // forget-lost: the resets of the lost hosts that answer after all
 }
@@ -117,7 +118,7 @@ func (x *Restore) Explain(err error) error { return x.rc.explain(err) }
 
 // verifySnapshot refuses a snapshot that does not verify, before any host is touched.
 func (x *Restore) verifySnapshot(context.Context, progress.Reporter) error {
-	info, err := etcd.VerifySnapshot(x.ro.Snapshot)
+	info, err := snapshotfile.Verify(x.ro.Snapshot)
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kforge/kforge/etcd"
+	"github.com/kforge/kforge/etcd/snapshotfile"
 	"github.com/kforge/kforge/internal/fsx"
 	"github.com/kforge/kforge/inventory"
 	"github.com/kforge/kforge/progress"
@@ -131,7 +132,7 @@ func (x *EtcdSnapshot) save(ctx context.Context, r progress.Reporter) error {
 		return err
 	}
 	took := x.o.Now().Sub(start)
-	info, err := etcd.VerifySnapshot(f.Name())
+	info, err := snapshotfile.Verify(f.Name())
 	if err != nil {
 		return err
 	}

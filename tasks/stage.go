@@ -234,10 +234,11 @@ func (h *hop) startMaster(ctx context.Context, n inventory.Node, ep etcdPlan, st
 
 // bundleNeed is what a node of this role gets of the bundle: the control plane's part on
 // masters, the node-local API proxy where the nodes use it, kforge-vip on the masters of a
-// cluster with a controlPlaneVIP.
+// cluster with a controlPlaneVIP, the scheduled snapshots' program on the masters of a cluster
+// that takes them.
 func bundleNeed(c *inventory.Cluster, role inventory.Role) bundle.Need {
 	master := role == inventory.RoleMaster
-	return bundle.Need{ControlPlane: master, APIProxy: c.LocalAPIProxy(), VIP: master && c.ControlPlaneVIP != ""}
+	return bundle.Need{ControlPlane: master, APIProxy: c.LocalAPIProxy(), VIP: master && c.ControlPlaneVIP != "", EtcdSnapshots: master && c.ScheduledSnapshots()}
 }
 
 // controlPlaneFirst is what a master needs before its kubelet can start the control plane:

@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"text/template"
+	"time"
 
 	"github.com/kforge/kforge/hostpath"
 	"github.com/kforge/kforge/inventory"
@@ -370,4 +371,66 @@ func VIPFiles(c *inventory.Cluster, m inventory.Host) ([]File, error) {
 		return nil, err
 	}
 	return []File{{Path: hostpath.VIPUnitPath, Mode: 0o644, Data: unit}, {Path: hostpath.VIPConfig, Mode: 0o644, Data: config}}, nil
+}
+
+// EtcdSnapshot is one master's scheduled etcd snapshots (etcdSnapshots): a timer, the oneshot
+// unit it starts, which runs kforge-etcd-snapshot (in the bundle, built from
+// bundle/internal/etcdsnap), and that program's configuration.
+type EtcdSnapshot struct {
+	Every      time.Duration
+	Keep       int
+	Member     string // this master's node name
+	Endpoint   string // its etcd member's client URL on loopback
+	Kubernetes string // the cluster's version, for the snapshots' records
+}
+
+// Unit returns kforge-etcd-snapshot.service.
+func (e EtcdSnapshot) Unit() ([]byte, error) {
+	return render("kforge-etcd-snapshot.service.tmpl", struct{ Dir, Timer, Unit, Binary, Config string }{
+		hostpath.EtcdSnapshotDir, hostpath.EtcdSnapshotTimer, hostpath.EtcdSnapshotUnit, hostpath.EtcdSnapshotPath, hostpath.EtcdSnapshotConfig})
+}
+
+// Timer returns kforge-etcd-snapshot.timer.
+func (e EtcdSnapshot) Timer() ([]byte, error) {
+	return render("kforge-etcd-snapshot.timer.tmpl", struct {
+		Unit, Every string
+		Seconds     int64
+	}{hostpath.EtcdSnapshotUnit, inventory.Duration(e.Every).String(), int64(e.Every / time.Second)})
+}
+
+// Config returns kforge-etcd-snapshot's configuration file (JSON; the format of
+// bundle/internal/etcdsnap's Config): the member on loopback, reached as the API server
+// reaches it (the etcd CA, apiserver-etcd-client).
+func (e EtcdSnapshot) Config() ([]byte, error) {
+	b, err := json.MarshalIndent(struct {
+		Endpoint   string `json:"endpoint"`
+		CA         string `json:"ca"`
+		Cert       string `json:"cert"`
+		Key        string `json:"key"`
+		Member     string `json:"member"`
+		Kubernetes string `json:"kubernetes"`
+		Keep       int    `json:"keep"`
+	}{e.Endpoint, pkiPath("etcd/ca.crt"), pkiPath("apiserver-etcd-client.crt"), pkiPath("apiserver-etcd-client.key"), e.Member, e.Kubernetes, e.Keep}, "", "  ")
+	return append(b, '\n'), err
+}
+
+// EtcdSnapshotFiles are master m's scheduled snapshot files; none when the cluster takes none.
+func EtcdSnapshotFiles(c *inventory.Cluster, m inventory.Host) ([]File, error) {
+	if !c.ScheduledSnapshots() {
+		return nil, nil
+	}
+	e := EtcdSnapshot{Every: time.Duration(c.EtcdSnapshots.Every), Keep: c.EtcdSnapshots.Keep, Member: m.Name,
+		Endpoint: "https://" + net.JoinHostPort(localhostFor(m.NodeIP()), "2379"), Kubernetes: c.KubernetesVersion}
+	var out []File
+	for _, f := range []struct {
+		path   string
+		render func() ([]byte, error)
+	}{{hostpath.EtcdSnapshotUnitPath, e.Unit}, {hostpath.EtcdSnapshotTimerPath, e.Timer}, {hostpath.EtcdSnapshotConfig, e.Config}} {
+		data, err := f.render()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, File{Path: f.path, Mode: 0o644, Data: data})
+	}
+	return out, nil
 }

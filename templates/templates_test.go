@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kforge/kforge/hostpath"
 	"github.com/kforge/kforge/inventory"
@@ -305,5 +306,47 @@ sh -c "$STOP"; echo "after stop: $(ip route show 10.96.0.0/12) marker=$(cat ` + 
 	}
 	if strings.Join(got, "\n") != strings.ReplaceAll(want, "after stop:  marker", "after stop: marker") {
 		t.Errorf("got\n%s\nwant\n%s", out, want)
+	}
+}
+
+// The scheduled snapshots' units: golden files, and systemd's own verification of the pair
+// (systemd-analyze verify, with the program's path pointed at a binary that exists here), so a
+// setting systemd does not know or a timer that never fires fails here, not on a master.
+func TestEtcdSnapshotUnits(t *testing.T) {
+	e := EtcdSnapshot{Every: 90 * time.Minute, Keep: 5, Member: "m1", Endpoint: "https://127.0.0.1:2379", Kubernetes: "v1.36.3"}
+	unit, err := e.Unit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	timer, err := e.Timer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	config, err := e.Config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "kforge-etcd-snapshot.service", unit)
+	golden(t, "kforge-etcd-snapshot.timer", timer)
+	golden(t, "etcd-snapshot.json", config)
+	if !strings.Contains(string(timer), "OnUnitActiveSec=5400s\n") {
+		t.Errorf("the timer does not fire every 90 minutes:\n%s", timer)
+	}
+	sa, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		t.Skip("systemd-analyze is not installed")
+	}
+	dir := t.TempDir()
+	for name, data := range map[string][]byte{
+		hostpath.EtcdSnapshotUnit:  bytes.ReplaceAll(unit, []byte(hostpath.EtcdSnapshotPath), []byte("/bin/true")),
+		hostpath.EtcdSnapshotTimer: timer,
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, err := exec.Command(sa, "verify", "--man=no", filepath.Join(dir, hostpath.EtcdSnapshotUnit), filepath.Join(dir, hostpath.EtcdSnapshotTimer)).CombinedOutput()
+	if err != nil || len(bytes.TrimSpace(out)) > 0 {
+		t.Errorf("systemd-analyze verify: %v\n%s", err, out)
 	}
 }

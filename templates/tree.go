@@ -395,11 +395,15 @@ func masterFiles(c *inventory.Cluster, set *pki.Set, i int, o Options) ([]File, 
 	if err != nil {
 		return nil, err
 	}
+	snap, err := EtcdSnapshotFiles(c, m)
+	if err != nil {
+		return nil, err
+	}
 	api, err := APIServerFiles(c, set)
 	if err != nil {
 		return nil, err
 	}
-	fs = append(append(append(fs, vip...), reg...), api...)
+	fs = append(append(append(append(fs, vip...), reg...), snap...), api...)
 
 	cp, err := ControlPlaneFor(c, i, o)
 	if err != nil {

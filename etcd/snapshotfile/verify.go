@@ -1,4 +1,8 @@
-package etcd
+// Package snapshotfile verifies an etcd snapshot file with etcdutl's library. It is kforge's
+// and also kforge-etcd-snapshot's, the program the masters' timers run (bundle/internal/etcdsnap),
+// whose scratch module gets this file (Source) as its copy of the package: so this file imports
+// nothing of kforge's.
+package snapshotfile
 
 import (
 	"crypto/sha256"
@@ -12,8 +16,8 @@ import (
 	"go.uber.org/zap"
 )
 
-// SnapshotInfo is what a verified snapshot file says of itself.
-type SnapshotInfo struct {
+// Info is what a verified snapshot file says of itself.
+type Info struct {
 	Size      int64  // bytes of the file: the database and its 32-byte sha256
 	SHA256    string // hex sha256 of the whole file, for records and transfers
 	Revision  int64  // the key-value store's revision when the snapshot was cut
@@ -22,24 +26,24 @@ type SnapshotInfo struct {
 	Storage   string // the database's storage version, e.g. "3.6.0"
 }
 
-// VerifySnapshot checks a snapshot file as `etcdutl snapshot restore` and `etcdutl snapshot
+// Verify checks a snapshot file as `etcdutl snapshot restore` and `etcdutl snapshot
 // status` do, with etcdutl's own library: the sha256 that etcd appends to the database it
 // streams must match the database (a flipped byte or a truncated copy fails here), and the
 // database must pass bbolt's integrity check. It reads the file twice, in constant memory.
-func VerifySnapshot(path string) (SnapshotInfo, error) {
+func Verify(path string) (Info, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return SnapshotInfo{}, err
+		return Info{}, err
 	}
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
-		return SnapshotInfo{}, err
+		return Info{}, err
 	}
-	info := SnapshotInfo{Size: st.Size()}
+	info := Info{Size: st.Size()}
 	// etcd's snapshot is the database (a multiple of 512 bytes) plus its sha256.
 	if info.Size < 512+sha256.Size || info.Size%512 != sha256.Size {
-		return info, &SnapshotError{Path: path, Seen: fmt.Sprintf("%d bytes: not a database followed by its sha256 (a truncated or foreign file)", info.Size)}
+		return info, &Error{Path: path, Seen: fmt.Sprintf("%d bytes: not a database followed by its sha256 (a truncated or foreign file)", info.Size)}
 	}
 	db, whole := sha256.New(), sha256.New()
 	if _, err := io.CopyN(io.MultiWriter(db, whole), f, info.Size-sha256.Size); err != nil {
@@ -52,32 +56,32 @@ func VerifySnapshot(path string) (SnapshotInfo, error) {
 	whole.Write(trailer)
 	info.SHA256 = hex.EncodeToString(whole.Sum(nil))
 	if got := db.Sum(nil); string(got) != string(trailer) {
-		return info, &SnapshotError{Path: path, Seen: fmt.Sprintf("the database's sha256 is %x, but the snapshot says %x: the file was changed or damaged after etcd wrote it", got, trailer)}
+		return info, &Error{Path: path, Seen: fmt.Sprintf("the database's sha256 is %x, but the snapshot says %x: the file was changed or damaged after etcd wrote it", got, trailer)}
 	}
 	st2, err := snapshot.NewV3(zap.NewNop()).Status(path)
 	if err != nil {
-		return info, &SnapshotError{Path: path, Seen: "the database fails etcdutl's status check: " + err.Error()}
+		return info, &Error{Path: path, Seen: "the database fails etcdutl's status check: " + err.Error()}
 	}
 	info.Revision, info.TotalKeys, info.Hash, info.Storage = st2.Revision, st2.TotalKey, st2.Hash, st2.Version
 	return info, nil
 }
 
-// SnapshotError is a snapshot file that is refused, and why.
-type SnapshotError struct {
+// Error is a snapshot file that is refused, and why.
+type Error struct {
 	Path string
 	Seen string
 }
 
-func (e *SnapshotError) Error() string {
+func (e *Error) Error() string {
 	return fmt.Sprintf("snapshot %s is refused: %s", e.Path, e.Seen)
 }
 
 // Details are the message and what to do, for kforge's error printer.
-func (e *SnapshotError) Details() []string {
+func (e *Error) Details() []string {
 	return []string{e.Error(), "  hint: take a new snapshot (kforge etcd snapshot), or use an earlier one that verifies"}
 }
 
-// ErrSnapshot matches every *SnapshotError (errors.Is).
-var ErrSnapshot = errors.New("snapshot refused")
+// ErrRefused matches every *Error (errors.Is).
+var ErrRefused = errors.New("snapshot refused")
 
-func (e *SnapshotError) Is(target error) bool { return target == ErrSnapshot }
+func (e *Error) Is(target error) bool { return target == ErrRefused }
