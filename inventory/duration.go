@@ -41,7 +41,14 @@ func (d Duration) String() string {
 	if td > 0 && td%(24*time.Hour) == 0 {
 		return fmt.Sprintf("%dd", td/(24*time.Hour))
 	}
-	return td.String()
+	s := td.String() // without Go's zero tails: "12h", "12h15m", "1m", not "12h0m0s"
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
 
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {

@@ -175,7 +175,7 @@ func TestExamplesAreValid(t *testing.T) {
 }
 
 func TestDurationParse(t *testing.T) {
-	for in, want := range map[string]string{"365d": "365d", "8760h": "365d", "90m": "1h30m0s", "1h30m": "1h30m0s"} {
+	for in, want := range map[string]string{"365d": "365d", "8760h": "365d", "90m": "1h30m", "1h30m": "1h30m", "12h": "12h", "61s": "1m1s", "1m": "1m", "36h": "36h"} {
 		d, err := ParseDuration(in)
 		if err != nil || d.String() != want {
 			t.Errorf("ParseDuration(%q) = %v, %v; want %s", in, d, err, want)

@@ -3,12 +3,14 @@ package tasks
 import (
 	"context"
 	"fmt"
+	"path"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/kforge/kforge/etcd"
 	"github.com/kforge/kforge/fleet"
+	"github.com/kforge/kforge/hostpath"
 	"github.com/kforge/kforge/inventory"
 	"github.com/kforge/kforge/pki"
 	"github.com/kforge/kforge/progress"
@@ -21,6 +23,7 @@ import (
 // failures of the command.
 type EtcdStatus struct {
 	etcdAccess
+	snapshots inventory.EtcdSnapshots // the schedule; Enabled set to whether the cluster takes them
 
 	// Report is the answer, filled by status.
 	Report EtcdReport
@@ -70,6 +73,10 @@ type EtcdReport struct {
 	Quorum  bool     `json:"quorum"`
 	// Advice says what to do when not every member is healthy.
 	Advice string `json:"advice,omitempty"`
+	// SnapshotsEvery is the scheduled snapshots' interval (etcdSnapshots.every); empty when the
+	// cluster takes none. LateSnapshots are the masters whose snapshots are behind it.
+	SnapshotsEvery string   `json:"snapshotsEvery,omitempty"`
+	LateSnapshots  []string `json:"lateSnapshots,omitempty"`
 }
 
 // MemberStatus is one master's etcd member.
@@ -87,8 +94,19 @@ type MemberStatus struct {
 	RaftIndex uint64   `json:"raftIndex,omitempty"`
 	RaftTerm  uint64   `json:"raftTerm,omitempty"`
 	Errors    []string `json:"errors,omitempty"`
+	// Snapshots are the master's scheduled snapshots, when the cluster takes them.
+	Snapshots *MemberSnapshots `json:"snapshots,omitempty"`
 
 	status etcd.Status
+}
+
+// MemberSnapshots is what a master holds of the scheduled snapshots, by its own clock.
+type MemberSnapshots struct {
+	Count      int     `json:"count"`
+	Newest     string  `json:"newest,omitempty"`     // its name (kforge etcd snapshot --fetch --name)
+	AgeSeconds float64 `json:"ageSeconds,omitempty"` // how old the newest is
+	Revision   int64   `json:"revision,omitempty"`   // the newest's revision
+	Late       string  `json:"late,omitempty"`       // why the snapshots are behind the schedule
 }
 
 // etcdReachTimeout is how long a master that does not answer SSH is retried by etcd commands:
@@ -97,7 +115,10 @@ const etcdReachTimeout = 10 * time.Second
 
 // NewEtcdStatus prepares a status of c's etcd.
 func NewEtcdStatus(c *inventory.Cluster, o Options) *EtcdStatus {
-	return &EtcdStatus{etcdAccess: newEtcdAccess(c, o)}
+	snaps := c.EtcdSnapshots
+	on := c.ScheduledSnapshots()
+	snaps.Enabled = &on
+	return &EtcdStatus{etcdAccess: newEtcdAccess(c, o), snapshots: snaps}
 }
 
 // Steps is etcd status, top to bottom.
@@ -107,7 +128,45 @@ func (x *EtcdStatus) Steps() []Step {
 	l.add("credentials", OnWorkstation, nil, x.credentials, "read the etcd CA and the apiserver-etcd-client certificate from the state dir")
 	l.add("connect", OnHosts, masters, x.reach, "connect to %s over SSH; a master that does not answer within %s is reported, not fatal", count(len(masters), "master"), etcdReachTimeout)
 	l.add("status", OnHosts, masters, x.status, "ask each master's etcd member (127.0.0.1:2379 through its SSH connection) for its status; the member list and alarms from a healthy one")
+	if *x.snapshots.Enabled {
+		l.add("snapshots", OnHosts, masters, x.scheduled, "read each master's scheduled snapshots in %s: late when the newest is older than every %s and %s more, or the last run failed", hostpath.EtcdSnapshotDir, x.snapshots.Every, snapshotGrace(time.Duration(x.snapshots.Every)))
+	}
 	return l
+}
+
+func (x *EtcdStatus) scheduled(ctx context.Context, r progress.Reporter) error {
+	every := time.Duration(x.snapshots.Every)
+	x.Report.SnapshotsEvery = x.snapshots.Every.String()
+	read := map[string]hostSnapshots{}
+	for _, s := range readAllHostSnapshots(ctx, x.fleet, r) {
+		read[s.Master] = s
+	}
+	for i := range x.Report.Members {
+		m := &x.Report.Members[i]
+		s, ok := read[m.Master]
+		if !ok {
+			continue // unreachable: the member's problem says so
+		}
+		ms := &MemberSnapshots{Count: len(s.Records), Late: s.late(every)}
+		if n := len(s.Records); n > 0 {
+			newest := s.Records[n-1]
+			ms.Newest, ms.AgeSeconds, ms.Revision = strings.TrimSuffix(path.Base(newest.File), ".db"), s.Now.Sub(newest.Time).Round(time.Second).Seconds(), newest.Revision
+		}
+		m.Snapshots = ms
+		msg := fmt.Sprintf("%d scheduled snapshots", ms.Count)
+		if ms.Newest != "" {
+			msg += fmt.Sprintf(", the newest %s old", progress.Round(time.Duration(ms.AgeSeconds)*time.Second))
+		}
+		if ms.Late != "" {
+			x.Report.LateSnapshots = append(x.Report.LateSnapshots, m.Master)
+			msg += ": LATE, " + ms.Late
+		}
+		r(progress.Event{Kind: progress.HostDone, Host: m.Master, Message: msg})
+	}
+	if len(x.Report.LateSnapshots) > 0 && x.Report.Advice == "" {
+		x.Report.Advice = fmt.Sprintf("the scheduled snapshots of %s are late: the cluster has no recent backup there", strings.Join(x.Report.LateSnapshots, ", "))
+	}
+	return nil
 }
 
 // loadEtcdCredentials reads what reaching etcd takes from the state dir.
@@ -251,8 +310,12 @@ func indexOf(f *fleet.Fleet, master string) int {
 	return slices.Index(f.Names(inventory.RoleMaster), master)
 }
 
-// AllHealthy reports whether every member is healthy and no alarm is raised.
-func (r EtcdReport) AllHealthy() bool {
+// AllHealthy reports whether every member is healthy, no alarm is raised, and no master's
+// scheduled snapshots are late.
+func (r EtcdReport) AllHealthy() bool { return r.MembersHealthy() && len(r.LateSnapshots) == 0 }
+
+// MembersHealthy reports whether every member is healthy and no alarm is raised.
+func (r EtcdReport) MembersHealthy() bool {
 	return r.Quorum && r.Healthy == r.Voters && len(r.Alarms) == 0 && len(r.Others) == 0
 }
 

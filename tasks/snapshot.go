@@ -14,6 +14,7 @@ import (
 
 	"github.com/kforge/kforge/etcd"
 	"github.com/kforge/kforge/etcd/snapshotfile"
+	"github.com/kforge/kforge/hostpath"
 	"github.com/kforge/kforge/internal/fsx"
 	"github.com/kforge/kforge/inventory"
 	"github.com/kforge/kforge/progress"
@@ -29,8 +30,9 @@ type EtcdSnapshot struct {
 	inv *inventory.Cluster
 	so  SnapshotOptions
 
-	member string // member: the healthy master it streams from
-	status etcd.Status
+	member    string         // member (find, with Fetch): the healthy master it streams from (that holds the scheduled snapshot)
+	fetchFrom state.Snapshot // find: the scheduled snapshot to fetch, its File the path on member
+	status    etcd.Status
 	// Saved is the snapshot's record, filled by save.
 	Saved state.Snapshot
 	// Pruned are the files keep deleted.
@@ -46,6 +48,10 @@ type SnapshotOptions struct {
 	// Kubernetes is the version the snapshot is recorded with, when the cluster does not run
 	// the inventory's yet (before an upgrade, what it runs still); "" is the inventory's.
 	Kubernetes string
+	// Fetch copies a scheduled snapshot the masters took (etcdSnapshots) instead of taking one:
+	// the newest of all masters', or the one named Name.
+	Fetch bool
+	Name  string
 }
 
 // DefaultSnapshotKeep is how many snapshots the state dir keeps unless told.
@@ -63,15 +69,31 @@ func NewEtcdSnapshot(c *inventory.Cluster, o Options, so SnapshotOptions) *EtcdS
 func (x *EtcdSnapshot) Steps() []Step {
 	masters := x.fleet.Names(inventory.RoleMaster)
 	var l list
+	if x.so.Fetch {
+		which := "the newest of all masters' scheduled snapshots"
+		if x.so.Name != "" {
+			which = "the scheduled snapshot " + x.so.Name
+		}
+		l.add("connect", OnHosts, masters, x.reach, "connect to %s over SSH; masters that do not answer within %s are skipped", count(len(masters), "master"), etcdReachTimeout)
+		l.add("find", OnHosts, masters, x.find, "read the records of the scheduled snapshots in %s on every master, and pick %s", hostpath.EtcdSnapshotDir, which)
+		l.add("fetch", OnWorkstation, nil, x.fetch, "copy it through SSH into %s, check its sha256 against its record and verify it (bbolt integrity, revision and keys, with etcdutl's library), then keep it under its name with its record", x.o.State.Snapshots())
+		x.keepSteps(&l)
+		return l
+	}
 	l.add("credentials", OnWorkstation, nil, x.credentials, "read the etcd CA and the apiserver-etcd-client certificate from the state dir")
 	l.add("connect", OnHosts, masters, x.reach, "connect to %s over SSH; masters that do not answer within %s are skipped", count(len(masters), "master"), etcdReachTimeout)
 	l.add("member", OnHosts, masters, x.pickMember, "pick a healthy etcd member (it answers with a leader and no error)")
 	l.add("save", OnWorkstation, nil, x.save, "stream its snapshot through SSH into %s, verify it (sha256 trailer, bbolt integrity, revision and keys, with etcdutl's library), then keep it under its final name with its record", x.o.State.Snapshots())
+	x.keepSteps(&l)
+	return l
+}
+
+// keepSteps: keep, and copy when asked.
+func (x *EtcdSnapshot) keepSteps(l *list) {
 	l.add("keep", OnWorkstation, nil, x.keep, "delete all but the newest %d snapshots, and leftovers of interrupted saves", x.so.Keep)
 	if x.so.Out != "" {
 		l.add("copy", OnWorkstation, nil, x.copyOut, "copy the verified snapshot to %s", x.so.Out)
 	}
-	return l
 }
 
 func (x *EtcdSnapshot) pickMember(ctx context.Context, r progress.Reporter) error {

@@ -15,7 +15,7 @@ import (
 
 // EtcdCmd groups the commands on the cluster's etcd.
 type EtcdCmd struct {
-	Snapshot EtcdSnapshotCmd `cmd:"" help:"Stream a snapshot of etcd from a healthy member into the state dir, verify it and record it; keeps the newest --keep."`
+	Snapshot EtcdSnapshotCmd `cmd:"" help:"Stream a snapshot of etcd from a healthy member into the state dir, verify it and record it (or, with --fetch, copy the newest scheduled snapshot the masters took); keeps the newest --keep."`
 	Status   EtcdStatusCmd   `cmd:"" help:"Each master's etcd member (health, leader, version, database size, revision, raft index), members outside the inventory, alarms and quorum. Exits 1 unless all is healthy."`
 }
 
@@ -23,12 +23,17 @@ type EtcdCmd struct {
 type EtcdSnapshotCmd struct {
 	Out               string `short:"o" placeholder:"FILE" help:"Also write the verified snapshot to FILE (it is kept in the state dir's snapshots/ either way)."`
 	Keep              int    `default:"5" help:"How many snapshots the state dir keeps (the newest)."`
+	Fetch             bool   `help:"Take no snapshot: copy the newest scheduled snapshot of all masters' (etcdSnapshots) into the state dir, checked against its record's sha256 and verified."`
+	Name              string `placeholder:"NAME" help:"With --fetch: the scheduled snapshot named NAME (etcd-YYYYMMDD-HHMMSS.mmm, as etcd status and the masters' snapshot directory show it) rather than the newest."`
 	AcceptNewHostKeys bool   `help:"Trust hosts whose SSH key is not yet in known_hosts, and record their keys (trust on first use)."`
 }
 
 func (c *EtcdSnapshotCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Logger, dl *debugLog) error {
 	if c.Keep < 1 {
 		return usageError{fmt.Errorf("--keep %d: keep at least 1 snapshot", c.Keep)}
+	}
+	if c.Name != "" && !c.Fetch {
+		return usageError{fmt.Errorf("--name %s: names a scheduled snapshot to fetch; give --fetch too", c.Name)}
 	}
 	run, err := startClusterRun("etcd-snapshot", s, g, log, dl)
 	if err != nil {
@@ -37,7 +42,7 @@ func (c *EtcdSnapshotCmd) Run(ctx context.Context, s *streams, g *Globals, log *
 	defer run.close()
 	o := run.options(g, log)
 	o.AcceptNewHostKeys = c.AcceptNewHostKeys
-	x := tasks.NewEtcdSnapshot(run.inv, o, tasks.SnapshotOptions{Keep: c.Keep, Out: c.Out})
+	x := tasks.NewEtcdSnapshot(run.inv, o, tasks.SnapshotOptions{Keep: c.Keep, Out: c.Out, Fetch: c.Fetch, Name: c.Name})
 	defer x.Close()
 	timings, err := run.run(ctx, x.Steps())
 	if err != nil {
@@ -53,8 +58,12 @@ func (c *EtcdSnapshotCmd) Run(ctx context.Context, s *streams, g *Globals, log *
 	if c.Out != "" {
 		where += " and " + c.Out
 	}
-	run.printer.Summary(fmt.Sprintf("etcd snapshot of cluster %s from %s (etcd %s): revision %d, %d keys, %s, sha256 %s\nsaved as %s",
-		run.inv.Name, snap.Member, snap.Etcd, snap.Revision, snap.TotalKeys, bytesString(snap.Size), snap.SHA256, where), time.Since(run.start), timings)
+	how := "etcd snapshot"
+	if c.Fetch {
+		how = "scheduled etcd snapshot taken " + snap.Time.Local().Format(time.DateTime) + ","
+	}
+	run.printer.Summary(fmt.Sprintf("%s of cluster %s from %s (etcd %s): revision %d, %d keys, %s, sha256 %s\nsaved as %s",
+		how, run.inv.Name, snap.Member, snap.Etcd, snap.Revision, snap.TotalKeys, bytesString(snap.Size), snap.SHA256, where), time.Since(run.start), timings)
 	return nil
 }
 
@@ -131,12 +140,33 @@ func writeEtcdReport(w io.Writer, rep tasks.EtcdReport) {
 	if len(rep.Alarms) > 0 {
 		fmt.Fprintf(w, "alarms: %s\n", strings.Join(rep.Alarms, "; "))
 	}
+	if rep.SnapshotsEvery != "" {
+		fmt.Fprintf(w, "scheduled snapshots, every %s:\n", rep.SnapshotsEvery)
+		for _, m := range rep.Members {
+			switch s := m.Snapshots; {
+			case s == nil:
+				fmt.Fprintf(w, "  %s: not read\n", m.Master)
+			case s.Count == 0:
+				fmt.Fprintf(w, "  %s: none yet\n", m.Master)
+			default:
+				fmt.Fprintf(w, "  %s: %d kept, the newest %s, %s old (revision %d)\n", m.Master, s.Count, s.Newest, time.Duration(s.AgeSeconds)*time.Second, s.Revision)
+			}
+			if s := m.Snapshots; s != nil && s.Late != "" {
+				fmt.Fprintf(w, "  %s: LATE: %s\n", m.Master, s.Late)
+			}
+		}
+	}
 }
 
 // etcdUnhealthy makes etcd status exit 1 after printing its report.
 type etcdUnhealthy struct{ rep tasks.EtcdReport }
 
-func (e etcdUnhealthy) Error() string { return "etcd is not healthy: " + e.rep.Advice }
+func (e etcdUnhealthy) Error() string {
+	if e.rep.MembersHealthy() {
+		return "etcd is healthy, but its backups are not: " + e.rep.Advice
+	}
+	return "etcd is not healthy: " + e.rep.Advice
+}
 
 // bytesString is n in the largest binary unit that keeps it above 1.
 func bytesString(n int64) string {
