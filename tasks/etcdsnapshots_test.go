@@ -59,7 +59,12 @@ func TestScheduledSnapshotsLate(t *testing.T) {
 		{"within the grace", with(12*time.Hour + 14*time.Minute), 12 * time.Hour, ""},
 		{"beyond the grace", with(12*time.Hour + 16*time.Minute), 12 * time.Hour, "newest snapshot is 12h16m old; every 12h allows 12h15m"},
 		{"a minute's schedule", with(2*time.Minute + time.Second), time.Minute, "every 1m allows 2m"},
-		{"none, timer just started", func() hostSnapshots { s := with(-1); s.TimerStart = now.Add(-90 * time.Second); s.LastResult = ""; return s }(), time.Hour, ""},
+		{"none, timer just started", func() hostSnapshots {
+			s := with(-1)
+			s.TimerStart = now.Add(-90 * time.Second)
+			s.LastResult = ""
+			return s
+		}(), time.Hour, ""},
 		{"none, long after", with(-1), time.Hour, "no snapshot yet, 2d after its timer started"},
 		{"timer stopped", func() hostSnapshots { s := with(time.Minute); s.TimerActive = false; return s }(), time.Hour, "timer is not running"},
 		{"last run failed", func() hostSnapshots { s := with(time.Minute); s.LastResult = "exit-code"; return s }(), time.Hour, "failed (exit-code): journalctl -u " + hostpath.EtcdSnapshotUnit},
