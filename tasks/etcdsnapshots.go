@@ -133,28 +133,34 @@ func parseHostSnapshots(out []byte) (hostSnapshots, error) {
 // run itself and the timer's accuracy, at most a quarter of an hour.
 func snapshotGrace(every time.Duration) time.Duration { return min(every, 15*time.Minute) }
 
-// late says why a master's scheduled snapshots are behind their schedule, or "" when they are
-// not: a timer that is not running, a last run that failed, a newest snapshot older than every
-// and its grace, or none at all that long after the timer started.
-func (s hostSnapshots) late(every time.Duration) string {
-	allowed := every + snapshotGrace(every)
+// health says how a master's scheduled snapshots keep to their schedule, by the master's
+// clock. late says why they are behind it: the newest is older than every and its grace, or
+// none came that long after the timer started (with the cause, when one shows). trouble says
+// what will make them late while the newest is still recent: a stopped timer, a failed last
+// run.
+func (s hostSnapshots) health(every time.Duration) (late, trouble string) {
 	switch {
 	case !s.TimerActive:
-		return "its snapshot timer is not running (kforge apply starts it; systemctl status " + hostpath.EtcdSnapshotTimer + " says why it stopped)"
+		trouble = "its snapshot timer is not running (kforge apply starts it; systemctl status " + hostpath.EtcdSnapshotTimer + " says why it stopped)"
 	case s.LastResult != "" && s.LastResult != "success":
-		return "its last scheduled snapshot failed (" + s.LastResult + "): journalctl -u " + hostpath.EtcdSnapshotUnit + " says why"
+		trouble = "its last scheduled snapshot failed (" + s.LastResult + "): journalctl -u " + hostpath.EtcdSnapshotUnit + " says why"
 	}
+	cause := trouble
+	if cause == "" {
+		cause = "journalctl -u " + hostpath.EtcdSnapshotUnit + " says what each run did"
+	}
+	allowed := every + snapshotGrace(every)
 	if n := len(s.Records); n > 0 {
 		if age := s.Now.Sub(s.Records[n-1].Time); age > allowed {
-			return fmt.Sprintf("its newest snapshot is %s old; every %s allows %s (journalctl -u %s)", inventory.Duration(age.Round(time.Second)), inventory.Duration(every), inventory.Duration(allowed), hostpath.EtcdSnapshotUnit)
+			return fmt.Sprintf("its newest snapshot is %s old; every %s allows %s: %s", inventory.Duration(age.Round(time.Second)), inventory.Duration(every), inventory.Duration(allowed), cause), ""
 		}
-		return ""
+		return "", trouble
 	}
 	first := time.Minute + snapshotGrace(every) // the timer's first run comes a minute after it starts
 	if !s.TimerStart.IsZero() && s.Now.Sub(s.TimerStart) > first {
-		return fmt.Sprintf("no snapshot yet, %s after its timer started (journalctl -u %s)", inventory.Duration(s.Now.Sub(s.TimerStart).Round(time.Second)), hostpath.EtcdSnapshotUnit)
+		return fmt.Sprintf("no snapshot yet, %s after its timer started: %s", inventory.Duration(s.Now.Sub(s.TimerStart).Round(time.Second)), cause), ""
 	}
-	return ""
+	return "", trouble
 }
 
 // newest is the newest record of all masters' scheduled snapshots, or name's when name is set.

@@ -37,41 +37,45 @@ func TestParseHostSnapshots(t *testing.T) {
 	}
 }
 
-// late follows the schedule by the master's clock: the newest snapshot may be every plus its
-// grace old; none at all is late only once the timer's first run is that overdue; a stopped
-// timer and a failed last run are late at once.
-func TestScheduledSnapshotsLate(t *testing.T) {
+// health follows the schedule by the master's clock: the newest snapshot may be every plus its
+// grace old; none at all is late only once the timer's first run is that overdue. A stopped
+// timer and a failed last run are trouble, not lateness, while the newest is recent, and the
+// cause of lateness when it is not.
+func TestScheduledSnapshotsHealth(t *testing.T) {
 	now := time.Date(2026, 11, 28, 3, 0, 0, 0, time.UTC)
-	with := func(age time.Duration) hostSnapshots {
+	with := func(age time.Duration, edit func(*hostSnapshots)) hostSnapshots {
 		s := hostSnapshots{Now: now, TimerActive: true, LastResult: "success", TimerStart: now.Add(-48 * time.Hour)}
 		if age >= 0 {
 			s.Records = append(s.Records, stateSnapshotAt(now.Add(-age)))
 		}
+		if edit != nil {
+			edit(&s)
+		}
 		return s
 	}
+	stopped := func(s *hostSnapshots) { s.TimerActive = false }
+	failed := func(s *hostSnapshots) { s.LastResult = "exit-code" }
 	for _, c := range []struct {
-		name  string
-		s     hostSnapshots
-		every time.Duration
-		want  string // "" or a part of the reason
+		name          string
+		s             hostSnapshots
+		every         time.Duration
+		late, trouble string // "" or a part of each
 	}{
-		{"fresh", with(30 * time.Minute), 12 * time.Hour, ""},
-		{"within the grace", with(12*time.Hour + 14*time.Minute), 12 * time.Hour, ""},
-		{"beyond the grace", with(12*time.Hour + 16*time.Minute), 12 * time.Hour, "newest snapshot is 12h16m old; every 12h allows 12h15m"},
-		{"a minute's schedule", with(2*time.Minute + time.Second), time.Minute, "every 1m allows 2m"},
-		{"none, timer just started", func() hostSnapshots {
-			s := with(-1)
-			s.TimerStart = now.Add(-90 * time.Second)
-			s.LastResult = ""
-			return s
-		}(), time.Hour, ""},
-		{"none, long after", with(-1), time.Hour, "no snapshot yet, 2d after its timer started"},
-		{"timer stopped", func() hostSnapshots { s := with(time.Minute); s.TimerActive = false; return s }(), time.Hour, "timer is not running"},
-		{"last run failed", func() hostSnapshots { s := with(time.Minute); s.LastResult = "exit-code"; return s }(), time.Hour, "failed (exit-code): journalctl -u " + hostpath.EtcdSnapshotUnit},
+		{"fresh", with(30*time.Minute, nil), 12 * time.Hour, "", ""},
+		{"within the grace", with(12*time.Hour+14*time.Minute, nil), 12 * time.Hour, "", ""},
+		{"beyond the grace", with(12*time.Hour+16*time.Minute, nil), 12 * time.Hour, "newest snapshot is 12h16m old; every 12h allows 12h15m: journalctl -u " + hostpath.EtcdSnapshotUnit, ""},
+		{"a minute's schedule", with(2*time.Minute+time.Second, nil), time.Minute, "every 1m allows 2m", ""},
+		{"none, timer just started", with(-1, func(s *hostSnapshots) { s.TimerStart, s.LastResult = now.Add(-90*time.Second), "" }), time.Hour, "", ""},
+		{"none, long after", with(-1, nil), time.Hour, "no snapshot yet, 2d after its timer started", ""},
+		{"timer stopped, still recent", with(time.Minute, stopped), time.Hour, "", "timer is not running"},
+		{"last run failed, still recent", with(time.Minute, failed), time.Hour, "", "failed (exit-code): journalctl -u " + hostpath.EtcdSnapshotUnit},
+		{"timer stopped, now late", with(3*time.Minute, stopped), time.Minute, "newest snapshot is 3m old; every 1m allows 2m: its snapshot timer is not running", ""},
 	} {
-		got := c.s.late(c.every)
-		if c.want == "" && got != "" || c.want != "" && !strings.Contains(got, c.want) {
-			t.Errorf("%s: late = %q; want %q", c.name, got, c.want)
+		late, trouble := c.s.health(c.every)
+		for _, g := range []struct{ what, got, want string }{{"late", late, c.late}, {"trouble", trouble, c.trouble}} {
+			if g.want == "" && g.got != "" || g.want != "" && !strings.Contains(g.got, g.want) {
+				t.Errorf("%s: %s = %q; want %q", c.name, g.what, g.got, g.want)
+			}
 		}
 	}
 }

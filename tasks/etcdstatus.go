@@ -106,7 +106,8 @@ type MemberSnapshots struct {
 	Newest     string  `json:"newest,omitempty"`     // its name (kforge etcd snapshot --fetch --name)
 	AgeSeconds float64 `json:"ageSeconds,omitempty"` // how old the newest is
 	Revision   int64   `json:"revision,omitempty"`   // the newest's revision
-	Late       string  `json:"late,omitempty"`       // why the snapshots are behind the schedule
+	Late       string  `json:"late,omitempty"`       // why the snapshots are behind the schedule (etcd status exits 1)
+	Trouble    string  `json:"trouble,omitempty"`    // what will make them late, while the newest is recent
 }
 
 // etcdReachTimeout is how long a master that does not answer SSH is retried by etcd commands:
@@ -129,7 +130,7 @@ func (x *EtcdStatus) Steps() []Step {
 	l.add("connect", OnHosts, masters, x.reach, "connect to %s over SSH; a master that does not answer within %s is reported, not fatal", count(len(masters), "master"), etcdReachTimeout)
 	l.add("status", OnHosts, masters, x.status, "ask each master's etcd member (127.0.0.1:2379 through its SSH connection) for its status; the member list and alarms from a healthy one")
 	if *x.snapshots.Enabled {
-		l.add("snapshots", OnHosts, masters, x.scheduled, "read each master's scheduled snapshots in %s: late when the newest is older than every %s and %s more, or the last run failed", hostpath.EtcdSnapshotDir, x.snapshots.Every, snapshotGrace(time.Duration(x.snapshots.Every)))
+		l.add("snapshots", OnHosts, masters, x.scheduled, "read each master's scheduled snapshots in %s: late when the newest is older than every %s and %s more (a stopped timer or a failed run is named, and is late once the newest is that old)", hostpath.EtcdSnapshotDir, x.snapshots.Every, snapshotGrace(time.Duration(x.snapshots.Every)))
 	}
 	return l
 }
@@ -147,7 +148,8 @@ func (x *EtcdStatus) scheduled(ctx context.Context, r progress.Reporter) error {
 		if !ok {
 			continue // unreachable: the member's problem says so
 		}
-		ms := &MemberSnapshots{Count: len(s.Records), Late: s.late(every)}
+		ms := &MemberSnapshots{Count: len(s.Records)}
+		ms.Late, ms.Trouble = s.health(every)
 		if n := len(s.Records); n > 0 {
 			newest := s.Records[n-1]
 			ms.Newest, ms.AgeSeconds, ms.Revision = strings.TrimSuffix(path.Base(newest.File), ".db"), s.Now.Sub(newest.Time).Round(time.Second).Seconds(), newest.Revision
@@ -157,9 +159,12 @@ func (x *EtcdStatus) scheduled(ctx context.Context, r progress.Reporter) error {
 		if ms.Newest != "" {
 			msg += fmt.Sprintf(", the newest %s old", progress.Round(time.Duration(ms.AgeSeconds)*time.Second))
 		}
-		if ms.Late != "" {
+		switch {
+		case ms.Late != "":
 			x.Report.LateSnapshots = append(x.Report.LateSnapshots, m.Master)
 			msg += ": LATE, " + ms.Late
+		case ms.Trouble != "":
+			msg += ": " + ms.Trouble
 		}
 		r(progress.Event{Kind: progress.HostDone, Host: m.Master, Message: msg})
 	}

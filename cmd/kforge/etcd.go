@@ -153,6 +153,8 @@ func writeEtcdReport(w io.Writer, rep tasks.EtcdReport) {
 			}
 			if s := m.Snapshots; s != nil && s.Late != "" {
 				fmt.Fprintf(w, "  %s: LATE: %s\n", m.Master, s.Late)
+			} else if s != nil && s.Trouble != "" {
+				fmt.Fprintf(w, "  %s: %s\n", m.Master, s.Trouble)
 			}
 		}
 	}
