@@ -86,8 +86,10 @@ type cluster struct {
 	certValidity string
 	// extraAddon, when set, is one more addon manifest of the inventory (YAML).
 	extraAddon string
-	// security is the inventory's security block as a YAML flow mapping ("" for none).
-	security string
+	// security is the inventory's security block as a YAML flow mapping ("" for none), and
+	// etcdSnapshots its etcdSnapshots block.
+	security      string
+	etcdSnapshots string
 	// networkPolicy is the inventory's networking.networkPolicy ("": the default), and
 	// adminNetworkPolicy its networking.adminNetworkPolicy.
 	networkPolicy      string
@@ -542,6 +544,7 @@ func TestApplyLabClusterEndToEnd(t *testing.T) {
 	l := c.lab
 	c.mirrorConformanceImages(kit)
 	agent := buildAgentImage(t, t.TempDir())
+	c.etcdSnapshots = fmt.Sprintf("{every: %s, keep: %d}", inventory.Duration(scheduledEvery), scheduledKeep)
 	c.writeInventory(l.Hosts[:1], l.Hosts[1:3])
 	master, w1, w2 := l.Hosts[0].Name, l.Hosts[1].Name, l.Hosts[2].Name
 
@@ -654,6 +657,13 @@ func TestApplyLabClusterEndToEnd(t *testing.T) {
 		// metrics-server with no setting: kubectl top for every node, and an HPA scales a
 		// Deployment from 1 to 3 replicas under load, and back.
 		c.checkMetrics(ctx, workload{image: agentImage, pull: corev1.PullNever}, []string{master, w1, w2})
+	})
+
+	c.step("scheduled-snapshots", func(t *testing.T) {
+		// The master's timer snapshots etcd every minute, keeping two; etcd status shows their
+		// age, and exits 1 once the newest is older than the schedule allows; --fetch copies the
+		// newest to the state dir.
+		c.checkScheduledSnapshots(ctx, master)
 	})
 
 	c.step("secure-by-default", func(t *testing.T) {
@@ -908,6 +918,9 @@ func (c *cluster) writeInventory(masters, workers []lab.Host) {
 	}
 	if c.security != "" {
 		fmt.Fprintf(&b, "security: %s\n", c.security)
+	}
+	if c.etcdSnapshots != "" {
+		fmt.Fprintf(&b, "etcdSnapshots: %s\n", c.etcdSnapshots)
 	}
 	if c.networkPolicy != "" || c.adminNetworkPolicy {
 		fmt.Fprintf(&b, "networking: {networkPolicy: %s, adminNetworkPolicy: %t}\n", cmp.Or(c.networkPolicy, inventory.NetworkPolicyEnforce), c.adminNetworkPolicy)

@@ -24,7 +24,8 @@ import (
 )
 
 // restoreOntoANewMaster: on 1 master + 2 workers (agentImage imported on the workers), a
-// namespace, a ConfigMap and a Deployment exist when kforge etcd snapshot runs; one more
+// namespace, a ConfigMap and a Deployment exist when the master's timer next takes a scheduled
+// snapshot, which kforge etcd snapshot --fetch --name copies to the state dir; one more
 // ConfigMap is created after it. A restore while etcd is healthy is refused, and so is a
 // snapshot with one flipped byte, before any host changes. Then the master's host is destroyed,
 // the inventory names a new master with another address, and kforge restore --snapshot
@@ -73,15 +74,19 @@ func (c *cluster) restoreOntoANewMaster(ctx context.Context, lost lab.Host, work
 		workerUIDs[w.Name] = n.UID
 	}
 
-	out, err := c.run("etcd", "snapshot")
+	// The snapshot restored is one the master's timer took (etcdSnapshots), fetched.
+	written := time.Now()
+	sched := c.waitScheduledSnapshotAfter(ctx, lost.Name, written)
+	t.Logf("the scheduled snapshot %s came %s after the objects were written", sched.File, sched.Time.Sub(written).Round(time.Second))
+	out, err := c.run("etcd", "snapshot", "--fetch", "--name", sched.File)
 	if err != nil {
-		t.Fatalf("kforge etcd snapshot: %v\n%s", err, out)
+		t.Fatalf("kforge etcd snapshot --fetch --name %s: %v\n%s", sched.File, err, out)
 	}
 	snaps, err := state.At(c.state).ListSnapshots()
-	if err != nil || len(snaps) != 1 {
-		t.Fatalf("snapshots: %v %v", snaps, err)
+	if err != nil || len(snaps) == 0 || snaps[len(snaps)-1].SHA256 != sched.SHA256 {
+		t.Fatalf("snapshots: %v %v; want the newest to be the scheduled %s", snaps, err, sched.File)
 	}
-	snap := snaps[0].File
+	snap := snaps[len(snaps)-1].File
 	mkConfigMap("after-snapshot")
 	if db, err := os.ReadFile(snap); err != nil || bytes.Contains(db, []byte(secretValue)) || !bytes.Contains(db, []byte("k8s:enc:secretbox:v1:")) {
 		t.Errorf("the snapshot holds the Secret's value in plain text %v, or no value encrypted with secretbox %v (%v)",
