@@ -561,6 +561,9 @@ func TestApplyLabClusterEndToEnd(t *testing.T) {
 			} else if h.Upload.FromMasters != (h.Host != master) {
 				t.Errorf("plan before the first apply, %s: from the masters' registries %v, want it for the workers only", h.Host, h.Upload.FromMasters)
 			}
+			if timer := hostpath.EtcdSnapshotTimer + " (re)starts"; slices.Contains(h.Restarts, timer) != (h.Host == master) {
+				t.Errorf("plan before the first apply, %s: restarts %v; want %q on the master alone", h.Host, h.Restarts, timer)
+			}
 			for _, f := range h.Files {
 				if f.Action != "create" {
 					t.Errorf("plan before the first apply, %s: %s %s", h.Host, f.Action, f.Path)

@@ -41,9 +41,7 @@ func startSnapshots(ctx context.Context, t *hop, st *staging, r progress.Reporte
 		return err
 	}
 	return t.rc.fleet.Each(ctx, inventory.RoleMaster, func(ctx context.Context, n inventory.Node, h remote.Host) error {
-		restart := t.files.wrote(n.Name, func(p string) bool {
-			return p == hostpath.EtcdSnapshotTimerPath || p == hostpath.EtcdSnapshotUnitPath
-		})
+		restart := snapshotTimerRestarts(func(pred func(string) bool) bool { return t.files.wrote(n.Name, pred) })
 		if _, err := remote.Output(ctx, h, startUnitScript(hostpath.EtcdSnapshotTimer, restart)); err != nil {
 			return err
 		}
@@ -54,6 +52,12 @@ func startSnapshots(ctx context.Context, t *hop, st *staging, r progress.Reporte
 		r(progress.Event{Kind: progress.HostDone, Host: n.Name, Message: fmt.Sprintf("%s: the first snapshot a minute after it started, then every %s", what, t.inv.EtcdSnapshots.Every)})
 		return nil
 	})
+}
+
+// snapshotTimerRestarts says whether the scheduled snapshots' timer restarts on a master: when
+// its timer or unit was written. (The program reads its configuration at each run.)
+func snapshotTimerRestarts(wrote func(pred func(string) bool) bool) bool {
+	return wrote(func(p string) bool { return p == hostpath.EtcdSnapshotTimerPath || p == hostpath.EtcdSnapshotUnitPath })
 }
 
 // hostSnapshots is what a master says of its scheduled snapshots (scripts/etcd-snapshots.sh).

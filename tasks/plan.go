@@ -399,6 +399,12 @@ func (p *Plan) diffHost(ctx context.Context, n inventory.Node, h remote.Host) (H
 		d.Restarts = append(d.Restarts, hostpath.VIPUnit+" stops (removed: the admin kubeconfig uses "+pki.Endpoint(t.inv)+")")
 	}
 	switch {
+	case n.Role == inventory.RoleMaster && t.inv.ScheduledSnapshots() && snapshotTimerRestarts(wrote):
+		d.Restarts = append(d.Restarts, hostpath.EtcdSnapshotTimer+" (re)starts")
+	case n.Role == inventory.RoleMaster && !t.inv.ScheduledSnapshots() && hasUnit(f, hostpath.EtcdSnapshotTimerPath):
+		d.Restarts = append(d.Restarts, hostpath.EtcdSnapshotTimer+" stops (removed: etcdSnapshots is off; the snapshots stay)")
+	}
+	switch {
 	case n.Role == inventory.RoleWorker && !joined:
 		d.Restarts = append(d.Restarts, "kubelet starts")
 		d.Node = append(d.Node, "joins the cluster (TLS bootstrap)")
