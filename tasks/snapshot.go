@@ -23,8 +23,10 @@ import (
 
 // EtcdSnapshot is one `kforge etcd snapshot`: a snapshot streamed from a healthy etcd member
 // through its master's SSH connection into the state dir, verified before it is kept, recorded
-// (revision, keys, size, sha256, versions), and the oldest beyond Keep deleted. It never
-// buffers the snapshot: memory stays flat whatever the database's size.
+// (revision, keys, size, sha256, versions), and the oldest beyond Keep deleted. With Fetch it
+// takes none: it copies one the masters' timers took (etcdsnapshots.go) the same way, checked
+// against that snapshot's record. It never buffers the snapshot: memory stays flat whatever the
+// database's size.
 type EtcdSnapshot struct {
 	etcdAccess
 	inv *inventory.Cluster
