@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"regexp"
 	"slices"
 	"strings"
@@ -162,9 +163,13 @@ func TestHAControlPlaneGrowsSurvivesAMasterAndShrinks(t *testing.T) {
 		if err != nil {
 			t.Fatalf("apply moving to the local API proxies and the VIP: %v\n%s", err, out)
 		}
-		t.Logf("moved from the load balancer to the node-local API proxies and the VIP %s in %s; nodes seen NotReady meanwhile (every second): %v", c.vip, time.Since(start).Round(time.Second), notReady)
-		if len(notReady) > 0 {
-			t.Errorf("nodes were NotReady while moving to the local API proxies: %v\n%s", notReady, out)
+		t.Logf("moved from the load balancer to the node-local API proxies and the VIP %s in %s; nodes seen NotReady meanwhile (every second): %v, as %v", c.vip, time.Since(start).Round(time.Second), notReady, watch.how)
+		// Every kubelet restarts here, onto its proxy. A kubelet just started may post NotReady
+		// for a second or two, before its first check of the runtime (CI at 9c4420f saw a master
+		// so for 2 s): it reached the API to say so. A node the API stopped hearing from is what
+		// the move must never cause.
+		if lost := watch.lostTheAPI(); len(lost) > 0 {
+			t.Errorf("nodes lost the API while moving to the local API proxies: %v (%v)\n%s", lost, watch.how, out)
 		}
 		c.checkAPIProxies(ctx, h[:5], h[:3])
 		if strings.Contains(out, "joins the cluster") {
@@ -340,15 +345,50 @@ true`); left != "" {
 	})
 }
 
-// notReadyWatch records the nodes seen NotReady, listing them every second.
+// notReadyWatch records the nodes seen NotReady, listing them every second; watchNotReady's
+// also records how (how: by node, the Ready condition's "status reason: message", counted).
 type notReadyWatch struct {
 	done  chan struct{}
 	ended chan struct{}
 	seen  map[string]int
+	how   map[string]map[string]int
 }
 
 func watchNotReady(ctx context.Context, k kubernetes.Interface) *notReadyWatch {
-	return watchNodes(ctx, k, func(n *corev1.Node) bool { return !nodeReady(n) })
+	how := map[string]map[string]int{} // written by the watch's goroutine alone, read after stop
+	w := watchNodes(ctx, k, func(n *corev1.Node) bool {
+		if nodeReady(n) {
+			return false
+		}
+		key := "no Ready condition"
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady {
+				key = fmt.Sprintf("%s %s: %s", c.Status, c.Reason, c.Message)
+			}
+		}
+		if how[n.Name] == nil {
+			how[n.Name] = map[string]int{}
+		}
+		how[n.Name][key]++
+		return true
+	})
+	w.how = how
+	return w
+}
+
+// lostTheAPI are the nodes seen NotReady otherwise than by their own kubelet's word: a kubelet
+// that posts NotReady (False, reason KubeletNotReady) reaches the API server; one the API stops
+// hearing from is marked Unknown by the node controller.
+func (w *notReadyWatch) lostTheAPI() map[string]int {
+	lost := map[string]int{}
+	for node, hows := range w.how {
+		for how, n := range hows {
+			if !strings.HasPrefix(how, "False KubeletNotReady:") {
+				lost[node] += n
+			}
+		}
+	}
+	return lost
 }
 
 // watchNodes records, by node, how many times a listing (every second) found it as seen says.
