@@ -23,7 +23,9 @@ import (
 // failures of the command.
 type EtcdStatus struct {
 	etcdAccess
-	snapshots inventory.EtcdSnapshots // the schedule; Enabled set to whether the cluster takes them
+	// scheduledSnapshots says whether the masters take snapshots on a schedule, every how often.
+	scheduledSnapshots bool
+	every              inventory.Duration
 
 	// Report is the answer, filled by status.
 	Report EtcdReport
@@ -116,10 +118,7 @@ const etcdReachTimeout = 10 * time.Second
 
 // NewEtcdStatus prepares a status of c's etcd.
 func NewEtcdStatus(c *inventory.Cluster, o Options) *EtcdStatus {
-	snaps := c.EtcdSnapshots
-	on := c.ScheduledSnapshots()
-	snaps.Enabled = &on
-	return &EtcdStatus{etcdAccess: newEtcdAccess(c, o), snapshots: snaps}
+	return &EtcdStatus{etcdAccess: newEtcdAccess(c, o), scheduledSnapshots: c.ScheduledSnapshots(), every: c.EtcdSnapshots.Every}
 }
 
 // Steps is etcd status, top to bottom.
@@ -129,15 +128,15 @@ func (x *EtcdStatus) Steps() []Step {
 	l.add("credentials", OnWorkstation, nil, x.credentials, "read the etcd CA and the apiserver-etcd-client certificate from the state dir")
 	l.add("connect", OnHosts, masters, x.reach, "connect to %s over SSH; a master that does not answer within %s is reported, not fatal", count(len(masters), "master"), etcdReachTimeout)
 	l.add("status", OnHosts, masters, x.status, "ask each master's etcd member (127.0.0.1:2379 through its SSH connection) for its status; the member list and alarms from a healthy one")
-	if *x.snapshots.Enabled {
-		l.add("snapshots", OnHosts, masters, x.scheduled, "read each master's scheduled snapshots in %s: late when the newest is older than every %s and %s more (a stopped timer or a failed run is named, and is late once the newest is that old)", hostpath.EtcdSnapshotDir, x.snapshots.Every, snapshotGrace(time.Duration(x.snapshots.Every)))
+	if x.scheduledSnapshots {
+		l.add("snapshots", OnHosts, masters, x.scheduled, "read each master's scheduled snapshots in %s: late when the newest is older than every %s and %s more (a stopped timer or a failed run is named, and is late once the newest is that old)", hostpath.EtcdSnapshotDir, x.every, snapshotGrace(time.Duration(x.every)))
 	}
 	return l
 }
 
 func (x *EtcdStatus) scheduled(ctx context.Context, r progress.Reporter) error {
-	every := time.Duration(x.snapshots.Every)
-	x.Report.SnapshotsEvery = x.snapshots.Every.String()
+	every := time.Duration(x.every)
+	x.Report.SnapshotsEvery = x.every.String()
 	read := map[string]hostSnapshots{}
 	for _, s := range readAllHostSnapshots(ctx, x.fleet, r) {
 		read[s.Master] = s

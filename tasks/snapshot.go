@@ -71,31 +71,26 @@ func NewEtcdSnapshot(c *inventory.Cluster, o Options, so SnapshotOptions) *EtcdS
 func (x *EtcdSnapshot) Steps() []Step {
 	masters := x.fleet.Names(inventory.RoleMaster)
 	var l list
+	if !x.so.Fetch {
+		l.add("credentials", OnWorkstation, nil, x.credentials, "read the etcd CA and the apiserver-etcd-client certificate from the state dir")
+	}
+	l.add("connect", OnHosts, masters, x.reach, "connect to %s over SSH; masters that do not answer within %s are skipped", count(len(masters), "master"), etcdReachTimeout)
 	if x.so.Fetch {
 		which := "the newest of all masters' scheduled snapshots"
 		if x.so.Name != "" {
 			which = "the scheduled snapshot " + x.so.Name
 		}
-		l.add("connect", OnHosts, masters, x.reach, "connect to %s over SSH; masters that do not answer within %s are skipped", count(len(masters), "master"), etcdReachTimeout)
 		l.add("find", OnHosts, masters, x.find, "read the records of the scheduled snapshots in %s on every master, and pick %s", hostpath.EtcdSnapshotDir, which)
 		l.add("fetch", OnWorkstation, nil, x.fetch, "copy it through SSH into %s, check its sha256 against its record and verify it (bbolt integrity, revision and keys, with etcdutl's library), then keep it under its name with its record", x.o.State.Snapshots())
-		x.keepSteps(&l)
-		return l
+	} else {
+		l.add("member", OnHosts, masters, x.pickMember, "pick a healthy etcd member (it answers with a leader and no error)")
+		l.add("save", OnWorkstation, nil, x.save, "stream its snapshot through SSH into %s, verify it (sha256 trailer, bbolt integrity, revision and keys, with etcdutl's library), then keep it under its final name with its record", x.o.State.Snapshots())
 	}
-	l.add("credentials", OnWorkstation, nil, x.credentials, "read the etcd CA and the apiserver-etcd-client certificate from the state dir")
-	l.add("connect", OnHosts, masters, x.reach, "connect to %s over SSH; masters that do not answer within %s are skipped", count(len(masters), "master"), etcdReachTimeout)
-	l.add("member", OnHosts, masters, x.pickMember, "pick a healthy etcd member (it answers with a leader and no error)")
-	l.add("save", OnWorkstation, nil, x.save, "stream its snapshot through SSH into %s, verify it (sha256 trailer, bbolt integrity, revision and keys, with etcdutl's library), then keep it under its final name with its record", x.o.State.Snapshots())
-	x.keepSteps(&l)
-	return l
-}
-
-// keepSteps: keep, and copy when asked.
-func (x *EtcdSnapshot) keepSteps(l *list) {
 	l.add("keep", OnWorkstation, nil, x.keep, "delete all but the newest %d snapshots, and leftovers of interrupted saves", x.so.Keep)
 	if x.so.Out != "" {
 		l.add("copy", OnWorkstation, nil, x.copyOut, "copy the verified snapshot to %s", x.so.Out)
 	}
+	return l
 }
 
 func (x *EtcdSnapshot) pickMember(ctx context.Context, r progress.Reporter) error {
