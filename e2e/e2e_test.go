@@ -540,7 +540,16 @@ func TestApplyLabClusterEndToEnd(t *testing.T) {
 	t.Logf("conformance kit of %s in %s", release.Default(), time.Since(start).Round(time.Second))
 	// The fourth host joins when it is added, leaves with --prune, and is the new master of the
 	// restore.
-	c := newCluster(ctx, t, "e2e", release.Default(), lab.Options{Hosts: 4, Bare: true})
+	//
+	// It is created at the default minor's oldest catalogued patch release and upgraded to the
+	// default under load (patchUpgradeUnderLoad) once its checks pass: every later step runs on
+	// the default.
+	rel, err := release.For(release.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	patches := release.Patches(rel.Minor)
+	c := newCluster(ctx, t, "e2e", patches[0], lab.Options{Hosts: 4, Bare: true}, patches[1:]...)
 	l := c.lab
 	c.mirrorConformanceImages(kit)
 	agent := buildAgentImage(t, t.TempDir())
@@ -636,6 +645,13 @@ func TestApplyLabClusterEndToEnd(t *testing.T) {
 			t.Errorf("addon ConfigMap: %v %v", cm, err)
 		}
 	})
+
+	if len(patches) > 1 {
+		c.step("patch-upgrade", func(t *testing.T) {
+			// A patch upgrade through apply, under the prober: 0 failed Service requests.
+			c.patchUpgradeUnderLoad(ctx, l.Hosts[:1], l.Hosts[1:3], patches[0], release.Default())
+		})
+	}
 
 	c.step("workloads", func(t *testing.T) {
 		// A server on one worker behind a Service, a client on each; DNS and the Service across

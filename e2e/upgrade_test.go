@@ -663,3 +663,89 @@ func watchUnknown(ctx context.Context, k kubernetes.Interface) *notReadyWatch {
 		})
 	})
 }
+
+// patchUpgradeUnderLoad upgrades the cluster of masters and workers, created at from, to to,
+// a later patch release of the same minor, with apply and the same load as the minors'
+// upgrade: a Deployment of 2 replicas under a PodDisruptionBudget behind a Service, probed
+// from a pod on the first master every 100 ms, and the API probed from the workstation. plan
+// shows the route first. Afterwards every node runs to, Ready and schedulable, kube-proxy runs
+// to's image, the data written before is there, an etcd snapshot of from was taken first, and
+// the prober counted 0 failed requests (at most a handful is tolerated, as in the minors'
+// upgrade, and logged). The load is removed afterwards.
+func (c *cluster) patchUpgradeUnderLoad(ctx context.Context, masters, workers []lab.Host, from, to string) {
+	t := c.t.(*testing.T)
+	t.Helper()
+	k := c.client()
+	agent := buildAgentImage(t, t.TempDir())
+	for _, n := range append(slices.Clone(masters), workers...) {
+		c.importImage(ctx, n.Name, agent)
+	}
+	if _, err := k.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "before-patch"}, Data: map[string]string{"at": from}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ok0, failed0 := startLoad(ctx, t, k, masters[0].Name)
+
+	c.version = to
+	c.writeInventory(masters, workers)
+	plan, code := c.plan()
+	if code != 4 || !strings.Contains(plan, "upgrade\n") || !strings.Contains(plan, "→ "+to+":") || !strings.Contains(plan, "control plane → "+to+",") {
+		t.Errorf("plan of the patch upgrade (exit %d) does not show the route %s → %s:\n%s", code, from, to, plan)
+	}
+	api := probeAPI(ctx, k)
+	start := time.Now()
+	out, err := c.run("apply", "--timeout", "5m")
+	took := time.Since(start)
+	apiFailed, apiDown := api.stop()
+	if err != nil {
+		t.Fatalf("apply %s → %s: %v\n%s", from, to, err, out)
+	}
+	t.Logf("patch upgrade %s → %s took %s:\n%s", from, to, took.Round(time.Second), out)
+	ok, failed := proberCounts(ctx, t, k)
+	ok, failed = ok-ok0, failed-failed0
+	t.Logf("Service prober during the patch upgrade: %d requests answered, %d failed; API probes: %d failed, about %s without an answer, the longest outage %s%s",
+		ok, failed, apiFailed, apiDown.Round(100*time.Millisecond), api.longestOutage().Round(100*time.Millisecond), api.outages())
+	if failed > 5 || ok < 100 {
+		t.Errorf("the Service prober counted %d failed requests (and %d answered) during the patch upgrade; want none, and at most a handful", failed, ok)
+	}
+
+	nodes, err := k.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes.Items {
+		if n.Status.NodeInfo.KubeletVersion != to || !nodeReady(&n) || n.Spec.Unschedulable {
+			t.Errorf("node %s: kubelet %s, Ready %v, unschedulable %v; want %s, Ready, schedulable", n.Name, n.Status.NodeInfo.KubeletVersion, nodeReady(&n), n.Spec.Unschedulable, to)
+		}
+	}
+	rel, _ := release.For(to)
+	if ds, err := k.AppsV1().DaemonSets("kube-system").Get(ctx, "kube-proxy", metav1.GetOptions{}); err != nil || ds.Spec.Template.Spec.Containers[0].Image != rel.Images("").KubeProxy {
+		t.Errorf("kube-proxy: %v, want image %s", err, rel.Images("").KubeProxy)
+	}
+	for _, m := range masters {
+		if img := c.exec(ctx, m.Name, "grep -h 'image:' /etc/kubernetes/manifests/kube-apiserver.yaml"); !strings.Contains(img, "kube-apiserver:"+to) {
+			t.Errorf("%s's kube-apiserver manifest: %s; want %s", m.Name, strings.TrimSpace(img), to)
+		}
+	}
+	if cm, err := k.CoreV1().ConfigMaps("default").Get(ctx, "before-patch", metav1.GetOptions{}); err != nil || cm.Data["at"] != from {
+		t.Errorf("data written before the patch upgrade: %v %v", cm, err)
+	}
+	snaps, err := state.At(c.state).ListSnapshots()
+	if err != nil || !slices.ContainsFunc(snaps, func(s state.Snapshot) bool { return s.Kubernetes == from }) {
+		t.Errorf("snapshots: %+v %v; want one taken at %s before the upgrade", snaps, err, from)
+	}
+
+	// The load goes: the later checks have their own.
+	bg := metav1.DeletePropagationBackground
+	del := metav1.DeleteOptions{PropagationPolicy: &bg}
+	for _, err := range []error{
+		k.CoreV1().Pods("default").Delete(ctx, "prober", del),
+		k.CoreV1().Services("default").Delete(ctx, "web", del),
+		k.AppsV1().Deployments("default").Delete(ctx, "web", del),
+		k.PolicyV1().PodDisruptionBudgets("default").Delete(ctx, "web", del),
+		k.CoreV1().ConfigMaps("default").Delete(ctx, "before-patch", del),
+	} {
+		if err != nil {
+			t.Errorf("removing the load: %v", err)
+		}
+	}
+}

@@ -71,6 +71,16 @@ var releases = []Release{
 		Containerd: "v2.4.2", Runc: "v1.5.2", HostContainerdMajor: 2},
 }
 
+// olderPatches are, by minor, the patch releases before its row's Kubernetes that kforge is
+// proven with, oldest first: those the Go module proxy serves (k8s.io/kubernetes v1.36.1 and
+// v1.36.3; v1.35 and v1.37 have one each). kubeadm of each pins its row's etcd, CoreDNS and
+// pause (v1.36.1's constants are v1.36.3's), and `kforge bundle build` checks that again. A
+// patch upgrade goes from one of these to its row's release, through the same upgrade as a
+// minor's.
+var olderPatches = map[string][]string{
+	"v1.36": {"v1.36.1"},
+}
+
 // defaultMinor is the minor kforge installs when the inventory names no version; its row's
 // Kubernetes is Default.
 const defaultMinor = "v1.36"
@@ -104,6 +114,28 @@ func All() []Release {
 	out := slices.Clone(releases)
 	for i := range out {
 		out[i].Semver, _ = parseSemver(out[i].Kubernetes)
+	}
+	return out
+}
+
+// Catalogued returns every Kubernetes release the catalogue names, oldest first: each minor's
+// older patches, then its row's release, e.g. [v1.35.4 v1.36.1 v1.36.3 v1.37.2].
+func Catalogued() []string {
+	var out []string
+	for _, r := range releases {
+		out = append(append(out, olderPatches[r.Minor]...), r.Kubernetes)
+	}
+	return out
+}
+
+// Patches returns the catalogued releases of minor ("v1.36"), oldest first, its row's last;
+// nil for a minor the catalogue does not have.
+func Patches(minor string) []string {
+	var out []string
+	for _, v := range Catalogued() {
+		if p, err := parse(v); err == nil && p.minorString() == minor {
+			out = append(out, v)
+		}
 	}
 	return out
 }

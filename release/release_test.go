@@ -94,6 +94,37 @@ func TestCatalogueRowsAreConsistent(t *testing.T) {
 	}
 }
 
+// TestPatchesAreCatalogued: the catalogue names more than one patch where the module proxy
+// serves them (v1.36.1 and v1.36.3), each of its own minor, older than its row's release, and
+// in order; Patches gives a minor's.
+func TestPatchesAreCatalogued(t *testing.T) {
+	if got := Catalogued(); !slices.Equal(got, []string{"v1.35.4", "v1.36.1", "v1.36.3", "v1.37.2"}) {
+		t.Errorf("Catalogued() = %v", got)
+	}
+	if got := Patches("v1.36"); !slices.Equal(got, []string{"v1.36.1", "v1.36.3"}) {
+		t.Errorf(`Patches("v1.36") = %v`, got)
+	}
+	if got := Patches("v1.29"); got != nil {
+		t.Errorf(`Patches("v1.29") = %v, want nil`, got)
+	}
+	for minor, ps := range olderPatches {
+		i := slices.IndexFunc(releases, func(r Release) bool { return r.Minor == minor })
+		if i < 0 {
+			t.Errorf("older patches of %s, a minor with no row", minor)
+			continue
+		}
+		row := releases[i]
+		prev := ""
+		for _, p := range ps {
+			v, err := For(p)
+			if err != nil || v.Minor != minor || Compare(p, row.Kubernetes) >= 0 || prev != "" && Compare(prev, p) >= 0 {
+				t.Errorf("older patch %s of %s (row %s, after %q): %v; keep them of the minor, ordered and older than its row's", p, minor, row.Kubernetes, prev, err)
+			}
+			prev = p
+		}
+	}
+}
+
 func TestFor(t *testing.T) {
 	for _, c := range []struct {
 		version string

@@ -24,11 +24,11 @@ func kforge(t *testing.T, args ...string) (code int, stdout, stderr string) {
 
 func TestVersion(t *testing.T) {
 	code, out, errs := kforge(t, "version")
-	if code != 0 || !strings.Contains(out, "default Kubernetes v1.36.3; supported v1.35.x, v1.36.x or v1.37.x") || errs != "" {
+	if code != 0 || !strings.Contains(out, "default Kubernetes v1.36.3; supported v1.35.x, v1.36.x or v1.37.x; catalogued releases v1.35.4, v1.36.1, v1.36.3, v1.37.2\n") || errs != "" {
 		t.Fatalf("version: code %d, stdout %q, stderr %q", code, out, errs)
 	}
 	code, out, _ = kforge(t, "--output", "json", "version")
-	if code != 0 || !strings.Contains(out, `"kubernetes":"v1.36.3"`) || !strings.Contains(out, `"supportedKubernetes":["v1.35","v1.36","v1.37"]`) {
+	if code != 0 || !strings.Contains(out, `"kubernetes":"v1.36.3"`) || !strings.Contains(out, `"supportedKubernetes":["v1.35","v1.36","v1.37"]`) || !strings.Contains(out, `"releases":["v1.35.4","v1.36.1","v1.36.3","v1.37.2"]`) {
 		t.Fatalf("version json: code %d, stdout %q", code, out)
 	}
 }

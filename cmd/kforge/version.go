@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"runtime"
+	"strings"
 
 	"github.com/kforge/kforge/release"
 )
@@ -19,9 +20,10 @@ func (VersionCmd) Run(s *streams, g *Globals) error {
 			"platform":            runtime.GOOS + "/" + runtime.GOARCH,
 			"kubernetes":          release.Default(),
 			"supportedKubernetes": release.Supported(),
+			"releases":            release.Catalogued(),
 		})
 	}
-	_, err := fmt.Fprintf(s.Out, "kforge %s (%s, %s)\ndefault Kubernetes %s; supported %s\n",
-		version, runtime.Version(), runtime.GOOS+"/"+runtime.GOARCH, release.Default(), release.SupportedList())
+	_, err := fmt.Fprintf(s.Out, "kforge %s (%s, %s)\ndefault Kubernetes %s; supported %s; catalogued releases %s\n",
+		version, runtime.Version(), runtime.GOOS+"/"+runtime.GOARCH, release.Default(), release.SupportedList(), strings.Join(release.Catalogued(), ", "))
 	return err
 }
