@@ -260,6 +260,29 @@ func localVolumesObjects(in LocalVolumesInput) (objects, error) {
 // PersistentVolumes and their data stay.
 func removeLocalVolumes(ctx context.Context, c kubernetes.Interface) ([]Change, error) {
 	const ns = LocalPathNamespace
+	// Most clusters never served them: found so by reads alone, apply and plan write nothing.
+	// What is namespaced goes with the namespace, which goes last.
+	get := metav1.GetOptions{}
+	there := false
+	for _, read := range []func() error{
+		func() error { _, err := c.CoreV1().Namespaces().Get(ctx, ns, get); return err },
+		func() error {
+			_, err := c.StorageV1().StorageClasses().Get(ctx, LocalPathStorageClass, get)
+			return err
+		},
+		func() error { _, err := c.RbacV1().ClusterRoleBindings().Get(ctx, localPathBinding, get); return err },
+		func() error { _, err := c.RbacV1().ClusterRoles().Get(ctx, localPathRole, get); return err },
+	} {
+		switch err := read(); {
+		case err == nil:
+			there = true
+		case !apierrors.IsNotFound(err):
+			return nil, fmt.Errorf("look for the local volumes' objects: %w", err)
+		}
+	}
+	if !there {
+		return nil, nil
+	}
 	del := metav1.DeleteOptions{}
 	return removeAll([]removal{
 		{"StorageClass", "", LocalPathStorageClass, func() error { return c.StorageV1().StorageClasses().Delete(ctx, LocalPathStorageClass, del) }},

@@ -124,8 +124,12 @@ func TestLocalVolumesTwiceThenOff(t *testing.T) {
 			t.Errorf("turned off: %s", ch)
 		}
 	}
+	c.ClearActions()
 	if again, err := LocalVolumes(ctx, c, LocalVolumesInput{}); err != nil || len(again) != 0 {
 		t.Errorf("turned off twice: %v %v", again, err)
+	}
+	if w := writes(c); len(w) > 0 {
+		t.Errorf("turned off twice: %d writes, want none (a cluster without them is read only): %v", len(w), w)
 	}
 }
 
