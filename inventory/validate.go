@@ -506,6 +506,11 @@ func (v *validator) etcdSnapshots() {
 	}
 }
 
+// ResetDirs are the directories kforge reset removes from a node (with what they hold): the
+// local volumes' data cannot live there.
+var ResetDirs = []string{hostpath.KubernetesDir, hostpath.KubeletDir, hostpath.EtcdDataDir, hostpath.RegistryDir,
+	path.Dir(hostpath.APIProxyState), path.Dir(hostpath.VIPState)}
+
 func (v *validator) localVolumes() {
 	l := v.c.LocalVolumes
 	if l.On() && v.c.Bundle == "" {
@@ -519,7 +524,7 @@ func (v *validator) localVolumes() {
 	case p == "/":
 		v.add("localVolumes.path", "give the volumes a directory of their own, e.g. "+DefaultLocalVolumesPath, "the volumes cannot be / itself")
 	default:
-		for _, d := range []string{hostpath.KubernetesDir, hostpath.KubeletDir, hostpath.EtcdDataDir} {
+		for _, d := range ResetDirs {
 			if p == d || strings.HasPrefix(p, d+"/") {
 				v.add("localVolumes.path", "choose a directory outside "+d+", e.g. "+DefaultLocalVolumesPath, "%s is kforge's: kforge reset removes %s, and the volumes' data would go with it", p, d)
 			}
