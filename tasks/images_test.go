@@ -68,8 +68,9 @@ func TestAddonImages(t *testing.T) {
 }
 
 // TestAddonImagesReachEveryNode: an upgrade gives every node the addons' images of each hop
-// before the addons move, the local volumes' provisioner and helper among them (a helper pod
-// runs on the node that holds the volume); the control plane's images stay the masters'.
+// before the addons move, the local volumes' provisioner and helper among them when the cluster
+// serves them (a helper pod runs on the node that holds the volume); the control plane's images
+// stay the masters'.
 func TestAddonImagesReachEveryNode(t *testing.T) {
 	for _, c := range bundle.ImageComponents {
 		want := c != "kube-apiserver" && c != "kube-controller-manager" && c != "kube-scheduler" && c != "etcd"
@@ -82,18 +83,23 @@ func TestAddonImagesReachEveryNode(t *testing.T) {
 		{Component: "local-path-provisioner", Name: "docker.io/rancher/local-path-provisioner:v0.0.30", Digest: "sha256:2"},
 		{Component: "local-path-helper", Name: "kforge.dev/local-path-helper:v0.0.30", Digest: "sha256:3"},
 	}}
-	_, served := bundle.Served(m, bundle.Need{Only: addonImage})
+	_, served := bundle.Served(m, bundle.Need{Only: addonImage, LocalVolumes: true})
 	if len(served) != 2 || served[0].Component != "local-path-provisioner" || served[1].Component != "local-path-helper" {
 		t.Errorf("the masters' registries serve the nodes %+v during an upgrade; want the local volumes' two images", served)
 	}
-	for _, role := range []inventory.Role{inventory.RoleMaster, inventory.RoleWorker} {
-		p := bundle.PlanHost(m, bundle.HostState{}, bundleNeed(&inventory.Cluster{}, role))
-		var got []string
-		for _, im := range p.Import {
-			got = append(got, im.Component)
-		}
-		if !strings.Contains(strings.Join(got, " "), "local-path-provisioner local-path-helper") {
-			t.Errorf("a new %s imports %v; want the local volumes' images", role, got)
+	// First apply: every node of a cluster that serves local volumes gets both images; one that
+	// does not gets neither (its nodes' containerd has no hosts.toml for their registries).
+	on := &inventory.Cluster{LocalVolumes: inventory.LocalVolumes{Enabled: new(true)}}
+	for _, c := range []*inventory.Cluster{on, {}} {
+		for _, role := range []inventory.Role{inventory.RoleMaster, inventory.RoleWorker} {
+			p := bundle.PlanHost(m, bundle.HostState{}, bundleNeed(c, role))
+			var got []string
+			for _, im := range p.Import {
+				got = append(got, im.Component)
+			}
+			if has := strings.Contains(strings.Join(got, " "), "local-path-provisioner local-path-helper"); has != c.LocalVolumes.On() {
+				t.Errorf("a new %s, localVolumes.enabled %v, imports %v", role, c.LocalVolumes.On(), got)
+			}
 		}
 	}
 }

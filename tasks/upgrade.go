@@ -431,7 +431,7 @@ func addonImage(name string) bool {
 func (up *Upgrade) addonImages(ctx context.Context, r progress.Reporter) error {
 	u, hops, f := up.route, up.hops, up.rc.fleet
 	nodes := slices.DeleteFunc(f.Nodes(""), func(n inventory.Node) bool { _, ok := u.running[n.Name]; return !ok })
-	need := bundle.Need{Only: addonImage}
+	need := bundle.Need{Only: addonImage, LocalVolumes: up.rc.inv.LocalVolumes.On()}
 	ship := func(ctx context.Context, n inventory.Node, host remote.Host, mirrors []string) error {
 		for _, h := range hops {
 			if _, msg, err := h.ship(ctx, host, need, mirrors, r); err != nil {
