@@ -102,6 +102,8 @@ func Build(ctx context.Context, o Options) (*Manifest, error) {
 			flannelModule(v.Flannel),
 			netpolModule(v.NetworkPolicy),
 			metricsServerModule(v.MetricsServer),
+			localPathModule(v.LocalPath),
+			localPathHelperModule(v.LocalPath),
 			pauseModule(v.Pause),
 			containerdModule(v.Containerd),
 			runcModule(v.Runc),
@@ -506,6 +508,12 @@ func imageSpecs(names map[string]string, dirs map[string]string) ([]imageSpec, e
 		case "metrics-server":
 			s.Files = []imageFile{{Path: "/metrics-server", Src: filepath.Join(dirs["metrics-server"], "metrics-server")}}
 			s.Entrypoint = []string{"/metrics-server"}
+		case "local-path-provisioner":
+			s.Files = []imageFile{{Path: LocalPathBinary, Src: filepath.Join(dirs["local-path-provisioner"], "local-path-provisioner")}}
+			s.Entrypoint = []string{LocalPathBinary}
+		case "local-path-helper":
+			s.Files = []imageFile{{Path: LocalPathHelperBinary, Src: filepath.Join(dirs["local-path-helper"], "local-path-helper")}}
+			s.Entrypoint = []string{LocalPathHelperBinary}
 		}
 		specs = append(specs, s)
 	}

@@ -208,6 +208,44 @@ func TestNetfilterImagesWork(t *testing.T) {
 	}
 }
 
+// TestLocalPathImagesRun unpacks the local volumes' images and runs their entrypoints: the
+// provisioner reports the catalogue's version (stamped as its scripts/build does), and the helper
+// makes and removes a volume's directory as the provisioner asks it to.
+func TestLocalPathImagesRun(t *testing.T) {
+	dir, m := builtBundle(t)
+	entry := func(c string) string {
+		t.Helper()
+		im, ok := m.Image(c)
+		if !ok {
+			t.Fatalf("no %s image in the manifest", c)
+		}
+		root := t.TempDir()
+		unpackImage(t, filepath.Join(dir, im.Path), root)
+		img, err := tarball.ImageFromPath(filepath.Join(dir, im.Path), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := img.ConfigFile()
+		if err != nil || len(cfg.Config.Entrypoint) != 1 {
+			t.Fatalf("%s image's config: %+v, %v; want one entrypoint", c, cfg, err)
+		}
+		return filepath.Join(root, cfg.Config.Entrypoint[0])
+	}
+	out, err := exec.Command(entry("local-path-provisioner"), "--version").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "version "+m.Releases[0].LocalPath) {
+		t.Errorf("local-path-provisioner --version: %v, %q; want version %s", err, out, m.Releases[0].LocalPath)
+	}
+	helper := entry("local-path-helper")
+	vol := filepath.Join(t.TempDir(), "pvc-1_default_data")
+	for _, a := range []string{"create", "delete"} {
+		out, err := exec.Command(helper, "-p", vol, "-s", "1024", "-m", "Filesystem", "-a", a).CombinedOutput()
+		_, statErr := os.Stat(vol)
+		if err != nil || (statErr == nil) != (a == "create") {
+			t.Errorf("local-path-helper -a %s: %v, %q; the directory after it: %v", a, err, out, statErr)
+		}
+	}
+}
+
 // unpackImage extracts the layers of the image archive p into root.
 func unpackImage(t *testing.T, p, root string) {
 	t.Helper()

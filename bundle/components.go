@@ -28,6 +28,9 @@ type Versions struct {
 	NetworkPolicy string `json:"networkPolicy,omitempty"` // sigs.k8s.io/kube-network-policies, e.g. v0.8.0
 	// The resource metrics API's server; empty in bundles made before kforge ran it.
 	MetricsServer string `json:"metricsServer,omitempty"` // sigs.k8s.io/metrics-server, e.g. v0.8.0
+	// The local volumes' provisioner (and kforge's helper of it); empty in bundles made before
+	// kforge ran it.
+	LocalPath string `json:"localPath,omitempty"` // github.com/rancher/local-path-provisioner, e.g. v0.0.30
 	// The container runtime; empty in bundles made before kforge installed it.
 	Containerd string `json:"containerd,omitempty"` // e.g. v2.3.7
 	Runc       string `json:"runc,omitempty"`       // e.g. v1.5.2
@@ -44,6 +47,7 @@ func versionsOf(r release.Release) Versions {
 		Flannel:       r.Flannel,
 		NetworkPolicy: r.NetworkPolicy,
 		MetricsServer: r.MetricsServer,
+		LocalPath:     r.LocalPath,
 		Containerd:    r.Containerd,
 		Runc:          r.Runc,
 	}
@@ -250,6 +254,41 @@ func metricsServerModule(v string) goModule {
 		Require:  map[string]string{mod: v},
 		Packages: []string{mod + "/cmd/metrics-server"},
 		Ldflags:  "-X k8s.io/client-go/pkg/version.gitVersion=" + v,
+	}
+}
+
+// LocalPathBinary is where the local volumes' provisioner is in its image, as in upstream's.
+const LocalPathBinary = "/usr/bin/local-path-provisioner"
+
+// localPathModule builds local-path-provisioner as its scripts/build does: the module's root
+// package, its version stamped into main.VERSION.
+func localPathModule(v string) goModule {
+	const mod = "github.com/rancher/local-path-provisioner"
+	return goModule{
+		Name:     "local-path-provisioner",
+		Version:  v,
+		Require:  map[string]string{mod: v},
+		Packages: []string{mod},
+		Ldflags:  "-X main.VERSION=" + v,
+	}
+}
+
+//go:embed internal/localpath/main.go
+var localPathHelperMain []byte
+
+// LocalPathHelperBinary is the program of the local volumes' helper image
+// (internal/localpath), which the provisioner's config.json names as its setupCommand and
+// teardownCommand.
+const LocalPathHelperBinary = "/local-path-helper"
+
+// localPathHelperModule builds local-path-helper, kforge's helper of local-path-provisioner v
+// (internal/localpath: the standard library only).
+func localPathHelperModule(v string) goModule {
+	return goModule{
+		Name:      "local-path-helper",
+		Version:   v,
+		Local:     map[string][]byte{"main.go": localPathHelperMain},
+		LocalName: "local-path-helper",
 	}
 }
 

@@ -28,7 +28,7 @@ func Served(m *Manifest, need Need) (files []File, images []Image) {
 		}
 	}
 	for _, im := range m.Images {
-		if need.wants(im.Component, im.ControlPlaneOnly) {
+		if need.wantsImage(im) {
 			images = append(images, im)
 		}
 	}

@@ -24,6 +24,7 @@ func TestServed(t *testing.T) {
 		Images: []Image{
 			{Component: "kube-apiserver", Name: "registry.k8s.io/kube-apiserver:v1", ControlPlaneOnly: true},
 			{Component: "kube-proxy", Name: "registry.k8s.io/kube-proxy:v1"},
+			{Component: "local-path-helper", Name: "kforge.dev/local-path-helper:v0.0.30"},
 		},
 	}
 	names := func(files []File, images []Image) string {
@@ -44,6 +45,11 @@ func TestServed(t *testing.T) {
 	}
 	if got := names(Served(m, Need{APIProxy: true})); got != "kubelet "+APIProxyFile+" kube-proxy" {
 		t.Errorf("without the runtime, with the API proxy: served %q", got)
+	}
+	// The local volumes' images, only for a cluster that serves them: a node's containerd has
+	// no hosts.toml for their registries otherwise, and would pull them from there.
+	if got := names(Served(m, Need{LocalVolumes: true})); got != "kubelet kube-proxy local-path-helper" {
+		t.Errorf("with local volumes: served %q", got)
 	}
 	files, images := Served(m, Need{Runtime: true})
 	other := slices.Clone(images)

@@ -57,7 +57,9 @@ func TestShipBundleToLabHosts(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { s.Close() })
-		targets = append(targets, Target{Host: s, Need: Need{ControlPlane: i == 0}})
+		// The master as a node of a cluster that serves local volumes, the worker of one that
+		// does not.
+		targets = append(targets, Target{Host: s, Need: Need{ControlPlane: i == 0, LocalVolumes: i == 0}})
 	}
 
 	var mu sync.Mutex
@@ -88,8 +90,8 @@ func TestShipBundleToLabHosts(t *testing.T) {
 		t.Errorf("master plan: %d files, %d images; want %d and %d", len(p.Install), len(p.Import), files, len(m.Images))
 	}
 	for _, im := range plans[worker].Import {
-		if im.ControlPlaneOnly {
-			t.Errorf("worker got control-plane image %s", im.Name)
+		if im.ControlPlaneOnly || isLocalVolumes(im.Component) {
+			t.Errorf("worker got image %s, of the control plane or the local volumes", im.Name)
 		}
 	}
 	if reports[master] == 0 || reports[worker] == 0 {
@@ -108,7 +110,7 @@ func TestShipBundleToLabHosts(t *testing.T) {
 		}
 		for _, im := range m.Images {
 			want := im.Digest
-			if im.ControlPlaneOnly && i > 0 {
+			if (im.ControlPlaneOnly || isLocalVolumes(im.Component)) && i > 0 {
 				want = ""
 			}
 			if got[im.Name] != want {

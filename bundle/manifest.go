@@ -69,8 +69,8 @@ type File struct {
 // Image is one image archive of a bundle.
 type Image struct {
 	// Component is what the image runs: kube-apiserver, kube-controller-manager,
-	// kube-scheduler, kube-proxy, etcd, coredns, pause, flannel, kube-network-policies or
-	// metrics-server.
+	// kube-scheduler, kube-proxy, etcd, coredns, pause, flannel, kube-network-policies,
+	// metrics-server, local-path-provisioner or local-path-helper.
 	Component string `json:"component"`
 	// Kubernetes are the Kubernetes versions (of Releases) the image belongs to; empty: every
 	// release of the bundle.
@@ -96,6 +96,7 @@ type Image struct {
 var ImageComponents = []string{
 	"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy",
 	"etcd", "coredns", "pause", "flannel", "kube-network-policies", "metrics-server",
+	"local-path-provisioner", "local-path-helper",
 }
 
 // controlPlaneOnly components run on control-plane hosts only.

@@ -21,7 +21,7 @@ func TestManifestVersionsKeepTheirFormat(t *testing.T) {
 		t.Fatal(err)
 	}
 	const old = `{"kubernetes":"v1.36.3","etcd":"v3.6.8","coredns":"v1.14.2","pause":"3.10.2","cniPlugins":"v1.9.1","flannel":"v0.28.10"`
-	const want = old + `,"networkPolicy":"v0.8.0","metricsServer":"v0.8.0","containerd":"v2.3.7","runc":"v1.5.2"}`
+	const want = old + `,"networkPolicy":"v0.8.0","metricsServer":"v0.8.0","localPath":"v0.0.30","containerd":"v2.3.7","runc":"v1.5.2"}`
 	b, err := json.Marshal(versionsOf(r))
 	if err != nil || string(b) != want {
 		t.Errorf("versions %s, %v; want %s", b, err, want)

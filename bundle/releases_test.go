@@ -68,6 +68,8 @@ func fakeRelease(t *testing.T, cache, version string) {
 	fakeBuilt(t, cache, flannelModule(r.Flannel), map[string]string{"flanneld": "flanneld " + r.Flannel})
 	fakeBuilt(t, cache, netpolModule(r.NetworkPolicy), map[string]string{"netpol": "netpol " + r.NetworkPolicy})
 	fakeBuilt(t, cache, metricsServerModule(r.MetricsServer), map[string]string{"metrics-server": "metrics-server " + r.MetricsServer})
+	fakeBuilt(t, cache, localPathModule(r.LocalPath), map[string]string{"local-path-provisioner": "local-path-provisioner " + r.LocalPath})
+	fakeBuilt(t, cache, localPathHelperModule(r.LocalPath), map[string]string{"local-path-helper": "local-path-helper " + r.LocalPath})
 	fakeBuilt(t, cache, pauseModule(r.Pause), map[string]string{"pause": "pause " + r.Pause})
 	fakeBuilt(t, cache, containerdModule(r.Containerd), map[string]string{
 		"containerd": "containerd " + r.Containerd, "containerd-shim-runc-v2": "shim " + r.Containerd, "ctr": "ctr " + r.Containerd})
@@ -129,6 +131,8 @@ func TestBuildSeveralReleases(t *testing.T) {
 		"images/flannel.tar ghcr.io/flannel-io/flannel:v0.28.10 ",
 		"images/kube-network-policies.tar registry.k8s.io/networking/kube-network-policies:v0.8.0 ",
 		"images/metrics-server.tar registry.k8s.io/metrics-server/metrics-server:v0.8.0 ",
+		"images/local-path-provisioner.tar docker.io/rancher/local-path-provisioner:v0.0.30 ",
+		"images/local-path-helper.tar kforge.dev/local-path-helper:v0.0.30 ",
 		"images/kube-apiserver-v1.37.2.tar registry.k8s.io/kube-apiserver:v1.37.2 v1.37.2",
 		"images/kube-controller-manager-v1.37.2.tar registry.k8s.io/kube-controller-manager:v1.37.2 v1.37.2",
 		"images/kube-scheduler-v1.37.2.tar registry.k8s.io/kube-scheduler:v1.37.2 v1.37.2",

@@ -62,6 +62,15 @@ type Need struct {
 	// EtcdSnapshots also ships the scheduled snapshots' program (kforge-etcd-snapshot): only
 	// for the masters of a cluster that takes them.
 	EtcdSnapshots bool
+	// LocalVolumes also ships the local volumes' images (local-path-provisioner and kforge's
+	// helper): only for the nodes of a cluster that serves them (localVolumes.enabled), every
+	// node, as a helper pod runs where its volume is.
+	LocalVolumes bool
+}
+
+// isLocalVolumes says whether the image of component is one of the local volumes'.
+func isLocalVolumes(component string) bool {
+	return component == "local-path-provisioner" || component == "local-path-helper"
 }
 
 // IsRuntime says whether the bundle file named name is part of the container runtime.
@@ -87,6 +96,14 @@ func (n Need) wantsFile(f File) bool {
 		return false
 	}
 	return n.wants(f.Name, controlPlaneFiles[f.Name])
+}
+
+// wantsImage says whether a host with this need gets image im.
+func (n Need) wantsImage(im Image) bool {
+	if isLocalVolumes(im.Component) && !n.LocalVolumes {
+		return false
+	}
+	return n.wants(im.Component, im.ControlPlaneOnly)
 }
 
 func (n Need) wants(name string, controlPlaneOnly bool) bool {
@@ -131,7 +148,7 @@ func PlanHost(m *Manifest, have HostState, need Need) HostPlan {
 		}
 	}
 	for _, im := range m.Images {
-		if !need.wants(im.Component, im.ControlPlaneOnly) {
+		if !need.wantsImage(im) {
 			continue
 		}
 		switch {
@@ -321,7 +338,7 @@ func ShipVia(ctx context.Context, h remote.Host, dir string, m *Manifest, need N
 		}
 	}
 	for _, im := range m.Images {
-		if need.wants(im.Component, im.ControlPlaneOnly) {
+		if need.wantsImage(im) {
 			wanted.Images = append(wanted.Images, im)
 		}
 	}

@@ -32,6 +32,8 @@ func TestPlanHost(t *testing.T) {
 			{Component: "kube-apiserver", Name: "registry.k8s.io/kube-apiserver:v1.36.3", Digest: "sha256:1", ControlPlaneOnly: true},
 			{Component: "pause", Name: "registry.k8s.io/pause:3.10.2", Digest: "sha256:2"},
 			{Component: "kube-proxy", Name: "registry.k8s.io/kube-proxy:v1.36.3", Digest: "sha256:3"},
+			{Component: "local-path-provisioner", Name: "docker.io/rancher/local-path-provisioner:v0.0.30", Digest: "sha256:4"},
+			{Component: "local-path-helper", Name: "kforge.dev/local-path-helper:v0.0.30", Digest: "sha256:5"},
 		},
 	}
 	names := func(p HostPlan) string {
@@ -51,6 +53,7 @@ func TestPlanHost(t *testing.T) {
 		want string
 	}{
 		{"empty worker: no tools", HostState{}, Need{}, "kubelet,pause,kube-proxy"},
+		{"empty worker of a cluster with local volumes", HostState{}, Need{LocalVolumes: true}, "kubelet,pause,kube-proxy,local-path-provisioner,local-path-helper"},
 		{"a master's first shipment", HostState{}, Need{ControlPlane: true, Only: func(n string) bool { return n == "kubelet" || n == "kube-apiserver" }}, "kubelet,kube-apiserver"},
 		{"empty master", HostState{}, Need{ControlPlane: true}, "kubelet,kubectl,kube-apiserver,pause,kube-proxy"},
 		{"complete master", HostState{

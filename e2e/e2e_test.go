@@ -90,6 +90,8 @@ type cluster struct {
 	// etcdSnapshots its etcdSnapshots block.
 	security      string
 	etcdSnapshots string
+	// localVolumes is the inventory's localVolumes block as a YAML flow mapping ("" for none).
+	localVolumes string
 	// networkPolicy is the inventory's networking.networkPolicy ("": the default), and
 	// adminNetworkPolicy its networking.adminNetworkPolicy.
 	networkPolicy      string
@@ -554,6 +556,7 @@ func TestApplyLabClusterEndToEnd(t *testing.T) {
 	c.mirrorConformanceImages(kit)
 	agent := buildAgentImage(t, t.TempDir())
 	c.etcdSnapshots = fmt.Sprintf("{every: %s, keep: %d}", inventory.Duration(scheduledEvery), scheduledKeep)
+	c.localVolumes = "{enabled: true}"
 	c.writeInventory(l.Hosts[:1], l.Hosts[1:3])
 	master, w1, w2 := l.Hosts[0].Name, l.Hosts[1].Name, l.Hosts[2].Name
 
@@ -676,6 +679,13 @@ func TestApplyLabClusterEndToEnd(t *testing.T) {
 		// metrics-server with no setting: kubectl top for every node, and an HPA scales a
 		// Deployment from 1 to 3 replicas under load, and back.
 		c.checkMetrics(ctx, workload{image: agentImage, pull: corev1.PullNever}, []string{master, w1, w2})
+	})
+
+	c.step("local-volumes", func(t *testing.T) {
+		// localVolumes.enabled: a claim on the default StorageClass binds on a worker, where a pod
+		// writes; the pod deleted and made again there reads the same; the claim deleted, the
+		// volume's directory leaves the host.
+		c.checkLocalVolumes(ctx, workload{image: agentImage, pull: corev1.PullNever}, w1)
 	})
 
 	c.step("scheduled-snapshots", func(t *testing.T) {
@@ -940,6 +950,9 @@ func (c *cluster) writeInventory(masters, workers []lab.Host) {
 	}
 	if c.etcdSnapshots != "" {
 		fmt.Fprintf(&b, "etcdSnapshots: %s\n", c.etcdSnapshots)
+	}
+	if c.localVolumes != "" {
+		fmt.Fprintf(&b, "localVolumes: %s\n", c.localVolumes)
 	}
 	if c.networkPolicy != "" || c.adminNetworkPolicy {
 		fmt.Fprintf(&b, "networking: {networkPolicy: %s, adminNetworkPolicy: %t}\n", cmp.Or(c.networkPolicy, inventory.NetworkPolicyEnforce), c.adminNetworkPolicy)

@@ -45,7 +45,8 @@ import (
 // opens them. Then: nodes Ready, in-cluster and upstream DNS from pods, a Service across nodes, a
 // NodePort from the workstation, no packet through the NAT NIC; the same after
 // `firewall-cmd --reload`; NetworkPolicy enforced by the VM's agent; a second apply changes
-// nothing. Then the VM is rebooted, and later
+// nothing. Then the VM is rebooted (what a pod wrote into a local volume there is read again by
+// a new pod when it is back), and later
 // powered off hard and started again: each time it comes back Ready with no kforge run, its
 // DaemonSet pods running again. reset then leaves no nftables table of kube-proxy's, flannel's
 // or portmap's on any host.
@@ -76,6 +77,7 @@ func TestHostsAsUsersHaveThem(t *testing.T) {
 		}
 	}
 	c.sshUsers = map[string]string{nw: "kforge"}
+	c.localVolumes = "{enabled: true}"
 	c.writeInventory(h[:1], h[1:])
 
 	// firewall: check (the default): refused before anything changes, each blocked port named.
@@ -163,11 +165,15 @@ func TestHostsAsUsersHaveThem(t *testing.T) {
 	c.upstreamChanges(ctx, m)
 
 	// Back without kforge: a reboot from inside, then a power cut (QEMU killed) and a cold start.
+	// What a pod wrote into a local volume on the VM is read there after the reboot by a new pod.
+	vol := c.writeLocalVolume(ctx, workload{image: agentImage, pull: corev1.PullNever}, "vm-data", vm)
 	c.vmComesBack(ctx, vm, "reboot", func() {
 		if _, err := c.lab.Exec(ctx, vm, "systemd-run", "--no-block", "--on-active=1", "systemctl", "reboot"); err != nil {
 			t.Fatalf("reboot %s: %v", vm, err)
 		}
 	})
+	vol.read(ctx, "after the node's reboot")
+	vol.remove(ctx)
 	c.vmComesBack(ctx, vm, "power cut", func() {
 		if err := c.lab.StopHost(ctx, vm); err != nil {
 			t.Fatalf("power off %s: %v", vm, err)

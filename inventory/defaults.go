@@ -75,6 +75,7 @@ func (c *Cluster) setDefaults() {
 	if c.EtcdSnapshots.Keep == 0 {
 		c.EtcdSnapshots.Keep = DefaultEtcdSnapshotsKeep
 	}
+	def(&c.LocalVolumes.Path, DefaultLocalVolumesPath)
 
 	sec := &c.Security
 	def(&sec.EncryptionAtRest, EncryptionSecretbox)

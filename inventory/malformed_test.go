@@ -98,6 +98,11 @@ func TestMalformedInventories(t *testing.T) {
 		{"env var unset", head + "masters:\n  - name: m1\n    address: ${M1_ADDR}\n", nil, 6, "masters[0].address", "environment variable M1_ADDR is not set"},
 		{"env var unclosed", head + "masters:\n  - name: m1\n    address: ${M1_ADDR\n", nil, 6, "masters[0].address", "unclosed"},
 		{"env substitution gives bad port", head + "ssh:\n  port: ${P}\n" + m1, map[string]string{"P": "twenty"}, 5, "ssh.port", `want a number, got "twenty"`},
+		{"local volumes without a bundle", head + "localVolumes:\n  enabled: true\n" + m1, nil, 5, "localVolumes.enabled", "kforge's helper image, which only the bundle has, but no bundle is set"},
+		{"local volumes' path relative", head + "localVolumes:\n  path: data/volumes\n" + m1, nil, 5, "localVolumes.path", `"data/volumes" is not an absolute path`},
+		{"local volumes' path not clean", head + "localVolumes:\n  path: /data/../volumes/\n" + m1, nil, 5, "localVolumes.path", `"/data/../volumes/" is not a clean path; write it as /volumes`},
+		{"local volumes on /", head + "localVolumes:\n  path: /\n" + m1, nil, 5, "localVolumes.path", "the volumes cannot be / itself"},
+		{"local volumes where reset removes", head + "localVolumes:\n  path: /var/lib/kubelet/volumes\n" + m1, nil, 5, "localVolumes.path", "/var/lib/kubelet/volumes is kforge's: kforge reset removes /var/lib/kubelet"},
 		{"addon without path", head + m1 + "addons:\n  - {}\n", nil, 8, "addons[0].path", "path is required"},
 	}
 	if len(cases) < 30 {

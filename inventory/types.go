@@ -45,6 +45,8 @@ const (
 	DefaultEtcdSnapshotsKeep  = 5
 	// MinEtcdSnapshotsEvery is the shortest schedule: a snapshot is a full copy of the database.
 	MinEtcdSnapshotsEvery = Duration(hour / 60)
+	// DefaultLocalVolumesPath is local-path-provisioner's own directory for its volumes.
+	DefaultLocalVolumesPath = "/opt/local-path-provisioner"
 )
 
 // What kforge does about a host's firewall (Cluster.Firewall).
@@ -111,6 +113,8 @@ type Cluster struct {
 	Security Security `yaml:"security,omitempty"`
 	// metrics-server, the resource metrics API (kubectl top, HorizontalPodAutoscalers by CPU and memory).
 	MetricsServer MetricsServer `yaml:"metricsServer,omitempty"`
+	// A default StorageClass for local volumes (local-path-provisioner): each volume a directory on the node that first runs a pod of its claim.
+	LocalVolumes LocalVolumes `yaml:"localVolumes,omitempty"`
 	// Snapshots every master takes of its etcd member on a schedule.
 	EtcdSnapshots EtcdSnapshots `yaml:"etcdSnapshots,omitempty"`
 	// Control-plane hosts (kube-apiserver, controller-manager, scheduler, stacked etcd). At least one; use an odd number for etcd quorum.
@@ -290,6 +294,17 @@ type MetricsServer struct {
 
 // On says whether the cluster runs metrics-server.
 func (m MetricsServer) On() bool { return m.Enabled == nil || *m.Enabled }
+
+// LocalVolumes holds the settings of the local volumes' StorageClass.
+type LocalVolumes struct {
+	// Serve the StorageClass local-path, the cluster's default: local-path-provisioner (from the bundle, in the namespace local-path-storage) makes each volume a directory under path on the node that first runs a pod of its claim, and the volume stays on that node. Its helper image is kforge's own, so it needs a bundle. Turning it off removes the provisioner and the StorageClass at the next apply; the volumes and their data stay. Default false.
+	Enabled *bool `yaml:"enabled,omitempty"`
+	// The directory on every node that holds the volumes: an absolute path, outside what kforge reset removes (it keeps this one: your data). Default /opt/local-path-provisioner.
+	Path string `yaml:"path,omitempty"`
+}
+
+// On says whether the cluster serves local volumes.
+func (l LocalVolumes) On() bool { return l.Enabled != nil && *l.Enabled }
 
 // EtcdSnapshots holds the schedule of the snapshots the masters take of etcd.
 type EtcdSnapshots struct {

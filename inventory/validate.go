@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"path"
 	"regexp"
 	"slices"
 	"strconv"
@@ -14,6 +15,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
+	"github.com/kforge/kforge/hostpath"
 	"github.com/kforge/kforge/release"
 )
 
@@ -74,6 +76,7 @@ func (c *Cluster) validate(lookupEnv func(string) (string, bool)) Errors {
 	}
 	v.registries()
 	v.etcdSnapshots()
+	v.localVolumes()
 	for i, a := range c.Addons {
 		if a.Path == "" {
 			v.add(fmt.Sprintf("addons[%d].path", i), "give the manifest file", "path is required")
@@ -500,6 +503,32 @@ func (v *validator) etcdSnapshots() {
 	}
 	if e.Enabled != nil && *e.Enabled && v.c.Bundle == "" {
 		v.add("etcdSnapshots.enabled", "set bundle (kforge bundle build -o DIR builds one), or enabled: false", "scheduled snapshots are taken by kforge-etcd-snapshot from the bundle, but no bundle is set")
+	}
+}
+
+// ResetDirs are the directories kforge reset removes from a node (with what they hold): the
+// local volumes' data cannot live there.
+var ResetDirs = []string{hostpath.KubernetesDir, hostpath.KubeletDir, hostpath.EtcdDataDir, hostpath.RegistryDir,
+	path.Dir(hostpath.APIProxyState), path.Dir(hostpath.VIPState)}
+
+func (v *validator) localVolumes() {
+	l := v.c.LocalVolumes
+	if l.On() && v.c.Bundle == "" {
+		v.add("localVolumes.enabled", "set bundle (kforge bundle build -o DIR builds one), or enabled: false", "local volumes are made and removed by kforge's helper image, which only the bundle has, but no bundle is set")
+	}
+	switch p := l.Path; {
+	case !path.IsAbs(p):
+		v.add("localVolumes.path", "write an absolute path, e.g. "+DefaultLocalVolumesPath, "%q is not an absolute path", p)
+	case path.Clean(p) != p:
+		v.add("localVolumes.path", "write it as "+path.Clean(p), "%q is not a clean path", p)
+	case p == "/":
+		v.add("localVolumes.path", "give the volumes a directory of their own, e.g. "+DefaultLocalVolumesPath, "the volumes cannot be / itself")
+	default:
+		for _, d := range ResetDirs {
+			if p == d || strings.HasPrefix(p, d+"/") {
+				v.add("localVolumes.path", "choose a directory outside "+d+", e.g. "+DefaultLocalVolumesPath, "%s is kforge's: kforge reset removes %s, and the volumes' data would go with it", p, d)
+			}
+		}
 	}
 }
 

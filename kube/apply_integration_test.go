@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 )
 
 const userManifest = `apiVersion: v1
@@ -70,6 +71,7 @@ var resources = map[string]schema.GroupVersionResource{
 	"DaemonSet":                {Group: "apps", Version: "v1", Resource: "daemonsets"},
 	"CustomResourceDefinition": {Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"},
 	"APIService":               apiServiceGVR,
+	"StorageClass":             {Group: "storage.k8s.io", Version: "v1", Resource: "storageclasses"},
 	"Widget":                   {Group: "example.kforge.dev", Version: "v1", Resource: "widgets"},
 }
 
@@ -152,6 +154,9 @@ func applySteps(t testing.TB, cp *controlPlane, admin kubernetes.Interface) (fun
 			},
 			func() ([]Change, error) {
 				return MetricsServer(ctx, c, dyn, MetricsServerInput{Enabled: true, Image: images.MetricsServer})
+			},
+			func() ([]Change, error) {
+				return LocalVolumes(ctx, c, LocalVolumesInput{Enabled: true, Image: images.LocalPath, Helper: images.LocalPathHelper, Path: inventory.DefaultLocalVolumesPath})
 			},
 			func() ([]Change, error) {
 				return ApplyManifests(ctx, dyn, mapper, ApplyInput{Manifests: []Manifest{{Path: "addons/demo.yaml", Data: []byte(userManifest)}}})
@@ -273,6 +278,7 @@ func TestEverythingTwiceAgainstARealAPIServer(t *testing.T) {
 	}
 
 	t.Run("objects", func(t *testing.T) { checkObjects(t, cp, admin, dyn) })
+	t.Run("local volumes' helper admitted", func(t *testing.T) { checkLocalPathHelperAdmitted(t, cp, admin) })
 	t.Run("bootstrap token rights", func(t *testing.T) { checkTokenRights(t, cp, itToken) })
 	t.Run("wait for ready", func(t *testing.T) { checkWaitForReady(t, admin) })
 	t.Run("kubelet CSRs signed", func(t *testing.T) { checkKubeletCSRs(t, cp, admin, itToken) })
@@ -281,8 +287,10 @@ func TestEverythingTwiceAgainstARealAPIServer(t *testing.T) {
 	t.Run("API server health error", func(t *testing.T) { checkHealthError(t, cp, admin) })
 }
 
-// checkAddonsOff: the NetworkPolicy agent and metrics-server, turned off, are deleted, the
-// APIService first; the CRDs of AdminNetworkPolicy stay; a second removal finds nothing.
+// checkAddonsOff: the NetworkPolicy agent, metrics-server and the local volumes, turned off,
+// are deleted, the APIService first, the local volumes' StorageClass first and their namespace
+// last; the CRDs of AdminNetworkPolicy stay; a second removal finds nothing. A dry run of the
+// local volumes, their namespace gone, shows every object created and stores none.
 func checkAddonsOff(t *testing.T, cp *controlPlane, admin kubernetes.Interface, dyn dynamic.Interface) {
 	ctx := context.Background()
 	ms, err := MetricsServer(ctx, admin, dyn, MetricsServerInput{})
@@ -293,7 +301,11 @@ func checkAddonsOff(t *testing.T, cp *controlPlane, admin kubernetes.Interface, 
 	if err != nil || len(np) != 4 {
 		t.Errorf("NetworkPolicy agent off: %v %v; want 4 deleted", np, err)
 	}
-	for _, c := range append(ms, np...) {
+	lv, err := LocalVolumes(ctx, admin, LocalVolumesInput{})
+	if err != nil || len(lv) != 9 || lv[0].Kind != "StorageClass" || lv[8].Kind != "Namespace" {
+		t.Errorf("local volumes off: %v %v; want 9 deleted, the StorageClass first and the namespace last", lv, err)
+	}
+	for _, c := range append(append(ms, np...), lv...) {
 		if c.Action != Deleted {
 			t.Errorf("turned off: %s", c)
 		}
@@ -302,8 +314,46 @@ func checkAddonsOff(t *testing.T, cp *controlPlane, admin kubernetes.Interface, 
 		if c.Namespace != "" {
 			ri = dyn.Resource(gvr).Namespace(c.Namespace)
 		}
-		if _, err := ri.Get(ctx, c.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		u, err := ri.Get(ctx, c.Name, metav1.GetOptions{})
+		if c.Kind == "Namespace" && err == nil && u.GetDeletionTimestamp() != nil {
+			continue // its controller (kube-controller-manager's, not run here) finishes it
+		}
+		if !apierrors.IsNotFound(err) {
 			t.Errorf("%s after it was deleted: %v", c, err)
+		}
+	}
+	if again, err := LocalVolumes(ctx, admin, LocalVolumesInput{}); err != nil || len(again) != 0 {
+		t.Errorf("local volumes off again, their namespace terminating: %v %v; want nothing to do", again, err)
+	}
+	// The namespace controller's last steps, done here: the finalizer off, the namespace deleted.
+	ns, err := admin.CoreV1().Namespaces().Get(ctx, LocalPathNamespace, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Spec.Finalizers = nil
+	if _, err := admin.CoreV1().Namespaces().Finalize(ctx, ns, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.CoreV1().Namespaces().Delete(ctx, LocalPathNamespace, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	if err := waitNamespaceGone(ctx, admin, LocalPathNamespace, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	dry := cp.client(t, DryRun(cp.admin))
+	images := testImages()
+	planned, err := LocalVolumes(ctx, dry, LocalVolumesInput{Enabled: true, Image: images.LocalPath, Helper: images.LocalPathHelper, Path: inventory.DefaultLocalVolumesPath})
+	if err != nil || len(planned) != 9 {
+		t.Errorf("dry run of the local volumes, their namespace gone: %v %v; want 9 created", planned, err)
+	}
+	for _, c := range planned {
+		if c.Action != Created {
+			t.Errorf("dry run, nothing there: %s", c)
+		}
+	}
+	for _, c := range []Change{{Kind: "Namespace", Name: LocalPathNamespace}, {Kind: "StorageClass", Name: LocalPathStorageClass}, {Kind: "ClusterRole", Name: localPathRole}} {
+		if _, err := dyn.Resource(resources[c.Kind]).Get(ctx, c.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("%s after a dry run: %v; want none", objName(c), err)
 		}
 	}
 	if _, err := dyn.Resource(resources["CustomResourceDefinition"]).Get(ctx, "adminnetworkpolicies.policy.networking.k8s.io", metav1.GetOptions{}); err != nil {
@@ -317,6 +367,59 @@ func checkAddonsOff(t *testing.T, cp *controlPlane, admin kubernetes.Interface, 
 	run, _ := applySteps(t, cp, admin)
 	if _, err := run(admin); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// checkLocalPathHelperAdmitted: a helper pod as the provisioner makes it from the ConfigMap's
+// helperPod.yaml (run as root, the node's volumes directory mounted from the host), created as
+// the provisioner's ServiceAccount, is admitted in local-path-storage: its Role lets it create
+// pods there, and the namespace's Pod Security label lets the hostPath in. The same pod in a
+// namespace that enforces baseline (kforge's default level) is refused for its hostPath.
+func checkLocalPathHelperAdmitted(t *testing.T, cp *controlPlane, admin kubernetes.Interface) {
+	ctx := context.Background()
+	cm, err := admin.CoreV1().ConfigMaps(LocalPathNamespace).Get(ctx, localPathConfigMap, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What createHelperPod (provisioner.go, v0.0.30) adds to the template.
+	pod := helperPodOf(t, cm)
+	base := inventory.DefaultLocalVolumesPath + "/"
+	dirOrCreate := corev1.HostPathDirectoryOrCreate
+	pod.Name = "helper-pod-create-pvc-1"
+	pod.Spec.NodeName = "w1"
+	pod.Spec.ServiceAccountName = localPathServiceAccount
+	pod.Spec.RestartPolicy = corev1.RestartPolicyNever
+	pod.Spec.Tolerations = append(pod.Spec.Tolerations, corev1.Toleration{Operator: corev1.TolerationOpExists})
+	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: "data", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: base, Type: &dirOrCreate}}})
+	ctr := &pod.Spec.Containers[0]
+	ctr.VolumeMounts = append(ctr.VolumeMounts, corev1.VolumeMount{Name: "data", MountPath: base})
+	ctr.Command = []string{localPathHelper}
+	ctr.Args = []string{"-p", base + "pvc-1_default_data", "-s", "1073741824", "-m", "Filesystem", "-a", "create"}
+
+	sa := rest.CopyConfig(cp.admin)
+	sa.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + LocalPathNamespace + ":" + localPathServiceAccount}
+	provisioner := cp.client(t, sa)
+	in := pod.DeepCopy()
+	in.Namespace = LocalPathNamespace
+	if _, err := provisioner.CoreV1().Pods(LocalPathNamespace).Create(ctx, in, metav1.CreateOptions{}); err != nil {
+		t.Errorf("the helper pod, created by the provisioner's ServiceAccount in %s: %v; want it admitted", LocalPathNamespace, err)
+	} else if err := provisioner.CoreV1().Pods(LocalPathNamespace).Delete(ctx, in.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Error(err)
+	}
+
+	const other = "baseline-enforced"
+	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: other, Labels: map[string]string{"pod-security.kubernetes.io/enforce": "baseline"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	defer admin.CoreV1().Namespaces().Delete(ctx, other, metav1.DeleteOptions{})
+	// Its default ServiceAccount, which kube-controller-manager (not run here) would make.
+	if _, err := admin.CoreV1().ServiceAccounts(other).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	out := pod.DeepCopy()
+	out.Namespace, out.Spec.ServiceAccountName = other, ""
+	if _, err := admin.CoreV1().Pods(other).Create(ctx, out, metav1.CreateOptions{}); err == nil || !strings.Contains(err.Error(), "violates PodSecurity") || !strings.Contains(err.Error(), "hostPath") {
+		t.Errorf("the helper pod in a namespace enforcing baseline: %v; want it refused for its hostPath", err)
 	}
 }
 

@@ -6,6 +6,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 )
@@ -103,15 +105,27 @@ func (o *objects) clusterRoleBinding(b *rbacv1.ClusterRoleBinding) {
 	})
 }
 
-// apply ensures every object in order and stops at the first error.
+// apply ensures every object in order and stops at the first error. A Namespace it creates
+// that is not there right after was created by a server-side dry run (kforge plan), which
+// stores nothing: the objects in it cannot be dry-run (their namespace is not found), and are
+// reported as the creates they would be.
 func (o objects) apply(ctx context.Context, c kubernetes.Interface) ([]Change, error) {
 	var out []Change
+	dryRunNamespaces := map[string]bool{}
 	for _, f := range o {
 		ch, err := f(ctx, c)
+		if err != nil && dryRunNamespaces[ch.Namespace] && apierrors.IsNotFound(err) {
+			ch.Action, err = Created, nil
+		}
 		if err != nil {
 			return out, err
 		}
 		out = append(out, ch)
+		if ch.Kind == "Namespace" && ch.Action == Created {
+			if _, err := c.CoreV1().Namespaces().Get(ctx, ch.Name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+				dryRunNamespaces[ch.Name] = true
+			}
+		}
 	}
 	return out, nil
 }
@@ -167,6 +181,12 @@ func (o *objects) deployment(d *appsv1.Deployment) {
 	addObject(o, "Deployment", func(c kubernetes.Interface) typedClient[*appsv1.Deployment] {
 		return c.AppsV1().Deployments(d.Namespace)
 	}, d)
+}
+
+func (o *objects) storageClass(sc *storagev1.StorageClass) {
+	addObject(o, "StorageClass", func(c kubernetes.Interface) typedClient[*storagev1.StorageClass] {
+		return c.StorageV1().StorageClasses()
+	}, sc)
 }
 
 func (o *objects) daemonSet(d *appsv1.DaemonSet) {

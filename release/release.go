@@ -40,6 +40,10 @@ type Release struct {
 	// MetricsServer is the sigs.k8s.io/metrics-server release (the resource metrics API:
 	// kubectl top, HorizontalPodAutoscalers), e.g. "v0.8.0"; its image tag.
 	MetricsServer string
+	// LocalPath is the github.com/rancher/local-path-provisioner release (the local volumes'
+	// default StorageClass), e.g. "v0.0.30"; its image tag, and the tag of kforge's helper image
+	// that serves it.
+	LocalPath string
 
 	// Containerd is the containerd 2 release the bundle brings for this minor: one that
 	// containerd's own support matrix (RELEASES.md, "Kubernetes support") lists for it, e.g.
@@ -61,13 +65,13 @@ type Release struct {
 // 2.1.5+", 1.36 "2.3.0+, 2.2.0+", 1.37 "2.4.0+, 2.3.0+"), at its latest patch release on the
 // module proxy; runc is what that containerd pins.
 var releases = []Release{
-	{Minor: "v1.35", Kubernetes: "v1.35.4", Etcd: "v3.6.6", EtcdImageTag: "3.6.6-0", CoreDNS: "v1.13.1", Pause: "3.10.1", CNIPlugins: "v1.9.1", Flannel: "v0.28.10", NetworkPolicy: "v0.8.0", MetricsServer: "v0.8.0",
+	{Minor: "v1.35", Kubernetes: "v1.35.4", Etcd: "v3.6.6", EtcdImageTag: "3.6.6-0", CoreDNS: "v1.13.1", Pause: "3.10.1", CNIPlugins: "v1.9.1", Flannel: "v0.28.10", NetworkPolicy: "v0.8.0", MetricsServer: "v0.8.0", LocalPath: "v0.0.30",
 		Containerd: "v2.2.9", Runc: "v1.3.6", HostContainerdMajor: 1},
 	// v1.36 is the last minor that runs on containerd 1.x.
-	{Minor: "v1.36", Kubernetes: "v1.36.3", Etcd: "v3.6.8", EtcdImageTag: "3.6.8-0", CoreDNS: "v1.14.2", Pause: "3.10.2", CNIPlugins: "v1.9.1", Flannel: "v0.28.10", NetworkPolicy: "v0.8.0", MetricsServer: "v0.8.0",
+	{Minor: "v1.36", Kubernetes: "v1.36.3", Etcd: "v3.6.8", EtcdImageTag: "3.6.8-0", CoreDNS: "v1.14.2", Pause: "3.10.2", CNIPlugins: "v1.9.1", Flannel: "v0.28.10", NetworkPolicy: "v0.8.0", MetricsServer: "v0.8.0", LocalPath: "v0.0.30",
 		Containerd: "v2.3.7", Runc: "v1.5.2", HostContainerdMajor: 1},
 	// v1.37's kubelet needs containerd 2; etcd 3.7 is what kubeadm v1.37 defaults to.
-	{Minor: "v1.37", Kubernetes: "v1.37.2", Etcd: "v3.7.0", EtcdImageTag: "3.7.0-0", CoreDNS: "v1.14.6", Pause: "3.10.2", CNIPlugins: "v1.9.1", Flannel: "v0.28.10", NetworkPolicy: "v0.8.0", MetricsServer: "v0.8.0",
+	{Minor: "v1.37", Kubernetes: "v1.37.2", Etcd: "v3.7.0", EtcdImageTag: "3.7.0-0", CoreDNS: "v1.14.6", Pause: "3.10.2", CNIPlugins: "v1.9.1", Flannel: "v0.28.10", NetworkPolicy: "v0.8.0", MetricsServer: "v0.8.0", LocalPath: "v0.0.30",
 		Containerd: "v2.4.2", Runc: "v1.5.2", HostContainerdMajor: 2},
 }
 
@@ -94,6 +98,15 @@ const flannelImage = "ghcr.io/flannel-io/flannel"
 // metricsServerImage is where SIG Instrumentation publishes metrics-server's image; it does not
 // follow the image repository either.
 const metricsServerImage = "registry.k8s.io/metrics-server/metrics-server"
+
+// localPathImage is where Rancher publishes local-path-provisioner's image; it does not follow
+// the image repository either.
+const localPathImage = "docker.io/rancher/local-path-provisioner"
+
+// localPathHelperImage is kforge's own image that makes and removes the local volumes'
+// directories on the nodes (bundle/internal/localpath), named under kforge's domain: only a
+// bundle has it.
+const localPathHelperImage = "kforge.dev/local-path-helper"
 
 // networkPolicyImage is where SIG Network publishes kube-network-policies' image; it does not
 // follow the image repository either.
@@ -208,12 +221,15 @@ type Images struct {
 	Flannel           string // ghcr.io/flannel-io/flannel:v0.28.10, whatever the repo
 	NetworkPolicy     string // registry.k8s.io/networking/kube-network-policies:v0.8.0, whatever the repo
 	MetricsServer     string // registry.k8s.io/metrics-server/metrics-server:v0.8.0, whatever the repo
+	LocalPath         string // docker.io/rancher/local-path-provisioner:v0.0.30, whatever the repo
+	LocalPathHelper   string // kforge.dev/local-path-helper:v0.0.30, whatever the repo
 }
 
 // Images returns the release's images under the image repository repo ("" =
 // DefaultImageRepository), with the repository paths kubeadm uses (`kubeadm config images
-// list --image-repository repo`). flannel's, kube-network-policies' and metrics-server's
-// images are always upstream's.
+// list --image-repository repo`). flannel's, kube-network-policies', metrics-server's and
+// local-path-provisioner's images are always upstream's, and the local volumes' helper is
+// kforge's own.
 func (r Release) Images(repo string) Images {
 	if repo == "" {
 		repo = DefaultImageRepository
@@ -229,12 +245,14 @@ func (r Release) Images(repo string) Images {
 		Flannel:           flannelImage + ":" + r.Flannel,
 		NetworkPolicy:     networkPolicyImage + ":" + r.NetworkPolicy,
 		MetricsServer:     metricsServerImage + ":" + r.MetricsServer,
+		LocalPath:         localPathImage + ":" + r.LocalPath,
+		LocalPathHelper:   localPathHelperImage + ":" + r.LocalPath,
 	}
 }
 
 // ByComponent returns the images by component name: kube-apiserver,
 // kube-controller-manager, kube-scheduler, kube-proxy, etcd, coredns, pause, flannel,
-// kube-network-policies and metrics-server.
+// kube-network-policies, metrics-server, local-path-provisioner and local-path-helper.
 func (im Images) ByComponent() map[string]string {
 	return map[string]string{
 		"kube-apiserver":          im.APIServer,
@@ -247,5 +265,7 @@ func (im Images) ByComponent() map[string]string {
 		"flannel":                 im.Flannel,
 		"kube-network-policies":   im.NetworkPolicy,
 		"metrics-server":          im.MetricsServer,
+		"local-path-provisioner":  im.LocalPath,
+		"local-path-helper":       im.LocalPathHelper,
 	}
 }

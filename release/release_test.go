@@ -42,9 +42,9 @@ func TestSupportedAndDefault(t *testing.T) {
 // (script/setup/runc-version: v2.2.9 pins v1.3.6, v2.3.7 and v2.4.2 pin v1.5.2).
 func TestRowsAreKubeadms(t *testing.T) {
 	want := map[string]Release{
-		"v1.35.4": {Minor: "v1.35", Kubernetes: "v1.35.4", Etcd: "v3.6.6", EtcdImageTag: "3.6.6-0", CoreDNS: "v1.13.1", Pause: "3.10.1", CNIPlugins: "v1.9.1", Flannel: "v0.28.10", NetworkPolicy: "v0.8.0", MetricsServer: "v0.8.0", Containerd: "v2.2.9", Runc: "v1.3.6", HostContainerdMajor: 1},
-		"v1.36.3": {Minor: "v1.36", Kubernetes: "v1.36.3", Etcd: "v3.6.8", EtcdImageTag: "3.6.8-0", CoreDNS: "v1.14.2", Pause: "3.10.2", CNIPlugins: "v1.9.1", Flannel: "v0.28.10", NetworkPolicy: "v0.8.0", MetricsServer: "v0.8.0", Containerd: "v2.3.7", Runc: "v1.5.2", HostContainerdMajor: 1},
-		"v1.37.2": {Minor: "v1.37", Kubernetes: "v1.37.2", Etcd: "v3.7.0", EtcdImageTag: "3.7.0-0", CoreDNS: "v1.14.6", Pause: "3.10.2", CNIPlugins: "v1.9.1", Flannel: "v0.28.10", NetworkPolicy: "v0.8.0", MetricsServer: "v0.8.0", Containerd: "v2.4.2", Runc: "v1.5.2", HostContainerdMajor: 2},
+		"v1.35.4": {Minor: "v1.35", Kubernetes: "v1.35.4", Etcd: "v3.6.6", EtcdImageTag: "3.6.6-0", CoreDNS: "v1.13.1", Pause: "3.10.1", CNIPlugins: "v1.9.1", Flannel: "v0.28.10", NetworkPolicy: "v0.8.0", MetricsServer: "v0.8.0", LocalPath: "v0.0.30", Containerd: "v2.2.9", Runc: "v1.3.6", HostContainerdMajor: 1},
+		"v1.36.3": {Minor: "v1.36", Kubernetes: "v1.36.3", Etcd: "v3.6.8", EtcdImageTag: "3.6.8-0", CoreDNS: "v1.14.2", Pause: "3.10.2", CNIPlugins: "v1.9.1", Flannel: "v0.28.10", NetworkPolicy: "v0.8.0", MetricsServer: "v0.8.0", LocalPath: "v0.0.30", Containerd: "v2.3.7", Runc: "v1.5.2", HostContainerdMajor: 1},
+		"v1.37.2": {Minor: "v1.37", Kubernetes: "v1.37.2", Etcd: "v3.7.0", EtcdImageTag: "3.7.0-0", CoreDNS: "v1.14.6", Pause: "3.10.2", CNIPlugins: "v1.9.1", Flannel: "v0.28.10", NetworkPolicy: "v0.8.0", MetricsServer: "v0.8.0", LocalPath: "v0.0.30", Containerd: "v2.4.2", Runc: "v1.5.2", HostContainerdMajor: 2},
 	}
 	for _, r := range releases {
 		w, ok := want[r.Kubernetes]
@@ -131,13 +131,13 @@ func TestFor(t *testing.T) {
 		want    Release // zero: an error
 		err     string
 	}{
-		{version: "v1.36.3", want: Release{Minor: "v1.36", Kubernetes: "v1.36.3", Semver: Semver{1, 36, 3, ""}, Etcd: "v3.6.8", EtcdImageTag: "3.6.8-0", CoreDNS: "v1.14.2", Pause: "3.10.2", CNIPlugins: "v1.9.1", Flannel: "v0.28.10", NetworkPolicy: "v0.8.0", MetricsServer: "v0.8.0", Containerd: "v2.3.7", Runc: "v1.5.2", HostContainerdMajor: 1}},
-		{version: "v1.36.0", want: Release{Minor: "v1.36", Kubernetes: "v1.36.0", Semver: Semver{1, 36, 0, ""}, Etcd: "v3.6.8", EtcdImageTag: "3.6.8-0", CoreDNS: "v1.14.2", Pause: "3.10.2", CNIPlugins: "v1.9.1", Flannel: "v0.28.10", NetworkPolicy: "v0.8.0", MetricsServer: "v0.8.0", Containerd: "v2.3.7", Runc: "v1.5.2", HostContainerdMajor: 1}},
-		{version: "v1.36.1-rc.0", want: Release{Minor: "v1.36", Kubernetes: "v1.36.1-rc.0", Semver: Semver{1, 36, 1, "rc.0"}, Etcd: "v3.6.8", EtcdImageTag: "3.6.8-0", CoreDNS: "v1.14.2", Pause: "3.10.2", CNIPlugins: "v1.9.1", Flannel: "v0.28.10", NetworkPolicy: "v0.8.0", MetricsServer: "v0.8.0", Containerd: "v2.3.7", Runc: "v1.5.2", HostContainerdMajor: 1}},
-		{version: "v1.35.4", want: Release{Minor: "v1.35", Kubernetes: "v1.35.4", Semver: Semver{1, 35, 4, ""}, Etcd: "v3.6.6", EtcdImageTag: "3.6.6-0", CoreDNS: "v1.13.1", Pause: "3.10.1", CNIPlugins: "v1.9.1", Flannel: "v0.28.10", NetworkPolicy: "v0.8.0", MetricsServer: "v0.8.0", Containerd: "v2.2.9", Runc: "v1.3.6", HostContainerdMajor: 1}},
-		{version: "v1.35.0", want: Release{Minor: "v1.35", Kubernetes: "v1.35.0", Semver: Semver{1, 35, 0, ""}, Etcd: "v3.6.6", EtcdImageTag: "3.6.6-0", CoreDNS: "v1.13.1", Pause: "3.10.1", CNIPlugins: "v1.9.1", Flannel: "v0.28.10", NetworkPolicy: "v0.8.0", MetricsServer: "v0.8.0", Containerd: "v2.2.9", Runc: "v1.3.6", HostContainerdMajor: 1}},
-		{version: "v1.37.2", want: Release{Minor: "v1.37", Kubernetes: "v1.37.2", Semver: Semver{1, 37, 2, ""}, Etcd: "v3.7.0", EtcdImageTag: "3.7.0-0", CoreDNS: "v1.14.6", Pause: "3.10.2", CNIPlugins: "v1.9.1", Flannel: "v0.28.10", NetworkPolicy: "v0.8.0", MetricsServer: "v0.8.0", Containerd: "v2.4.2", Runc: "v1.5.2", HostContainerdMajor: 2}},
-		{version: "v1.37.0-rc.1", want: Release{Minor: "v1.37", Kubernetes: "v1.37.0-rc.1", Semver: Semver{1, 37, 0, "rc.1"}, Etcd: "v3.7.0", EtcdImageTag: "3.7.0-0", CoreDNS: "v1.14.6", Pause: "3.10.2", CNIPlugins: "v1.9.1", Flannel: "v0.28.10", NetworkPolicy: "v0.8.0", MetricsServer: "v0.8.0", Containerd: "v2.4.2", Runc: "v1.5.2", HostContainerdMajor: 2}},
+		{version: "v1.36.3", want: Release{Minor: "v1.36", Kubernetes: "v1.36.3", Semver: Semver{1, 36, 3, ""}, Etcd: "v3.6.8", EtcdImageTag: "3.6.8-0", CoreDNS: "v1.14.2", Pause: "3.10.2", CNIPlugins: "v1.9.1", Flannel: "v0.28.10", NetworkPolicy: "v0.8.0", MetricsServer: "v0.8.0", LocalPath: "v0.0.30", Containerd: "v2.3.7", Runc: "v1.5.2", HostContainerdMajor: 1}},
+		{version: "v1.36.0", want: Release{Minor: "v1.36", Kubernetes: "v1.36.0", Semver: Semver{1, 36, 0, ""}, Etcd: "v3.6.8", EtcdImageTag: "3.6.8-0", CoreDNS: "v1.14.2", Pause: "3.10.2", CNIPlugins: "v1.9.1", Flannel: "v0.28.10", NetworkPolicy: "v0.8.0", MetricsServer: "v0.8.0", LocalPath: "v0.0.30", Containerd: "v2.3.7", Runc: "v1.5.2", HostContainerdMajor: 1}},
+		{version: "v1.36.1-rc.0", want: Release{Minor: "v1.36", Kubernetes: "v1.36.1-rc.0", Semver: Semver{1, 36, 1, "rc.0"}, Etcd: "v3.6.8", EtcdImageTag: "3.6.8-0", CoreDNS: "v1.14.2", Pause: "3.10.2", CNIPlugins: "v1.9.1", Flannel: "v0.28.10", NetworkPolicy: "v0.8.0", MetricsServer: "v0.8.0", LocalPath: "v0.0.30", Containerd: "v2.3.7", Runc: "v1.5.2", HostContainerdMajor: 1}},
+		{version: "v1.35.4", want: Release{Minor: "v1.35", Kubernetes: "v1.35.4", Semver: Semver{1, 35, 4, ""}, Etcd: "v3.6.6", EtcdImageTag: "3.6.6-0", CoreDNS: "v1.13.1", Pause: "3.10.1", CNIPlugins: "v1.9.1", Flannel: "v0.28.10", NetworkPolicy: "v0.8.0", MetricsServer: "v0.8.0", LocalPath: "v0.0.30", Containerd: "v2.2.9", Runc: "v1.3.6", HostContainerdMajor: 1}},
+		{version: "v1.35.0", want: Release{Minor: "v1.35", Kubernetes: "v1.35.0", Semver: Semver{1, 35, 0, ""}, Etcd: "v3.6.6", EtcdImageTag: "3.6.6-0", CoreDNS: "v1.13.1", Pause: "3.10.1", CNIPlugins: "v1.9.1", Flannel: "v0.28.10", NetworkPolicy: "v0.8.0", MetricsServer: "v0.8.0", LocalPath: "v0.0.30", Containerd: "v2.2.9", Runc: "v1.3.6", HostContainerdMajor: 1}},
+		{version: "v1.37.2", want: Release{Minor: "v1.37", Kubernetes: "v1.37.2", Semver: Semver{1, 37, 2, ""}, Etcd: "v3.7.0", EtcdImageTag: "3.7.0-0", CoreDNS: "v1.14.6", Pause: "3.10.2", CNIPlugins: "v1.9.1", Flannel: "v0.28.10", NetworkPolicy: "v0.8.0", MetricsServer: "v0.8.0", LocalPath: "v0.0.30", Containerd: "v2.4.2", Runc: "v1.5.2", HostContainerdMajor: 2}},
+		{version: "v1.37.0-rc.1", want: Release{Minor: "v1.37", Kubernetes: "v1.37.0-rc.1", Semver: Semver{1, 37, 0, "rc.1"}, Etcd: "v3.7.0", EtcdImageTag: "3.7.0-0", CoreDNS: "v1.14.6", Pause: "3.10.2", CNIPlugins: "v1.9.1", Flannel: "v0.28.10", NetworkPolicy: "v0.8.0", MetricsServer: "v0.8.0", LocalPath: "v0.0.30", Containerd: "v2.4.2", Runc: "v1.5.2", HostContainerdMajor: 2}},
 		{version: "v1.29.0", err: "Kubernetes v1.29.0 is not supported by this kforge; use v1.35.x, v1.36.x or v1.37.x (default v1.36.3)"},
 		{version: "v1.34.9", err: "Kubernetes v1.34.9 is not supported by this kforge; use v1.35.x, v1.36.x or v1.37.x (default v1.36.3)"},
 		{version: "v1.38.0", err: "Kubernetes v1.38.0 is not supported by this kforge; use v1.35.x, v1.36.x or v1.37.x (default v1.36.3)"},
@@ -182,6 +182,8 @@ func TestImagesAreWhatHostsGet(t *testing.T) {
 		Flannel:           "ghcr.io/flannel-io/flannel:v0.28.10",
 		NetworkPolicy:     "registry.k8s.io/networking/kube-network-policies:v0.8.0",
 		MetricsServer:     "registry.k8s.io/metrics-server/metrics-server:v0.8.0",
+		LocalPath:         "docker.io/rancher/local-path-provisioner:v0.0.30",
+		LocalPathHelper:   "kforge.dev/local-path-helper:v0.0.30",
 	}
 	if got := r.Images(""); got != want {
 		t.Errorf("Images(\"\") = %+v\nwant %+v", got, want)
@@ -200,6 +202,8 @@ func TestImagesAreWhatHostsGet(t *testing.T) {
 		Flannel:           "ghcr.io/flannel-io/flannel:v0.28.10",
 		NetworkPolicy:     "registry.k8s.io/networking/kube-network-policies:v0.8.0",
 		MetricsServer:     "registry.k8s.io/metrics-server/metrics-server:v0.8.0",
+		LocalPath:         "docker.io/rancher/local-path-provisioner:v0.0.30",
+		LocalPathHelper:   "kforge.dev/local-path-helper:v0.0.30",
 	}
 	if got := r.Images("mirror.example:5000/k8s"); got != mirror {
 		t.Errorf("Images(mirror) = %+v\nwant %+v", got, mirror)
@@ -209,13 +213,14 @@ func TestImagesAreWhatHostsGet(t *testing.T) {
 		"kube-apiserver": want.APIServer, "kube-controller-manager": want.ControllerManager,
 		"kube-scheduler": want.Scheduler, "kube-proxy": want.KubeProxy, "etcd": want.Etcd,
 		"coredns": want.CoreDNS, "pause": want.Pause, "flannel": want.Flannel, "kube-network-policies": want.NetworkPolicy, "metrics-server": want.MetricsServer,
+		"local-path-provisioner": want.LocalPath, "local-path-helper": want.LocalPathHelper,
 	} {
 		if by[c] != name {
 			t.Errorf("ByComponent()[%s] = %q, want %q", c, by[c], name)
 		}
 	}
-	if len(by) != 10 {
-		t.Errorf("ByComponent() has %d entries, want 10: %v", len(by), by)
+	if len(by) != 12 {
+		t.Errorf("ByComponent() has %d entries, want 12: %v", len(by), by)
 	}
 }
 

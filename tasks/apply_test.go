@@ -46,9 +46,14 @@ func taskNames(ts []Task) []string {
 
 func TestApplyListFollowsTheInventory(t *testing.T) {
 	single := taskNames(ApplyTasks(cluster(t, "networking: {plugin: none}\n"), Options{}))
-	want := []string{"connect", "preflight", "etcd-user", "pki", "etcd-members", "render", "stage", "wait-apiserver", "kubeconfig", "cluster-config", "bootstrap", "core-addons", "network-policy", "metrics-server", "mark-nodes", "retire", "record-hosts"}
+	want := []string{"connect", "preflight", "etcd-user", "pki", "etcd-members", "render", "stage", "wait-apiserver", "kubeconfig", "cluster-config", "bootstrap", "core-addons", "network-policy", "metrics-server", "local-volumes", "mark-nodes", "retire", "record-hosts"}
 	if !slices.Equal(single, want) {
 		t.Errorf("single master, no pod network:\n got %v\nwant %v", single, want)
+	}
+	// Local volumes are off unless the inventory turns them on: the step removes what an earlier
+	// run installed.
+	if d := findTask(t, ApplyTasks(cluster(t, ""), Options{}), "local-volumes").Description; !strings.HasPrefix(d, "remove ") {
+		t.Errorf("local volumes by default: %q; want their removal", d)
 	}
 	// Two masters without an endpoint: the nodes keep their API proxy; with a VIP too, nothing
 	// is retired, and the masters start kforge-vip once its RBAC exists.
@@ -63,7 +68,7 @@ func TestApplyListFollowsTheInventory(t *testing.T) {
 		t.Errorf("two masters with a VIP: %v, retire %q; want vip after bootstrap and only the scheduled snapshots' timer retired (no bundle)", names, retire)
 	}
 
-	full := ApplyTasks(cluster(t, "workers:\n  - {name: w1, address: 10.0.0.2}\nbundle: "+fakeBundleDir(t)+"\naddons: [{path: /a.yaml}]\n"), Options{})
+	full := ApplyTasks(cluster(t, "workers:\n  - {name: w1, address: 10.0.0.2}\nbundle: "+fakeBundleDir(t)+"\naddons: [{path: /a.yaml}]\nlocalVolumes: {enabled: true, path: /data/volumes}\n"), Options{})
 	names := taskNames(full)
 	for _, n := range []string{"stage", "pod-network", "join-workers", "etcd-snapshots", "addons", "wait-ready"} {
 		if !slices.Contains(names, n) {
@@ -82,6 +87,14 @@ func TestApplyListFollowsTheInventory(t *testing.T) {
 		case "join-workers":
 			if !slices.Equal(task.Hosts, []string{"w1"}) {
 				t.Errorf("join-workers hosts %v", task.Hosts)
+			}
+		case "local-volumes":
+			if !strings.Contains(task.Description, "default StorageClass local-path") || !strings.Contains(task.Description, "/data/volumes") {
+				t.Errorf("local-volumes: %+v", task)
+			}
+		case "wait-ready": // the provisioner's pod too
+			if !strings.Contains(task.Description, "kube-system, kube-flannel and local-path-storage") {
+				t.Errorf("wait-ready: %+v", task)
 			}
 		case "etcd-snapshots": // with a bundle, on by default, on the masters
 			if !slices.Equal(task.Hosts, []string{"m1"}) || !strings.Contains(task.Description, "every 12h") {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/kforge/kforge/hostpath"
 	"github.com/kforge/kforge/inventory"
+	"github.com/kforge/kforge/kube"
 	"github.com/kforge/kforge/progress"
 	"github.com/kforge/kforge/templates"
 )
@@ -82,6 +83,11 @@ func (b *bringUp) clusterSteps(l *list) {
 	} else {
 		l.add("metrics-server", ThroughAPI, nil, t.metricsServer, "remove metrics-server where an earlier run installed it: metricsServer.enabled is false")
 	}
+	if c.LocalVolumes.On() {
+		l.add("local-volumes", ThroughAPI, nil, t.localVolumes, "serve local volumes: local-path-provisioner in %s, the default StorageClass %s, each volume a directory under %s on its node (made and removed by kforge's helper image)", kube.LocalPathNamespace, kube.LocalPathStorageClass, c.LocalVolumes.Path)
+	} else {
+		l.add("local-volumes", ThroughAPI, nil, t.localVolumes, "remove the local volumes' provisioner and StorageClass where an earlier run installed them (the volumes stay): localVolumes.enabled is false")
+	}
 	l.add("mark-nodes", ThroughAPI, nil, rc.kubeletsSay(rc.markNodes), "label and taint the masters, apply the inventory's labels and taints")
 	if c.ScheduledSnapshots() {
 		l.add("etcd-snapshots", OnHosts, masters, func(ctx context.Context, r progress.Reporter) error {
@@ -92,7 +98,7 @@ func (b *bringUp) clusterSteps(l *list) {
 		l.add("addons", ThroughAPI, nil, rc.addons, "apply %s (server-side)", count(len(c.Addons), "user manifest"))
 	}
 	if c.Networking.Plugin != "none" {
-		l.add("wait-ready", ThroughAPI, nil, rc.kubeletsSay(rc.waitReady), "wait until every node is Ready and every pod of kube-system and kube-flannel ready, and stayed so for %s (a crash-looping pod fails the run, its log quoted)", rc.o.Settle)
+		l.add("wait-ready", ThroughAPI, nil, rc.kubeletsSay(rc.waitReady), "wait until every node is Ready and every pod of %s ready, and stayed so for %s (a crash-looping pod fails the run, its log quoted)", listed(addonNamespaces(c)), rc.o.Settle)
 	}
 }
 

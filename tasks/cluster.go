@@ -349,6 +349,9 @@ func (h *hop) images() (release.Images, error) {
 	if h.inv.MetricsServer.On() {
 		need = append(need, im.MetricsServer)
 	}
+	if h.inv.LocalVolumes.On() {
+		need = append(need, im.LocalPath, im.LocalPathHelper)
+	}
 	if err := h.manifest.HasImages(need...); err != nil {
 		return release.Images{}, fmt.Errorf("bundle %s: %w", h.inv.Bundle, err)
 	}
@@ -518,6 +521,23 @@ func (h *hop) metricsServerObjects(ctx context.Context) ([]kube.Change, error) {
 	return kube.MetricsServer(ctx, api.Typed, api.Dynamic, kube.MetricsServerInput{Enabled: h.inv.MetricsServer.On(), Image: im.MetricsServer})
 }
 
+// localVolumes serves the local volumes' StorageClass, or removes it when the inventory turns it
+// off.
+func (h *hop) localVolumes(ctx context.Context, r progress.Reporter) error {
+	cs, err := h.localVolumesObjects(ctx)
+	r(progress.Event{Kind: progress.Info, Message: "local volumes: " + kube.Summary(cs)})
+	return err
+}
+
+func (h *hop) localVolumesObjects(ctx context.Context) ([]kube.Change, error) {
+	im, api, err := h.addonAPI()
+	if err != nil {
+		return nil, err
+	}
+	l := h.inv.LocalVolumes
+	return kube.LocalVolumes(ctx, api.Typed, kube.LocalVolumesInput{Enabled: l.On(), Image: im.LocalPath, Helper: im.LocalPathHelper, Path: l.Path})
+}
+
 // writeCNIConfig writes node's CNI config for its pod CIDR.
 func (h *hop) writeCNIConfig(ctx context.Context, node, cidr string, r progress.Reporter) error {
 	conf, err := templates.FlannelCNIConfig(cidr, h.inv.Networking.PodSubnet, h.proxyMode() == inventory.ProxyModeNftables)
@@ -578,12 +598,8 @@ func (rc *runContext) waitReady(ctx context.Context, r progress.Reporter) error 
 	if err != nil {
 		return err
 	}
-	ns := []string{"kube-system"}
-	if rc.inv.Networking.Plugin == "flannel" {
-		ns = append(ns, "kube-flannel")
-	}
 	last, nodesReady := time.Time{}, false
-	return kube.WaitForReady(ctx, api.Typed, kube.WaitReadyInput{Nodes: rc.fleet.Names(""), Namespaces: ns, Settle: rc.o.Settle, Progress: func(s kube.ReadyStatus) {
+	return kube.WaitForReady(ctx, api.Typed, kube.WaitReadyInput{Nodes: rc.fleet.Names(""), Namespaces: addonNamespaces(rc.inv), Settle: rc.o.Settle, Progress: func(s kube.ReadyStatus) {
 		if !nodesReady && s.ReadyNodes == s.TotalNodes {
 			nodesReady = true
 			r(progress.Event{Kind: progress.Info, Message: fmt.Sprintf("%s Ready %s after the run started", count(s.TotalNodes, "node"), rc.o.Now().Sub(rc.started).Round(100*time.Millisecond))})
@@ -593,6 +609,20 @@ func (rc *runContext) waitReady(ctx context.Context, r progress.Reporter) error 
 			r(progress.Event{Kind: progress.Info, Message: s.String()})
 		}
 	}})
+}
+
+// addonNamespaces are the namespaces of the cluster's addons, whose pods apply waits for and
+// rotate-ca replaces: kube-system, and kube-flannel and local-path-storage when the inventory
+// runs them.
+func addonNamespaces(c *inventory.Cluster) []string {
+	ns := []string{"kube-system"}
+	if c.Networking.Plugin == "flannel" {
+		ns = append(ns, kube.FlannelNamespace)
+	}
+	if c.LocalVolumes.On() {
+		ns = append(ns, kube.LocalPathNamespace)
+	}
+	return ns
 }
 
 // readySettle is how long apply's last wait wants, by default, every pod of the cluster's

@@ -481,7 +481,7 @@ func (p *Plan) diffAPI(ctx context.Context, r progress.Reporter) error {
 	if rc.inv.Networking.Plugin == "flannel" {
 		objects = append(objects, t.podNetworkObjects)
 	}
-	objects = append(objects, t.networkPolicyObjects, t.metricsServerObjects)
+	objects = append(objects, t.networkPolicyObjects, t.metricsServerObjects, t.localVolumesObjects)
 	objects = append(objects, func(ctx context.Context) ([]kube.Change, error) { return markObjects(ctx, rc, api) })
 	if len(rc.inv.Addons) > 0 {
 		objects = append(objects, func(ctx context.Context) ([]kube.Change, error) { return addonObjects(ctx, rc) })

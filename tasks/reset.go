@@ -180,9 +180,11 @@ var resetUnits = [][2]string{
 }
 
 // resetFiles are the paths reset removes on a node: everything kforge wrote there except the
-// bundle's binaries, containerd's config and the scheduled etcd snapshots (in
-// hostpath.EtcdSnapshotDir: with etcd's data gone they may be the cluster's last copy). Directories that are mount points or symlinks
-// (a separate disk for /var/lib/etcd, say) are emptied instead.
+// bundle's binaries, containerd's config, the scheduled etcd snapshots (in
+// hostpath.EtcdSnapshotDir: with etcd's data gone they may be the cluster's last copy) and the
+// local volumes' directory (localVolumes.path, which the inventory keeps outside these: the
+// users' data). Directories that are mount points or symlinks (a separate disk for
+// /var/lib/etcd, say) are emptied instead.
 func resetFiles(role inventory.Role) []string {
 	ps := []string{hostpath.KubernetesDir, hostpath.KubeletDir}
 	if role == inventory.RoleMaster {

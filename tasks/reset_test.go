@@ -272,6 +272,23 @@ func TestResetStepsList(t *testing.T) {
 	}
 }
 
+// TestResetKeepsTheLocalVolumes: the directories the inventory keeps the local volumes out of
+// (inventory.ResetDirs) are reset's, and the default directory of the volumes is none of what
+// reset removes, nor inside it: reset keeps the users' data.
+func TestResetKeepsTheLocalVolumes(t *testing.T) {
+	all := append(resetFiles(inventory.RoleMaster), resetFiles(inventory.RoleWorker)...)
+	for _, d := range inventory.ResetDirs {
+		if !slices.Contains(all, d) {
+			t.Errorf("inventory.ResetDirs names %s, which reset does not remove", d)
+		}
+	}
+	for _, p := range all {
+		if v := inventory.DefaultLocalVolumesPath; v == p || strings.HasPrefix(v, p+"/") || strings.HasPrefix(p, v+"/") {
+			t.Errorf("reset removes %s, and the local volumes are in %s by default", p, v)
+		}
+	}
+}
+
 // TestResetTwiceOnFakeHosts: the first reset removes everything, restarts containerd only where
 // it removed containers, reloads systemd only where it removed the unit, restores only the
 // iptables variant that held kforge's chains (with them gone), and deletes the admin

@@ -262,10 +262,7 @@ func (rot *RotateCA) restartAddons(ctx context.Context, r progress.Reporter) err
 	for _, c := range rc.set.Trust[pki.CA] {
 		want = append(want, strings.TrimSpace(string(pki.EncodeCert(c))))
 	}
-	ns := []string{"kube-system"}
-	if rc.inv.Networking.Plugin == "flannel" {
-		ns = append(ns, "kube-flannel")
-	}
+	ns := addonNamespaces(rc.inv)
 	api, err := rc.clients()
 	if err != nil {
 		return err

@@ -238,7 +238,8 @@ func (h *hop) startMaster(ctx context.Context, n inventory.Node, ep etcdPlan, st
 // that takes them.
 func bundleNeed(c *inventory.Cluster, role inventory.Role) bundle.Need {
 	master := role == inventory.RoleMaster
-	return bundle.Need{ControlPlane: master, APIProxy: c.LocalAPIProxy(), VIP: master && c.ControlPlaneVIP != "", EtcdSnapshots: master && c.ScheduledSnapshots()}
+	return bundle.Need{ControlPlane: master, APIProxy: c.LocalAPIProxy(), VIP: master && c.ControlPlaneVIP != "", EtcdSnapshots: master && c.ScheduledSnapshots(),
+		LocalVolumes: c.LocalVolumes.On()}
 }
 
 // controlPlaneFirst is what a master needs before its kubelet can start the control plane:

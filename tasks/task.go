@@ -8,6 +8,7 @@ package tasks
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/kforge/kforge/progress"
 )
@@ -51,4 +52,12 @@ func count(n int, what string) string {
 		return "1 " + what
 	}
 	return fmt.Sprintf("%d %ss", n, what)
+}
+
+// listed is xs for a person: "a", "a and b", "a, b and c".
+func listed(xs []string) string {
+	if len(xs) < 2 {
+		return strings.Join(xs, "")
+	}
+	return strings.Join(xs[:len(xs)-1], ", ") + " and " + xs[len(xs)-1]
 }

@@ -132,7 +132,7 @@ func (up *Upgrade) Steps() []Step {
 		}, "one at a time, %s to %s: runtime, binaries and images, manifests (each static pod waited on), kubelet, Ready at %s", strings.Join(masters, ", "), v, v)
 		l.add("upgrade-addons-"+v, ThroughAPI, nil, func(ctx context.Context, r progress.Reporter) error {
 			return upgradeAddons(ctx, h, r)
-		}, "move kube-proxy, CoreDNS and flannel to %s", v)
+		}, "move the addons (kube-proxy, CoreDNS, flannel, the NetworkPolicy agent, metrics-server, the local volumes' provisioner) to %s", v)
 	}
 	if len(u.workers) > 0 {
 		workers := fleet.Names(u.workers)
@@ -413,10 +413,11 @@ func (up *Upgrade) snapshot(ctx context.Context, r progress.Reporter) error {
 }
 
 // addonImage says whether a bundle artifact is an image of the cluster's addons (or pause),
-// which every node may be asked to run before it is upgraded itself.
+// which every node may be asked to run before it is upgraded itself: the local volumes' helper
+// runs on the node that holds a volume, whichever it is.
 func addonImage(name string) bool {
 	switch name {
-	case "kube-proxy", "coredns", "flannel", "kube-network-policies", "metrics-server", "pause":
+	case "kube-proxy", "coredns", "flannel", "kube-network-policies", "metrics-server", "local-path-provisioner", "local-path-helper", "pause":
 		return true
 	}
 	return false
@@ -430,7 +431,7 @@ func addonImage(name string) bool {
 func (up *Upgrade) addonImages(ctx context.Context, r progress.Reporter) error {
 	u, hops, f := up.route, up.hops, up.rc.fleet
 	nodes := slices.DeleteFunc(f.Nodes(""), func(n inventory.Node) bool { _, ok := u.running[n.Name]; return !ok })
-	need := bundle.Need{Only: addonImage}
+	need := bundle.Need{Only: addonImage, LocalVolumes: up.rc.inv.LocalVolumes.On()}
 	ship := func(ctx context.Context, n inventory.Node, host remote.Host, mirrors []string) error {
 		for _, h := range hops {
 			if _, msg, err := h.ship(ctx, host, need, mirrors, r); err != nil {
@@ -527,8 +528,8 @@ func upgradeMaster(ctx context.Context, h *hop, n inventory.Node, r progress.Rep
 // kubelet restarted on a new version.
 const controlPlaneSteady = 15 * time.Second
 
-// upgradeAddons moves kube-proxy, CoreDNS, flannel, the NetworkPolicy agent and metrics-server
-// to h's release.
+// upgradeAddons moves kube-proxy, CoreDNS, flannel, the NetworkPolicy agent, metrics-server and
+// the local volumes' provisioner and helper to h's release.
 func upgradeAddons(ctx context.Context, h *hop, r progress.Reporter) error {
 	cs, err := h.coreAddonObjects(ctx)
 	if err != nil {
@@ -551,6 +552,11 @@ func upgradeAddons(ctx context.Context, h *hop, r progress.Reporter) error {
 		return err
 	}
 	cs = append(cs, mc...)
+	lc, err := h.localVolumesObjects(ctx)
+	if err != nil {
+		return err
+	}
+	cs = append(cs, lc...)
 	r(progress.Event{Kind: progress.Info, Message: "addons of " + h.inv.KubernetesVersion + ": " + kube.Summary(cs)})
 	return nil
 }

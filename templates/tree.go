@@ -568,7 +568,10 @@ func nodeFiles(c *inventory.Cluster, set *pki.Set, n inventory.Node, o Options) 
 			File{Path: hostpath.ModulesLoadFile, Mode: 0o644, Data: []byte(ModulesLoad)},
 		)
 		var origins []string
-		for _, name := range im.ByComponent() {
+		for comp, name := range im.ByComponent() {
+			if !c.LocalVolumes.On() && (comp == "local-path-provisioner" || comp == "local-path-helper") {
+				continue // no hosts.toml for docker.io and kforge.dev while nothing runs their images
+			}
 			origins = append(origins, ImageOrigin(name))
 		}
 		slices.Sort(origins)

@@ -385,6 +385,21 @@ func TestMastersServeTheBundle(t *testing.T) {
 	if len(firsts) == 0 {
 		t.Error("no node tries a master's registry first")
 	}
+	// The local volumes' images are named after docker.io and kforge.dev: the nodes try the
+	// masters' registries for those too, but only while the cluster runs them.
+	for _, on := range []bool{false, true} {
+		c.LocalVolumes.Enabled = &on
+		trees, _ := renderTree(t, c)
+		for _, h := range trees {
+			files := filesByPath(h)
+			for _, origin := range []string{"docker.io", "kforge.dev"} {
+				toml, ok := files[hostpath.RegistryConfigDir+"/"+origin+"/hosts.toml"]
+				if ok != on || on && !strings.Contains(string(toml), `:5000/v2/`+origin+`"]`) {
+					t.Errorf("%s, localVolumes.enabled %v: %s/hosts.toml %v:\n%s", h.Node.Name, on, origin, ok, toml)
+				}
+			}
+		}
+	}
 	// Each node's order is a rotation of the masters chosen by its name alone: a fleet spreads
 	// over every master, and a node's order stays when others come or go.
 	starts := map[string]int{}

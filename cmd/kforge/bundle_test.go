@@ -111,7 +111,7 @@ func TestBundleBuildJSONEvents(t *testing.T) {
 // bundleTasks are the tasks of a bundle build: one per component, one per image, the bundle
 // directory.
 func bundleTasks() []string {
-	tasks := []string{"kubernetes", "etcd", "coredns", "cni-plugins", "flannel", "kube-network-policies", "metrics-server", "pause", "containerd", "runc"}
+	tasks := []string{"kubernetes", "etcd", "coredns", "cni-plugins", "flannel", "kube-network-policies", "metrics-server", "local-path-provisioner", "local-path-helper", "pause", "containerd", "runc"}
 	for _, c := range bundle.ImageComponents {
 		tasks = append(tasks, "image "+c)
 	}

@@ -51,6 +51,9 @@ func (c *ResetCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Lo
 		return err
 	}
 	kept := "kept on the hosts: installed binaries, imported images, containerd's config"
+	if l := run.inv.LocalVolumes; l.On() {
+		kept += ", the local volumes' data in " + l.Path
+	}
 	if !c.PurgeState {
 		kept += "; in " + run.state.Path() + ": the PKI"
 	}

@@ -12,6 +12,8 @@
 //	                      each failure and, every 2 s, "probe ok=N failed=M"
 //	agent webhook CRT KEY a validating admission webhook on HTTPS :8443: it denies objects
 //	                      labelled kforge.test/webhook=deny, allows the others, and logs each
+//	agent write FILE TEXT write TEXT into FILE and sync it (and its directory) to the disk
+//	agent cat FILE        print FILE
 package main
 
 import (
@@ -23,6 +25,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"syscall"
@@ -78,6 +81,19 @@ func main() {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
+	case "write":
+		if err := writeSynced(os.Args[2], os.Args[3]); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		fmt.Printf("wrote %d bytes to %s\n", len(os.Args[3]), os.Args[2])
+	case "cat":
+		b, err := os.ReadFile(os.Args[2])
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Stdout.Write(b)
 	case "lookup":
 		addrs, err := net.DefaultResolver.LookupHost(ctx, os.Args[2])
 		if err != nil {
@@ -109,6 +125,32 @@ func main() {
 		fmt.Fprintln(os.Stderr, "unknown command", os.Args[1])
 		os.Exit(2)
 	}
+}
+
+// writeSynced writes text into the file name and syncs the file and its directory: what a
+// pod wrote is on the disk when the pod ends.
+func writeSynced(name, text string) error {
+	f, err := os.Create(name)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteString(text); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	d, err := os.Open(filepath.Dir(name))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }
 
 // newConnClient opens a new connection for every request and gives up on one after 2 s.
