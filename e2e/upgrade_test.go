@@ -169,16 +169,7 @@ func (c *cluster) upgradeAcrossTwoMinors(ctx context.Context, from, via, to stri
 	if err := k.PolicyV1().PodDisruptionBudgets("default").Delete(ctx, "blocker", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	out, err = c.run("apply", "--timeout", "5m")
-	took := time.Since(start)
-	apiFailed, apiDown := api.stop()
-	if err != nil {
-		t.Fatalf("apply %s → %s: %v\n%s", from, to, err, out)
-	}
-	t.Logf("upgrade %s → %s took %s:\n%s", from, to, took.Round(time.Second), out)
-	ok, failed := proberCounts(ctx, t, k)
-	ok, failed = ok-ok0, failed-failed0 // during the upgrade (and the plan before it)
-	t.Logf("Service prober: %d requests answered, %d failed; API probes: %d failed, about %s without an answer, the longest outage %s%s", ok, failed, apiFailed, apiDown.Round(100*time.Millisecond), api.longestOutage().Round(100*time.Millisecond), api.outages())
+	ok, failed := c.applyUnderProbes(ctx, k, api, start, ok0, failed0, "upgrade "+from+" → "+to) // and the runs before it
 	// Measured: 0 failed in two runs of three, 3 in the third (the prober's container was
 	// restarted on the master by its new kubelet; see the log of its earlier container above).
 	// The target is 0; more than a handful is a Service that went away. A cause now removed: a
@@ -691,19 +682,7 @@ func (c *cluster) patchUpgradeUnderLoad(ctx context.Context, masters, workers []
 	if code != 4 || !strings.Contains(plan, "upgrade\n") || !strings.Contains(plan, "→ "+to+":") || !strings.Contains(plan, "control plane → "+to+",") {
 		t.Errorf("plan of the patch upgrade (exit %d) does not show the route %s → %s:\n%s", code, from, to, plan)
 	}
-	api := probeAPI(ctx, k)
-	start := time.Now()
-	out, err := c.run("apply", "--timeout", "5m")
-	took := time.Since(start)
-	apiFailed, apiDown := api.stop()
-	if err != nil {
-		t.Fatalf("apply %s → %s: %v\n%s", from, to, err, out)
-	}
-	t.Logf("patch upgrade %s → %s took %s:\n%s", from, to, took.Round(time.Second), out)
-	ok, failed := proberCounts(ctx, t, k)
-	ok, failed = ok-ok0, failed-failed0
-	t.Logf("Service prober during the patch upgrade: %d requests answered, %d failed; API probes: %d failed, about %s without an answer, the longest outage %s%s",
-		ok, failed, apiFailed, apiDown.Round(100*time.Millisecond), api.longestOutage().Round(100*time.Millisecond), api.outages())
+	ok, failed := c.applyUnderProbes(ctx, k, probeAPI(ctx, k), time.Now(), ok0, failed0, "patch upgrade "+from+" → "+to)
 	if failed > 5 || ok < 100 {
 		t.Errorf("the Service prober counted %d failed requests (and %d answered) during the patch upgrade; want none, and at most a handful", failed, ok)
 	}
@@ -748,4 +727,26 @@ func (c *cluster) patchUpgradeUnderLoad(ctx context.Context, masters, workers []
 			t.Errorf("removing the load: %v", err)
 		}
 	}
+}
+
+// applyUnderProbes runs apply (what it does, e.g. "upgrade v1.35.4 → v1.37.2", names it in the
+// log) while the Service prober started by startLoad (at ok0 answered, failed0 failed) and api
+// probe, then stops api. It fails the test when apply fails, logs apply's output and how long
+// it took since start, and returns the requests the Service prober answered and failed since
+// ok0 and failed0, which it logs with api's failures and longest outage.
+func (c *cluster) applyUnderProbes(ctx context.Context, k kubernetes.Interface, api *apiProbe, start time.Time, ok0, failed0 int, what string) (ok, failed int) {
+	t := c.t.(*testing.T)
+	t.Helper()
+	out, err := c.run("apply", "--timeout", "5m")
+	took := time.Since(start)
+	apiFailed, apiDown := api.stop()
+	if err != nil {
+		t.Fatalf("apply, %s: %v\n%s", what, err, out)
+	}
+	t.Logf("%s took %s:\n%s", what, took.Round(time.Second), out)
+	ok, failed = proberCounts(ctx, t, k)
+	ok, failed = ok-ok0, failed-failed0
+	t.Logf("Service prober during the %s: %d requests answered, %d failed; API probes: %d failed, about %s without an answer, the longest outage %s%s",
+		what, ok, failed, apiFailed, apiDown.Round(100*time.Millisecond), api.longestOutage().Round(100*time.Millisecond), api.outages())
+	return ok, failed
 }

@@ -229,15 +229,8 @@ func localVolumesObjects(in LocalVolumesInput) (objects, error) {
 							{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},
 							{Name: "CONFIG_MOUNT_PATH", Value: localPathConfigDir},
 						},
-						SecurityContext: &corev1.SecurityContext{
-							ReadOnlyRootFilesystem:   ptr.To(true),
-							RunAsNonRoot:             ptr.To(true),
-							RunAsUser:                ptr.To[int64](1000),
-							AllowPrivilegeEscalation: ptr.To(false),
-							SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-							Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-						},
-						VolumeMounts: []corev1.VolumeMount{{Name: "config-volume", MountPath: localPathConfigDir}},
+						SecurityContext: restrictedUser(1000),
+						VolumeMounts:    []corev1.VolumeMount{{Name: "config-volume", MountPath: localPathConfigDir}},
 					}},
 					Volumes: []corev1.Volume{{Name: "config-volume", VolumeSource: corev1.VolumeSource{
 						ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: localPathConfigMap}},

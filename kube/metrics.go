@@ -200,17 +200,10 @@ func metricsServerObjects(in MetricsServerInput) (objects, error) {
 						Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
 							corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("200Mi"),
 						}},
-						Ports:          []corev1.ContainerPort{{Name: "https", ContainerPort: 10250, Protocol: corev1.ProtocolTCP}},
-						ReadinessProbe: ready,
-						LivenessProbe:  probe("/livez"),
-						SecurityContext: &corev1.SecurityContext{
-							ReadOnlyRootFilesystem:   ptr.To(true),
-							RunAsNonRoot:             ptr.To(true),
-							RunAsUser:                ptr.To[int64](1000),
-							AllowPrivilegeEscalation: ptr.To(false),
-							SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-							Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-						},
+						Ports:           []corev1.ContainerPort{{Name: "https", ContainerPort: 10250, Protocol: corev1.ProtocolTCP}},
+						ReadinessProbe:  ready,
+						LivenessProbe:   probe("/livez"),
+						SecurityContext: restrictedUser(1000),
 						VolumeMounts: []corev1.VolumeMount{
 							{Name: "tmp-dir", MountPath: "/tmp"},
 							{Name: "cluster-ca", MountPath: metricsServerCA, ReadOnly: true},
@@ -251,4 +244,18 @@ func removeMetricsServer(ctx context.Context, c kubernetes.Interface, dyn dynami
 		}},
 		{"ServiceAccount", ns, name, func() error { return c.CoreV1().ServiceAccounts(ns).Delete(ctx, name, del) }},
 	})
+}
+
+// restrictedUser is the security context of a container that Pod Security's restricted profile
+// admits: user uid (not root), a read-only root filesystem, no privilege escalation, the
+// runtime's seccomp profile and no capabilities.
+func restrictedUser(uid int64) *corev1.SecurityContext {
+	return &corev1.SecurityContext{
+		ReadOnlyRootFilesystem:   ptr.To(true),
+		RunAsNonRoot:             ptr.To(true),
+		RunAsUser:                ptr.To(uid),
+		AllowPrivilegeEscalation: ptr.To(false),
+		SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+	}
 }
