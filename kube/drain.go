@@ -44,6 +44,7 @@ func Drain(ctx context.Context, c kubernetes.Interface, node string, timeout tim
 	// list or an eviction), and the error still names the pods and the budgets.
 	stuck := "pods still on it: unknown (the deadline came before the first round ended)"
 	timedOut := func() error {
+		<-ctx.Done() // at most the rate limiter's wait away (deadlineCut)
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return fmt.Errorf("drain node %s: not done within %s: %s", node, timeout, stuck)
 		}
@@ -57,7 +58,7 @@ func Drain(ctx context.Context, c kubernetes.Interface, node string, timeout tim
 		}
 		list, err := c.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String()})
 		if err != nil {
-			if ctx.Err() != nil {
+			if deadlineCut(ctx, err) {
 				return keys(evicted), timedOut()
 			}
 			return keys(evicted), fmt.Errorf("drain node %s: list its pods: %w", node, err)
@@ -85,7 +86,7 @@ func Drain(ctx context.Context, c kubernetes.Interface, node string, timeout tim
 			case apierrors.IsNotFound(err):
 			case apierrors.IsTooManyRequests(err):
 				refused = append(refused, name+" ("+disruptionBudgetOf(ctx, c, &p)+" allows no disruption now)")
-			case ctx.Err() != nil:
+			case deadlineCut(ctx, err):
 				return keys(evicted), timedOut()
 			default:
 				return keys(evicted), fmt.Errorf("drain node %s: evict %s: %w", node, name, err)

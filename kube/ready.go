@@ -238,12 +238,18 @@ func WaitForReady(ctx context.Context, c kubernetes.Interface, in WaitReadyInput
 	}
 	start := time.Now()
 	seen := map[string]time.Time{} // by pod UID and restarts: when this wait first saw it ready
+	var prev ReadyStatus
+	checked := false
 	for {
 		st, err := CheckReady(ctx, c, in.Nodes, in.Namespaces)
 		st.Elapsed = time.Since(start)
-		if err == nil {
+		switch {
+		case err == nil:
 			st.Pods = append(st.Pods, unsettled(&st, seen, time.Now(), in.Settle)...)
 			sort.Strings(st.Pods)
+			prev, checked = st, true
+		case checked && deadlineCut(ctx, err):
+			st, err = prev, nil // the deadline cut this check short: the last one stands
 		}
 		if err == nil && in.Progress != nil {
 			in.Progress(st)

@@ -205,3 +205,16 @@ func lastLine(body string) string {
 	}
 	return lines[len(lines)-1]
 }
+
+// deadlineCut says whether err, from a request made with ctx, is ctx's end rather than an
+// answer: ctx is done, or client-go's rate limiter refused to wait past ctx's deadline, which it
+// does just before that deadline comes (golang.org/x/time/rate's "would exceed context
+// deadline", an error that wraps nothing). A wait that gives up at its deadline reports its own
+// findings then, not the limiter's refusal.
+func deadlineCut(ctx context.Context, err error) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	_, has := ctx.Deadline()
+	return has && err != nil && strings.Contains(err.Error(), "would exceed context deadline")
+}

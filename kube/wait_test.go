@@ -13,6 +13,7 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/flowcontrol"
 )
 
 // healthServer answers /readyz with 500 and a failing check until ready() says otherwise.
@@ -111,5 +112,36 @@ func TestWaitForAPIServerKeepsTheLastRealAnswer(t *testing.T) {
 	var nre *APIServerNotReadyError
 	if !errors.As(err, &nre) || nre.Last.StatusCode != 500 || !strings.Contains(err.Error(), "[-]etcd failed") {
 		t.Fatalf("err = %v, want the 500 answer", err)
+	}
+}
+
+// TestDeadlineCut: client-go's rate limiter refuses, before the deadline comes, a wait it
+// predicts would outlast it, with an error that wraps no context error; that refusal is the
+// wait's end, as the deadline itself is, and no other error is.
+func TestDeadlineCut(t *testing.T) {
+	rl := flowcontrol.NewTokenBucketRateLimiter(0.01, 1) // one token, the next in 100 s
+	if !rl.TryAccept() {
+		t.Fatal("the first token was not there")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := rl.Wait(ctx)
+	if err == nil || ctx.Err() != nil {
+		t.Fatalf("rate limiter's Wait: %v (context: %v); want its refusal before the deadline", err, ctx.Err())
+	}
+	refusal := fmt.Errorf("client rate limiter Wait returned an error: %w", err) // as client-go wraps it
+	if !deadlineCut(ctx, refusal) {
+		t.Errorf("deadlineCut(%q) = false before the deadline; want true", refusal)
+	}
+	if deadlineCut(ctx, errors.New("connection refused")) {
+		t.Error("another error before the deadline counted as the deadline")
+	}
+	if deadlineCut(context.Background(), refusal) {
+		t.Error("a refusal without a deadline counted as the deadline")
+	}
+	done, stop := context.WithCancel(context.Background())
+	stop()
+	if !deadlineCut(done, errors.New("connection refused")) {
+		t.Error("an error after the context ended did not count as its end")
 	}
 }
