@@ -186,15 +186,7 @@ func (c *cluster) upgradeAcrossTwoMinors(ctx context.Context, from, via, to stri
 	}
 
 	// Every node at the new version, Ready and schedulable.
-	nodes, err := k.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range nodes.Items {
-		if n.Status.NodeInfo.KubeletVersion != to || !nodeReady(&n) || n.Spec.Unschedulable {
-			t.Errorf("node %s: kubelet %s, Ready %v, unschedulable %v; want %s, Ready, schedulable", n.Name, n.Status.NodeInfo.KubeletVersion, nodeReady(&n), n.Spec.Unschedulable, to)
-		}
-	}
+	nodesAt(ctx, t, k, to)
 	// Every node runs the new release's containerd, not only has its binary: the workers took
 	// it from the master's registry and restarted it while drained.
 	c.checkRuntime(ctx, h)
@@ -687,15 +679,7 @@ func (c *cluster) patchUpgradeUnderLoad(ctx context.Context, masters, workers []
 		t.Errorf("the Service prober counted %d failed requests (and %d answered) during the patch upgrade; want none, and at most a handful", failed, ok)
 	}
 
-	nodes, err := k.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range nodes.Items {
-		if n.Status.NodeInfo.KubeletVersion != to || !nodeReady(&n) || n.Spec.Unschedulable {
-			t.Errorf("node %s: kubelet %s, Ready %v, unschedulable %v; want %s, Ready, schedulable", n.Name, n.Status.NodeInfo.KubeletVersion, nodeReady(&n), n.Spec.Unschedulable, to)
-		}
-	}
+	nodesAt(ctx, t, k, to)
 	rel, _ := release.For(to)
 	if ds, err := k.AppsV1().DaemonSets("kube-system").Get(ctx, "kube-proxy", metav1.GetOptions{}); err != nil || ds.Spec.Template.Spec.Containers[0].Image != rel.Images("").KubeProxy {
 		t.Errorf("kube-proxy: %v, want image %s", err, rel.Images("").KubeProxy)
@@ -749,4 +733,18 @@ func (c *cluster) applyUnderProbes(ctx context.Context, k kubernetes.Interface, 
 	t.Logf("Service prober during the %s: %d requests answered, %d failed; API probes: %d failed, about %s without an answer, the longest outage %s%s",
 		what, ok, failed, apiFailed, apiDown.Round(100*time.Millisecond), api.longestOutage().Round(100*time.Millisecond), api.outages())
 	return ok, failed
+}
+
+// nodesAt checks that every node of the cluster runs Kubernetes version, Ready and schedulable.
+func nodesAt(ctx context.Context, t *testing.T, k kubernetes.Interface, version string) {
+	t.Helper()
+	nodes, err := k.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes.Items {
+		if n.Status.NodeInfo.KubeletVersion != version || !nodeReady(&n) || n.Spec.Unschedulable {
+			t.Errorf("node %s: kubelet %s, Ready %v, unschedulable %v; want %s, Ready, schedulable", n.Name, n.Status.NodeInfo.KubeletVersion, nodeReady(&n), n.Spec.Unschedulable, version)
+		}
+	}
 }
