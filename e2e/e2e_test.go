@@ -783,7 +783,7 @@ func TestApplyLabClusterEndToEnd(t *testing.T) {
 			// A patch upgrade through apply, under the prober: 0 failed Service requests. It comes
 			// last but for the restore: right after it, a new Service's name did not resolve at
 			// once from a worker (once in three runs; see patchUpgradeUnderLoad).
-			c.patchUpgradeUnderLoad(ctx, l.Hosts[:1], l.Hosts[1:3], patches[0], release.Default())
+			c.patchUpgradeUnderLoad(ctx, l.Hosts[:1], l.Hosts[1:3], agent, patches[0], release.Default())
 		})
 	}
 

@@ -654,7 +654,8 @@ func watchUnknown(ctx context.Context, k kubernetes.Interface) *notReadyWatch {
 // shows the route first. Afterwards every node runs to, Ready and schedulable, kube-proxy runs
 // to's image, the data written before is there, an etcd snapshot of from was taken first, and
 // the prober counted 0 failed requests (at most a handful is tolerated, as in the minors'
-// upgrade, and logged). The load is removed afterwards.
+// upgrade, and logged). The load is removed afterwards. agent is buildAgentImage's archive,
+// imported on every node for the load.
 //
 // Seen once, when the workloads check came right after it (f4978b8): a Service made just
 // after the upgrade did not resolve at once from a worker's pod (NXDOMAIN from CoreDNS). The
@@ -662,11 +663,10 @@ func watchUnknown(ctx context.Context, k kubernetes.Interface) *notReadyWatch {
 // master's API outage (14 s), and its informer's watch came back after client-go's backoff;
 // a patch release keeps CoreDNS's image, so nothing restarts it. Not yet proven; the checks that
 // make new Services now run before the upgrade.
-func (c *cluster) patchUpgradeUnderLoad(ctx context.Context, masters, workers []lab.Host, from, to string) {
+func (c *cluster) patchUpgradeUnderLoad(ctx context.Context, masters, workers []lab.Host, agent, from, to string) {
 	t := c.t.(*testing.T)
 	t.Helper()
 	k := c.client()
-	agent := buildAgentImage(t, t.TempDir())
 	for _, n := range append(slices.Clone(masters), workers...) {
 		c.importImage(ctx, n.Name, agent)
 	}
