@@ -43,9 +43,12 @@ func (c *Cluster) setDefaults() {
 	def(&c.Firewall, FirewallCheck)
 	if n.NodeCIDRMaskSize == 0 {
 		n.NodeCIDRMaskSize = DefaultNodeCIDRMaskSize
-		if strings.Contains(n.PodSubnet, ":") {
-			n.NodeCIDRMaskSize = 64
+		if strings.Contains(n.PodSubnets()[0], ":") {
+			n.NodeCIDRMaskSize = DefaultNodeCIDRMaskSizeIPv6
 		}
+	}
+	if n.NodeCIDRMaskSizeIPv6 == 0 {
+		n.NodeCIDRMaskSizeIPv6 = DefaultNodeCIDRMaskSizeIPv6
 	}
 
 	p := &c.PKI

@@ -2,6 +2,7 @@ package inventory
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -241,5 +242,35 @@ func TestProxyMode(t *testing.T) {
 		if got := c.ProxyMode(noLegacy(tc.without...)); got != tc.want {
 			t.Errorf("mode %q, hosts without legacy iptables %v: %s; want %s", tc.mode, tc.without, got, tc.want)
 		}
+	}
+}
+
+// TestDualStack: a dual-stack inventory loads, and its accessors give each family in order.
+func TestDualStack(t *testing.T) {
+	doc := head + "networking:\n  podSubnet: 10.244.0.0/16, fd00:10:244::/56\n  serviceSubnet: 10.96.0.0/12,fd00:10:96::/112\n" + dual6
+	c, err := Parse("t.yaml", []byte(doc), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := c.Networking
+	if !n.DualStack() {
+		t.Fatal("not dual-stack")
+	}
+	for _, got := range []struct{ name, got, want string }{
+		{"PodSubnets", strings.Join(n.PodSubnets(), " "), "10.244.0.0/16 fd00:10:244::/56"},
+		{"ServiceSubnets", strings.Join(n.ServiceSubnets(), " "), "10.96.0.0/12 fd00:10:96::/112"},
+		{"NodeCIDRMaskSizes", fmt.Sprint(n.NodeCIDRMaskSizes()), "[24 64]"},
+		{"NodeIPs", strings.Join(c.Masters[0].NodeIPs(), " "), "10.0.0.1 2001:db8::1"},
+	} {
+		if got.got != got.want {
+			t.Errorf("%s = %q, want %q", got.name, got.got, got.want)
+		}
+	}
+	single, err := Parse("t.yaml", []byte(minimal), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sn := single.Networking; sn.DualStack() || len(sn.PodSubnets()) != 1 || fmt.Sprint(sn.NodeCIDRMaskSizes()) != "[24]" || len(single.Masters[0].NodeIPs()) != 1 {
+		t.Errorf("single-stack: %v %v %v", sn.PodSubnets(), sn.NodeCIDRMaskSizes(), single.Masters[0].NodeIPs())
 	}
 }

@@ -12,6 +12,15 @@ const head = "apiVersion: kforge.dev/v1alpha1\nkind: Cluster\nname: t\n"
 // m1 is a valid masters block (lines 4-6 when it follows head).
 const m1 = "masters:\n  - name: m1\n    address: 10.0.0.1\n"
 
+// dual6 is a masters block (lines 4-7 when it follows head) whose host has an IPv6 address.
+const dual6 = "masters:\n  - name: m1\n    address: 10.0.0.1\n    ipv6Address: 2001:db8::1\n"
+
+// dualNet is a networking block (lines 4-6 when it follows head) of a dual-stack cluster with
+// the IPv6 Service range svc6.
+func dualNet(svc6 string) string {
+	return "networking:\n  podSubnet: 10.244.0.0/16,fd00:10:244::/56\n  serviceSubnet: 10.96.0.0/12," + svc6 + "\n"
+}
+
 // TestMalformedInventories: every bad inventory is refused with the exact line, the field's
 // path, and a message naming what is wrong.
 func TestMalformedInventories(t *testing.T) {
@@ -60,6 +69,18 @@ func TestMalformedInventories(t *testing.T) {
 		{"pod subnet not a CIDR", head + "networking:\n  podSubnet: 10.244.0.0\n" + m1, nil, 5, "networking.podSubnet", `"10.244.0.0" is not a CIDR`},
 		{"pod subnet host bits", head + "networking:\n  podSubnet: 10.244.1.0/16\n" + m1, nil, 5, "networking.podSubnet", "did you mean 10.244.0.0/16"},
 		{"subnets overlap", head + "networking:\n  podSubnet: 10.0.0.0/8\n  serviceSubnet: 10.96.0.0/12\n" + "masters:\n  - name: m1\n    address: 192.168.0.1\n", nil, 6, "networking.serviceSubnet", "overlaps podSubnet 10.0.0.0/8"},
+		{"dual-stack pod subnet without the service one", head + "networking:\n  podSubnet: 10.244.0.0/16,fd00:10:244::/56\n" + dual6, nil, 4, "networking.serviceSubnet", "podSubnet is dual-stack (IPv4 and IPv6) but serviceSubnet has only IPv4"},
+		{"dual-stack service subnet without the pod one", head + "networking:\n  serviceSubnet: 10.96.0.0/12,fd00:10:96::/112\n" + dual6, nil, 4, "networking.podSubnet", "serviceSubnet is dual-stack (IPv4 and IPv6) but podSubnet has only IPv4"},
+		{"dual-stack IPv6 first", head + "networking:\n  podSubnet: fd00:10:244::/56,10.244.0.0/16\n  serviceSubnet: 10.96.0.0/12,fd00:10:96::/112\n" + dual6, nil, 5, "networking.podSubnet", "one IPv4 range followed by one IPv6 range"},
+		{"dual-stack three ranges", head + "networking:\n  podSubnet: 10.244.0.0/16,fd00:10:244::/56,10.245.0.0/16\n" + m1, nil, 5, "networking.podSubnet", "3 ranges: at most two"},
+		{"dual-stack IPv6 ranges overlap", head + "networking:\n  podSubnet: 10.244.0.0/16,fd00:10::/48\n  serviceSubnet: 10.96.0.0/12,fd00:10::/112\n" + dual6, nil, 6, "networking.serviceSubnet", "serviceSubnet fd00:10::/112 overlaps podSubnet fd00:10::/48"},
+		{"dual-stack IPv6 service subnet too large", head + dualNet("fd00:10:96::/64") + dual6, nil, 6, "networking.serviceSubnet", "serviceSubnet fd00:10:96::/64 is too large"},
+		{"dual-stack IPv6 mask does not fit", head + dualNet("fd00:10:96::/112") + "  nodeCIDRMaskSizeIPv6: 48\n" + dual6, nil, 7, "networking.nodeCIDRMaskSizeIPv6", "node CIDR mask /48 does not fit podSubnet fd00:10:244::/56"},
+		{"dual-stack host without an IPv6 address", head + dualNet("fd00:10:96::/112") + m1, nil, 8, "masters[0].ipv6Address", "ipv6Address is required"},
+		{"IPv6 address without dual-stack", head + dual6, nil, 7, "masters[0].ipv6Address", "ipv6Address is set but the cluster is not dual-stack"},
+		{"IPv6 address not IPv6", head + dualNet("fd00:10:96::/112") + "masters:\n  - name: m1\n    address: 10.0.0.1\n    ipv6Address: 10.0.0.9\n", nil, 10, "masters[0].ipv6Address", `"10.0.0.9" is not an IPv6 address`},
+		{"IPv6 address inside the pod subnet", head + dualNet("fd00:10:96::/112") + "masters:\n  - name: m1\n    address: 10.0.0.1\n    ipv6Address: fd00:10:244::9\n", nil, 10, "masters[0].ipv6Address", "node address fd00:10:244::9 lies inside podSubnet fd00:10:244::/56"},
+		{"IPv6 address used twice", head + dualNet("fd00:10:96::/112") + dual6 + "  - name: m2\n    address: 10.0.0.2\n    ipv6Address: 2001:db8::1\n", nil, 13, "masters[1].ipv6Address", "IPv6 address 2001:db8::1 is already used by m1"},
 		{"service subnet too large", head + "networking:\n  serviceSubnet: 172.0.0.0/8\n" + m1, nil, 5, "networking.serviceSubnet", "too large"},
 		{"node inside pod subnet", head + "networking:\n  podSubnet: 10.0.0.0/16\n" + m1, nil, 8, "masters[0].address", "lies inside podSubnet 10.0.0.0/16"},
 		{"node mask does not fit", head + "networking:\n  nodeCIDRMaskSize: 8\n" + m1, nil, 5, "networking.nodeCIDRMaskSize", "does not fit podSubnet"},

@@ -7,7 +7,9 @@
 package inventory
 
 import (
+	"cmp"
 	"path/filepath"
+	"strings"
 
 	"github.com/kforge/kforge/release"
 )
@@ -25,13 +27,15 @@ const (
 	DefaultServiceSubnet    = "10.96.0.0/12"
 	DefaultDNSDomain        = "cluster.local"
 	DefaultNodeCIDRMaskSize = 24
-	DefaultSSHUser          = "root"
-	DefaultSSHPort          = 22
-	DefaultKnownHostsFile   = "~/.ssh/known_hosts"
-	DefaultCRIEndpoint      = "unix:///run/containerd/containerd.sock"
-	DefaultCertValidity     = Duration(365 * 24 * hour)      // kubeadm: one year
-	DefaultCAValidity       = Duration(10 * 365 * 24 * hour) // kubeadm: ten years
-	DefaultAPIProxyPort     = 6444                           // k3s's and RKE2's port for the same proxy
+	// DefaultNodeCIDRMaskSizeIPv6 is kube-controller-manager's for IPv6 (node-cidr-mask-size-ipv6).
+	DefaultNodeCIDRMaskSizeIPv6 = 64
+	DefaultSSHUser              = "root"
+	DefaultSSHPort              = 22
+	DefaultKnownHostsFile       = "~/.ssh/known_hosts"
+	DefaultCRIEndpoint          = "unix:///run/containerd/containerd.sock"
+	DefaultCertValidity         = Duration(365 * 24 * hour)      // kubeadm: one year
+	DefaultCAValidity           = Duration(10 * 365 * 24 * hour) // kubeadm: ten years
+	DefaultAPIProxyPort         = 6444                           // k3s's and RKE2's port for the same proxy
 	// security: the audit log's rotation (the CIS Kubernetes Benchmark's values) and Pod
 	// Security's levels.
 	DefaultAuditMaxAge        = 30
@@ -156,14 +160,16 @@ func (c *Cluster) AtVersion(v string) (*Cluster, error) {
 
 // Networking describes the cluster's address space.
 type Networking struct {
-	// CIDR pods get their addresses from. Default 10.244.0.0/16.
+	// CIDR pods get their addresses from. For a dual-stack cluster, an IPv4 and an IPv6 CIDR separated by a comma, IPv4 first (as kubeadm writes it), e.g. 10.244.0.0/16,fd00:10:244::/56: every host then needs an ipv6Address, and serviceSubnet must be dual-stack too. A cluster's families are fixed when it is made. Default 10.244.0.0/16.
 	PodSubnet string `yaml:"podSubnet,omitempty"`
-	// CIDR Service cluster IPs come from; its first address is the kubernetes Service. Default 10.96.0.0/12.
+	// CIDR Service cluster IPs come from; its first address is the kubernetes Service. For a dual-stack cluster, an IPv4 and an IPv6 CIDR separated by a comma, IPv4 first, e.g. 10.96.0.0/12,fd00:10:96::/112. Default 10.96.0.0/12.
 	ServiceSubnet string `yaml:"serviceSubnet,omitempty"`
 	// Cluster DNS domain. Default cluster.local.
 	DNSDomain string `yaml:"dnsDomain,omitempty"`
-	// Prefix length of each node's share of the pod subnet. Default 24 (IPv4).
+	// Prefix length of each node's share of the pod subnet (of its IPv4 range, when dual-stack). Default 24 for IPv4, 64 for IPv6.
 	NodeCIDRMaskSize int `yaml:"nodeCIDRMaskSize,omitempty"`
+	// Prefix length of each node's share of a dual-stack cluster's IPv6 pod range. Default 64.
+	NodeCIDRMaskSizeIPv6 int `yaml:"nodeCIDRMaskSizeIPv6,omitempty"`
 	// Pod network installed by kforge: flannel (vxlan) or none (bring your own). Default flannel.
 	Plugin string `yaml:"plugin,omitempty" jsonschema:"enum=flannel,enum=none"`
 	// Whether NetworkPolicy is enforced: enforce (SIG Network's agent, kube-network-policies, runs on every node) or off (no agent; for those who bring their own, e.g. with their pod network). Turning it off removes the agent at the next apply. Default enforce.
@@ -248,6 +254,8 @@ type Host struct {
 	Address string `yaml:"address" jsonschema:"required"`
 	// IP the node uses inside the cluster (kubelet --node-ip, API server advertise address, etcd). Default: address, when that is an IP.
 	InternalAddress string `yaml:"internalAddress,omitempty"`
+	// The node's IPv6 address inside the cluster, for a dual-stack cluster (required there, refused elsewhere): kubelet's second node IP, in the API server's and registry's certificates, flannel's IPv6 VXLAN endpoint and the Service route's IPv6 interface.
+	IPv6Address string `yaml:"ipv6Address,omitempty"`
 	// Per-host SSH overrides.
 	SSH *SSH `yaml:"ssh,omitempty"`
 	// Node labels.
@@ -467,6 +475,48 @@ func (h Host) NodeIP() string {
 		return h.InternalAddress
 	}
 	return h.Address
+}
+
+// NodeIPs are the node's addresses inside the cluster, one per IP family: NodeIP, then the
+// IPv6 address of a dual-stack cluster's host. kubelet's --node-ip takes them in this order.
+func (h Host) NodeIPs() []string {
+	if h.IPv6Address != "" {
+		return []string{h.NodeIP(), h.IPv6Address}
+	}
+	return []string{h.NodeIP()}
+}
+
+// PodSubnets are the pod subnet's ranges: one, or an IPv4 and an IPv6 one for a dual-stack
+// cluster. An empty podSubnet is the default's.
+func (n Networking) PodSubnets() []string { return splitList(cmp.Or(n.PodSubnet, DefaultPodSubnet)) }
+
+// ServiceSubnets are the Service subnet's ranges, as PodSubnets. The first range's first
+// address is the kubernetes Service.
+func (n Networking) ServiceSubnets() []string {
+	return splitList(cmp.Or(n.ServiceSubnet, DefaultServiceSubnet))
+}
+
+// DualStack tells whether the cluster has an IPv4 and an IPv6 pod range (validation sees to the
+// rest: Service ranges of both families, and every host's IPv6 address).
+func (n Networking) DualStack() bool { return len(n.PodSubnets()) == 2 }
+
+// NodeCIDRMaskSizes are the prefix lengths of each node's share of each pod range, in
+// PodSubnets' order.
+func (n Networking) NodeCIDRMaskSizes() []int {
+	sizes := []int{n.NodeCIDRMaskSize}
+	if n.DualStack() {
+		sizes = append(sizes, n.NodeCIDRMaskSizeIPv6)
+	}
+	return sizes
+}
+
+// splitList splits a comma-separated list, trimming each element's spaces.
+func splitList(s string) []string {
+	parts := strings.Split(s, ",")
+	for i := range parts {
+		parts[i] = strings.TrimSpace(parts[i])
+	}
+	return parts
 }
 
 // Path is a path as the inventory names it, resolved against the inventory file's directory

@@ -157,30 +157,46 @@ func (v *validator) version() release.Release {
 
 func (v *validator) networking() {
 	n := v.c.Networking
-	pod, podOK := v.cidr("networking.podSubnet", n.PodSubnet)
-	svc, svcOK := v.cidr("networking.serviceSubnet", n.ServiceSubnet)
+	pods, podOK := v.subnets("networking.podSubnet", n.PodSubnet, "10.244.0.0/16,fd00:10:244::/56")
+	svcs, svcOK := v.subnets("networking.serviceSubnet", n.ServiceSubnet, "10.96.0.0/12,fd00:10:96::/112")
 	if podOK && svcOK {
-		if pod.Addr().Is4() != svc.Addr().Is4() {
-			v.add("networking.serviceSubnet", "use the same IP family for both (dual-stack is not supported yet)", "serviceSubnet %s and podSubnet %s are different IP families", svc, pod)
-		} else if pod.Overlaps(svc) {
-			v.add("networking.serviceSubnet", "pick ranges that do not overlap, e.g. podSubnet 10.244.0.0/16 and serviceSubnet 10.96.0.0/12", "serviceSubnet %s overlaps podSubnet %s", svc, pod)
+		switch {
+		case len(pods) != len(svcs):
+			which, other, example := "podSubnet", "serviceSubnet", "fd00:10:96::/112"
+			if len(svcs) == 2 {
+				which, other, example = "serviceSubnet", "podSubnet", "fd00:10:244::/56"
+			}
+			v.add("networking."+other, fmt.Sprintf("add an IPv6 range after a comma, e.g. %s, or make %s IPv4 only", example, which), "%s is dual-stack (IPv4 and IPv6) but %s has only %s", which, other, family(pods[0]))
+		case pods[0].Addr().Is4() != svcs[0].Addr().Is4():
+			v.add("networking.serviceSubnet", "use the same IP family for both, or list an IPv4 and an IPv6 range in each for dual-stack", "serviceSubnet %s and podSubnet %s are different IP families", svcs[0], pods[0])
+		default:
+			for i := range pods {
+				if pods[i].Overlaps(svcs[i]) {
+					v.add("networking.serviceSubnet", "pick ranges that do not overlap, e.g. podSubnet 10.244.0.0/16 and serviceSubnet 10.96.0.0/12", "serviceSubnet %s overlaps podSubnet %s", svcs[i], pods[i])
+				}
+			}
 		}
 	}
 	if svcOK {
 		const maxHostBits = 20 // kube-apiserver: at most /12 for IPv4, /108 for IPv6
-		if hostBits := svc.Addr().BitLen() - svc.Bits(); hostBits > maxHostBits {
-			v.add("networking.serviceSubnet", fmt.Sprintf("use a /%d or smaller range", svc.Addr().BitLen()-maxHostBits), "serviceSubnet %s is too large for kube-apiserver", svc)
-		} else if hostBits < 2 {
-			v.add("networking.serviceSubnet", "use a larger range, e.g. 10.96.0.0/12", "serviceSubnet %s has no room for Services", svc)
+		for _, svc := range svcs {
+			if hostBits := svc.Addr().BitLen() - svc.Bits(); hostBits > maxHostBits {
+				v.add("networking.serviceSubnet", fmt.Sprintf("use a /%d or smaller range", svc.Addr().BitLen()-maxHostBits), "serviceSubnet %s is too large for kube-apiserver", svc)
+			} else if hostBits < 2 {
+				v.add("networking.serviceSubnet", "use a larger range, e.g. 10.96.0.0/12", "serviceSubnet %s has no room for Services", svc)
+			}
 		}
 	}
 	if podOK {
-		mask, bits := n.NodeCIDRMaskSize, pod.Bits()
-		switch {
-		case mask <= bits || mask > pod.Addr().BitLen()-2:
-			v.add("networking.nodeCIDRMaskSize", fmt.Sprintf("use a value between %d and %d", bits+1, pod.Addr().BitLen()-2), "node CIDR mask /%d does not fit podSubnet %s", mask, pod)
-		case mask-bits > 16:
-			v.add("networking.nodeCIDRMaskSize", fmt.Sprintf("use at most /%d, or a smaller podSubnet", bits+16), "node CIDR mask /%d would split podSubnet %s into more than 65536 node ranges (kube-controller-manager's limit)", mask, pod)
+		fields := []string{"networking.nodeCIDRMaskSize", "networking.nodeCIDRMaskSizeIPv6"}
+		for i, mask := range n.NodeCIDRMaskSizes()[:len(pods)] {
+			pod, bits := pods[i], pods[i].Bits()
+			switch {
+			case mask <= bits || mask > pod.Addr().BitLen()-2:
+				v.add(fields[i], fmt.Sprintf("use a value between %d and %d", bits+1, pod.Addr().BitLen()-2), "node CIDR mask /%d does not fit podSubnet %s", mask, pod)
+			case mask-bits > 16:
+				v.add(fields[i], fmt.Sprintf("use at most /%d, or a smaller podSubnet", bits+16), "node CIDR mask /%d would split podSubnet %s into more than 65536 node ranges (kube-controller-manager's limit)", mask, pod)
+			}
 		}
 	}
 	if !isDNSName(n.DNSDomain) {
@@ -195,23 +211,79 @@ func (v *validator) networking() {
 	if n.AdminNetworkPolicy && n.NetworkPolicy == NetworkPolicyOff {
 		v.add("networking.adminNetworkPolicy", "set networking.networkPolicy: enforce, or leave adminNetworkPolicy out", "AdminNetworkPolicy needs the NetworkPolicy agent, which networking.networkPolicy: off removes")
 	}
+	dual := podOK && len(pods) == 2
 	// Node networks: a host inside the pod or service range is unreachable once routes are set.
 	for _, h := range v.allHosts() {
-		ip, err := netip.ParseAddr(h.host.NodeIP())
-		if err != nil {
-			continue
-		}
 		field := h.path + ".address"
 		if h.host.InternalAddress != "" {
 			field = h.path + ".internalAddress"
 		}
-		if podOK && pod.Contains(ip) {
-			v.add(field, "choose a podSubnet that does not contain your hosts' addresses", "node address %s lies inside podSubnet %s", ip, pod)
+		v6 := h.path + ".ipv6Address"
+		switch {
+		case dual && h.host.IPv6Address == "":
+			v.add(v6, "give every host its IPv6 address inside the cluster: the cluster is dual-stack", "ipv6Address is required (networking.podSubnet is dual-stack)")
+		case !dual && h.host.IPv6Address != "":
+			v.add(v6, "remove it, or make networking.podSubnet and serviceSubnet dual-stack (an IPv4 and an IPv6 range each)", "ipv6Address is set but the cluster is not dual-stack")
 		}
-		if svcOK && svc.Contains(ip) {
-			v.add(field, "choose a serviceSubnet that does not contain your hosts' addresses", "node address %s lies inside serviceSubnet %s", ip, svc)
+		ips := [][2]string{{field, h.host.NodeIP()}}
+		if h.host.IPv6Address != "" {
+			ips = append(ips, [2]string{v6, h.host.IPv6Address})
+			if ip, err := netip.ParseAddr(h.host.IPv6Address); err != nil || !ip.Is6() || ip.Is4In6() {
+				v.add(v6, "write the node's IPv6 address, e.g. 2001:db8::10", "%q is not an IPv6 address", h.host.IPv6Address)
+			}
+		}
+		if ip, err := netip.ParseAddr(h.host.NodeIP()); err == nil && dual && !ip.Is4() {
+			v.add(field, "a dual-stack cluster's hosts have an IPv4 address here and their IPv6 one in ipv6Address", "node address %s is not IPv4", ip)
+		}
+		for _, fs := range ips {
+			f := fs[0]
+			ip, err := netip.ParseAddr(fs[1])
+			if err != nil {
+				continue
+			}
+			for _, pod := range pods {
+				if podOK && pod.Contains(ip) {
+					v.add(f, "choose a podSubnet that does not contain your hosts' addresses", "node address %s lies inside podSubnet %s", ip, pod)
+				}
+			}
+			for _, svc := range svcs {
+				if svcOK && svc.Contains(ip) {
+					v.add(f, "choose a serviceSubnet that does not contain your hosts' addresses", "node address %s lies inside serviceSubnet %s", ip, svc)
+				}
+			}
 		}
 	}
+}
+
+// subnets checks a subnet setting: one CIDR, or an IPv4 and an IPv6 one separated by a comma
+// (dual-stack).
+func (v *validator) subnets(path, s, dualExample string) ([]netip.Prefix, bool) {
+	var ps []netip.Prefix
+	parts := splitList(s)
+	if len(parts) > 2 {
+		v.add(path, "write one CIDR, or for dual-stack an IPv4 and an IPv6 one, e.g. "+dualExample, "%d ranges: at most two (one per IP family)", len(parts))
+		return nil, false
+	}
+	for _, part := range parts {
+		p, ok := v.cidr(path, part)
+		if !ok {
+			return nil, false
+		}
+		ps = append(ps, p)
+	}
+	if len(ps) == 2 && !(ps[0].Addr().Is4() && ps[1].Addr().Is6()) {
+		v.add(path, "list an IPv4 range, then an IPv6 one, e.g. "+dualExample, "%s: a dual-stack setting is one IPv4 range followed by one IPv6 range", s)
+		return nil, false
+	}
+	return ps, true
+}
+
+// family names p's IP family.
+func family(p netip.Prefix) string {
+	if p.Addr().Is4() {
+		return "IPv4"
+	}
+	return "IPv6"
 }
 
 func (v *validator) cidr(path, s string) (netip.Prefix, bool) {
@@ -375,6 +447,13 @@ func (v *validator) hosts() {
 		if ip := h.NodeIP(); h.InternalAddress != "" {
 			if first, dup := nodeIPs[ip]; dup {
 				v.add(p+".internalAddress", "each node needs its own IP inside the cluster", "internal address %s is already used by %s (%s)", ip, first.host.Name, v.c.Where(first.path))
+			} else {
+				nodeIPs[ip] = ph
+			}
+		}
+		if ip := h.IPv6Address; ip != "" {
+			if first, dup := nodeIPs[ip]; dup {
+				v.add(p+".ipv6Address", "each node needs its own IPv6 address inside the cluster", "IPv6 address %s is already used by %s (%s)", ip, first.host.Name, v.c.Where(first.path))
 			} else {
 				nodeIPs[ip] = ph
 			}
