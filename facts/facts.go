@@ -452,10 +452,10 @@ func GatherAll(ctx context.Context, hosts []remote.Host, lim remote.Limits, opts
 }
 
 // SysctlKeys are the kernel settings gathered (Facts.Sysctls): those kforge sets
-// (templates.Sysctls).
+// (templates.SysctlsFor a dual-stack cluster).
 var SysctlKeys = []string{
 	"net.ipv4.ip_forward", "net.bridge.bridge-nf-call-iptables", "net.bridge.bridge-nf-call-ip6tables",
-	"vm.overcommit_memory", "vm.panic_on_oom", "kernel.panic", "kernel.panic_on_oops", "kernel.keys.root_maxkeys", "kernel.keys.root_maxbytes",
+	"net.ipv6.conf.all.forwarding", "vm.overcommit_memory", "vm.panic_on_oom", "kernel.panic", "kernel.panic_on_oops", "kernel.keys.root_maxkeys", "kernel.keys.root_maxbytes",
 }
 
 // EtcdUserName is the system user kforge makes on masters for etcd, and its group's name.

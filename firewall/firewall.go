@@ -7,7 +7,6 @@
 package firewall
 
 import (
-	"cmp"
 	"fmt"
 	"strings"
 
@@ -72,9 +71,9 @@ func Blocked(fw facts.Firewall, want []Port) []Port {
 
 // Sources are the subnets a node's firewall must let in whatever the port, and forward: the
 // pods' (pod to pod across nodes once out of VXLAN, pods to their node) and the Services'
-// (kube-proxy's rewritten connections).
+// (kube-proxy's rewritten connections), in each of a dual-stack cluster's families.
 func Sources(c *inventory.Cluster) []string {
-	return []string{cmp.Or(c.Networking.PodSubnet, inventory.DefaultPodSubnet), cmp.Or(c.Networking.ServiceSubnet, inventory.DefaultServiceSubnet)}
+	return append(c.Networking.PodSubnets(), c.Networking.ServiceSubnets()...)
 }
 
 // Untrusted are the sources of want that fw does not let in. A firewall's rules drop what they

@@ -119,10 +119,12 @@ const (
 	FlannelRunDir  = "/run/flannel"
 	CNINetnsPrefix = "/run/netns/cni-"
 	// ServiceRouteUnit routes the Service subnet on hosts where no route covers it; the marker
-	// (tmpfs: gone at reboot, with the route) names the interface of the route it added.
-	ServiceRouteUnit     = "kforge-service-route.service"
-	ServiceRouteUnitPath = "/etc/systemd/system/" + ServiceRouteUnit
-	ServiceRouteMarker   = "/run/kforge-service-route"
+	// (tmpfs: gone at reboot, with the route) names the interface of the route it added; a
+	// dual-stack cluster's IPv6 Service range has a marker of its own.
+	ServiceRouteUnit       = "kforge-service-route.service"
+	ServiceRouteUnitPath   = "/etc/systemd/system/" + ServiceRouteUnit
+	ServiceRouteMarker     = "/run/kforge-service-route"
+	ServiceRouteMarkerIPv6 = "/run/kforge-service-route6"
 	// FactsCacheDir (tmpfs: gone at reboot) keeps each binary's version output, keyed by the
 	// file's size, times, inode and device, so facts run a binary only when it changed.
 	FactsCacheDir = "/run/kforge-facts"

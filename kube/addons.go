@@ -219,7 +219,7 @@ type KubeProxyInput struct {
 	Image string
 	// Server is the API server URL kube-proxy talks to (https://controlPlaneEndpoint).
 	Server string
-	// PodSubnet is kube-proxy's clusterCIDR.
+	// PodSubnet is kube-proxy's clusterCIDR: comma-separated for dual-stack.
 	PodSubnet string
 	// Mode is kube-proxy's mode; default iptables.
 	Mode string
@@ -243,7 +243,7 @@ func KubeProxy(ctx context.Context, c kubernetes.Interface, in KubeProxyInput) (
 // KubeProxyConfiguration is kubeadm's default kube-proxy configuration for the input.
 func KubeProxyConfiguration(in KubeProxyInput) *kubeproxyv1alpha1.KubeProxyConfiguration {
 	bind := "0.0.0.0"
-	if p, err := netip.ParsePrefix(in.PodSubnet); err == nil && p.Addr().Is6() {
+	if p, err := netip.ParsePrefix(strings.Split(in.PodSubnet, ",")[0]); err == nil && p.Addr().Is6() {
 		bind = "::"
 	}
 	mode := in.Mode
@@ -365,8 +365,8 @@ func hostPathVolume(name, path string, t corev1.HostPathType) corev1.Volume {
 // FlannelInput is what Flannel deploys.
 type FlannelInput struct {
 	Image string
-	// PodSubnet is flannel's Network.
-	PodSubnet string
+	// PodSubnets are flannel's Network and, dual-stack, its IPv6Network.
+	PodSubnets []string
 	// Endpoint is the control-plane endpoint as host:port. flanneld runs in the host network
 	// and starts before kube-proxy, so it cannot use the kubernetes Service address: it is
 	// given KUBERNETES_SERVICE_HOST/PORT from this.
@@ -395,8 +395,21 @@ func flannelObjects(in FlannelInput) (objects, error) {
 	if in.Image == "" {
 		return nil, fmt.Errorf("flannel: image is required")
 	}
-	if _, err := netip.ParsePrefix(in.PodSubnet); err != nil {
-		return nil, fmt.Errorf("flannel: pod subnet %q: %v", in.PodSubnet, err)
+	var v6 string
+	for i, s := range in.PodSubnets {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, fmt.Errorf("flannel: pod subnet %q: %v", s, err)
+		}
+		if i == 1 {
+			if !p.Addr().Is6() {
+				return nil, fmt.Errorf("flannel: a dual-stack cluster's second pod subnet is IPv6, not %s", s)
+			}
+			v6 = s
+		}
+	}
+	if n := len(in.PodSubnets); n < 1 || n > 2 {
+		return nil, fmt.Errorf("flannel: %d pod subnets: want one, or an IPv4 and an IPv6 one", n)
 	}
 	host, port, err := net.SplitHostPort(in.Endpoint)
 	if err != nil {
@@ -424,7 +437,13 @@ func flannelObjects(in FlannelInput) (objects, error) {
 	crb := clusterRoleBinding("flannel", "flannel", serviceAccount(ns, "flannel"))
 	crb.Labels = map[string]string{"k8s-app": "flannel"}
 	o.clusterRoleBinding(crb)
-	netConf := fmt.Sprintf("{\n  \"Network\": %q,\n  \"EnableNFTables\": %t,\n  \"Backend\": {\n    \"Type\": \"vxlan\"\n  }\n}\n", in.PodSubnet, in.NFTables)
+	// Dual-stack: flanneld takes the IPv6 address of the interface that holds the node's IPv4
+	// one (--iface), and routes the IPv6 pod ranges over a vxlan device of its own (flannel-v6.1).
+	ipv6 := ""
+	if v6 != "" {
+		ipv6 = fmt.Sprintf("  \"EnableIPv6\": true,\n  \"IPv6Network\": %q,\n", v6)
+	}
+	netConf := fmt.Sprintf("{\n  \"Network\": %q,\n%s  \"EnableNFTables\": %t,\n  \"Backend\": {\n    \"Type\": \"vxlan\"\n  }\n}\n", in.PodSubnets[0], ipv6, in.NFTables)
 	o.configMap(&corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: "kube-flannel-cfg", Namespace: ns, Labels: labels},
 		Data:       map[string]string{"net-conf.json": netConf},

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"sort"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -97,8 +98,8 @@ func ClusterConfigurationFor(c *inventory.Cluster) (ClusterConfiguration, error)
 		KubernetesVersion:           c.Release().Kubernetes,
 		Networking: Networking{
 			DNSDomain:     orDefault(c.Networking.DNSDomain, inventory.DefaultDNSDomain),
-			PodSubnet:     orDefault(c.Networking.PodSubnet, inventory.DefaultPodSubnet),
-			ServiceSubnet: orDefault(c.Networking.ServiceSubnet, inventory.DefaultServiceSubnet),
+			PodSubnet:     strings.Join(c.Networking.PodSubnets(), ","),
+			ServiceSubnet: strings.Join(c.Networking.ServiceSubnets(), ","),
 		},
 	}, nil
 }

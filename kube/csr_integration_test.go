@@ -118,14 +118,14 @@ func checkPodCIDRs(t *testing.T, admin kubernetes.Interface) {
 		}
 	}
 	have := map[string]string{}
-	got, changes, err := PodCIDRs(ctx, admin, PodCIDRsInput{Nodes: []string{"m1", "w1", "x2"}, Subnet: "10.244.0.0/16", MaskSize: 24, Timeout: 20 * time.Second,
-		Have: func(n, c string) { have[n] = c }})
+	got, changes, err := PodCIDRs(ctx, admin, PodCIDRsInput{Nodes: []string{"m1", "w1", "x2"}, Subnets: []string{"10.244.0.0/16"}, MaskSizes: []int{24}, Timeout: 20 * time.Second,
+		Have: func(n string, c []string) { have[n] = strings.Join(c, ",") }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]string{"m1": "10.244.254.0/24", "w1": "10.244.253.0/24", "x2": "10.244.0.0/24"}
 	for n, c := range want {
-		if got[n] != c || have[n] != c {
+		if strings.Join(got[n], ",") != c || have[n] != c {
 			t.Errorf("%s: pod CIDR %q (reported %q), want %q", n, got[n], have[n], c)
 		}
 		node, err := admin.CoreV1().Nodes().Get(ctx, n, metav1.GetOptions{})
@@ -139,11 +139,23 @@ func checkPodCIDRs(t *testing.T, admin kubernetes.Interface) {
 	if len(changes) != 2 {
 		t.Errorf("changes %v, want m1 and w1", changes)
 	}
-	if _, changes, err := PodCIDRs(ctx, admin, PodCIDRsInput{Nodes: []string{"m1", "w1"}, Subnet: "10.244.0.0/16", MaskSize: 24, Timeout: 5 * time.Second}); err != nil || len(changes) != 0 {
+	if _, changes, err := PodCIDRs(ctx, admin, PodCIDRsInput{Nodes: []string{"m1", "w1"}, Subnets: []string{"10.244.0.0/16"}, MaskSizes: []int{24}, Timeout: 5 * time.Second}); err != nil || len(changes) != 0 {
 		t.Errorf("second call: %v, %v", changes, err)
 	}
 	// What the controller-manager relies on: a pod CIDR, once set, cannot be changed.
-	if err := setPodCIDR(ctx, admin, "m1", "10.244.1.0/24"); !apierrors.IsInvalid(err) {
+	if err := setPodCIDRs(ctx, admin, "m1", []string{"10.244.1.0/24"}); !apierrors.IsInvalid(err) {
 		t.Errorf("changing m1's pod CIDR: err = %v, want invalid", err)
+	}
+	// nor can a second family be added later: a dual-stack node gets both at once
+	if err := setPodCIDRs(ctx, admin, "m1", []string{"10.244.254.0/24", "fd00:10:244:ff::/64"}); !apierrors.IsInvalid(err) {
+		t.Errorf("adding an IPv6 pod CIDR to m1: err = %v, want invalid", err)
+	}
+	d := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "d1"}}
+	if _, err := admin.CoreV1().Nodes().Create(ctx, d, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	got, _, err = PodCIDRs(ctx, admin, PodCIDRsInput{Nodes: []string{"d1"}, Subnets: []string{"10.244.0.0/16", "fd00:10:244::/56"}, MaskSizes: []int{24, 64}, Timeout: 20 * time.Second})
+	if err != nil || strings.Join(got["d1"], ",") != "10.244.252.0/24,fd00:10:244:ff::/64" {
+		t.Errorf("dual-stack node d1: pod CIDRs %v, err %v", got["d1"], err)
 	}
 }

@@ -120,7 +120,7 @@ func CoreDNSInputFor(c *inventory.Cluster, im release.Images) CoreDNSInput {
 	return CoreDNSInput{
 		Image:         im.CoreDNS,
 		DNSDomain:     orDefault(c.Networking.DNSDomain, inventory.DefaultDNSDomain),
-		ServiceSubnet: orDefault(c.Networking.ServiceSubnet, inventory.DefaultServiceSubnet),
+		ServiceSubnet: c.Networking.ServiceSubnets()[0],
 	}
 }
 
@@ -135,7 +135,7 @@ func KubeProxyInputFor(c *inventory.Cluster, im release.Images, mode string) Kub
 	return KubeProxyInput{
 		Image:               im.KubeProxy,
 		Server:              pki.APIServerURL(pki.NodeEndpoint(c)),
-		PodSubnet:           orDefault(c.Networking.PodSubnet, inventory.DefaultPodSubnet),
+		PodSubnet:           strings.Join(c.Networking.PodSubnets(), ","),
 		Mode:                mode,
 		ConntrackMaxPerCore: conntrackMaxPerCore,
 	}
@@ -145,10 +145,10 @@ func KubeProxyInputFor(c *inventory.Cluster, im release.Images, mode string) Kub
 // kube-proxy's mode is.
 func FlannelInputFor(c *inventory.Cluster, im release.Images, proxyMode string) FlannelInput {
 	return FlannelInput{
-		Image:     im.Flannel,
-		PodSubnet: orDefault(c.Networking.PodSubnet, inventory.DefaultPodSubnet),
-		Endpoint:  pki.NodeEndpoint(c),
-		NFTables:  proxyMode == inventory.ProxyModeNftables,
+		Image:      im.Flannel,
+		PodSubnets: c.Networking.PodSubnets(),
+		Endpoint:   pki.NodeEndpoint(c),
+		NFTables:   proxyMode == inventory.ProxyModeNftables,
 	}
 }
 

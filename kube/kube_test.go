@@ -2,6 +2,7 @@ package kube
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"slices"
 	"strings"
@@ -589,7 +590,7 @@ func TestKubeProxyTwice(t *testing.T) {
 }
 
 func TestFlannelTwice(t *testing.T) {
-	in := FlannelInput{Image: testImages().Flannel, PodSubnet: "10.244.0.0/16", Endpoint: "198.51.100.11:6443"}
+	in := FlannelInput{Image: testImages().Flannel, PodSubnets: []string{"10.244.0.0/16"}, Endpoint: "198.51.100.11:6443"}
 	c := fake.NewClientset()
 	first := twice(t, c, func(c kubernetes.Interface) ([]Change, error) { return Flannel(context.Background(), c, in) })
 	allCreated(t, first, 6)
@@ -617,8 +618,37 @@ func TestFlannelTwice(t *testing.T) {
 	if strings.Join(ctr.Args, " ") != "--ip-masq --kube-subnet-mgr --iface=$(NODE_IP)" || len(ds.Spec.Template.Spec.InitContainers) != 0 {
 		t.Errorf("flannel args %v, init containers %d", ctr.Args, len(ds.Spec.Template.Spec.InitContainers))
 	}
-	if _, err := flannelObjects(FlannelInput{Image: "x", PodSubnet: "10.244.0.0/16", Endpoint: "no-port"}); err == nil {
+	if _, err := flannelObjects(FlannelInput{Image: "x", PodSubnets: []string{"10.244.0.0/16"}, Endpoint: "no-port"}); err == nil {
 		t.Error("endpoint without a port accepted")
+	}
+	if strings.Contains(cm.Data["net-conf.json"], "IPv6") {
+		t.Errorf("single-stack net-conf.json names IPv6: %s", cm.Data["net-conf.json"])
+	}
+}
+
+// TestFlannelDualStack: a dual-stack cluster's flannel routes the IPv6 pod subnet too, and the
+// net-conf.json it reads is valid JSON with flannel's own field names.
+func TestFlannelDualStack(t *testing.T) {
+	in := FlannelInput{Image: testImages().Flannel, PodSubnets: []string{"10.244.0.0/16", "fd00:10:244::/56"}, Endpoint: "198.51.100.11:6443", NFTables: true}
+	c := fake.NewClientset()
+	if _, err := Flannel(context.Background(), c, in); err != nil {
+		t.Fatal(err)
+	}
+	cm, _ := c.CoreV1().ConfigMaps("kube-flannel").Get(context.Background(), "kube-flannel-cfg", metav1.GetOptions{})
+	var conf struct {
+		Network, IPv6Network       string
+		EnableIPv6, EnableNFTables bool
+	}
+	if err := json.Unmarshal([]byte(cm.Data["net-conf.json"]), &conf); err != nil {
+		t.Fatalf("net-conf.json: %v\n%s", err, cm.Data["net-conf.json"])
+	}
+	if conf.Network != "10.244.0.0/16" || conf.IPv6Network != "fd00:10:244::/56" || !conf.EnableIPv6 || !conf.EnableNFTables {
+		t.Errorf("net-conf.json %+v", conf)
+	}
+	for _, bad := range [][]string{{"fd00:10:244::/56", "10.244.0.0/16"}, {"10.244.0.0/16", "fd00::/56", "10.245.0.0/16"}, nil} {
+		if _, err := flannelObjects(FlannelInput{Image: "x", PodSubnets: bad, Endpoint: "198.51.100.11:6443"}); err == nil {
+			t.Errorf("pod subnets %v accepted", bad)
+		}
 	}
 }
 

@@ -21,43 +21,49 @@ import (
 type PodCIDRsInput struct {
 	Nodes   []string
 	Timeout time.Duration
-	// Subnet and MaskSize, when Subnet is set, make PodCIDRs give each node of Nodes that
-	// registered without a pod CIDR one itself (see PodCIDRs); otherwise it only waits for
-	// kube-controller-manager's node IPAM.
-	Subnet   string
-	MaskSize int // 0: 24 for IPv4, 64 for IPv6 (kube-controller-manager's defaults)
-	// Have, when set, is called once per node, as soon as it has a pod CIDR.
-	Have func(node, cidr string)
+	// Subnets and MaskSizes, when Subnets is set, make PodCIDRs give each node of Nodes that
+	// registered without a pod CIDR one itself from each subnet (see PodCIDRs); otherwise it only
+	// waits for kube-controller-manager's node IPAM. A dual-stack cluster has an IPv4 and an IPv6
+	// subnet, and each node a range of both.
+	Subnets   []string
+	MaskSizes []int // in Subnets' order; 0: 24 for IPv4, 64 for IPv6 (kube-controller-manager's defaults)
+	// Have, when set, is called once per node, as soon as it has its pod CIDRs.
+	Have func(node string, cidrs []string)
 	// Interval between looks at the nodes (default 100 ms).
 	Interval time.Duration
 }
 
-// PodCIDRs waits until every node of in.Nodes is registered and has a pod CIDR, and returns
-// them by node name. On timeout the error names the nodes still without one.
+// PodCIDRs waits until every node of in.Nodes is registered and has its pod CIDRs (one per
+// family), and returns them by node name. On timeout the error names the nodes still without.
 //
-// With in.Subnet set, a node that registered without a pod CIDR gets one right away: the
-// highest range of the subnet's upper half that no node uses. kube-controller-manager's node
+// With in.Subnets set, a node that registered without a pod CIDR gets one of each subnet right
+// away: the highest range of the subnet's upper half that no node uses. kube-controller-manager's node
 // IPAM (the range allocator) hands out ranges from the bottom of the subnet, marks the ranges
 // nodes already carry as used when it starts and when it sees them, and does not change a
 // node's pod CIDR once set, so the two never hand out the same range unless the upper half
 // fills up; kforge then leaves the node to the controller-manager. On a fresh cluster this
 // saves the seconds the controller-manager takes to start its controllers before a node can be
 // Ready (its CNI config needs the pod CIDR). Ranges given by kforge are returned in the Changes.
-func PodCIDRs(ctx context.Context, c kubernetes.Interface, in PodCIDRsInput) (map[string]string, []Change, error) {
+func PodCIDRs(ctx context.Context, c kubernetes.Interface, in PodCIDRsInput) (map[string][]string, []Change, error) {
 	if in.Interval <= 0 {
 		in.Interval = 100 * time.Millisecond
 	}
-	var ranges *cidrRanges
-	if in.Subnet != "" {
-		var err error
-		if ranges, err = newCIDRRanges(in.Subnet, in.MaskSize); err != nil {
+	var ranges []*cidrRanges
+	for i, s := range in.Subnets {
+		mask := 0
+		if i < len(in.MaskSizes) {
+			mask = in.MaskSizes[i]
+		}
+		r, err := newCIDRRanges(s, mask)
+		if err != nil {
 			return nil, nil, err
 		}
+		ranges = append(ranges, r)
 	}
 	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, in.Timeout)
 	defer cancel()
-	cidrs := map[string]string{}
+	cidrs := map[string][]string{}
 	var out []Change
 	var missing []string
 	for {
@@ -73,36 +79,41 @@ func PodCIDRs(ctx context.Context, c kubernetes.Interface, in PodCIDRsInput) (ma
 				}
 			}
 			for _, n := range list.Items {
-				if !slices.Contains(in.Nodes, n.Name) || cidrs[n.Name] != "" {
+				if !slices.Contains(in.Nodes, n.Name) || cidrs[n.Name] != nil {
 					continue
 				}
-				cidr := n.Spec.PodCIDR
-				if cidr == "" && ranges != nil {
-					if cidr = ranges.highestFree(used); cidr != "" {
-						if err := setPodCIDR(ctx, c, n.Name, cidr); err != nil {
+				have := n.Spec.PodCIDRs
+				if len(have) == 0 && n.Spec.PodCIDR != "" {
+					have = []string{n.Spec.PodCIDR}
+				}
+				if len(have) == 0 && ranges != nil {
+					if have = highestFree(ranges, used); have != nil {
+						if err := setPodCIDRs(ctx, c, n.Name, have); err != nil {
 							if apierrors.IsInvalid(err) || apierrors.IsNotFound(err) {
 								continue // it got one meanwhile (or went away): look again
 							}
 							if ctx.Err() == nil {
-								return cidrs, out, fmt.Errorf("node %s: set pod CIDR %s: %w", n.Name, cidr, err)
+								return cidrs, out, fmt.Errorf("node %s: set pod CIDRs %s: %w", n.Name, strings.Join(have, ","), err)
 							}
 							continue
 						}
-						used[cidr] = true
-						out = append(out, Change{Kind: "Node", Name: n.Name + " podCIDR " + cidr, Action: Updated})
+						for _, r := range have {
+							used[r] = true
+						}
+						out = append(out, Change{Kind: "Node", Name: n.Name + " podCIDR " + strings.Join(have, ","), Action: Updated})
 					}
 				}
-				if cidr != "" {
-					cidrs[n.Name] = cidr
+				if len(have) > 0 {
+					cidrs[n.Name] = have
 					if in.Have != nil {
-						in.Have(n.Name, cidr)
+						in.Have(n.Name, have)
 					}
 				}
 			}
 		}
 		missing = missing[:0]
 		for _, n := range in.Nodes {
-			if cidrs[n] == "" {
+			if cidrs[n] == nil {
 				missing = append(missing, n)
 			}
 		}
@@ -121,11 +132,25 @@ func PodCIDRs(ctx context.Context, c kubernetes.Interface, in PodCIDRsInput) (ma
 	}
 }
 
-// setPodCIDR sets a node's pod CIDR, as the controller-manager's range allocator does (a
-// strategic merge patch of spec.podCIDR and spec.podCIDRs). The API server refuses it as
-// invalid when the node has one already.
-func setPodCIDR(ctx context.Context, c kubernetes.Interface, node, cidr string) error {
-	patch, err := json.Marshal(map[string]any{"spec": map[string]any{"podCIDR": cidr, "podCIDRs": []string{cidr}}})
+// highestFree is the highest free range of each subnet's upper half, or nil when one of those
+// halves is full.
+func highestFree(ranges []*cidrRanges, used map[string]bool) []string {
+	var out []string
+	for _, r := range ranges {
+		c := r.highestFree(used)
+		if c == "" {
+			return nil
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// setPodCIDRs sets a node's pod CIDRs, as the controller-manager's range allocator does (a
+// strategic merge patch of spec.podCIDR, the first, and spec.podCIDRs). The API server refuses
+// it as invalid when the node has them already.
+func setPodCIDRs(ctx context.Context, c kubernetes.Interface, node string, cidrs []string) error {
+	patch, err := json.Marshal(map[string]any{"spec": map[string]any{"podCIDR": cidrs[0], "podCIDRs": cidrs}})
 	if err != nil {
 		return err
 	}

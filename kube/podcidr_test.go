@@ -36,7 +36,7 @@ func TestPodCIDRsWaitsForTheControllerManager(t *testing.T) {
 		c.CoreV1().Nodes().Update(context.Background(), podCIDRNode("w1", "10.244.1.0/24"), metav1.UpdateOptions{})
 	}()
 	got, changes, err := PodCIDRs(context.Background(), c, PodCIDRsInput{Nodes: []string{"m1", "w1"}, Timeout: 10 * time.Second})
-	if err != nil || got["m1"] != "10.244.0.0/24" || got["w1"] != "10.244.1.0/24" || len(changes) != 0 {
+	if err != nil || strings.Join(got["m1"], ",") != "10.244.0.0/24" || strings.Join(got["w1"], ",") != "10.244.1.0/24" || len(changes) != 0 {
 		t.Fatalf("got %v, %v, %v", got, changes, err)
 	}
 }
@@ -57,8 +57,8 @@ func TestPodCIDRsLosesARaceGracefully(t *testing.T) {
 		}
 		return true, nil, apierrors.NewInvalid(schema.GroupKind{Kind: "Node"}, "w1", field.ErrorList{field.Forbidden(field.NewPath("spec", "podCIDRs"), "node updates may not change podCIDR except from \"\" to valid")})
 	})
-	got, changes, err := PodCIDRs(context.Background(), c, PodCIDRsInput{Nodes: []string{"w1"}, Subnet: "10.244.0.0/16", MaskSize: 24, Timeout: 5 * time.Second, Interval: 10 * time.Millisecond})
-	if err != nil || got["w1"] != "10.244.0.0/24" || len(changes) != 0 || !raced {
+	got, changes, err := PodCIDRs(context.Background(), c, PodCIDRsInput{Nodes: []string{"w1"}, Subnets: []string{"10.244.0.0/16"}, MaskSizes: []int{24}, Timeout: 5 * time.Second, Interval: 10 * time.Millisecond})
+	if err != nil || strings.Join(got["w1"], ",") != "10.244.0.0/24" || len(changes) != 0 || !raced {
 		t.Fatalf("got %v, changes %v, err %v, raced %v", got, changes, err, raced)
 	}
 }
@@ -68,9 +68,38 @@ func TestPodCIDRsLosesARaceGracefully(t *testing.T) {
 func TestPodCIDRsLeavesAFullUpperHalfToTheControllerManager(t *testing.T) {
 	// a /23 cut into /24s: the upper half is 10.244.1.0/24 alone
 	c := fake.NewClientset(podCIDRNode("a", "10.244.1.0/24"), podCIDRNode("w1", ""))
-	_, changes, err := PodCIDRs(context.Background(), c, PodCIDRsInput{Nodes: []string{"w1"}, Subnet: "10.244.0.0/23", MaskSize: 24, Timeout: 500 * time.Millisecond})
+	_, changes, err := PodCIDRs(context.Background(), c, PodCIDRsInput{Nodes: []string{"w1"}, Subnets: []string{"10.244.0.0/23"}, MaskSizes: []int{24}, Timeout: 500 * time.Millisecond})
 	if err == nil || !strings.Contains(err.Error(), "w1") || len(changes) != 0 {
 		t.Fatalf("changes %v, err %v: want w1 left without one", changes, err)
+	}
+}
+
+// TestPodCIDRsDualStack: a dual-stack node gets a range of each family in one patch (the API
+// server takes a node's pod CIDRs once), the IPv4 one first; a node whose IPv6 half is full is
+// left to the controller-manager, its IPv4 range not handed out alone.
+func TestPodCIDRsDualStack(t *testing.T) {
+	c := fake.NewClientset(podCIDRNode("w1", ""))
+	var patches int
+	c.PrependReactor("patch", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) { patches++; return false, nil, nil })
+	have := map[string][]string{}
+	in := PodCIDRsInput{Nodes: []string{"w1"}, Subnets: []string{"10.244.0.0/16", "fd00:10:244::/56"}, MaskSizes: []int{24, 64}, Timeout: 5 * time.Second, Interval: 10 * time.Millisecond,
+		Have: func(n string, cidrs []string) { have[n] = cidrs }}
+	got, changes, err := PodCIDRs(context.Background(), c, in)
+	want := "10.244.255.0/24,fd00:10:244:ff::/64"
+	if err != nil || strings.Join(got["w1"], ",") != want || strings.Join(have["w1"], ",") != want || len(changes) != 1 || patches != 1 {
+		t.Fatalf("got %v (reported %v), changes %v, patches %d, err %v; want %s in one patch", got, have, changes, patches, err, want)
+	}
+	n, err := c.CoreV1().Nodes().Get(context.Background(), "w1", metav1.GetOptions{})
+	if err != nil || n.Spec.PodCIDR != "10.244.255.0/24" || strings.Join(n.Spec.PodCIDRs, ",") != want {
+		t.Fatalf("node spec %q %v, err %v", n.Spec.PodCIDR, n.Spec.PodCIDRs, err)
+	}
+
+	// a /63 cut into /64s: the upper half is fd00:10:244:1::/64 alone, and a node has it
+	full := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "a"}, Spec: corev1.NodeSpec{PodCIDR: "10.244.0.0/24", PodCIDRs: []string{"10.244.0.0/24", "fd00:10:244:1::/64"}}}
+	c = fake.NewClientset(full, podCIDRNode("w2", ""))
+	in = PodCIDRsInput{Nodes: []string{"w2"}, Subnets: []string{"10.244.0.0/16", "fd00:10:244::/63"}, MaskSizes: []int{24, 64}, Timeout: 300 * time.Millisecond, Interval: 10 * time.Millisecond}
+	if _, changes, err := PodCIDRs(context.Background(), c, in); err == nil || len(changes) != 0 {
+		t.Fatalf("changes %v, err %v: want w2 left without a range", changes, err)
 	}
 }
 

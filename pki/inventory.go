@@ -27,7 +27,7 @@ func FromInventory(c *inventory.Cluster) (Params, []Master, error) {
 		if net.ParseIP(ip) == nil {
 			return Params{}, nil, fmt.Errorf("master %s: node IP %q is not an IP address; set internalAddress", h.Name, ip)
 		}
-		masters = append(masters, Master{Name: h.Name, IP: ip, Address: h.Address})
+		masters = append(masters, Master{Name: h.Name, IP: ip, IPv6: h.IPv6Address, Address: h.Address})
 	}
 	if len(masters) == 0 {
 		return Params{}, nil, fmt.Errorf("the inventory lists no masters")
@@ -35,7 +35,7 @@ func FromInventory(c *inventory.Cluster) (Params, []Master, error) {
 	p := Params{
 		ClusterName:          c.Name,
 		DNSDomain:            orDefault(c.Networking.DNSDomain, inventory.DefaultDNSDomain),
-		ServiceSubnet:        orDefault(c.Networking.ServiceSubnet, inventory.DefaultServiceSubnet),
+		ServiceSubnet:        c.Networking.ServiceSubnets()[0], // the kubernetes Service is of the first family, as kubeadm makes it
 		ControlPlaneEndpoint: NodeEndpoint(c),
 		APIServerCertSANs:    apiServerSANs(c),
 		KeyAlgorithm:         alg,
@@ -60,7 +60,7 @@ func Workers(c *inventory.Cluster) ([]Master, error) {
 		if net.ParseIP(ip) == nil {
 			return nil, fmt.Errorf("worker %s: node IP %q is not an IP address; set internalAddress", h.Name, ip)
 		}
-		out = append(out, Master{Name: h.Name, IP: ip, Address: h.Address})
+		out = append(out, Master{Name: h.Name, IP: ip, IPv6: h.IPv6Address, Address: h.Address})
 	}
 	return out, nil
 }

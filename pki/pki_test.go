@@ -471,6 +471,29 @@ func TestAPIServerCertCoversTheHostAddress(t *testing.T) {
 	}
 }
 
+// TestDualStackNodesAreCertifiedInBothFamilies: a dual-stack node's IPv6 address is a SAN of the
+// API server's, the kubelet's and the registry's serving certificates (clients reach them in
+// either family); the kubernetes Service IP stays the first family's, as kubeadm has it.
+func TestDualStackNodesAreCertifiedInBothFamilies(t *testing.T) {
+	p := testParams()
+	m := Master{Name: "m1", IP: "198.51.100.11", IPv6: "2001:db8::11"}
+	for _, row := range []string{"apiserver", KubeletServerCert, RegistryCert} {
+		spec, _ := Lookup(row)
+		r, err := spec.Resolve(p, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ips := ipStrings(r.IPs); !slices.Contains(ips, "2001:db8::11") || !slices.Contains(ips, "198.51.100.11") {
+			t.Errorf("%s: IP SANs %v", row, ips)
+		}
+	}
+	spec, _ := Lookup("apiserver")
+	r, _ := spec.Resolve(p, m)
+	if ips := ipStrings(r.IPs); ips[0] != "10.96.0.1" {
+		t.Errorf("apiserver: IP SANs %v, want the kubernetes Service's first", ips)
+	}
+}
+
 // TestDryRunWritesNothing: a dry run (kforge plan) reports what Ensure would do, the same
 // changes with the same reasons, and leaves the directory exactly as it was: empty, then after
 // a real run, unchanged even when a SAN is added.

@@ -57,6 +57,7 @@ type Params struct {
 type Master struct {
 	Name    string
 	IP      string
+	IPv6    string // a dual-stack cluster's node's IPv6 address, else empty
 	Address string
 }
 
@@ -166,14 +167,14 @@ func Table() []Spec {
 // under /var/lib/kubelet/pki (hostpath.KubeletServerCert), not under /etc/kubernetes/pki.
 const KubeletServerCert = "kubelet-server"
 
-// nodeSANs are a node's name, its IP and the address kforge reaches it at: how the API server
+// nodeSANs are a node's name, its IPs and the address kforge reaches it at: how the API server
 // reaches its kubelet, and the other nodes a master's registry.
 func nodeSANs(_ Params, m Master) ([]string, []net.IP, error) {
 	ip := net.ParseIP(m.IP)
 	if ip == nil {
 		return nil, nil, fmt.Errorf("node %s: address %q is not an IP", m.Name, m.IP)
 	}
-	dns, ips := []string{m.Name}, []net.IP{ip}
+	dns, ips := []string{m.Name}, append([]net.IP{ip}, m.ipv6()...)
 	if m.Address != "" && m.Address != m.IP {
 		if a := net.ParseIP(m.Address); a != nil {
 			ips = append(ips, a)
@@ -182,6 +183,15 @@ func nodeSANs(_ Params, m Master) ([]string, []net.IP, error) {
 		}
 	}
 	return dns, ips, nil
+}
+
+// ipv6 is m's IPv6 address as a SAN, when it has one: nodes of a dual-stack cluster are reached
+// in both families.
+func (m Master) ipv6() []net.IP {
+	if ip := net.ParseIP(m.IPv6); ip != nil {
+		return []net.IP{ip}
+	}
+	return nil
 }
 
 // Lookup returns the row named name.
@@ -215,7 +225,7 @@ func apiserverSANs(p Params, m Master) ([]string, []net.IP, error) {
 	if p.DNSDomain != "" {
 		dns = append(dns, "kubernetes.default.svc."+p.DNSDomain)
 	}
-	ips := []net.IP{svc, adv}
+	ips := append([]net.IP{svc, adv}, m.ipv6()...)
 	if m.Address != "" && m.Address != m.IP {
 		if ip := net.ParseIP(m.Address); ip != nil {
 			ips = append(ips, ip)

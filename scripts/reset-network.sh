@@ -1,12 +1,13 @@
 #!/bin/sh
-# reset: deletes the pod network's links, its config (cni_conf) and its state: flannel's
-# (flannel_run), and, since pods were killed without a CNI DEL, their IP allocations and cached
-# results of CNI network cni_network (below cni_state); then the nftables tables of kube-proxy,
-# flannel (EnableNFTables), portmap's nftables backend and the NetworkPolicy agent
+# reset: deletes the pod network's links (flannel-v6.1 is a dual-stack cluster's IPv6 VXLAN; the
+# routes through each go with it), its config (cni_conf) and its state: flannel's (flannel_run),
+# and, since pods were killed without a CNI DEL, their IP allocations and cached results of CNI
+# network cni_network (below cni_state); then the nftables tables of kube-proxy, flannel
+# (EnableNFTables), portmap's nftables backend and the NetworkPolicy agent
 # (kube-network-policies, whose pods were killed before they could remove it).
 # Prints "changed WHAT" for each thing it changed.
 : "${cni_conf:?}" "${cni_network:?}" "${cni_state:?}" "${flannel_run:?}"
-for l in cni0 flannel.1; do
+for l in cni0 flannel.1 flannel-v6.1; do
   if ip link show dev "$l" >/dev/null 2>&1; then ip link delete dev "$l" || exit 1; echo "changed link $l deleted"; fi
 done
 r=

@@ -160,7 +160,7 @@ func TestResetRemove(t *testing.T) {
 
 func TestResetNetwork(t *testing.T) {
 	s := newSandbox(t)
-	s.stub("ip", `case "$*" in "link show dev cni0") ;; "link show dev"*) exit 1;; esac`)
+	s.stub("ip", `case "$*" in "link show dev cni0"|"link show dev flannel-v6.1") ;; "link show dev"*) exit 1;; esac`)
 	s.stub("nft", `case "$*" in "list table ip kube-proxy"|"list table ip flannel-ipv4"|"list table inet kube-network-policies"|delete*) ;; *) exit 1;; esac`)
 	conf := s.write("net.d/10-kforge.conflist", "{}")
 	s.write("cni/networks/kforge/10.244.0.2", "")
@@ -169,7 +169,7 @@ func TestResetNetwork(t *testing.T) {
 	s.write("cni/results/cni-loopback-abc-lo", "")
 	s.write("flannel/subnet.env", "")
 	cmd := Command("reset-network", "cni_conf", conf, "cni_network", "kforge", "cni_state", s.file("cni"), "flannel_run", s.file("flannel"))
-	want := "changed link cni0 deleted\nchanged removed " + conf + "\nchanged removed " + s.file("flannel") +
+	want := "changed link cni0 deleted\nchanged link flannel-v6.1 deleted\nchanged removed " + conf + "\nchanged removed " + s.file("flannel") +
 		"\nchanged removed " + s.file("cni/networks/kforge") + "\nchanged removed CNI results\nchanged nft table ip kube-proxy deleted\nchanged nft table ip flannel-ipv4 deleted\nchanged nft table inet kube-network-policies deleted\n"
 	if out := s.mustRun(cmd, ""); out != want {
 		t.Errorf("got\n%s\nwant\n%s", out, want)

@@ -67,7 +67,7 @@ func (b *bringUp) clusterSteps(l *list) {
 		return coreAddons(ctx, t, b.staged, r)
 	}, "install kube-proxy and CoreDNS (kube-proxy's pods roll when its configuration changes)")
 	if c.Networking.Plugin == "flannel" {
-		l.add("pod-network", OnHosts, all, rc.kubeletsSay(t.podNetwork), "install flannel (vxlan) over %s and write each node's CNI config for its pod CIDR", c.Networking.PodSubnet)
+		l.add("pod-network", OnHosts, all, rc.kubeletsSay(t.podNetwork), "install flannel (vxlan) over %s and write each node's CNI config for its pod CIDR", strings.Join(c.Networking.PodSubnets(), " and "))
 	}
 	if c.Networking.NetworkPolicy == inventory.NetworkPolicyOff {
 		l.add("network-policy", ThroughAPI, nil, t.networkPolicy, "remove the NetworkPolicy agent (kube-network-policies) where an earlier run installed it: networking.networkPolicy is off")

@@ -460,9 +460,9 @@ func (h *hop) podNetwork(ctx context.Context, r progress.Reporter) error {
 	g.SetLimit(cmp.Or(rc.fleet.Limits().Hosts, remote.DefaultConcurrency))
 	_, cs, err = kube.PodCIDRs(gctx, api.Typed, kube.PodCIDRsInput{
 		Nodes: rc.fleet.Names(""), Timeout: rc.o.Timeout,
-		Subnet: h.inv.Networking.PodSubnet, MaskSize: h.inv.Networking.NodeCIDRMaskSize,
-		Have: func(node, cidr string) {
-			g.Go(func() error { return remote.WithHost(node, h.writeCNIConfig(gctx, node, cidr, r)) })
+		Subnets: h.inv.Networking.PodSubnets(), MaskSizes: h.inv.Networking.NodeCIDRMaskSizes(),
+		Have: func(node string, cidrs []string) {
+			g.Go(func() error { return remote.WithHost(node, h.writeCNIConfig(gctx, node, cidrs, r)) })
 		},
 	})
 	if len(cs) > 0 {
@@ -538,9 +538,9 @@ func (h *hop) localVolumesObjects(ctx context.Context) ([]kube.Change, error) {
 	return kube.LocalVolumes(ctx, api.Typed, kube.LocalVolumesInput{Enabled: l.On(), Image: im.LocalPath, Helper: im.LocalPathHelper, Path: l.Path})
 }
 
-// writeCNIConfig writes node's CNI config for its pod CIDR.
-func (h *hop) writeCNIConfig(ctx context.Context, node, cidr string, r progress.Reporter) error {
-	conf, err := templates.FlannelCNIConfig(cidr, h.inv.Networking.PodSubnet, h.proxyMode() == inventory.ProxyModeNftables)
+// writeCNIConfig writes node's CNI config for its pod CIDRs.
+func (h *hop) writeCNIConfig(ctx context.Context, node string, cidrs []string, r progress.Reporter) error {
+	conf, err := templates.FlannelCNIConfig(cidrs, h.inv.Networking.PodSubnets(), h.proxyMode() == inventory.ProxyModeNftables)
 	if err != nil {
 		return err
 	}
@@ -552,7 +552,7 @@ func (h *hop) writeCNIConfig(ctx context.Context, node, cidr string, r progress.
 	if h.files.wrote(node, func(p string) bool { return p == hostpath.CNIConfFile }) {
 		what = "CNI config written"
 	}
-	r(progress.Event{Kind: progress.HostDone, Host: node, Message: "pod CIDR " + cidr + "; " + what})
+	r(progress.Event{Kind: progress.HostDone, Host: node, Message: "pod CIDR " + strings.Join(cidrs, ",") + "; " + what})
 	return nil
 }
 

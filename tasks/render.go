@@ -59,7 +59,7 @@ func (h *hop) render(ep etcdPlan, retiring int) (err error) {
 // withHostFiles are the files apply pushes to one host: what templates render, kforge's sysctl
 // file, and on masters the marker that says which static pods kforge wrote.
 func withHostFiles(c *inventory.Cluster, t templates.HostFiles) []templates.File {
-	files := append(t.Files, templates.File{Path: hostpath.SysctlFile, Mode: 0o644, Data: templates.SysctlConf()})
+	files := append(t.Files, templates.File{Path: hostpath.SysctlFile, Mode: 0o644, Data: templates.SysctlConf(c.Networking.DualStack())})
 	if t.Node.Role == inventory.RoleMaster {
 		var pods []string
 		for _, f := range t.Files {

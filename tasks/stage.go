@@ -352,7 +352,7 @@ func (hp *hop) configureRuntime(ctx context.Context, n inventory.Node, h remote.
 	// Only the settings that differ are written: a host may hold a machine-wide one read-only
 	// at the right value (a container sharing its kernel), and the file applies them at boot.
 	var set []string
-	for _, s := range templates.Sysctls {
+	for _, s := range templates.SysctlsFor(hp.inv.Networking.DualStack()) {
 		if f.Sysctls[s.Key] != s.Value {
 			set = append(set, s.Key+"="+s.Value)
 		}
@@ -385,8 +385,8 @@ func (hp *hop) configureRuntime(ctx context.Context, n inventory.Node, h remote.
 	default:
 		what = "containerd unchanged"
 	}
-	if dev := strings.TrimSpace(string(out)); dev != "" {
-		what += fmt.Sprintf("; service subnet routed through %s by %s (no other route covers it)", dev, hostpath.ServiceRouteUnit)
+	if devs := slices.Compact(strings.Fields(string(out))); len(devs) > 0 {
+		what += fmt.Sprintf("; service subnet routed through %s by %s (no other route covers it)", strings.Join(devs, " and "), hostpath.ServiceRouteUnit)
 	}
 	return what, nil
 }
@@ -395,7 +395,7 @@ func (hp *hop) configureRuntime(ctx context.Context, n inventory.Node, h remote.
 // written), and prints the interface of the route it added, if it added one.
 func serviceRouteScript(written bool) string {
 	return unitScript(hostpath.ServiceRouteUnit, written) +
-		" && { [ ! -f " + hostpath.ServiceRouteMarker + " ] || cat " + hostpath.ServiceRouteMarker + "; }"
+		" && { cat " + hostpath.ServiceRouteMarker + " " + hostpath.ServiceRouteMarkerIPv6 + " 2>/dev/null || :; }"
 }
 
 // unitScript enables a systemd unit of kforge's and starts it, or restarts it.

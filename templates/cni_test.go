@@ -6,16 +6,27 @@ import (
 )
 
 func TestFlannelCNIConfig(t *testing.T) {
-	got, err := FlannelCNIConfig("10.244.1.0/24", "10.244.0.0/16", false)
+	got, err := FlannelCNIConfig([]string{"10.244.1.0/24"}, []string{"10.244.0.0/16"}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	golden(t, "cni-flannel.conflist", got)
-	if _, err := FlannelCNIConfig("10.99.0.0/24", "10.244.0.0/16", false); err == nil {
+	if _, err := FlannelCNIConfig([]string{"10.99.0.0/24"}, []string{"10.244.0.0/16"}, false); err == nil {
 		t.Error("a node CIDR outside the pod subnet was accepted")
 	}
-	if _, err := FlannelCNIConfig("nope", "10.244.0.0/16", false); err == nil {
+	if _, err := FlannelCNIConfig([]string{"nope"}, []string{"10.244.0.0/16"}, false); err == nil {
 		t.Error("a malformed node CIDR was accepted")
+	}
+	dual, err := FlannelCNIConfig([]string{"10.244.1.0/24", "fd00:10:244:1::/64"}, []string{"10.244.0.0/16", "fd00:10:244::/56"}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "cni-flannel-dual-stack.conflist", dual)
+	if _, err := FlannelCNIConfig([]string{"10.244.1.0/24"}, []string{"10.244.0.0/16", "fd00:10:244::/56"}, false); err == nil {
+		t.Error("a dual-stack node with one pod CIDR was accepted")
+	}
+	if _, err := FlannelCNIConfig([]string{"10.244.1.0/24", "fd00:99::/64"}, []string{"10.244.0.0/16", "fd00:10:244::/56"}, false); err == nil {
+		t.Error("an IPv6 node CIDR outside the IPv6 pod subnet was accepted")
 	}
 }
 
@@ -26,7 +37,7 @@ func TestFlannelCNIConfigNftables(t *testing.T) {
 		Plugins []map[string]any `json:"plugins"`
 	}
 	read := func(nft bool) conf {
-		b, err := FlannelCNIConfig("10.244.1.0/24", "10.244.0.0/16", nft)
+		b, err := FlannelCNIConfig([]string{"10.244.1.0/24"}, []string{"10.244.0.0/16"}, nft)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/netip"
 	"path"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -97,26 +98,49 @@ type ContainerdUnit struct{ Containerd string }
 func (u ContainerdUnit) Render() ([]byte, error) { return render("containerd.service.tmpl", u) }
 
 // ServiceRoute is the unit that routes the Service subnet where no other route covers it
-// (hostpath.ServiceRouteUnitPath): see its template for why.
+// (hostpath.ServiceRouteUnitPath): see its template for why. A dual-stack cluster's unit routes
+// each family's range through the interface holding the node's address of that family.
 type ServiceRoute struct {
-	Subnet string // the cluster's serviceSubnet
-	NodeIP string // the node's address; the route goes through the interface that holds it
-	Wait   int    // seconds to wait at boot for an interface to hold NodeIP; 0 is 120
+	Subnets []string // the cluster's Service ranges (inventory Networking.ServiceSubnets)
+	NodeIPs []string // the node's address in each range's family (inventory Host.NodeIPs)
+	Wait    int      // seconds to wait at boot for an interface to hold each address; 0 is 120
+}
+
+// serviceRoute is one family's route of the unit.
+type serviceRoute struct {
+	Subnet, NodeIP, Probe, Marker string
+	IPv6                          bool
 }
 
 // Render returns kforge-service-route.service.
 func (r ServiceRoute) Render() ([]byte, error) {
-	probe, err := pki.FirstServiceIP(r.Subnet)
-	if err != nil {
-		return nil, err
+	if len(r.Subnets) != len(r.NodeIPs) || len(r.Subnets) == 0 {
+		return nil, fmt.Errorf("service route: %d Service ranges for %d node addresses", len(r.Subnets), len(r.NodeIPs))
+	}
+	var routes []serviceRoute
+	for i, s := range r.Subnets {
+		probe, err := pki.FirstServiceIP(s)
+		if err != nil {
+			return nil, err
+		}
+		v6, marker := probe.To4() == nil, hostpath.ServiceRouteMarker
+		if v6 {
+			marker = hostpath.ServiceRouteMarkerIPv6
+		}
+		routes = append(routes, serviceRoute{netip.MustParsePrefix(s).Masked().String(), r.NodeIPs[i], probe.String(), marker, v6})
 	}
 	if r.Wait == 0 {
 		r.Wait = 120
 	}
+	subnets := make([]string, len(routes))
+	for i, rt := range routes {
+		subnets[i] = rt.Subnet
+	}
 	return render("kforge-service-route.service.tmpl", struct {
-		Subnet, NodeIP, Probe, Marker string
-		Wait, Timeout                 int
-	}{netip.MustParsePrefix(r.Subnet).Masked().String(), r.NodeIP, probe.String(), hostpath.ServiceRouteMarker, r.Wait, r.Wait + 30})
+		Subnets       string
+		Routes        []serviceRoute
+		Wait, Timeout int
+	}{strings.Join(subnets, " and "), routes, r.Wait, r.Wait + 30})
 }
 
 // Sysctl is one kernel setting kforge makes on every node.
@@ -137,10 +161,23 @@ var Sysctls = []Sysctl{
 	{"kernel.keys.root_maxbytes", "25000000"},
 }
 
+// IPv6Forwarding is what a dual-stack cluster's pod network needs besides Sysctls (kubeadm's
+// preflight checks it where a subnet is IPv6). It is set only there: a host that forwards IPv6
+// ignores router advertisements, and may lose an address it learned from them.
+var IPv6Forwarding = Sysctl{"net.ipv6.conf.all.forwarding", "1"}
+
+// SysctlsFor are the kernel settings of a node of a cluster that is dual-stack or not.
+func SysctlsFor(dualStack bool) []Sysctl {
+	if dualStack {
+		return append(slices.Clip(Sysctls), IPv6Forwarding)
+	}
+	return Sysctls
+}
+
 // SysctlConf is hostpath.SysctlFile.
-func SysctlConf() []byte {
+func SysctlConf(dualStack bool) []byte {
 	b := []byte("# Written by kforge: what pod networking needs, and kubelet's protectKernelDefaults.\n")
-	for _, s := range Sysctls {
+	for _, s := range SysctlsFor(dualStack) {
 		b = fmt.Appendf(b, "%s = %s\n", s.Key, s.Value)
 	}
 	return b
@@ -153,8 +190,8 @@ const ModulesLoad = "# Written by kforge: what containerd and Kubernetes network
 // Kubelet is the input of a node's kubelet configuration and flags.
 type Kubelet struct {
 	NodeName      string
-	NodeIP        string
-	ServiceSubnet string
+	NodeIPs       []string // one per IP family (inventory Host.NodeIPs): --node-ip
+	ServiceSubnet string   // the first family's Service range, whose tenth address is the cluster DNS
 	DNSDomain     string
 	CgroupDriver  string // systemd or cgroupfs
 	CRIEndpoint   string
@@ -262,7 +299,7 @@ func (k Kubelet) InstanceConfig() []byte {
 // FlagsEnv is kubeadm-flags.env: KUBELET_KUBEADM_ARGS with the node's own flags and the
 // inventory's extra args, sorted by name, as kubeadm writes them.
 func (k Kubelet) FlagsEnv() []byte {
-	args := map[string]string{"node-ip": k.NodeIP}
+	args := map[string]string{"node-ip": strings.Join(k.NodeIPs, ",")}
 	if !k.NameIsHostname {
 		args["hostname-override"] = k.NodeName
 	}

@@ -47,14 +47,16 @@ type ControlPlane struct {
 	ClusterName string
 	// Images are the images of the cluster's release under its image repository
 	// (the inventory's Release().Images(imageRepository)).
-	Images           release.Images
-	ServiceSubnet    string
-	PodSubnet        string
-	DNSDomain        string
-	NodeCIDRMaskSize int // 0 or 24: controller-manager's default
-	NodeName         string
-	AdvertiseAddress string
-	BindPort         int
+	Images        release.Images
+	ServiceSubnet string // comma-separated for dual-stack, as kube-apiserver takes it
+	PodSubnet     string // comma-separated for dual-stack, as kube-controller-manager takes it
+	DNSDomain     string
+	// NodeCIDRMaskSizes are each pod range's node share, in PodSubnet's order (nil or 24 for
+	// IPv4 and 64 for IPv6: controller-manager's defaults).
+	NodeCIDRMaskSizes []int
+	NodeName          string
+	AdvertiseAddress  string
+	BindPort          int
 	// ExternalCA: the cluster CA key is not on the host, so the controller manager does not
 	// sign certificates (kubeadm's UsingExternalCA).
 	ExternalCA bool
@@ -311,8 +313,17 @@ func (c ControlPlane) ControllerManager() *corev1.Pod {
 		args["allocate-node-cidrs"] = "true"
 		args["cluster-cidr"] = c.PodSubnet
 		args["service-cluster-ip-range"] = c.ServiceSubnet
-		if c.NodeCIDRMaskSize != 0 && c.NodeCIDRMaskSize != 24 {
-			args["node-cidr-mask-size"] = strconv.Itoa(c.NodeCIDRMaskSize)
+		switch sizes := c.NodeCIDRMaskSizes; {
+		case len(sizes) == 1 && sizes[0] != 0 && sizes[0] != 24 && !strings.Contains(c.PodSubnet, ":"),
+			len(sizes) == 1 && sizes[0] != 0 && sizes[0] != 64 && strings.Contains(c.PodSubnet, ":"):
+			args["node-cidr-mask-size"] = strconv.Itoa(sizes[0])
+		case len(sizes) == 2: // dual-stack: the controller-manager refuses node-cidr-mask-size
+			if sizes[0] != 24 {
+				args["node-cidr-mask-size-ipv4"] = strconv.Itoa(sizes[0])
+			}
+			if sizes[1] != 64 {
+				args["node-cidr-mask-size-ipv6"] = strconv.Itoa(sizes[1])
+			}
 		}
 	}
 	mounts := append(c.caMounts(), mount{"kubeconfig", kubeconfig, corev1.HostPathFileOrCreate, true})

@@ -228,7 +228,7 @@ func TestRegistryFiles(t *testing.T) {
 }
 
 func TestServiceRouteUnit(t *testing.T) {
-	unit, err := ServiceRoute{Subnet: "10.96.0.0/12", NodeIP: "198.51.100.11"}.Render()
+	unit, err := ServiceRoute{Subnets: []string{"10.96.0.0/12"}, NodeIPs: []string{"198.51.100.11"}}.Render()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +247,7 @@ func TestServiceRouteUnit(t *testing.T) {
 			t.Errorf("unescaped $ or %% for systemd in %q", l)
 		}
 	}
-	if _, err := (ServiceRoute{Subnet: "10.96.0.0", NodeIP: "198.51.100.11"}).Render(); err == nil {
+	if _, err := (ServiceRoute{Subnets: []string{"10.96.0.0"}, NodeIPs: []string{"198.51.100.11"}}).Render(); err == nil {
 		t.Error("a subnet without a prefix length was rendered")
 	}
 }
@@ -266,19 +266,7 @@ func TestServiceRouteUnitCommands(t *testing.T) {
 			t.Skip(c + " is not installed")
 		}
 	}
-	unit, err := ServiceRoute{Subnet: "10.96.0.0/12", NodeIP: "198.51.100.11", Wait: 2}.Render()
-	if err != nil {
-		t.Fatal(err)
-	}
-	unitExec := map[string]string{}
-	for _, l := range strings.Split(string(unit), "\n") {
-		if k, v, ok := strings.Cut(l, "=/bin/sh -c "); ok && strings.HasPrefix(k, "Exec") {
-			unitExec[k] = strings.ReplaceAll(strings.Trim(v, "'"), "$$", "$")
-		}
-	}
-	if len(unitExec) != 2 {
-		t.Fatalf("want ExecStart and ExecStop, got %q", unitExec)
-	}
+	unitExec := serviceRouteExec(t, ServiceRoute{Subnets: []string{"10.96.0.0/12"}, NodeIPs: []string{"198.51.100.11"}, Wait: 2})
 	script := `set -e
 mount -t tmpfs tmpfs /run
 ip link add kf0 type veth peer name kf1 && ip link set kf1 up && ip link set kf0 up
@@ -291,7 +279,7 @@ start "$START"; echo "after second start: $(ip route show 10.96.0.0/12)"
 sh -c "$STOP"; echo "after stop: $(ip route show 10.96.0.0/12) marker=$(cat ` + hostpath.ServiceRouteMarker + ` 2>/dev/null || echo none)"
 `
 	cmd := exec.Command("unshare", "--net", "--mount", "sh", "-c", script)
-	cmd.Env = append(os.Environ(), "START="+unitExec["ExecStart"], "STOP="+unitExec["ExecStop"])
+	cmd.Env = append(os.Environ(), "START="+unitExec["ExecStart"][0], "STOP="+unitExec["ExecStop"][0])
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
@@ -299,14 +287,86 @@ sh -c "$STOP"; echo "after stop: $(ip route show 10.96.0.0/12) marker=$(cat ` + 
 	want := "no address: no interface holds 198.51.100.11 after 2 s\n" +
 		"after start: 10.96.0.0/12 dev kf0 scope link src 198.51.100.11 marker=kf0\n" +
 		"after second start: 10.96.0.0/12 dev kf0 scope link src 198.51.100.11\n" +
-		"after stop:  marker=none\n"
-	var got []string // ip pads its output with spaces, differently in each version
+		"after stop: marker=none\n"
+	if got := squeeze(out); got != want {
+		t.Errorf("got\n%s\nwant\n%s", out, want)
+	}
+}
+
+// TestServiceRouteUnitDualStack runs a dual-stack cluster's unit as TestServiceRouteUnitCommands
+// runs a single-stack one: each family's range goes through the interface holding the node's
+// address of that family, the IPv6 one only once duplicate address detection is done with the
+// address, and stop removes both routes and markers.
+func TestServiceRouteUnitDualStack(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("network namespaces need root")
+	}
+	for _, c := range []string{"unshare", "ip"} {
+		if _, err := exec.LookPath(c); err != nil {
+			t.Skip(c + " is not installed")
+		}
+	}
+	unitExec := serviceRouteExec(t, ServiceRoute{Subnets: []string{"10.96.0.0/12", "fd00:10:96::/112"}, NodeIPs: []string{"198.51.100.11", "2001:db8::11"}, Wait: 5})
+	if len(unitExec["ExecStart"]) != 2 || len(unitExec["ExecStop"]) != 2 {
+		t.Fatalf("want two ExecStart and two ExecStop, got %q", unitExec)
+	}
+	script := `set -e
+mount -t tmpfs tmpfs /run
+sysctl -qw net.ipv6.conf.all.disable_ipv6=0 net.ipv6.conf.default.disable_ipv6=0
+ip link add kf0 type veth peer name kf1 && ip link add kf2 type veth peer name kf3
+for l in kf0 kf1 kf2 kf3; do ip link set $l up; done
+ip addr add 198.51.100.11/24 dev kf0 && ip addr add 2001:db8::11/64 dev kf2
+ip -o addr show to 2001:db8::11 tentative | grep -q . && echo "tentative at start"
+sh -c "$START1"; sh -c "$START2"
+echo "v4: $(ip route show 10.96.0.0/12) marker=$(cat ` + hostpath.ServiceRouteMarker + `)"
+echo "v6: $(ip -6 route show fd00:10:96::/112) marker=$(cat ` + hostpath.ServiceRouteMarkerIPv6 + `)"
+sh -c "$STOP1"; sh -c "$STOP2"
+echo "after stop: $(ip route show 10.96.0.0/12)$(ip -6 route show fd00:10:96::/112) markers=$(ls /run | wc -l)"
+`
+	cmd := exec.Command("unshare", "--net", "--mount", "sh", "-c", script)
+	cmd.Env = append(os.Environ(), "START1="+unitExec["ExecStart"][0], "START2="+unitExec["ExecStart"][1], "STOP1="+unitExec["ExecStop"][0], "STOP2="+unitExec["ExecStop"][1])
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	got := squeeze(out)
+	want := "tentative at start\n" +
+		"v4: 10.96.0.0/12 dev kf0 scope link src 198.51.100.11 marker=kf0\n" +
+		"v6: fd00:10:96::/112 dev kf2 src 2001:db8::11 metric 1024 pref medium marker=kf2\n" +
+		"after stop: markers=0\n"
+	if got != want {
+		t.Errorf("got\n%s\nwant\n%s", out, want)
+	}
+}
+
+// serviceRouteExec renders r and returns its ExecStart and ExecStop commands, in order, as
+// systemd runs them (its $$ unescaped).
+func serviceRouteExec(t *testing.T, r ServiceRoute) map[string][]string {
+	t.Helper()
+	unit, err := r.Render()
+	if err != nil {
+		t.Fatal(err)
+	}
+	unitExec := map[string][]string{}
+	for _, l := range strings.Split(string(unit), "\n") {
+		if k, v, ok := strings.Cut(l, "=/bin/sh -c "); ok && strings.HasPrefix(k, "Exec") {
+			unitExec[k] = append(unitExec[k], strings.ReplaceAll(strings.Trim(v, "'"), "$$", "$"))
+		}
+	}
+	if len(unitExec["ExecStart"]) == 0 || len(unitExec["ExecStop"]) == 0 {
+		t.Fatalf("want ExecStart and ExecStop, got %q", unitExec)
+	}
+	return unitExec
+}
+
+// squeeze is out with each line's runs of spaces made one (ip pads its output with spaces,
+// differently in each version) and no trailing spaces.
+func squeeze(out []byte) string {
+	var got []string
 	for _, l := range strings.Split(string(out), "\n") {
 		got = append(got, strings.Join(strings.Fields(l), " "))
 	}
-	if strings.Join(got, "\n") != strings.ReplaceAll(want, "after stop:  marker", "after stop: marker") {
-		t.Errorf("got\n%s\nwant\n%s", out, want)
-	}
+	return strings.Join(got, "\n")
 }
 
 // The scheduled snapshots' units: golden files, and systemd's own verification of the pair

@@ -166,20 +166,20 @@ func ControlPlaneFor(c *inventory.Cluster, i int, o Options) (ControlPlane, erro
 		etcdUser = &u
 	}
 	cp := ControlPlane{
-		ClusterName:      c.Name,
-		Images:           r.Images(or(c.ImageRepository, inventory.DefaultImageRepository)),
-		FlexVolumeDir:    km.FlexVolumeDir,
-		ServiceSubnet:    or(c.Networking.ServiceSubnet, inventory.DefaultServiceSubnet),
-		PodSubnet:        or(c.Networking.PodSubnet, inventory.DefaultPodSubnet),
-		DNSDomain:        or(c.Networking.DNSDomain, inventory.DefaultDNSDomain),
-		NodeCIDRMaskSize: c.Networking.NodeCIDRMaskSize,
-		NodeName:         m.Name,
-		AdvertiseAddress: m.NodeIP(),
-		BindPort:         pki.APIServerPort,
-		CACertDirs:       caCertDirs,
-		EtcdClusterState: "new",
-		SingleMaster:     len(c.Masters)+o.RetiringMasters == 1,
-		EtcdUser:         etcdUser,
+		ClusterName:       c.Name,
+		Images:            r.Images(or(c.ImageRepository, inventory.DefaultImageRepository)),
+		FlexVolumeDir:     km.FlexVolumeDir,
+		ServiceSubnet:     strings.Join(c.Networking.ServiceSubnets(), ","),
+		PodSubnet:         strings.Join(c.Networking.PodSubnets(), ","),
+		DNSDomain:         or(c.Networking.DNSDomain, inventory.DefaultDNSDomain),
+		NodeCIDRMaskSizes: c.Networking.NodeCIDRMaskSizes(),
+		NodeName:          m.Name,
+		AdvertiseAddress:  m.NodeIP(),
+		BindPort:          pki.APIServerPort,
+		CACertDirs:        caCertDirs,
+		EtcdClusterState:  "new",
+		SingleMaster:      len(c.Masters)+o.RetiringMasters == 1,
+		EtcdUser:          etcdUser,
 	}
 	if v := time.Duration(c.PKI.CertValidity); v != 0 && v != pki.DefaultSigningDuration {
 		cp.SigningDuration = v
@@ -217,8 +217,8 @@ func KubeletFor(c *inventory.Cluster, n inventory.Node, o Options) Kubelet {
 	return Kubelet{
 		RegisterWithTaints: taints,
 		NodeName:           n.Name,
-		NodeIP:             n.NodeIP(),
-		ServiceSubnet:      or(c.Networking.ServiceSubnet, inventory.DefaultServiceSubnet),
+		NodeIPs:            n.NodeIPs(),
+		ServiceSubnet:      c.Networking.ServiceSubnets()[0],
 		DNSDomain:          or(c.Networking.DNSDomain, inventory.DefaultDNSDomain),
 		CgroupDriver:       or(c.Kubelet.CgroupDriver, "systemd"),
 		CRIEndpoint:        or(c.ContainerRuntime.Endpoint, inventory.DefaultCRIEndpoint),
@@ -587,7 +587,7 @@ func nodeFiles(c *inventory.Cluster, set *pki.Set, n inventory.Node, o Options) 
 	if err != nil {
 		return nil, err
 	}
-	route, err := ServiceRoute{Subnet: k.ServiceSubnet, NodeIP: k.NodeIP}.Render()
+	route, err := ServiceRoute{Subnets: c.Networking.ServiceSubnets(), NodeIPs: n.NodeIPs()}.Render()
 	if err != nil {
 		return nil, err
 	}

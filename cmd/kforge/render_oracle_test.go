@@ -50,6 +50,9 @@ type oracleCase struct {
 	// addresses are masters' SSH addresses that differ from their IP: kforge puts them in the
 	// apiserver certificate, the equivalent kubeadm config lists them in certSANs.
 	addresses map[string]string
+	// ipv6 are a dual-stack cluster's masters' IPv6 addresses: kubelet's second node IP, and in
+	// kforge's apiserver certificate (kubeadm's config lists them in certSANs).
+	ipv6 map[string]string
 	// kubelet settings the inventory holds, repeated for kubeadm's KubeletConfiguration and
 	// kubeletExtraArgs; resolvConf is the inventory's kubelet.resolvConf.
 	maxPods       string
@@ -104,6 +107,23 @@ masters:
   - {name: solo, address: 198.51.100.31}
 `,
 	},
+	{
+		name:      "dual-stack",
+		algorithm: "ECDSA-P256",
+		masters:   [][2]string{{"d1", "198.51.100.41"}},
+		ipv6:      map[string]string{"d1": "2001:db8::41"},
+		inventory: `apiVersion: kforge.dev/v1alpha1
+kind: Cluster
+name: dual
+networking:
+  podSubnet: 10.244.0.0/16,fd00:10:244::/56
+  serviceSubnet: 10.96.0.0/12,fd00:10:96::/112
+masters:
+  - {name: d1, address: 198.51.100.41, ipv6Address: "2001:db8::41"}
+workers:
+  - {name: d2, address: 198.51.100.42, ipv6Address: "2001:db8::42"}
+`,
+	},
 }
 
 // inventoryAt is the case's inventory for Kubernetes version.
@@ -113,6 +133,10 @@ func (c oracleCase) inventoryAt(version string) string {
 
 func (c oracleCase) kubeadmConfig(version string, master int, serviceSubnet, podSubnet, dnsDomain, clusterName string, certValidity time.Duration) string {
 	m := c.masters[master]
+	nodeIP := m[1]
+	if v6, ok := c.ipv6[m[0]]; ok {
+		nodeIP += "," + v6
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, `apiVersion: kubeadm.k8s.io/v1beta4
 kind: InitConfiguration
@@ -123,7 +147,7 @@ nodeRegistration:
   name: %s
   criSocket: unix:///run/containerd/containerd.sock
   kubeletExtraArgs:
-  - {name: node-ip, value: %s}
+  - {name: node-ip, value: %q}
 ---
 apiVersion: kubeadm.k8s.io/v1beta4
 kind: ClusterConfiguration
@@ -138,13 +162,16 @@ networking:
   serviceSubnet: %s
   podSubnet: %s
   dnsDomain: %s
-`, m[1], m[0], m[1], clusterName, version, c.algorithm, certValidity, serviceSubnet, podSubnet, dnsDomain)
+`, m[1], m[0], nodeIP, clusterName, version, c.algorithm, certValidity, serviceSubnet, podSubnet, dnsDomain)
 	if c.endpoint != "" {
 		fmt.Fprintf(&b, "controlPlaneEndpoint: %s\n", c.endpoint)
 	}
 	sans := c.certSANs
 	if a, ok := c.addresses[m[0]]; ok {
 		sans = append(append([]string{}, sans...), a)
+	}
+	if a, ok := c.ipv6[m[0]]; ok {
+		sans = append(append([]string{}, sans...), fmt.Sprintf("%q", a))
 	}
 	if len(sans) > 0 {
 		fmt.Fprintf(&b, "apiServer:\n  certSANs: [%s]\n", strings.Join(sans, ", "))
