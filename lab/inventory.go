@@ -15,6 +15,12 @@ import (
 // LabEvictionHard is the kubelet eviction thresholds of lab inventories.
 const LabEvictionHard = "memory.available<100Mi,nodefs.available<1Gi,imagefs.available<1Gi,nodefs.inodesFree<5%"
 
+// The subnets of a lab with IPv6 addresses: the inventory skeleton's cluster is dual-stack.
+const (
+	SkeletonPodSubnets     = inventory.DefaultPodSubnet + ",fd00:10:244::/56"
+	SkeletonServiceSubnets = inventory.DefaultServiceSubnet + ",fd00:10:96::/112"
+)
+
 // inventory renders the lab's inventory skeleton: masters then workers, root over SSH with the
 // lab's key and known_hosts, the load balancer as control-plane endpoint.
 func (l *Lab) inventory() ([]byte, error) {
@@ -29,8 +35,11 @@ func (l *Lab) inventory() ([]byte, error) {
 			KnownHostsFile: l.KnownHostsFile,
 		},
 	}
+	if l.st.Hosts[0].Address6 != "" {
+		c.Networking.PodSubnet, c.Networking.ServiceSubnet = SkeletonPodSubnets, SkeletonServiceSubnets
+	}
 	for _, h := range l.st.Hosts {
-		ih := inventory.Host{Name: h.Name, Address: h.Address}
+		ih := inventory.Host{Name: h.Name, Address: h.Address, IPv6Address: h.Address6}
 		switch h.Role {
 		case RoleMaster:
 			c.Masters = append(c.Masters, ih)

@@ -61,9 +61,12 @@ const (
 type Host struct {
 	Name    string `json:"name"`    // hostname and node name: <lab>-<n>, or <lab>-lb
 	Address string `json:"address"` // IPv4 address on the lab bridge
-	Port    int    `json:"port"`    // SSH port (22)
-	Role    Role   `json:"role"`
-	VM      bool   `json:"vm,omitempty"` // a QEMU virtual machine with its own kernel, not an nspawn host
+	// IPv6 address on the lab bridge (Subnet6), in a lab with Options.IPv6: the last group is
+	// the IPv4 address's last byte, in decimal digits (198.51.100.12: 2001:db8:100::12).
+	Address6 string `json:"address6,omitempty"`
+	Port     int    `json:"port"` // SSH port (22)
+	Role     Role   `json:"role"`
+	VM       bool   `json:"vm,omitempty"` // a QEMU virtual machine with its own kernel, not an nspawn host
 }
 
 // Options say what lab to bring up.
@@ -99,6 +102,10 @@ type Options struct {
 	VMs int
 	// VMSuite is the Debian release of the VM hosts: one of VMSuites. Default Suite.
 	VMSuite string
+	// IPv6 gives every host an IPv6 address on the lab bridge too (Host.Address6), and the
+	// inventory skeleton a dual-stack cluster (SkeletonPodSubnets, SkeletonServiceSubnets). Not
+	// with VM hosts.
+	IPv6 bool
 	// Report hears what Up does, for people: a task per stage — the hosts' base rootfs (with a
 	// heartbeat while debootstrap builds it), starting the hosts, waiting for them to boot —
 	// with a line per host, and the teardown of a failed Up. Down reports through it too.
@@ -160,7 +167,12 @@ const (
 	Subnet = "198.51.100.0/25"
 	// BridgeAddr is this machine's own address on the lab bridge: the hosts reach services a
 	// test runs for them (a registry) there.
-	BridgeAddr    = "198.51.100.1"
+	BridgeAddr = "198.51.100.1"
+	// Subnet6 and BridgeAddr6 are the bridge's IPv6 network (of the documentation prefix
+	// 2001:db8::/32) and this machine's address on it, for labs with Options.IPv6.
+	Subnet6       = "2001:db8:100::/64"
+	BridgeAddr6   = "2001:db8:100::1"
+	subnet6Prefix = "2001:db8:100::"
 	prefixLen     = 25
 	firstHostOct  = 2
 	lastHostOct   = 126
@@ -222,6 +234,9 @@ func (o *Options) setDefaults() error {
 	}
 	if o.VMs < 0 || o.VMs > o.Hosts {
 		return invalidf("lab %s: VMs must be between 0 and the number of hosts (%d), got %d", o.Name, o.Hosts, o.VMs)
+	}
+	if o.IPv6 && o.VMs > 0 {
+		return invalidf("lab %s: IPv6 addresses are for nspawn hosts only: take no VM hosts with IPv6", o.Name)
 	}
 	if o.VMSuite == "" {
 		o.VMSuite = VMSuites[0]
@@ -588,6 +603,9 @@ func (l *Lab) register(ctx context.Context, o Options) error {
 		h.Dir = filepath.Join(o.Dir, "hosts", h.Name)
 		h.VM = i < o.Hosts && i >= o.Hosts-o.VMs
 		h.Veth = "kflab" + strings.TrimPrefix(h.Address, subnetPrefix)
+		if o.IPv6 {
+			h.Address6 = subnet6Prefix + strings.TrimPrefix(h.Address, subnetPrefix)
+		}
 		l.st.Hosts = append(l.st.Hosts, h)
 	}
 	if o.VIP {

@@ -35,10 +35,12 @@ func ensureBridge(ctx context.Context) error {
 		if !strings.Contains(string(out), " "+want+" ") || strings.Count(string(out), "\n") != 1 {
 			return fmt.Errorf("bridge %s exists but does not carry exactly %s (found: %q): delete it (ip link del %s) if no lab uses it", Bridge, want, strings.TrimSpace(string(out)), Bridge)
 		}
-		return run(ctx, "ip", "link", "set", Bridge, "up")
+		return runInput(ctx, fmt.Sprintf("addr replace %s/64 dev %s nodad\nlink set %s up\n", BridgeAddr6, Bridge, Bridge), "ip", "-batch", "-")
 	}
-	return runInput(ctx, fmt.Sprintf("link add %s type bridge\naddr add %s/%d dev %s\nlink set %s up\n",
-		Bridge, BridgeAddr, prefixLen, Bridge, Bridge), "ip", "-batch", "-")
+	// The bridge carries the IPv6 lab network's address too, whether or not a lab uses it
+	// (nodad: usable at once); it goes with the bridge.
+	return runInput(ctx, fmt.Sprintf("link add %s type bridge\naddr add %s/%d dev %s\naddr add %s/64 dev %s nodad\nlink set %s up\n",
+		Bridge, BridgeAddr, prefixLen, Bridge, BridgeAddr6, Bridge, Bridge), "ip", "-batch", "-")
 }
 
 // checkSubnetFree fails when a route or an address of the machine (`ip -j` output) overlaps
@@ -101,15 +103,19 @@ func deleteLink(ctx context.Context, name string) error {
 }
 
 // wireHost connects the host's network namespace (held by its launcher, pid) to the bridge: a
-// veth whose inside end is eth0 with the host's address, no default route.
+// veth whose inside end is eth0 with the host's address (and its IPv6 address, usable at once:
+// no duplicate address detection on the lab's own bridge), no default route.
 func wireHost(ctx context.Context, h *hostState, pid int) error {
 	_ = deleteLink(ctx, h.Veth) // a leftover of a killed host
 	if err := runInput(ctx, fmt.Sprintf("link add %s type veth peer name eth0 netns %d\nlink set %s master %s up\n",
 		h.Veth, pid, h.Veth, Bridge), "ip", "-batch", "-"); err != nil {
 		return err
 	}
-	return runInput(ctx, fmt.Sprintf("link set lo up\naddr add %s/%d dev eth0\nlink set eth0 up\n", h.Address, prefixLen),
-		"nsenter", "-t", strconv.Itoa(pid), "-n", "ip", "-batch", "-")
+	cmds := fmt.Sprintf("link set lo up\naddr add %s/%d dev eth0\n", h.Address, prefixLen)
+	if h.Address6 != "" {
+		cmds += fmt.Sprintf("addr add %s/64 dev eth0 nodad\n", h.Address6)
+	}
+	return runInput(ctx, cmds+"link set eth0 up\n", "nsenter", "-t", strconv.Itoa(pid), "-n", "ip", "-batch", "-")
 }
 
 func ipJSON(ctx context.Context, args ...string) ([]map[string]any, error) {

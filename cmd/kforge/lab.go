@@ -36,6 +36,7 @@ type LabUpCmd struct {
 	Bare         bool          `help:"Cluster hosts without a container runtime (containerd and runc hidden), to prove kforge installs it."`
 	VMs          int           `name:"vm" placeholder:"N" help:"Make the last N cluster hosts QEMU virtual machines with their own kernel and cgroup v2 (no container runtime; KVM where it works, else emulation)."`
 	VMSuite      string        `name:"vm-suite" default:"bookworm" enum:"bookworm,trixie" help:"Debian release of the VM hosts (bookworm or trixie)."`
+	IPv6         bool          `name:"ipv6" help:"Give every host an IPv6 address too (2001:db8:100::/64), and the inventory skeleton a dual-stack cluster. Not with --vm."`
 }
 
 func (c *LabUpCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Logger) error {
@@ -44,7 +45,7 @@ func (c *LabUpCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Lo
 	var timings progress.Timings
 	l, err := lab.Up(ctx, lab.Options{
 		Name: c.Name, Hosts: c.Hosts, Masters: c.Masters, LoadBalancer: c.LoadBalancer, VIP: c.VIP,
-		Dir: c.Dir, CacheDir: c.CacheDir, BootTimeout: c.BootTimeout, Bare: c.Bare, VMs: c.VMs, VMSuite: c.VMSuite,
+		Dir: c.Dir, CacheDir: c.CacheDir, BootTimeout: c.BootTimeout, Bare: c.Bare, VMs: c.VMs, VMSuite: c.VMSuite, IPv6: c.IPv6,
 		Report: timings.Report(p.Report), Logger: log,
 	})
 	if errors.Is(err, lab.ErrInvalidOptions) {
