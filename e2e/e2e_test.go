@@ -550,7 +550,8 @@ func TestApplyLabClusterEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	patches := release.Patches(rel.Minor)
-	c := newCluster(ctx, t, "e2e", patches[0], lab.Options{Hosts: 4, Bare: true}, patches[1:]...)
+	// Its hosts have IPv6 addresses too: the cluster is dual-stack for its whole life.
+	c := newCluster(ctx, t, "e2e", patches[0], lab.Options{Hosts: 4, Bare: true, IPv6: true}, patches[1:]...)
 	l := c.lab
 	c.mirrorConformanceImages(kit)
 	agent := buildAgentImage(t, t.TempDir())
@@ -660,8 +661,15 @@ func TestApplyLabClusterEndToEnd(t *testing.T) {
 		c.checkServiceWebhook(ctx, workload{image: agentImage, pull: corev1.PullNever}, master, w1)
 	})
 
+	c.step("dual-stack", func(t *testing.T) {
+		// Both IP families: the nodes' addresses and pod ranges, a pod's addresses, a Service
+		// requiring both answering on each from a pod and a host of another node, CoreDNS.
+		c.checkDualStack(ctx, workload{image: agentImage, pull: corev1.PullNever}, w1, w2)
+	})
+
 	c.step("network-policy", func(t *testing.T) {
-		// NetworkPolicy enforced with no setting: a default deny, then one labelled pod let in.
+		// NetworkPolicy enforced with no setting: a default deny, then one labelled pod let in,
+		// over each IP family.
 		c.checkNetworkPolicy(ctx, workload{image: agentImage, pull: corev1.PullNever}, w1, w2, 3)
 		c.networkPolicyOffAndOn(ctx, l.Hosts[:1], l.Hosts[1:3])
 		c.checkAdminNetworkPolicy(ctx, l.Hosts[:1], l.Hosts[1:3], workload{image: agentImage, pull: corev1.PullNever}, w1, w2)
@@ -955,8 +963,15 @@ func (c *cluster) writeInventory(masters, workers []lab.Host) {
 	if c.localVolumes != "" {
 		fmt.Fprintf(&b, "localVolumes: %s\n", c.localVolumes)
 	}
+	var networking []string
 	if c.networkPolicy != "" || c.adminNetworkPolicy {
-		fmt.Fprintf(&b, "networking: {networkPolicy: %s, adminNetworkPolicy: %t}\n", cmp.Or(c.networkPolicy, inventory.NetworkPolicyEnforce), c.adminNetworkPolicy)
+		networking = append(networking, "networkPolicy: "+cmp.Or(c.networkPolicy, inventory.NetworkPolicyEnforce), fmt.Sprintf("adminNetworkPolicy: %t", c.adminNetworkPolicy))
+	}
+	if c.dualStack() { // the lab's skeleton is dual-stack: its hosts have IPv6 addresses
+		networking = append(networking, fmt.Sprintf("podSubnet: %q", skel.Networking.PodSubnet), fmt.Sprintf("serviceSubnet: %q", skel.Networking.ServiceSubnet))
+	}
+	if len(networking) > 0 {
+		fmt.Fprintf(&b, "networking: {%s}\n", strings.Join(networking, ", "))
 	}
 	var kp []string
 	if c.proxyMode != "" {
@@ -995,12 +1010,21 @@ func (c *cluster) writeInventory(masters, workers []lab.Host) {
 			if u := c.sshUsers[h.Name]; u != "" {
 				labels += fmt.Sprintf(", ssh: {user: %s}", u)
 			}
+			if h.Address6 != "" {
+				labels += fmt.Sprintf(", ipv6Address: %q", h.Address6)
+			}
 			fmt.Fprintf(&b, "  - {name: %s, address: %s%s}\n", h.Name, h.Address, labels)
 		}
 	}
 	if err := os.WriteFile(c.inventory, []byte(b.String()), 0o600); err != nil {
 		c.t.Fatal(err)
 	}
+}
+
+// dualStack tells whether the cluster's lab gave its hosts IPv6 addresses (lab.Options.IPv6):
+// its inventory is then dual-stack.
+func (c *cluster) dualStack() bool {
+	return len(c.lab.Hosts) > 0 && c.lab.Hosts[0].Address6 != ""
 }
 
 // firstServiceIP is the kubernetes Service's address with the default serviceSubnet.

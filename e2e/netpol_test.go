@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -57,8 +58,8 @@ func (c *cluster) waitNetworkPolicyAgent(ctx context.Context, nodes int) {
 type policyFixture struct {
 	c              *cluster
 	ctx            context.Context
-	server, client string // the namespaces
-	url            string // the server pod's
+	server, client string   // the namespaces
+	urls           []string // the server pod's, one per IP family (IPv4 first)
 }
 
 func (c *cluster) newPolicyFixture(ctx context.Context, prefix string, wl workload, serverNode, clientNode string) *policyFixture {
@@ -89,7 +90,13 @@ func (c *cluster) newPolicyFixture(ctx context.Context, prefix string, wl worklo
 				return false, nil
 			}
 			if p.name == "server" {
-				f.url = fmt.Sprintf("http://%s:8080/", got.Status.PodIP)
+				f.urls = nil
+				for _, ip := range got.Status.PodIPs {
+					f.urls = append(f.urls, "http://"+net.JoinHostPort(ip.IP, "8080")+"/")
+				}
+				if c.dualStack() && len(f.urls) != 2 {
+					return false, fmt.Errorf("the server pod of a dual-stack cluster has addresses %v; want one of each family", got.Status.PodIPs)
+				}
 			}
 		}
 		return true, nil
@@ -108,26 +115,34 @@ func (f *policyFixture) cleanup() {
 	}
 }
 
-func (f *policyFixture) reaches(pod string) bool {
-	out, err := f.c.kubectl(f.ctx, "-n", f.client, "exec", pod, "--", "/agent", "get", f.url, "3s")
-	return err == nil && strings.TrimSpace(out) == "server"
+// reaches says, for each of the server's addresses (one per IP family), whether pod reaches it.
+func (f *policyFixture) reaches(pod string) []bool {
+	var out []bool
+	for _, u := range f.urls {
+		got, err := f.c.kubectl(f.ctx, "-n", f.client, "exec", pod, "--", "/agent", "get", u, "3s")
+		out = append(out, err == nil && strings.TrimSpace(got) == "server")
+	}
+	return out
 }
 
-// expect waits until friend and stranger reach the server as wanted (the agents follow a policy
-// within seconds), and says how long that took.
+// expect waits until friend and stranger reach the server as wanted, over each IP family of
+// the cluster (the agents follow a policy within seconds), and says how long that took.
 func (f *policyFixture) expect(what string, friend, stranger bool) {
 	t := f.c.t
 	t.Helper()
 	start := time.Now()
-	var fr, st bool
+	all := func(want bool, got []bool) bool {
+		return !slices.ContainsFunc(got, func(b bool) bool { return b != want })
+	}
+	var fr, st []bool
 	for range 15 {
-		if fr, st = f.reaches("friend"), f.reaches("stranger"); fr == friend && st == stranger {
-			t.Logf("%s: friend reaches the server %v, stranger %v (after %s)", what, fr, st, time.Since(start).Round(100*time.Millisecond))
+		if fr, st = f.reaches("friend"), f.reaches("stranger"); all(friend, fr) && all(stranger, st) {
+			t.Logf("%s: friend reaches the server %v, stranger %v, at %s (after %s)", what, friend, stranger, strings.Join(f.urls, " and "), time.Since(start).Round(100*time.Millisecond))
 			return
 		}
 		time.Sleep(time.Second)
 	}
-	t.Errorf("%s: friend reaches the server %v, stranger %v; want %v, %v", what, fr, st, friend, stranger)
+	t.Errorf("%s: friend reaches the server at %s: %v, stranger %v; want %v, %v", what, strings.Join(f.urls, " and "), fr, st, friend, stranger)
 }
 
 func (f *policyFixture) create(p *networkingv1.NetworkPolicy) {
