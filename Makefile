@@ -41,14 +41,17 @@ bench: deps
 ## conformance: Kubernetes' own conformance suite, built offline, against a lab cluster: every
 ## [Conformance] spec that is not [Serial], [Disruptive] or [Slow]. KUBERNETES=v1.37.2 picks the
 ## release (default: kforge's default); PROXY_MODE=nftables puts kube-proxy in nftables mode;
-## NETPOL=1 runs sig-network's NetworkPolicy specs ([Feature:NetworkPolicy]) instead.
-## JUnit, the suite's log and a summary by SIG land in conformance-report/<version>[-<mode>][-netpol]/.
+## NETPOL=1 runs sig-network's NetworkPolicy specs ([Feature:NetworkPolicy]) instead;
+## DUALSTACK=1 the dual-stack specs ([Feature:IPv6DualStack]) on a dual-stack cluster.
+## JUnit, the suite's log and a summary by SIG land in
+## conformance-report/<version>[-<mode>][-netpol][-dualstack]/.
 ## `make test` runs a slice of it (DNS, Services, webhooks).
 KUBERNETES ?=
 PROXY_MODE ?=
 NETPOL ?=
+DUALSTACK ?=
 conformance: deps
-	KFORGE_CONFORMANCE=full KFORGE_CONFORMANCE_REPORT=$(CURDIR)/conformance-report KFORGE_CONFORMANCE_VERSION=$(KUBERNETES) KFORGE_CONFORMANCE_PROXY_MODE=$(PROXY_MODE) KFORGE_CONFORMANCE_NETPOL=$(NETPOL) \
+	KFORGE_CONFORMANCE=full KFORGE_CONFORMANCE_REPORT=$(CURDIR)/conformance-report KFORGE_CONFORMANCE_VERSION=$(KUBERNETES) KFORGE_CONFORMANCE_PROXY_MODE=$(PROXY_MODE) KFORGE_CONFORMANCE_NETPOL=$(NETPOL) KFORGE_CONFORMANCE_DUALSTACK=$(DUALSTACK) \
 		$(TESTENV) $(GO) test -count=1 -v -timeout 4h -run '^TestConformance$$' ./e2e
 
 ## fuzz: the inventory loader fuzzer; FUZZTIME=10m by default.

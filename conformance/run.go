@@ -26,6 +26,13 @@ const (
 	NetworkPolicySkip  = Skip + `|\[Feature:SCTPConnectivity\]`
 )
 
+// The dual-stack specs (labelled Feature:IPv6DualStack), for a dual-stack cluster, without the
+// same kinds as above and those over SCTP, for the same reasons.
+const (
+	DualStackFocus = `\[Feature:IPv6DualStack\]`
+	DualStackSkip  = NetworkPolicySkip
+)
+
 // RunOptions say what to run against which cluster.
 type RunOptions struct {
 	Kubeconfig string

@@ -36,7 +36,9 @@ const conformanceSlice = `\[sig-network\] DNS should provide (DNS for the cluste
 // default release), KFORGE_CONFORMANCE_PROXY_MODE kube-proxy's mode (kubeProxy.mode), and
 // KFORGE_CONFORMANCE_REPORT keeps the JUnit report and the suite's log in that directory.
 // KFORGE_CONFORMANCE_NETPOL=1 runs sig-network's NetworkPolicy specs instead
-// (conformance.NetworkPolicyFocus), against the agent kforge runs by default. Every selected spec must pass, but for those that cannot with images made offline
+// (conformance.NetworkPolicyFocus), against the agent kforge runs by default;
+// KFORGE_CONFORMANCE_DUALSTACK=1 the dual-stack specs (conformance.DualStackFocus) on a
+// dual-stack cluster (lab hosts with IPv6 addresses). Every selected spec must pass, but for those that cannot with images made offline
 // (conformance.CannotPassOffline). make test's slice (conformanceSlice) runs on the cluster of
 // TestApplyLabClusterEndToEnd, which exists already.
 func TestConformance(t *testing.T) {
@@ -53,6 +55,10 @@ func TestConformance(t *testing.T) {
 	focus, skip, suffix := conformance.Focus, conformance.Skip, ""
 	if os.Getenv("KFORGE_CONFORMANCE_NETPOL") == "1" {
 		focus, skip, suffix = conformance.NetworkPolicyFocus, conformance.NetworkPolicySkip, "-netpol"
+	}
+	dual := os.Getenv("KFORGE_CONFORMANCE_DUALSTACK") == "1"
+	if dual {
+		focus, skip, suffix = conformance.DualStackFocus, conformance.DualStackSkip, suffix+"-dualstack"
 	}
 	report := t.TempDir()
 	if dir := os.Getenv("KFORGE_CONFORMANCE_REPORT"); dir != "" {
@@ -71,7 +77,7 @@ func TestConformance(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("conformance kit of %s in %s", version, time.Since(start).Round(time.Second))
-	c := newCluster(ctx, t, "conf", version, lab.Options{Hosts: 3, Bare: true})
+	c := newCluster(ctx, t, "conf", version, lab.Options{Hosts: 3, Bare: true, IPv6: dual})
 	h := c.lab.Hosts
 	c.mirrorConformanceImages(kit)
 	c.proxyMode = proxyMode
