@@ -801,16 +801,22 @@ func TestApplyLabClusterEndToEnd(t *testing.T) {
 	})
 
 	c.step("reset", func(t *testing.T) {
-		// reset --yes: every host of the cluster is clean again (the lost master is down).
+		// reset --yes: every host of the cluster is clean again (the lost master is down), in
+		// both IP families.
 		if out, err := c.run("reset", "--yes"); err != nil {
 			t.Fatalf("kforge reset: %v\n%s", err, out)
 		}
 		for _, h := range l.Hosts[1:] {
 			left := c.exec(ctx, h.Name, `pgrep -x kubelet >/dev/null && echo "kubelet running"
 ctr -n k8s.io containers ls -q | sed 's/^/container /'
-for p in /etc/kubernetes /var/lib/kubelet /var/lib/etcd /etc/cni/net.d/10-kforge.conflist /etc/systemd/system/kforge-service-route.service /run/kforge-service-route; do [ -e $p ] && echo "left $p"; done
+for p in /etc/kubernetes /var/lib/kubelet /var/lib/etcd /etc/cni/net.d/10-kforge.conflist /etc/systemd/system/kforge-service-route.service /run/kforge-service-route /run/kforge-service-route6; do [ -e $p ] && echo "left $p"; done
 ip route show `+inventory.DefaultServiceSubnet+` | sed 's/^/route left: /'
+ip -6 route show `+strings.Split(lab.SkeletonServiceSubnets, ",")[1]+` | sed 's/^/IPv6 route left: /'
+ip -6 route | grep -E 'fd00:10:244:|flannel|cni0' | sed 's/^/IPv6 pod route left: /'
+for l in cni0 flannel.1 flannel-v6.1; do ip link show dev $l >/dev/null 2>&1 && echo "link left: $l"; done
+nft list table inet `+kube.NetworkPolicyTable+` >/dev/null 2>&1 && echo "nft table left: inet `+kube.NetworkPolicyTable+`"
 iptables-save 2>/dev/null | grep -E -- '-A (KUBE|FLANNEL)-' | head -3
+ip6tables-save 2>/dev/null | grep -E -- '-A (KUBE|FLANNEL)-' | sed 's/^/IPv6: /' | head -3
 true`)
 			if left != "" {
 				t.Errorf("%s after reset:\n%s", h.Name, left)
