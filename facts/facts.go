@@ -81,6 +81,9 @@ type Facts struct {
 	KubeletDropIn bool
 	// ServiceRoute says whether a route covers the Service subnet (Options.ServiceAddress).
 	ServiceRoute Route
+	// Addrs maps each global address of the host's interfaces to its device; nil when ip could
+	// not list them.
+	Addrs map[string]string
 	// VIP is what the host knows of the control plane's virtual IP (Options.VIP).
 	VIP VIP
 

@@ -398,6 +398,22 @@ km overlay 'grep -qw overlay /proc/filesystems'; km br_netfilter '[ -d /proc/sys
 	{keys: []string{"kubeletdropin="},
 		command: always(`[ -f ` + remote.Quote(hostpath.KubeletDropInPath) + ` ] && echo kubeletdropin=1`),
 		parse:   func(p *parsing, _, v string) error { p.f.KubeletDropIn = v == "1"; return nil }},
+	{keys: []string{"addrs=", "addr "},
+		command: script("facts-addrs"),
+		parse: func(p *parsing, k, v string) error {
+			if p.f.Addrs == nil {
+				p.f.Addrs = map[string]string{}
+			}
+			if k == "addrs" {
+				return nil
+			}
+			ip, dev, ok := strings.Cut(v, " ")
+			if !ok {
+				return fmt.Errorf("addr line %q: want IP DEVICE", v)
+			}
+			p.f.Addrs[ip] = dev
+			return nil
+		}},
 	{keys: []string{"svcroute="},
 		command: func(o Options) string {
 			if o.ServiceAddress == "" {

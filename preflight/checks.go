@@ -2,6 +2,7 @@ package preflight
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 	"regexp"
 	"slices"
@@ -104,6 +105,7 @@ const (
 	CheckAPIProxyPort   = "APIProxyPort"
 	CheckRegistryPort   = "RegistryPort"
 	CheckVIP            = "ControlPlaneVIP"
+	CheckNodeIP         = "NodeIP"
 	// CheckFacts is a host whose facts could not be gathered; it cannot be ignored.
 	CheckFacts = "Facts"
 )
@@ -124,7 +126,7 @@ func CheckNames() []string {
 	for _, p := range Ports {
 		names = append(names, PortCheck(p.Port))
 	}
-	return append(names, CheckManifestsDir, CheckEtcdDataDir, CheckKernelModules, CheckIPForward, CheckBridgeNF, CheckClockSkew, CheckArch, CheckEtcdQuorum, CheckUpgradeRoute, CheckServiceRoute, CheckAPIProxyPort, CheckRegistryPort, CommandCheck("curl"), CheckVIP, CheckProxyMode)
+	return append(names, CheckManifestsDir, CheckEtcdDataDir, CheckKernelModules, CheckIPForward, CheckBridgeNF, CheckClockSkew, CheckArch, CheckEtcdQuorum, CheckUpgradeRoute, CheckNodeIP, CheckServiceRoute, CheckAPIProxyPort, CheckRegistryPort, CommandCheck("curl"), CheckVIP, CheckProxyMode)
 }
 
 type hostCheck func(c *inventory.Cluster, n inventory.Node, f *facts.Facts) []Finding
@@ -133,7 +135,7 @@ type hostCheck func(c *inventory.Cluster, n inventory.Node, f *facts.Facts) []Fi
 var hostChecks = []hostCheck{
 	checkPrivilegedUser, checkSystem, checkInitSystem, checkCPUAndMemory, checkSwap, checkCommands,
 	checkCRI, checkKubeletVersion, checkHostname, checkPorts, checkAPIProxyPort, checkBundleFromMasters, checkManifestsDir, checkEtcdDataDir,
-	checkSysctls, checkServiceRoute, checkResolvConf, checkSELinux, checkAppArmor, checkFirewall, checkClockSkew, checkCapSysResource, checkEtcdQuorum, checkUpgradeRoute,
+	checkSysctls, checkNodeIPs, checkServiceRoute, checkResolvConf, checkSELinux, checkAppArmor, checkFirewall, checkClockSkew, checkCapSysResource, checkEtcdQuorum, checkUpgradeRoute,
 }
 
 func finding(n inventory.Node, check string, sev Severity, fix, format string, args ...any) Finding {
@@ -575,6 +577,41 @@ func checkSysctls(_ *inventory.Cluster, n inventory.Node, f *facts.Facts) []Find
 			"/proc/sys/net/bridge/bridge-nf-call-iptables does not exist: the br_netfilter module is not loaded"))
 	case v != "1":
 		out = append(out, finding(n, CheckBridgeNF, Info, "", "net.bridge.bridge-nf-call-iptables is %s; kforge sets it to 1 in its own sysctl.d file", v))
+	}
+	return out
+}
+
+// checkNodeIPs refuses a host that holds no interface address it is named by inside the
+// cluster (internalAddress, or address, and a dual-stack cluster's ipv6Address): kubelet
+// refuses a --node-ip the host does not hold. A dual-stack node's two addresses must be on one
+// interface: flannel carries IPv6 over the device of the IPv4 address.
+func checkNodeIPs(_ *inventory.Cluster, n inventory.Node, f *facts.Facts) []Finding {
+	if f.Addrs == nil { // ip could not list them: checkCommands says so
+		return nil
+	}
+	var out []Finding
+	devs := map[string]string{}
+	for i, ip := range n.NodeIPs() {
+		field := map[bool]string{true: "internalAddress", false: "address"}[n.InternalAddress != ""]
+		if i == 1 {
+			field = "ipv6Address"
+		}
+		a, err := netip.ParseAddr(ip)
+		if err != nil {
+			continue // a DNS name: validation asked for internalAddress
+		}
+		dev, ok := f.Addrs[a.String()]
+		if !ok {
+			out = append(out, finding(n, CheckNodeIP, Error,
+				fmt.Sprintf("set the host's %s to an address one of its interfaces holds (ip -o addr shows them), or give that address to the host", field),
+				"no interface holds %s, the node's %s (kubelet's --node-ip): the host has %s", ip, field, strings.Join(slices.Sorted(maps.Keys(f.Addrs)), ", ")))
+			continue
+		}
+		devs[ip] = dev
+	}
+	if ips := n.NodeIPs(); len(ips) == 2 && devs[ips[0]] != "" && devs[ips[1]] != "" && devs[ips[0]] != devs[ips[1]] {
+		out = append(out, finding(n, CheckNodeIP, Error, "give the host its ipv6Address on the interface of its IPv4 address, or name that interface's IPv6 address",
+			"the node's IPv4 address %s is on %s and its IPv6 address %s on %s: flannel carries the pods' IPv6 over the device of the IPv4 address", ips[0], devs[ips[0]], ips[1], devs[ips[1]]))
 	}
 	return out
 }

@@ -57,6 +57,12 @@ func healthy(name string) *facts.Facts {
 	}
 }
 
+// dualStack makes the cluster dual-stack, w1's IPv6 address 2001:db8::11.
+func dualStack(c *inventory.Cluster) {
+	c.Networking.PodSubnet, c.Networking.ServiceSubnet = "10.244.0.0/16,fd00:10:244::/56", "10.96.0.0/12,fd00:10:96::/112"
+	c.Masters[0].IPv6Address, c.Workers[0].IPv6Address = "2001:db8::10", "2001:db8::11"
+}
+
 // bundleFromMasters makes the masters serve the bundle to the other nodes.
 func bundleFromMasters(c *inventory.Cluster) {
 	c.Bundle, c.ContainerRuntime.Install = "b", inventory.RuntimeFromBundle
@@ -130,6 +136,17 @@ func TestChecks(t *testing.T) {
 			func(c *inventory.Cluster) { c.Kubelet.ExtraArgs = map[string]string{"--fail-swap-on": "False"} }, CheckSwap, Warning, "fail-swap-on=false"},
 		{"required command", "m1", func(f *facts.Facts) { delete(f.Binaries, "losetup") }, nil, CommandCheck("losetup"), Error, "losetup not found in system path"},
 		{"optional command", "m1", func(f *facts.Facts) { delete(f.Binaries, "socat") }, nil, CommandCheck("socat"), Warning, "socat not found"},
+		{"node IP held", "w1", func(f *facts.Facts) { f.Addrs = map[string]string{"198.51.100.11": "eth0"} }, nil, CheckNodeIP, Error, ""},
+		{"node IP not gathered", "w1", func(f *facts.Facts) { f.Addrs = nil }, nil, CheckNodeIP, Error, ""},
+		{"node IP not held", "w1", func(f *facts.Facts) { f.Addrs = map[string]string{"192.168.9.3": "eth1", "10.0.0.7": "eth0"} }, nil, CheckNodeIP, Error,
+			"no interface holds 198.51.100.11, the node's address (kubelet's --node-ip): the host has 10.0.0.7, 192.168.9.3"},
+		{"internal address not held", "w1", func(f *facts.Facts) { f.Addrs = map[string]string{"198.51.100.11": "eth0"} },
+			func(c *inventory.Cluster) { c.Workers[0].InternalAddress = "10.1.0.11" }, CheckNodeIP, Error, "no interface holds 10.1.0.11, the node's internalAddress"},
+		{"IPv6 address not held", "w1", func(f *facts.Facts) { f.Addrs = map[string]string{"198.51.100.11": "eth0"} }, dualStack, CheckNodeIP, Error,
+			"no interface holds 2001:db8::11, the node's ipv6Address"},
+		{"dual-stack on two interfaces", "w1", func(f *facts.Facts) { f.Addrs = map[string]string{"198.51.100.11": "eth0", "2001:db8::11": "eth1"} }, dualStack, CheckNodeIP, Error,
+			"the node's IPv4 address 198.51.100.11 is on eth0 and its IPv6 address 2001:db8::11 on eth1"},
+		{"dual-stack on one interface", "w1", func(f *facts.Facts) { f.Addrs = map[string]string{"198.51.100.11": "eth0", "2001:db8::11": "eth0"} }, dualStack, CheckNodeIP, Error, ""},
 		{"service subnet routed", "w1", func(f *facts.Facts) { f.ServiceRoute = facts.RouteCovered }, nil, CheckServiceRoute, Info, ""},
 		{"service subnet unrouted", "w1", func(f *facts.Facts) { f.ServiceRoute = facts.RouteMissing }, nil, CheckServiceRoute, Info, "no route covers the service subnet 10.96.0.0/12"},
 		{"resolv.conf upstream", "w1", func(f *facts.Facts) { f.Resolver = facts.Resolver{Nameservers: []string{"192.0.2.53"}} }, nil, CheckResolvConf, Error, ""},
