@@ -244,6 +244,7 @@ type snapshot struct {
 	cgroups  []string
 	links    []string
 	registry string
+	taken    uint64 // when, in clock ticks since boot (before down)
 }
 
 // uptimeTicks is the time since boot in the clock ticks of /proc/PID/stat's start times
@@ -265,7 +266,7 @@ func uptimeTicks(t *testing.T) uint64 {
 func takeSnapshot(t *testing.T, l *Lab) snapshot {
 	t.Helper()
 	s := snapshot{lab: l.Name, dir: l.Dir, pids: map[int]uint64{}, ns: map[string]bool{},
-		registry: registryFile(l.Name)}
+		registry: registryFile(l.Name), taken: uptimeTicks(t)}
 	for _, h := range l.st.Hosts {
 		s.cgroups = append(s.cgroups, h.Cgroups...)
 		s.links = append(s.links, h.Veth)
@@ -303,9 +304,11 @@ func (s snapshot) assertGone(t *testing.T) {
 	// A namespace's id is its inode number, which the kernel gives again once the namespace is
 	// gone: a process of another lab (e2e's, running beside this package in make test) may be
 	// in a new namespace with a lab host's old id (CI at 2b3e5e2: "process 12268 (coredns) is
-	// still in lab namespace mnt:[…]"). Such a process started after down; a process left
-	// behind by down started before it, and one it started since is found through it.
-	since := uptimeTicks(t)
+	// still in lab namespace mnt:[…]"). Such a process started after down began: after the
+	// snapshot, not after down returned (a namespace is freed as soon as its host stops, and
+	// another lab may take its id before down is done with the other hosts). A process left
+	// behind by down started before the snapshot, as every process of the lab's hosts did.
+	since := s.taken
 	for p, st := range s.pids {
 		if alive(p, st) {
 			t.Errorf("process %d (%s) still runs after down", p, comm(p))
