@@ -41,6 +41,15 @@ var laneState = func() []*lane {
 	return ls
 }()
 
+// labTests is the number of lab tests, in all lanes.
+func labTests() int {
+	n := 0
+	for _, l := range lanes {
+		n += len(l)
+	}
+	return n
+}
+
 // TestMain lets every lab test be in flight at once (each waits for its turn in its lane, not
 // for a -parallel slot, which a waiting test would hold), unless -parallel is given.
 func TestMain(m *testing.M) {
@@ -48,7 +57,7 @@ func TestMain(m *testing.M) {
 	set := false
 	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
 	if !set {
-		if err := flag.Set("test.parallel", strconv.Itoa(len(lanes[0])+len(lanes[1]))); err != nil {
+		if err := flag.Set("test.parallel", strconv.Itoa(labTests())); err != nil {
 			panic(err)
 		}
 	}
@@ -77,7 +86,7 @@ func inLane(t *testing.T) {
 	t.Parallel()
 	// With -parallel smaller than the number of lab tests, a test waiting here could hold the
 	// slot its predecessor needs: then the order is go test's.
-	if p, _ := strconv.Atoi(flag.Lookup("test.parallel").Value.String()); p >= len(lanes[0])+len(lanes[1]) {
+	if p, _ := strconv.Atoi(flag.Lookup("test.parallel").Value.String()); p >= labTests() {
 		start := time.Now()
 		l.mu.Lock()
 		for _, before := range order[:slices.Index(order, t.Name())] {
