@@ -84,6 +84,9 @@ type Facts struct {
 	// Addrs maps each global address of the host's interfaces to its device; nil when ip could
 	// not list them.
 	Addrs map[string]string
+	// KubeletNodeIP is the --node-ip kubelet runs with (hostpath.KubeletFlagsEnvPath): one
+	// address per IP family of the running cluster; empty when it has no such file.
+	KubeletNodeIP string
 	// VIP is what the host knows of the control plane's virtual IP (Options.VIP).
 	VIP VIP
 

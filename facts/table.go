@@ -398,14 +398,19 @@ km overlay 'grep -qw overlay /proc/filesystems'; km br_netfilter '[ -d /proc/sys
 	{keys: []string{"kubeletdropin="},
 		command: always(`[ -f ` + remote.Quote(hostpath.KubeletDropInPath) + ` ] && echo kubeletdropin=1`),
 		parse:   func(p *parsing, _, v string) error { p.f.KubeletDropIn = v == "1"; return nil }},
-	{keys: []string{"addrs=", "addr "},
-		command: script("facts-addrs"),
+	{keys: []string{"addrs=", "addr ", "nodeip="},
+		command: always(scripts.Command("facts-addrs", "kubelet_flags", hostpath.KubeletFlagsEnvPath)),
 		parse: func(p *parsing, k, v string) error {
+			switch k {
+			case "nodeip":
+				p.f.KubeletNodeIP = v
+				return nil
+			case "addrs":
+				p.f.Addrs = map[string]string{}
+				return nil
+			}
 			if p.f.Addrs == nil {
 				p.f.Addrs = map[string]string{}
-			}
-			if k == "addrs" {
-				return nil
 			}
 			ip, dev, ok := strings.Cut(v, " ")
 			if !ok {

@@ -585,11 +585,21 @@ func checkSysctls(_ *inventory.Cluster, n inventory.Node, f *facts.Facts) []Find
 // cluster (internalAddress, or address, and a dual-stack cluster's ipv6Address): kubelet
 // refuses a --node-ip the host does not hold. A dual-stack node's two addresses must be on one
 // interface: flannel carries IPv6 over the device of the IPv4 address.
+//
+// A running node's --node-ip has one address per IP family of its cluster, which are fixed when
+// it is made (Kubernetes gives a node its pod ranges once): an inventory that turns a cluster
+// dual-stack, or back, is refused here, before anything changes.
 func checkNodeIPs(_ *inventory.Cluster, n inventory.Node, f *facts.Facts) []Finding {
-	if f.Addrs == nil { // ip could not list them: checkCommands says so
-		return nil
-	}
 	var out []Finding
+	if running := strings.Split(f.KubeletNodeIP, ","); f.KubeletNodeIP != "" && len(running) != len(n.NodeIPs()) {
+		fams := map[int]string{1: "single-stack", 2: "dual-stack"}
+		out = append(out, finding(n, CheckNodeIP, Error,
+			fmt.Sprintf("set networking.podSubnet and serviceSubnet back to the cluster's (%s), and ipv6Address as they were: kforge does not convert a running cluster; make a new cluster and move the workloads", fams[len(running)]),
+			"kubelet runs with --node-ip=%s: the cluster is %s, and the inventory makes it %s; a cluster's IP families are fixed when it is made", f.KubeletNodeIP, fams[len(running)], fams[len(n.NodeIPs())]))
+	}
+	if f.Addrs == nil { // ip could not list them: checkCommands says so
+		return out
+	}
 	devs := map[string]string{}
 	for i, ip := range n.NodeIPs() {
 		field := map[bool]string{true: "internalAddress", false: "address"}[n.InternalAddress != ""]

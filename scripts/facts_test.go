@@ -142,13 +142,14 @@ func TestFactsAddrs(t *testing.T) {
 	s.stub("ip", `printf '%s\n' '2: eth0    inet 198.51.100.12/25 scope global eth0\       valid_lft forever preferred_lft forever' \
   '2: eth0    inet6 2001:db8:100::12/64 scope global nodad \       valid_lft forever preferred_lft forever' \
   '5: eth1    inet 192.168.9.3/24 brd 192.168.9.255 scope global dynamic eth1\       valid_lft 86000sec preferred_lft 86000sec'`)
-	want := "addrs=1\naddr 198.51.100.12 eth0\naddr 2001:db8:100::12 eth0\naddr 192.168.9.3 eth1\n"
-	if out := s.mustRun(Command("facts-addrs"), ""); out != want {
+	flags := s.write("kubeadm-flags.env", `KUBELET_KUBEADM_ARGS="--hostname-override=w1 --node-ip=198.51.100.12,2001:db8:100::12 --pod-max-pids=4096"`+"\n")
+	want := "addrs=1\naddr 198.51.100.12 eth0\naddr 2001:db8:100::12 eth0\naddr 192.168.9.3 eth1\nnodeip=198.51.100.12,2001:db8:100::12\n"
+	if out := s.mustRun(Command("facts-addrs", "kubelet_flags", flags), ""); out != want {
 		t.Errorf("got %q, want %q", out, want)
 	}
 	none := newSandbox(t)
-	none.path = "" // only the stubs: no ip
-	if out := none.mustRun(Command("facts-addrs"), ""); out != "" {
+	none.path = "" // only the stubs: no ip, and no kubelet flags
+	if out := none.mustRun(Command("facts-addrs", "kubelet_flags", none.file("missing")), ""); out != "" {
 		t.Errorf("without ip: %q, want nothing", out)
 	}
 }
