@@ -105,7 +105,7 @@ func (c *cluster) checkDualStack(ctx context.Context, wl workload, server, clien
 		var err error
 		for range 15 {
 			if out, err = try(); err == nil && ok(out) {
-				t.Logf("%s: %s (after %s)", what, strings.TrimSpace(out), time.Since(start).Round(100*time.Millisecond))
+				t.Logf("%s: %s (after %s)", what, strings.Join(strings.Fields(out), " "), time.Since(start).Round(100*time.Millisecond))
 				return
 			}
 			time.Sleep(2 * time.Second)
