@@ -967,7 +967,8 @@ func (h *simHost) command(args []string, out io.Writer) (int, error) {
 	case strings.Join(args, " ") == "grep -qw overlay /proc/filesystems",
 		strings.Join(args, " ") == "[ -e /proc/sys/net/bridge/bridge-nf-call-iptables ]":
 		return 0, nil // the simulated kernel has both (built in)
-	case strings.Join(args, " ") == "[ ! -f "+hostpath.ServiceRouteMarker+" ]":
+	case strings.Join(args, " ") == "[ ! -f "+hostpath.ServiceRouteMarker+" ]",
+		strings.Join(args, " ") == "[ ! -f "+hostpath.ServiceRouteMarkerIPv6+" ]":
 		return 0, nil // the simulated hosts have a default route: the unit adds none
 	case args[0] != "systemctl" || len(args) < 3:
 		return 127, fmt.Errorf("no such command in the simulation: %q", args)

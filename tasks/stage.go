@@ -395,7 +395,8 @@ func (hp *hop) configureRuntime(ctx context.Context, n inventory.Node, h remote.
 // written), and prints the interface of the route it added, if it added one.
 func serviceRouteScript(written bool) string {
 	return unitScript(hostpath.ServiceRouteUnit, written) +
-		" && { cat " + hostpath.ServiceRouteMarker + " " + hostpath.ServiceRouteMarkerIPv6 + " 2>/dev/null || :; }"
+		" && { [ ! -f " + hostpath.ServiceRouteMarker + " ] || cat " + hostpath.ServiceRouteMarker + "; }" +
+		" && { [ ! -f " + hostpath.ServiceRouteMarkerIPv6 + " ] || cat " + hostpath.ServiceRouteMarkerIPv6 + "; }"
 }
 
 // unitScript enables a systemd unit of kforge's and starts it, or restarts it.
