@@ -401,16 +401,15 @@ km overlay 'grep -qw overlay /proc/filesystems'; km br_netfilter '[ -d /proc/sys
 	{keys: []string{"addrs=", "addr ", "nodeip="},
 		command: always(scripts.Command("facts-addrs", "kubelet_flags", hostpath.KubeletFlagsEnvPath)),
 		parse: func(p *parsing, k, v string) error {
-			switch k {
-			case "nodeip":
+			if k == "nodeip" {
 				p.f.KubeletNodeIP = v
 				return nil
-			case "addrs":
-				p.f.Addrs = map[string]string{}
-				return nil
 			}
-			if p.f.Addrs == nil {
+			if p.f.Addrs == nil { // "addrs=1": ip listed them, perhaps none
 				p.f.Addrs = map[string]string{}
+			}
+			if k == "addrs" {
+				return nil
 			}
 			ip, dev, ok := strings.Cut(v, " ")
 			if !ok {

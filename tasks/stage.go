@@ -394,9 +394,11 @@ func (hp *hop) configureRuntime(ctx context.Context, n inventory.Node, h remote.
 // serviceRouteScript enables and starts the service-route unit (restarts it when its file was
 // written), and prints the interface of the route it added, if it added one.
 func serviceRouteScript(written bool) string {
-	return unitScript(hostpath.ServiceRouteUnit, written) +
-		" && { [ ! -f " + hostpath.ServiceRouteMarker + " ] || cat " + hostpath.ServiceRouteMarker + "; }" +
-		" && { [ ! -f " + hostpath.ServiceRouteMarkerIPv6 + " ] || cat " + hostpath.ServiceRouteMarkerIPv6 + "; }"
+	script := unitScript(hostpath.ServiceRouteUnit, written)
+	for _, m := range []string{hostpath.ServiceRouteMarker, hostpath.ServiceRouteMarkerIPv6} {
+		script += " && { [ ! -f " + m + " ] || cat " + m + "; }"
+	}
+	return script
 }
 
 // unitScript enables a systemd unit of kforge's and starts it, or restarts it.

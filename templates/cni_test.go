@@ -2,6 +2,8 @@ package templates
 
 import (
 	"encoding/json"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -59,5 +61,33 @@ func TestFlannelCNIConfigNftables(t *testing.T) {
 	b, _ := json.Marshal(nft)
 	if string(a) != string(b) {
 		t.Errorf("the modes differ beyond portmap's backend:\n%s\n%s", a, b)
+	}
+}
+
+// TestNodeCIDRMaskFlags: the controller-manager gets a node share flag only where the share is
+// not its default for the range's family, and a dual-stack cluster's flags name the family.
+func TestNodeCIDRMaskFlags(t *testing.T) {
+	for _, tc := range []struct {
+		pods  string
+		sizes []int
+		want  []string
+	}{
+		{"10.244.0.0/16", []int{24}, nil},
+		{"10.244.0.0/16", []int{26}, []string{"--node-cidr-mask-size=26"}},
+		{"fd00:10:244::/56", []int{64}, nil},
+		{"fd00:10:244::/56", []int{80}, []string{"--node-cidr-mask-size=80"}},
+		{"10.244.0.0/16,fd00:10:244::/56", []int{24, 64}, nil},
+		{"10.244.0.0/16,fd00:10:244::/56", []int{25, 80}, []string{"--node-cidr-mask-size-ipv4=25", "--node-cidr-mask-size-ipv6=80"}},
+	} {
+		cm := ControlPlane{PodSubnet: tc.pods, ServiceSubnet: "10.96.0.0/12", NodeCIDRMaskSizes: tc.sizes}.ControllerManager()
+		var got []string
+		for _, a := range cm.Spec.Containers[0].Command {
+			if strings.HasPrefix(a, "--node-cidr-mask-size") {
+				got = append(got, a)
+			}
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%s %v: %v, want %v", tc.pods, tc.sizes, got, tc.want)
+		}
 	}
 }

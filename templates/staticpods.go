@@ -313,16 +313,20 @@ func (c ControlPlane) ControllerManager() *corev1.Pod {
 		args["allocate-node-cidrs"] = "true"
 		args["cluster-cidr"] = c.PodSubnet
 		args["service-cluster-ip-range"] = c.ServiceSubnet
-		switch sizes := c.NodeCIDRMaskSizes; {
-		case len(sizes) == 1 && sizes[0] != 0 && sizes[0] != 24 && !strings.Contains(c.PodSubnet, ":"),
-			len(sizes) == 1 && sizes[0] != 0 && sizes[0] != 64 && strings.Contains(c.PodSubnet, ":"):
-			args["node-cidr-mask-size"] = strconv.Itoa(sizes[0])
-		case len(sizes) == 2: // dual-stack: the controller-manager refuses node-cidr-mask-size
-			if sizes[0] != 24 {
-				args["node-cidr-mask-size-ipv4"] = strconv.Itoa(sizes[0])
+		// Each range's node share, where it is not the controller-manager's default for its
+		// family (24 for IPv4, 64 for IPv6). A dual-stack cluster's flags name the family: the
+		// controller-manager refuses node-cidr-mask-size there.
+		ranges := strings.Split(c.PodSubnet, ",")
+		for i, size := range c.NodeCIDRMaskSizes {
+			def, flag := 24, "node-cidr-mask-size-ipv4"
+			if i < len(ranges) && strings.Contains(ranges[i], ":") {
+				def, flag = 64, "node-cidr-mask-size-ipv6"
 			}
-			if sizes[1] != 64 {
-				args["node-cidr-mask-size-ipv6"] = strconv.Itoa(sizes[1])
+			if len(c.NodeCIDRMaskSizes) == 1 {
+				flag = "node-cidr-mask-size"
+			}
+			if size != 0 && size != def {
+				args[flag] = strconv.Itoa(size)
 			}
 		}
 	}
