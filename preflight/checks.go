@@ -591,37 +591,35 @@ func checkSysctls(_ *inventory.Cluster, n inventory.Node, f *facts.Facts) []Find
 // dual-stack, or back, is refused here, before anything changes.
 func checkNodeIPs(_ *inventory.Cluster, n inventory.Node, f *facts.Facts) []Finding {
 	var out []Finding
-	if running := strings.Split(f.KubeletNodeIP, ","); f.KubeletNodeIP != "" && len(running) != len(n.NodeIPs()) {
+	ips := n.NodeIPs()
+	fields := []string{"address", "ipv6Address"} // the inventory field each of ips comes from
+	if n.InternalAddress != "" {
+		fields[0] = "internalAddress"
+	}
+	if running := strings.Split(f.KubeletNodeIP, ","); f.KubeletNodeIP != "" && len(running) != len(ips) {
 		fams := map[int]string{1: "single-stack", 2: "dual-stack"}
 		out = append(out, finding(n, CheckNodeIP, Error,
 			fmt.Sprintf("set networking.podSubnet and serviceSubnet back to the cluster's (%s), and ipv6Address as they were: kforge does not convert a running cluster; make a new cluster and move the workloads", fams[len(running)]),
-			"kubelet runs with --node-ip=%s: the cluster is %s, and the inventory makes it %s; a cluster's IP families are fixed when it is made", f.KubeletNodeIP, fams[len(running)], fams[len(n.NodeIPs())]))
+			"kubelet runs with --node-ip=%s: the cluster is %s, and the inventory makes it %s; a cluster's IP families are fixed when it is made", f.KubeletNodeIP, fams[len(running)], fams[len(ips)]))
 	}
 	if f.Addrs == nil { // ip could not list them: checkCommands says so
 		return out
 	}
-	devs := map[string]string{}
-	for i, ip := range n.NodeIPs() {
-		field := map[bool]string{true: "internalAddress", false: "address"}[n.InternalAddress != ""]
-		if i == 1 {
-			field = "ipv6Address"
-		}
+	devs := make([]string, len(ips))
+	for i, ip := range ips {
 		a, err := netip.ParseAddr(ip)
 		if err != nil {
 			continue // a DNS name: validation asked for internalAddress
 		}
-		dev, ok := f.Addrs[a.String()]
-		if !ok {
+		if devs[i] = f.Addrs[a.String()]; devs[i] == "" {
 			out = append(out, finding(n, CheckNodeIP, Error,
-				fmt.Sprintf("set the host's %s to an address one of its interfaces holds (ip -o addr shows them), or give that address to the host", field),
-				"no interface holds %s, the node's %s (kubelet's --node-ip): the host has %s", ip, field, strings.Join(slices.Sorted(maps.Keys(f.Addrs)), ", ")))
-			continue
+				fmt.Sprintf("set the host's %s to an address one of its interfaces holds (ip -o addr shows them), or give that address to the host", fields[i]),
+				"no interface holds %s, the node's %s (kubelet's --node-ip): the host has %s", ip, fields[i], strings.Join(slices.Sorted(maps.Keys(f.Addrs)), ", ")))
 		}
-		devs[ip] = dev
 	}
-	if ips := n.NodeIPs(); len(ips) == 2 && devs[ips[0]] != "" && devs[ips[1]] != "" && devs[ips[0]] != devs[ips[1]] {
+	if len(ips) == 2 && devs[0] != "" && devs[1] != "" && devs[0] != devs[1] {
 		out = append(out, finding(n, CheckNodeIP, Error, "give the host its ipv6Address on the interface of its IPv4 address, or name that interface's IPv6 address",
-			"the node's IPv4 address %s is on %s and its IPv6 address %s on %s: flannel carries the pods' IPv6 over the device of the IPv4 address", ips[0], devs[ips[0]], ips[1], devs[ips[1]]))
+			"the node's IPv4 address %s is on %s and its IPv6 address %s on %s: flannel carries the pods' IPv6 over the device of the IPv4 address", ips[0], devs[0], ips[1], devs[1]))
 	}
 	return out
 }
