@@ -96,6 +96,8 @@ type cluster struct {
 	// adminNetworkPolicy its networking.adminNetworkPolicy.
 	networkPolicy      string
 	adminNetworkPolicy bool
+	// etcdHosts, when set, are the inventory's etcd group (an external etcd).
+	etcdHosts []lab.Host
 }
 
 const agentImage = "kforge.test/e2e-agent:v1"
@@ -1003,7 +1005,7 @@ func (c *cluster) writeInventory(masters, workers []lab.Host) {
 	for _, group := range []struct {
 		key   string
 		hosts []lab.Host
-	}{{"masters", masters}, {"workers", workers}} {
+	}{{"masters", masters}, {"workers", workers}, {"etcd", c.etcdHosts}} {
 		if len(group.hosts) == 0 {
 			continue
 		}

@@ -39,10 +39,14 @@ func port(proto string, from, to int, what string) Port {
 // and what kforge adds: the pod network, the masters' registry).
 func For(c *inventory.Cluster, role inventory.Role) []Port {
 	var out []Port
+	if role == inventory.RoleEtcd { // an external etcd's host: etcd alone, no Kubernetes node
+		return []Port{port("tcp", 2379, 2380, "etcd (clients and peers)")}
+	}
 	if role == inventory.RoleMaster {
-		out = append(out,
-			port("tcp", pki.APIServerPort, pki.APIServerPort, "the API server"),
-			port("tcp", 2379, 2380, "etcd (clients and peers)"))
+		out = append(out, port("tcp", pki.APIServerPort, pki.APIServerPort, "the API server"))
+		if !c.ExternalEtcd() {
+			out = append(out, port("tcp", 2379, 2380, "etcd (clients and peers)"))
+		}
 		if c.BundleFromMasters() {
 			out = append(out, port("tcp", hostpath.RegistryPort, hostpath.RegistryPort, "the masters' registry of the bundle"))
 		}
@@ -71,8 +75,12 @@ func Blocked(fw facts.Firewall, want []Port) []Port {
 
 // Sources are the subnets a node's firewall must let in whatever the port, and forward: the
 // pods' (pod to pod across nodes once out of VXLAN, pods to their node) and the Services'
-// (kube-proxy's rewritten connections), in each of a dual-stack cluster's families.
-func Sources(c *inventory.Cluster) []string {
+// (kube-proxy's rewritten connections), in each of a dual-stack cluster's families. An
+// external etcd's host, no node, needs none.
+func Sources(c *inventory.Cluster, role inventory.Role) []string {
+	if role == inventory.RoleEtcd {
+		return nil
+	}
 	return append(c.Networking.PodSubnets(), c.Networking.ServiceSubnets()...)
 }
 

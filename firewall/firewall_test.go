@@ -25,6 +25,13 @@ func TestFor(t *testing.T) {
 	if got, want := names(For(c, inventory.RoleMaster)), []string{"6443/tcp", "2379-2380/tcp", "10250/tcp", "10256/tcp", "30000-32767/tcp", "30000-32767/udp", "8472/udp"}; !slices.Equal(got, want) {
 		t.Errorf("master: %v, want %v", got, want)
 	}
+	c.Etcd = []inventory.Host{{Name: "e1"}, {Name: "e2"}, {Name: "e3"}}
+	if got, want := names(For(c, inventory.RoleMaster)), []string{"6443/tcp", "10250/tcp", "10256/tcp", "30000-32767/tcp", "30000-32767/udp", "8472/udp"}; !slices.Equal(got, want) {
+		t.Errorf("master of a cluster with an external etcd: %v, want %v", got, want)
+	}
+	if got, want := names(For(c, inventory.RoleEtcd)), []string{"2379-2380/tcp"}; !slices.Equal(got, want) {
+		t.Errorf("etcd host: %v, want %v", got, want)
+	}
 	c.Networking.Plugin = "none"
 	if got := names(For(c, inventory.RoleWorker)); slices.Contains(got, "8472/udp") {
 		t.Errorf("no pod network of kforge's, yet VXLAN: %v", got)
@@ -50,9 +57,12 @@ func TestOpenCommand(t *testing.T) {
 // let them in; firewalld's trusted zone and no firewall need nothing.
 func TestUntrusted(t *testing.T) {
 	c := &inventory.Cluster{}
-	want := Sources(c)
+	want := Sources(c, inventory.RoleWorker)
 	if !slices.Equal(want, []string{"10.244.0.0/16", "10.96.0.0/12"}) {
 		t.Errorf("sources of a cluster with default subnets: %v", want)
+	}
+	if etcd := Sources(c, inventory.RoleEtcd); etcd != nil {
+		t.Errorf("an etcd host's sources: %v, want none (it runs no pods)", etcd)
 	}
 	if got := Untrusted(facts.Firewall{Kind: "firewalld", Zone: "public", Sources: []string{"10.96.0.0/12"}}, want); !slices.Equal(got, []string{"10.244.0.0/16"}) {
 		t.Errorf("firewalld trusting the Service subnet: untrusted %v", got)

@@ -67,11 +67,12 @@ func New(nodes []inventory.Node, o Options) *Fleet {
 // Limits are the fleet's fan-out limits, for fan-outs over something other than its nodes.
 func (f *Fleet) Limits() remote.Limits { return f.o.Limits }
 
-// Nodes are the fleet's nodes with role, in inventory order ("" for all).
+// Nodes are the fleet's hosts that role selects (inventory.Role.Selects: "" for all,
+// inventory.AnyNode for the Kubernetes nodes), in inventory order.
 func (f *Fleet) Nodes(role inventory.Role) []inventory.Node {
 	var out []inventory.Node
 	for _, n := range f.nodes {
-		if role == "" || n.Role == role {
+		if n.Role.Selects(role) {
 			out = append(out, n)
 		}
 	}

@@ -125,6 +125,8 @@ type Cluster struct {
 	Masters []Host `yaml:"masters" jsonschema:"required,minItems=1"`
 	// Worker hosts.
 	Workers []Host `yaml:"workers,omitempty"`
+	// Hosts that run etcd apart from the masters (external etcd): 3 or 5, never an even number. With them the masters run no etcd member and their API servers use these hosts' members; each runs etcd as a static pod of a standalone kubelet (kubeadm's external etcd), and is no Kubernetes node. Leave out for stacked etcd on the masters.
+	Etcd []Host `yaml:"etcd,omitempty"`
 	// Path to an offline bundle directory (`kforge bundle build`); relative to this file. With a bundle, binaries and images come from it and nothing is downloaded.
 	Bundle string `yaml:"bundle,omitempty"`
 	// Kubernetes manifests applied (server-side) after the cluster is up, in order.
@@ -417,7 +419,18 @@ type Role string
 const (
 	RoleMaster Role = "master"
 	RoleWorker Role = "worker"
+	// RoleEtcd is a host of the etcd group: an external etcd member, no Kubernetes node.
+	RoleEtcd Role = "etcd"
+	// AnyNode selects every Kubernetes node, master or worker (a fleet's hosts but the etcd
+	// group's); no host has it as its role.
+	AnyNode Role = "node"
 )
+
+// Selects says whether a host of role r is one selector selects: "" every host, AnyNode every
+// master and worker, a role its hosts.
+func (r Role) Selects(selector Role) bool {
+	return selector == "" || selector == r || selector == AnyNode && r != RoleEtcd
+}
 
 // Node is a host with its role and effective SSH settings, as the rest of kforge sees it.
 type Node struct {
@@ -438,6 +451,40 @@ func (c *Cluster) Nodes() []Node {
 	}
 	return nodes
 }
+
+// EtcdHosts are the etcd group's hosts (external etcd), each with its effective SSH settings;
+// none for stacked etcd.
+func (c *Cluster) EtcdHosts() []Node {
+	nodes := make([]Node, 0, len(c.Etcd))
+	for _, h := range c.Etcd {
+		nodes = append(nodes, Node{Host: h, Role: RoleEtcd, SSH: c.SSH.Merge(h.SSH)})
+	}
+	return nodes
+}
+
+// Hosts are every host kforge drives: the Kubernetes nodes (Nodes), then the etcd group's.
+func (c *Cluster) Hosts() []Node { return append(c.Nodes(), c.EtcdHosts()...) }
+
+// EtcdRole is the role of the hosts that run etcd's members: the etcd group's with an external
+// etcd, the masters' otherwise.
+func (c *Cluster) EtcdRole() Role {
+	if c.ExternalEtcd() {
+		return RoleEtcd
+	}
+	return RoleMaster
+}
+
+// EtcdMembers are the hosts that run etcd's members (EtcdRole).
+func (c *Cluster) EtcdMembers() []Host {
+	if c.ExternalEtcd() {
+		return c.Etcd
+	}
+	return c.Masters
+}
+
+// ExternalEtcd says whether etcd runs on hosts of its own (the etcd group) instead of stacked
+// on the masters.
+func (c *Cluster) ExternalEtcd() bool { return len(c.Etcd) > 0 }
 
 // Merge returns s with every field set in o replacing s's.
 func (s SSH) Merge(o *SSH) SSH {

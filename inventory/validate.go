@@ -59,6 +59,7 @@ func (c *Cluster) validate(lookupEnv func(string) (string, bool)) Errors {
 	v.pki()
 	v.ssh("ssh", &c.SSH, true)
 	v.hosts()
+	v.etcdGroup()
 	v.endpoint()
 	v.kubelet()
 	v.security()
@@ -103,7 +104,7 @@ func (c *Cluster) Warnings() []*Error {
 // An even number adds a host that can fail and no tolerance.
 func (c *Cluster) EtcdQuorumWarning() *Error {
 	m := len(c.Masters)
-	if m < 2 || m%2 != 0 {
+	if m < 2 || m%2 != 0 || c.ExternalEtcd() {
 		return nil
 	}
 	tolerate, as, lose := "none", "as 1 does", "either master fails"
@@ -220,6 +221,9 @@ func (v *validator) networking() {
 		}
 		v6 := h.path + ".ipv6Address"
 		switch {
+		case h.role == RoleEtcd && h.host.IPv6Address != "":
+			v.add(v6, "remove it: etcd's members talk over IPv4 (the host's address)", "an etcd host needs no IPv6 address")
+		case h.role == RoleEtcd:
 		case dual && h.host.IPv6Address == "":
 			v.add(v6, "give every host its IPv6 address inside the cluster: the cluster is dual-stack", "ipv6Address is required (networking.podSubnet is dual-stack)")
 		case !dual && h.host.IPv6Address != "":
@@ -383,6 +387,9 @@ func (v *validator) allHosts() []placedHost {
 	for i := range v.c.Workers {
 		hs = append(hs, placedHost{fmt.Sprintf("workers[%d]", i), RoleWorker, &v.c.Workers[i]})
 	}
+	for i := range v.c.Etcd {
+		hs = append(hs, placedHost{fmt.Sprintf("etcd[%d]", i), RoleEtcd, &v.c.Etcd[i]})
+	}
 	return hs
 }
 
@@ -429,6 +436,8 @@ func (v *validator) hosts() {
 			switch {
 			case first.host.Address == h.Address && first.role == ph.role:
 				v.add(p, "remove the second entry", "host %q is listed twice in %ss (first at %s)", h.Name, ph.role, v.c.Where(first.path))
+			case first.host.Address == h.Address && ph.role == RoleEtcd:
+				v.add(p, "an etcd host runs etcd alone: give the etcd group hosts of its own, or leave etcd out for stacked etcd on the masters", "host %q is listed both as a %s (%s) and as an etcd host", h.Name, first.role, v.c.Where(first.path))
 			case first.host.Address == h.Address:
 				v.add(p, "a host is either a master or a worker: remove it from workers (masters run workloads too when untainted)", "host %q is listed both as a master (%s) and as a worker", h.Name, v.c.Where(first.path))
 			default:
@@ -457,6 +466,30 @@ func (v *validator) hosts() {
 			} else {
 				nodeIPs[ip] = ph
 			}
+		}
+	}
+}
+
+// etcdGroup checks the etcd group (external etcd): an odd number of members, 3 to 7, and no
+// node settings on hosts that are no nodes.
+func (v *validator) etcdGroup() {
+	n := len(v.c.Etcd)
+	switch {
+	case n == 0:
+	case n == 1:
+		v.add("etcd", "list 3 or 5 etcd hosts, or leave etcd out: the masters then run etcd themselves", "one external etcd member tolerates no failure and can be replaced only by a restore")
+	case n%2 == 0:
+		v.add("etcd", fmt.Sprintf("list %d or %d etcd hosts", n-1, n+1), "%d etcd members tolerate (N-1)/2 = %d failures, as %d do: an even number adds a host that can fail and no tolerance", n, (n-1)/2, n-1)
+	case n > 7:
+		v.add("etcd", "list 3, 5 or 7 etcd hosts", "%d etcd members: every write waits on a majority of them; etcd advises at most 7", n)
+	}
+	for i, h := range v.c.Etcd {
+		p := fmt.Sprintf("etcd[%d]", i)
+		if len(h.Labels) > 0 {
+			v.add(p+".labels", "remove them: an etcd host is no Kubernetes node", "labels on an etcd host")
+		}
+		if len(h.Taints) > 0 {
+			v.add(p+".taints", "remove them: an etcd host is no Kubernetes node", "taints on an etcd host")
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"path"
 	"sort"
 	"strings"
 
@@ -59,9 +60,20 @@ type APIServer struct {
 	CertSANs []string `json:"certSANs,omitempty"`
 }
 
-// Etcd is ClusterConfiguration.etcd (stacked, local etcd).
+// Etcd is ClusterConfiguration.etcd: local (stacked on the masters) or external (the
+// inventory's etcd group).
 type Etcd struct {
-	Local LocalEtcd `json:"local"`
+	Local    *LocalEtcd    `json:"local,omitempty"`
+	External *ExternalEtcd `json:"external,omitempty"`
+}
+
+// ExternalEtcd is ClusterConfiguration.etcd.external: the members and the client credentials
+// the API servers use.
+type ExternalEtcd struct {
+	Endpoints []string `json:"endpoints"`
+	CAFile    string   `json:"caFile"`
+	CertFile  string   `json:"certFile"`
+	KeyFile   string   `json:"keyFile"`
 }
 
 // LocalEtcd is ClusterConfiguration.etcd.local.
@@ -93,7 +105,7 @@ func ClusterConfigurationFor(c *inventory.Cluster) (ClusterConfiguration, error)
 		ClusterName:                 c.Name,
 		ControlPlaneEndpoint:        c.ControlPlaneEndpoint,
 		EncryptionAlgorithm:         p.KeyAlgorithm.KubeadmName(),
-		Etcd:                        Etcd{Local: LocalEtcd{DataDir: hostpath.EtcdDataDir}},
+		Etcd:                        etcdConfig(c),
 		ImageRepository:             orDefault(c.ImageRepository, inventory.DefaultImageRepository),
 		KubernetesVersion:           c.Release().Kubernetes,
 		Networking: Networking{
@@ -102,6 +114,18 @@ func ClusterConfigurationFor(c *inventory.Cluster) (ClusterConfiguration, error)
 			ServiceSubnet: strings.Join(c.Networking.ServiceSubnets(), ","),
 		},
 	}, nil
+}
+
+// etcdConfig is the cluster's ClusterConfiguration.etcd, as kubeadm records an external etcd.
+func etcdConfig(c *inventory.Cluster) Etcd {
+	if !c.ExternalEtcd() {
+		return Etcd{Local: &LocalEtcd{DataDir: hostpath.EtcdDataDir}}
+	}
+	e := &ExternalEtcd{CAFile: path.Join(hostpath.PKIDir, "etcd/ca.crt"), CertFile: path.Join(hostpath.PKIDir, "apiserver-etcd-client.crt"), KeyFile: path.Join(hostpath.PKIDir, "apiserver-etcd-client.key")}
+	for _, h := range c.Etcd {
+		e.Endpoints = append(e.Endpoints, templates.EtcdClientURL(h.NodeIP()))
+	}
+	return Etcd{External: e}
 }
 
 // KubeletConfigurationFor is the cluster-wide kubelet configuration of the inventory's cluster:

@@ -165,6 +165,27 @@ scheduler: {}
 	if string(got) != want {
 		t.Errorf("ClusterConfiguration:\n%s\nwant:\n%s", got, want)
 	}
+
+	// An external etcd, as kubeadm's external etcd guide writes it.
+	c.Etcd = []inventory.Host{{Name: "e1", Address: "198.51.100.31"}, {Name: "e2", Address: "198.51.100.32"}, {Name: "e3", Address: "198.51.100.33"}}
+	if cc, err = ClusterConfigurationFor(c); err != nil {
+		t.Fatal(err)
+	}
+	if got, err = yaml.Marshal(cc.Etcd); err != nil {
+		t.Fatal(err)
+	}
+	want = `external:
+  caFile: /etc/kubernetes/pki/etcd/ca.crt
+  certFile: /etc/kubernetes/pki/apiserver-etcd-client.crt
+  endpoints:
+  - https://198.51.100.31:2379
+  - https://198.51.100.32:2379
+  - https://198.51.100.33:2379
+  keyFile: /etc/kubernetes/pki/apiserver-etcd-client.key
+`
+	if string(got) != want {
+		t.Errorf("ClusterConfiguration.etcd of an external etcd:\n%s\nwant:\n%s", got, want)
+	}
 }
 
 func kubeletConfig(t *testing.T) *kubeletv1beta1.KubeletConfiguration {

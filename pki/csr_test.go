@@ -30,7 +30,7 @@ func testCSR(t *testing.T, subject pkix.Name) *x509.CertificateRequest {
 // the request's subject and key, the given usages, 5 minutes of backdating, the lifetime capped
 // at the CA's expiry, and the CA's chain.
 func TestSignCSRLikeTheControllerManager(t *testing.T) {
-	reqs, _ := Requests(testParams(), testMasters[:1])
+	reqs, _ := Requests(testParams(), Hosts{Masters: testMasters[:1]})
 	ca, err := Issue(reqs[0], nil, ECDSAP256, t0, 48*time.Hour, seeded(1))
 	if err != nil {
 		t.Fatal(err)

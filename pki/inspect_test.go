@@ -70,7 +70,7 @@ func TestInspectNamesIssuerAndDrift(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "pki")
 	o := Options{Dir: dir, Params: testParams(), Masters: testMasters[:1], Now: t0, Rand: seeded(22)}
 	set, _ := ensure(t, o)
-	reqs, _ := Requests(o.Params, o.Masters)
+	reqs, _ := Requests(o.Params, Hosts{Masters: o.Masters})
 	certs, errs := StateCerts(dir, reqs)
 	if len(errs) != 0 || len(certs) != len(reqs) {
 		t.Fatalf("StateCerts: %d certs, errors %v", len(certs), errs)

@@ -21,13 +21,9 @@ func FromInventory(c *inventory.Cluster) (Params, []Master, error) {
 	if err != nil {
 		return Params{}, nil, err
 	}
-	masters := make([]Master, 0, len(c.Masters))
-	for _, h := range c.Masters {
-		ip := h.NodeIP()
-		if net.ParseIP(ip) == nil {
-			return Params{}, nil, fmt.Errorf("master %s: node IP %q is not an IP address; set internalAddress", h.Name, ip)
-		}
-		masters = append(masters, Master{Name: h.Name, IP: ip, IPv6: h.IPv6Address, Address: h.Address})
+	masters, err := asMasters(inventory.RoleMaster, c.Masters)
+	if err != nil {
+		return Params{}, nil, err
 	}
 	if len(masters) == 0 {
 		return Params{}, nil, fmt.Errorf("the inventory lists no masters")
@@ -52,13 +48,41 @@ func FromInventory(c *inventory.Cluster) (Params, []Master, error) {
 	return p, masters, nil
 }
 
-// Workers are the inventory's workers as the PerNode rows take them.
-func Workers(c *inventory.Cluster) ([]Master, error) {
-	out := make([]Master, 0, len(c.Workers))
-	for _, h := range c.Workers {
+// HostsOf are the inventory's hosts as the certificate rows take them.
+func HostsOf(c *inventory.Cluster) (Hosts, error) {
+	var h Hosts
+	var err error
+	if h.Masters, err = asMasters(inventory.RoleMaster, c.Masters); err != nil {
+		return h, err
+	}
+	if h.Workers, err = asMasters(inventory.RoleWorker, c.Workers); err != nil {
+		return h, err
+	}
+	h.Etcd, err = asMasters(inventory.RoleEtcd, c.Etcd)
+	return h, err
+}
+
+// InventoryRequests are the params and every certificate request of an inventory.
+func InventoryRequests(c *inventory.Cluster) (Params, []Request, error) {
+	p, _, err := FromInventory(c)
+	if err != nil {
+		return p, nil, err
+	}
+	h, err := HostsOf(c)
+	if err != nil {
+		return p, nil, err
+	}
+	reqs, err := Requests(p, h)
+	return p, reqs, err
+}
+
+// asMasters are hosts of one role as the certificate rows take them.
+func asMasters(role inventory.Role, hosts []inventory.Host) ([]Master, error) {
+	out := make([]Master, 0, len(hosts))
+	for _, h := range hosts {
 		ip := h.NodeIP()
 		if net.ParseIP(ip) == nil {
-			return nil, fmt.Errorf("worker %s: node IP %q is not an IP address; set internalAddress", h.Name, ip)
+			return nil, fmt.Errorf("%s %s: node IP %q is not an IP address; set internalAddress", role, h.Name, ip)
 		}
 		out = append(out, Master{Name: h.Name, IP: ip, IPv6: h.IPv6Address, Address: h.Address})
 	}
@@ -126,14 +150,15 @@ func RenewCluster(c *inventory.Cluster, invDir, dir string, now time.Time, rando
 }
 
 func ensureCluster(c *inventory.Cluster, invDir string, o Options) (*Set, []Change, error) {
-	p, masters, err := FromInventory(c)
+	p, _, err := FromInventory(c)
 	if err != nil {
 		return nil, nil, err
 	}
-	o.Params, o.Masters = p, masters
-	if o.Workers, err = Workers(c); err != nil {
+	h, err := HostsOf(c)
+	if err != nil {
 		return nil, nil, err
 	}
+	o.Params, o.Masters, o.Workers, o.Etcd = p, h.Masters, h.Workers, h.Etcd
 	if e := c.PKI.ExternalCA; e != nil {
 		rel := func(f string) string {
 			if filepath.IsAbs(f) {

@@ -9,7 +9,7 @@ import (
 )
 
 func TestKubeconfigsNameClusterUserAndContextLikeKubeadm(t *testing.T) {
-	reqs, _ := Requests(testParams(), testMasters[:1])
+	reqs, _ := Requests(testParams(), Hosts{Masters: testMasters[:1]})
 	ca, _ := Issue(reqs[0], nil, ECDSAP256, t0, time.Hour, seeded(11))
 	r, _ := Lookup("kubelet.conf")
 	kr, _ := r.Resolve(testParams(), testMasters[0])

@@ -112,7 +112,7 @@ func TestIssueEveryRow(t *testing.T) {
 		p.CertValidity = time.Duration(i+1) * 97 * time.Hour
 		random := seeded(uint64(i))
 		cas := map[string]*KeyPair{}
-		reqs, err := Requests(p, testMasters)
+		reqs, err := Requests(p, Hosts{Masters: testMasters})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -167,7 +167,7 @@ func TestIssueEveryRow(t *testing.T) {
 }
 
 func TestSignRefusesMismatchedCA(t *testing.T) {
-	reqs, _ := Requests(testParams(), testMasters[:1])
+	reqs, _ := Requests(testParams(), Hosts{Masters: testMasters[:1]})
 	ca, err := Issue(reqs[0], nil, ECDSAP256, t0, time.Hour, seeded(1))
 	if err != nil {
 		t.Fatal(err)
@@ -182,7 +182,7 @@ func TestSignRefusesMismatchedCA(t *testing.T) {
 
 func TestSPKIPinAndKeyRoundTrip(t *testing.T) {
 	for _, alg := range []KeyAlgorithm{ECDSAP256, ECDSAP384, RSA2048} {
-		reqs, _ := Requests(testParams(), testMasters[:1])
+		reqs, _ := Requests(testParams(), Hosts{Masters: testMasters[:1]})
 		kp, err := Issue(reqs[0], nil, alg, t0, time.Hour, seeded(2))
 		if err != nil {
 			t.Fatal(err)
@@ -246,7 +246,7 @@ func TestEnsureReusesAndReissuesWithReasons(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "pki")
 	o := Options{Dir: dir, Params: testParams(), Masters: testMasters[:1], Now: t0, Rand: seeded(4)}
 	set, ch := ensure(t, o)
-	reqs, _ := Requests(o.Params, o.Masters)
+	reqs, _ := Requests(o.Params, Hosts{Masters: o.Masters})
 	if len(ch) != len(reqs)+2 { // every row plus sa and the encryption key
 		t.Fatalf("first run: %d changes, want %d: %v", len(ch), len(reqs)+2, ch)
 	}
@@ -348,7 +348,7 @@ func TestEnsureNeverReplacesCA(t *testing.T) {
 	os.Rename(filepath.Join(dir, "etcd/ca.key.bak"), filepath.Join(dir, "etcd/ca.key"))
 
 	// A different external CA than the state's: refused.
-	reqs, _ := Requests(o.Params, o.Masters)
+	reqs, _ := Requests(o.Params, Hosts{Masters: o.Masters})
 	ext, _ := Issue(reqs[0], nil, ECDSAP256, t0, time.Hour*24*3650, seeded(6))
 	o.ExternalCA = ext
 	if _, _, err := Ensure(o); err == nil || !strings.Contains(err.Error(), "never replaces a CA silently") {
@@ -358,7 +358,7 @@ func TestEnsureNeverReplacesCA(t *testing.T) {
 
 func TestEnsureExternalCA(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "pki")
-	reqs, _ := Requests(testParams(), testMasters[:1])
+	reqs, _ := Requests(testParams(), Hosts{Masters: testMasters[:1]})
 	ext, _ := Issue(reqs[0], nil, RSA2048, t0, time.Hour*24*3650, seeded(7))
 	o := Options{Dir: dir, Params: testParams(), Masters: testMasters[:1], Now: t0, Rand: seeded(8), ExternalCA: ext}
 	set, _ := ensure(t, o)
@@ -402,7 +402,7 @@ func BenchmarkIssueOnly(b *testing.B) {
 		b.Run(string(alg), func(b *testing.B) {
 			p := testParams()
 			p.KeyAlgorithm = alg
-			reqs, err := Requests(p, testMasters)
+			reqs, err := Requests(p, Hosts{Masters: testMasters})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -501,7 +501,7 @@ func TestDryRunWritesNothing(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "pki")
 	o := Options{Dir: dir, Params: testParams(), Masters: testMasters[:1], Now: t0, Rand: seeded(21), DryRun: true}
 	_, ch, err := Ensure(o)
-	reqs, _ := Requests(o.Params, o.Masters)
+	reqs, _ := Requests(o.Params, Hosts{Masters: o.Masters})
 	if err != nil || len(ch) != len(reqs)+2 { // the leaves and CAs, sa and the encryption key
 		t.Fatalf("dry run on nothing: %d changes, %v", len(ch), err)
 	}
@@ -537,7 +537,7 @@ func TestRegistryCertOnlyWhenMastersServeTheBundle(t *testing.T) {
 	for _, serve := range []bool{false, true} {
 		p := testParams()
 		p.MastersServeBundle = serve
-		reqs, err := Requests(p, testMasters)
+		reqs, err := Requests(p, Hosts{Masters: testMasters})
 		if err != nil {
 			t.Fatal(err)
 		}

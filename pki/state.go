@@ -35,6 +35,7 @@ type Set struct {
 	Params  Params
 	Masters []Master
 	Workers []Master
+	Etcd    []Master // the etcd group's hosts (external etcd), else none
 	// CAs by name (CA, FrontProxyCA, EtcdCA). The cluster CA's key is nil only when it came
 	// from an external CA whose key is not available (never the case today).
 	CAs map[string]*KeyPair
@@ -89,6 +90,9 @@ type Options struct {
 	Masters []Master
 	// Workers get the PerNode rows (their kubelets' serving certificates).
 	Workers []Master
+	// Etcd are the etcd group's hosts (external etcd): they, not the masters, get the PerEtcd
+	// rows (etcd's serving and peer certificates).
+	Etcd []Master
 	// ExternalCA, when set, is the cluster CA (cert and key) to use instead of generating one.
 	ExternalCA *KeyPair
 	Now        time.Time
@@ -125,11 +129,11 @@ func Ensure(o Options) (*Set, []Change, error) {
 		}
 		defer unlock()
 	}
-	reqs, err := Requests(o.Params, o.Masters, o.Workers...)
+	reqs, err := Requests(o.Params, o.hosts())
 	if err != nil {
 		return nil, nil, err
 	}
-	set := &Set{Params: o.Params, Masters: o.Masters, Workers: o.Workers, CAs: map[string]*KeyPair{}, Certs: map[string]*KeyPair{}, ExternalCA: o.ExternalCA != nil}
+	set := &Set{Params: o.Params, Masters: o.Masters, Workers: o.Workers, Etcd: o.Etcd, CAs: map[string]*KeyPair{}, Certs: map[string]*KeyPair{}, ExternalCA: o.ExternalCA != nil}
 	var changes []Change
 	rot, err := ReadRotation(o.Dir)
 	if err != nil {
@@ -412,7 +416,14 @@ func removeGoneNodes(o Options) ([]Change, error) {
 		}
 		if slices.ContainsFunc(o.Workers, listed) {
 			// A master that became a worker keeps only what a worker has.
-			if err := o.keepOnly(e.Name(), KubeletServerCert); err != nil {
+			if err := o.keepOnly(e.Name(), KubeletServerCert+".crt", KubeletServerCert+".key"); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if slices.ContainsFunc(o.Etcd, listed) {
+			// A master that became an etcd host keeps only etcd's certificates.
+			if err := o.keepOnly(e.Name(), "etcd"); err != nil {
 				return nil, err
 			}
 			continue
@@ -427,16 +438,20 @@ func removeGoneNodes(o Options) ([]Change, error) {
 	return ch, nil
 }
 
-// keepOnly removes node's certificates other than base's (nothing in a dry run).
-func (o Options) keepOnly(node, base string) error {
+// hosts are the hosts Ensure issues certificates for.
+func (o Options) hosts() Hosts { return Hosts{Masters: o.Masters, Workers: o.Workers, Etcd: o.Etcd} }
+
+// keepOnly removes node's certificates but the entries of its directory named keep (nothing in
+// a dry run).
+func (o Options) keepOnly(node string, keep ...string) error {
 	dir := filepath.Join(o.Dir, "nodes", node)
 	entries, err := os.ReadDir(dir)
 	if err != nil || o.DryRun {
 		return err
 	}
 	for _, e := range entries {
-		if n := e.Name(); n != base+".crt" && n != base+".key" {
-			if err := os.RemoveAll(filepath.Join(dir, n)); err != nil {
+		if !slices.Contains(keep, e.Name()) {
+			if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
 				return err
 			}
 		}

@@ -61,6 +61,23 @@ type Master struct {
 	Address string
 }
 
+// Hosts are the hosts certificates are issued for, by role.
+type Hosts struct {
+	Masters []Master
+	// Workers get the PerNode rows (their kubelets' serving certificates).
+	Workers []Master
+	// Etcd are the etcd group's hosts (external etcd); none when the masters run etcd.
+	Etcd []Master
+}
+
+// EtcdMembers are the hosts of the etcd members: the etcd group's, or the masters'.
+func (h Hosts) EtcdMembers() []Master {
+	if len(h.Etcd) > 0 {
+		return h.Etcd
+	}
+	return h.Masters
+}
+
 // Scope says how many times a row is issued.
 type Scope int
 
@@ -71,6 +88,9 @@ const (
 	PerMaster
 	// PerNode rows are issued once per node, master or worker, keyed by the node's name.
 	PerNode
+	// PerEtcd rows are issued once per etcd member, keyed by its host's name: every master
+	// with stacked etcd, every host of the etcd group with external etcd.
+	PerEtcd
 )
 
 // Spec is one row of the certificate table. Rows are values built by Table and never mutated.
@@ -131,9 +151,9 @@ func Table() []Spec {
 			Subject: fixed("kube-apiserver-kubelet-client"), ExtKeyUsage: clientAuth},
 		{Name: "front-proxy-client", BaseName: "front-proxy-client", SignedBy: FrontProxyCA,
 			Subject: fixed("front-proxy-client"), ExtKeyUsage: clientAuth},
-		{Name: "etcd-server", BaseName: "etcd/server", SignedBy: EtcdCA, Scope: PerMaster,
+		{Name: "etcd-server", BaseName: "etcd/server", SignedBy: EtcdCA, Scope: PerEtcd,
 			Subject: nodeCN, ExtKeyUsage: bothAuth, SANs: etcdSANs},
-		{Name: "etcd-peer", BaseName: "etcd/peer", SignedBy: EtcdCA, Scope: PerMaster,
+		{Name: "etcd-peer", BaseName: "etcd/peer", SignedBy: EtcdCA, Scope: PerEtcd,
 			Subject: nodeCN, ExtKeyUsage: bothAuth, SANs: etcdSANs},
 		{Name: "etcd-healthcheck-client", BaseName: "etcd/healthcheck-client", SignedBy: EtcdCA,
 			Subject: fixed("kube-etcd-healthcheck-client"), ExtKeyUsage: clientAuth},
@@ -342,7 +362,7 @@ func uniqueSANs(dns []string, ips []net.IP) ([]string, []net.IP) {
 // Requests resolves every row for the cluster: Cluster rows once, PerMaster rows per master,
 // PerNode rows per master and worker, in table order; RegistryCert only when the masters serve
 // the bundle.
-func Requests(p Params, masters []Master, workers ...Master) ([]Request, error) {
+func Requests(p Params, h Hosts) ([]Request, error) {
 	var out []Request
 	for _, s := range Table() {
 		if s.Name == RegistryCert && !p.MastersServeBundle {
@@ -356,9 +376,14 @@ func Requests(p Params, masters []Master, workers ...Master) ([]Request, error) 
 			out = append(out, r)
 			continue
 		}
-		nodes := masters
-		if s.Scope == PerNode {
-			nodes = append(slices.Clone(masters), workers...)
+		var nodes []Master
+		switch s.Scope {
+		case PerMaster:
+			nodes = h.Masters
+		case PerNode:
+			nodes = append(slices.Clone(h.Masters), h.Workers...)
+		case PerEtcd:
+			nodes = h.EtcdMembers()
 		}
 		for _, m := range nodes {
 			r, err := s.Resolve(p, m)

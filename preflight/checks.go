@@ -41,17 +41,30 @@ type Port struct {
 	Port      int
 	Component string // /proc/PID/comm of the component (15 characters at most)
 	Manifest  string // static-pod file name; "" for kubelet
-	Masters   bool   // checked on masters only
+	// Role is where the port is checked: on every host (""), on masters, or on the hosts of
+	// etcd's members (RoleEtcd: the etcd group's, or the masters with stacked etcd).
+	Role inventory.Role
+}
+
+// checkedOn says whether port p is checked on host n of cluster c.
+func (p Port) checkedOn(c *inventory.Cluster, n inventory.Node) bool {
+	switch p.Role {
+	case "":
+		return true
+	case inventory.RoleEtcd:
+		return n.Role == c.EtcdRole()
+	}
+	return n.Role == p.Role
 }
 
 // Ports are the ports checked, in kubeadm's order.
 var Ports = []Port{
-	{6443, "kube-apiserver", "kube-apiserver.yaml", true},
-	{10259, "kube-scheduler", "kube-scheduler.yaml", true},
-	{10257, "kube-controller", "kube-controller-manager.yaml", true}, // comm is cut to 15 characters
-	{2379, "etcd", "etcd.yaml", true},
-	{2380, "etcd", "etcd.yaml", true},
-	{10250, "kubelet", "", false},
+	{6443, "kube-apiserver", "kube-apiserver.yaml", inventory.RoleMaster},
+	{10259, "kube-scheduler", "kube-scheduler.yaml", inventory.RoleMaster},
+	{10257, "kube-controller", "kube-controller-manager.yaml", inventory.RoleMaster}, // comm is cut to 15 characters
+	{2379, "etcd", "etcd.yaml", inventory.RoleEtcd},
+	{2380, "etcd", "etcd.yaml", inventory.RoleEtcd},
+	{10250, "kubelet", "", ""},
 }
 
 // Commands a host must have (kubeadm v1.36 requires losetup, mount and cp; kforge drives
@@ -398,7 +411,7 @@ func checkHostname(_ *inventory.Cluster, n inventory.Node, f *facts.Facts) []Fin
 func checkPorts(c *inventory.Cluster, n inventory.Node, f *facts.Facts) []Finding {
 	var out []Finding
 	for _, p := range Ports {
-		if p.Masters && n.Role != inventory.RoleMaster {
+		if !p.checkedOn(c, n) {
 			continue
 		}
 		ls := f.ListenersOn(p.Port)
@@ -431,7 +444,7 @@ const apiProxyCommand = "kforge-apiproxy"
 // checkAPIProxyPort refuses a node where something other than kforge's own API proxy listens on
 // the proxy's port, when the cluster uses it (several masters, no controlPlaneEndpoint).
 func checkAPIProxyPort(c *inventory.Cluster, n inventory.Node, f *facts.Facts) []Finding {
-	if !c.LocalAPIProxy() {
+	if !c.LocalAPIProxy() || n.Role == inventory.RoleEtcd {
 		return nil
 	}
 	var held []string
@@ -462,7 +475,7 @@ const registryCommand = "kforge-registry"
 // still converges, uploading from the workstation what the registries could not give, so these
 // are warnings.
 func checkBundleFromMasters(c *inventory.Cluster, n inventory.Node, f *facts.Facts) []Finding {
-	if !c.BundleFromMasters() {
+	if !c.BundleFromMasters() || n.Role == inventory.RoleEtcd { // an etcd host's comes from the workstation
 		return nil
 	}
 	var out []Finding
@@ -536,7 +549,7 @@ func checkManifestsDir(c *inventory.Cluster, n inventory.Node, f *facts.Facts) [
 }
 
 func checkEtcdDataDir(c *inventory.Cluster, n inventory.Node, f *facts.Facts) []Finding {
-	if n.Role != inventory.RoleMaster || len(f.EtcdDataDir) == 0 {
+	if n.Role != c.EtcdRole() || len(f.EtcdDataDir) == 0 {
 		return nil
 	}
 	m := f.Manifests.Marker
@@ -629,7 +642,7 @@ func checkNodeIPs(_ *inventory.Cluster, n inventory.Node, f *facts.Facts) []Find
 // the host network — the API server calling an admission webhook — could not reach Services.
 // apply adds the route (templates.ServiceRoute), which needs ip.
 func checkServiceRoute(c *inventory.Cluster, n inventory.Node, f *facts.Facts) []Finding {
-	if f.ServiceRoute != facts.RouteMissing {
+	if f.ServiceRoute != facts.RouteMissing || n.Role == inventory.RoleEtcd {
 		return nil
 	}
 	subnet := c.Networking.ServiceSubnet
@@ -651,7 +664,7 @@ func checkServiceRoute(c *inventory.Cluster, n inventory.Node, f *facts.Facts) [
 // upstream file instead, as kubeadm does (facts.KubeletResolvConf); an inventory's
 // kubelet.resolvConf is the user's choice.
 func checkResolvConf(c *inventory.Cluster, n inventory.Node, f *facts.Facts) []Finding {
-	if c.Kubelet.ResolvConf != "" || f.KubeletResolvConf() != "" || !f.Resolver.LoopbackOnly() {
+	if n.Role == inventory.RoleEtcd || c.Kubelet.ResolvConf != "" || f.KubeletResolvConf() != "" || !f.Resolver.LoopbackOnly() {
 		return nil
 	}
 	fix := "set kubelet.resolvConf in the inventory to a file on the hosts that lists the upstream DNS servers"
@@ -696,7 +709,7 @@ func checkAppArmor(_ *inventory.Cluster, n inventory.Node, f *facts.Facts) []Fin
 // (firewalld, ufw) does not let in, and the command that opens them.
 func checkFirewall(c *inventory.Cluster, n inventory.Node, f *facts.Facts) []Finding {
 	blocked := firewall.Blocked(f.Firewall, firewall.For(c, n.Role))
-	untrusted := firewall.Untrusted(f.Firewall, firewall.Sources(c))
+	untrusted := firewall.Untrusted(f.Firewall, firewall.Sources(c, n.Role))
 	if len(blocked) == 0 && len(untrusted) == 0 {
 		return nil
 	}

@@ -130,7 +130,7 @@ type Apply struct {
 
 // NewApply prepares an apply of c; nothing is read or touched until its steps run.
 func NewApply(c *inventory.Cluster, o Options) *Apply {
-	rc := newRunContext(c, c.Nodes(), o)
+	rc := newRunContext(c, c.Hosts(), o)
 	a := &Apply{rc: rc, target: newHop(rc)}
 	a.up = &bringUp{t: a.target, etcd: &a.etcd}
 	return a
@@ -144,7 +144,7 @@ func ApplyTasks(c *inventory.Cluster, o Options) []Task { return Tasks(NewApply(
 func (a *Apply) Steps() []Step {
 	rc, t := a.rc, a.target
 	c, f := rc.inv, rc.fleet
-	all, masters := f.Names(""), f.Names(inventory.RoleMaster)
+	all, members := f.Names(""), f.Names(c.EtcdRole())
 	removed := fleet.Names(rc.o.Removed)
 	var l list
 	l.add("connect", OnHosts, all, f.Connect, "connect to %s over SSH (host keys verified) and gather facts in one round trip each", count(len(all), "host"))
@@ -155,12 +155,12 @@ func (a *Apply) Steps() []Step {
 	if c.Firewall == inventory.FirewallOpen {
 		l.add("firewall", OnHosts, all, rc.openFirewalls, "open the ports each host's role needs in its firewall (firewalld, ufw), and let the pod and Service subnets in, for good; nothing where it lets them in")
 	}
-	l.add("etcd-user", OnHosts, masters, rc.etcdUser, "make the system user etcd runs as where it is missing, and give it %s (0700)", hostpath.EtcdDataDir)
+	l.add("etcd-user", OnHosts, members, rc.etcdUser, "make the system user etcd runs as where it is missing, and give it %s (0700)", hostpath.EtcdDataDir)
 	l.add("pki", OnWorkstation, nil, rc.ensurePKI, "generate or reuse the cluster's certificates (%s), kubeconfigs and bootstrap token in the state dir", c.PKI.KeyAlgorithm)
-	l.add("etcd-members", OnHosts, masters, func(ctx context.Context, r progress.Reporter) (err error) {
+	l.add("etcd-members", OnHosts, members, func(ctx context.Context, r progress.Reporter) (err error) {
 		a.etcd, err = planEtcd(ctx, rc, r)
 		return err
-	}, "keep running etcd members as they started; masters without data join the running cluster one at a time")
+	}, "keep running etcd members as they started; %s without data join the running cluster one at a time", etcdHostsWord(c))
 	l.add("render", OnWorkstation, nil, func(context.Context, progress.Reporter) error {
 		// Removed masters run until apply --prune drains them.
 		return t.render(a.etcd, len(removedMasters(rc.o.Removed)))

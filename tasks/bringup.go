@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 
+	"github.com/kforge/kforge/fleet"
 	"github.com/kforge/kforge/hostpath"
 	"github.com/kforge/kforge/inventory"
 	"github.com/kforge/kforge/kube"
@@ -33,9 +34,17 @@ func (b *bringUp) startSteps(l *list) {
 	l.add("stage", OnHosts, all, func(ctx context.Context, r progress.Reporter) (err error) {
 		b.staged, err = stage(ctx, b.t, *b.etcd, r)
 		return err
-	}, "on every host in parallel: %s; masters then start kubelet and the static-pod control plane (%s)%s; workers finish staging meanwhile", stageWhat(c), strings.Join(masters, ", "), rolling)
+	}, "%son every host in parallel: %s; masters then start kubelet and the static-pod control plane (%s)%s; workers finish staging meanwhile", etcdFirstWhat(c), stageWhat(c), strings.Join(masters, ", "), rolling)
 	l.add("wait-apiserver", ThroughAPI, nil, rc.kubeletsSay(b.t.waitAPIServer), "wait until the API server answers, through an SSH tunnel to %s, and for control-plane pods this run replaced", masters[0])
 	l.add("kubeconfig", OnWorkstation, nil, rc.writeKubeconfig, "write the admin kubeconfig to the state dir: from here on the cluster can be looked at, even when a later step fails")
+}
+
+// etcdFirstWhat is what stage does first with an external etcd, for the step's description.
+func etcdFirstWhat(c *inventory.Cluster) string {
+	if !c.ExternalEtcd() {
+		return ""
+	}
+	return "first the etcd hosts (" + strings.Join(fleet.Names(c.EtcdHosts()), ", ") + "): kubelet starts etcd's static pod, a new cluster's members together, running ones one at a time, each ready before the next; then "
 }
 
 // stageWhat is what stage does on every host, for the step's description.
@@ -50,7 +59,7 @@ func stageWhat(c *inventory.Cluster) string {
 // clusterSteps: the API objects, the workers, the addons, and the wait for Ready.
 func (b *bringUp) clusterSteps(l *list) {
 	rc, t, c := b.t.rc, b.t, b.t.inv
-	all, masters, workers := rc.fleet.Names(""), rc.fleet.Names(inventory.RoleMaster), rc.fleet.Names(inventory.RoleWorker)
+	nodes, masters, workers := rc.fleet.Names(inventory.AnyNode), rc.fleet.Names(inventory.RoleMaster), rc.fleet.Names(inventory.RoleWorker)
 	l.add("cluster-config", ThroughAPI, nil, rc.clusterConfig, "grant kubeadm:cluster-admins, upload kubeadm-config and kubelet-config")
 	l.add("bootstrap", ThroughAPI, nil, rc.bootstrap, "create the bootstrap token, node-bootstrap RBAC, CSR auto-approval and cluster-info")
 	if c.ControlPlaneVIP != "" {
@@ -67,7 +76,7 @@ func (b *bringUp) clusterSteps(l *list) {
 		return coreAddons(ctx, t, b.staged, r)
 	}, "install kube-proxy and CoreDNS (kube-proxy's pods roll when its configuration changes)")
 	if c.Networking.Plugin == "flannel" {
-		l.add("pod-network", OnHosts, all, rc.kubeletsSay(t.podNetwork), "install flannel (vxlan) over %s and write each node's CNI config for its pod CIDR", strings.Join(c.Networking.PodSubnets(), " and "))
+		l.add("pod-network", OnHosts, nodes, rc.kubeletsSay(t.podNetwork), "install flannel (vxlan) over %s and write each node's CNI config for its pod CIDR", strings.Join(c.Networking.PodSubnets(), " and "))
 	}
 	if c.Networking.NetworkPolicy == inventory.NetworkPolicyOff {
 		l.add("network-policy", ThroughAPI, nil, t.networkPolicy, "remove the NetworkPolicy agent (kube-network-policies) where an earlier run installed it: networking.networkPolicy is off")
@@ -90,9 +99,9 @@ func (b *bringUp) clusterSteps(l *list) {
 	}
 	l.add("mark-nodes", ThroughAPI, nil, rc.kubeletsSay(rc.markNodes), "label and taint the masters, apply the inventory's labels and taints")
 	if c.ScheduledSnapshots() {
-		l.add("etcd-snapshots", OnHosts, masters, func(ctx context.Context, r progress.Reporter) error {
+		l.add("etcd-snapshots", OnHosts, rc.fleet.Names(c.EtcdRole()), func(ctx context.Context, r progress.Reporter) error {
 			return startSnapshots(ctx, t, b.staged, r)
-		}, "start the timer of the scheduled etcd snapshots on every master: every %s, each master's own member into %s, verified, the newest %d kept", c.EtcdSnapshots.Every, hostpath.EtcdSnapshotDir, c.EtcdSnapshots.Keep)
+		}, "start the timer of the scheduled etcd snapshots on the %s: every %s, each one's own member into %s, verified, the newest %d kept", etcdHostsWord(c), c.EtcdSnapshots.Every, hostpath.EtcdSnapshotDir, c.EtcdSnapshots.Keep)
 	}
 	if len(c.Addons) > 0 {
 		l.add("addons", ThroughAPI, nil, rc.addons, "apply %s (server-side)", count(len(c.Addons), "user manifest"))

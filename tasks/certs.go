@@ -61,17 +61,11 @@ func (x *CertsCheck) Steps() []Step {
 }
 
 func (x *CertsCheck) readState(context.Context, progress.Reporter) error {
-	p, masters, err := pki.FromInventory(x.inv)
+	p, reqs, err := pki.InventoryRequests(x.inv)
 	if err != nil {
 		return err
 	}
-	workers, err := pki.Workers(x.inv)
-	if err != nil {
-		return err
-	}
-	if x.reqs, err = pki.Requests(p, masters, workers...); err != nil {
-		return err
-	}
+	x.reqs = reqs
 	x.alg = p.KeyAlgorithm
 	certs, errs := pki.StateCerts(x.o.State.PKI(), x.reqs)
 	x.state, x.cas = certs, pki.StateCAs(certs)

@@ -90,9 +90,12 @@ func restConfig(c *inventory.Cluster, set *pki.Set, f *fleet.Fleet, identity str
 	return restConfigVia(c, set, f, identity, c.Masters[0])
 }
 
-// restConfigVia is restConfig through master m's SSH connection to its own API server.
+// restConfigVia is restConfig through master m's SSH connection to its own API server, which
+// it names by m's address: the name its certificate is valid for whatever the cluster's
+// endpoint (the first master's, when several masters have no endpoint and no virtual IP).
 func restConfigVia(c *inventory.Cluster, set *pki.Set, f *fleet.Fleet, identity string, m inventory.Host) (*rest.Config, error) {
-	kubeconfig, err := pki.Kubeconfig(c.Name, pki.APIServerURL(pki.Endpoint(c)), set.TrustPEM(pki.CA), set.Get(identity, ""))
+	target := net.JoinHostPort(m.NodeIP(), fmt.Sprint(pki.APIServerPort))
+	kubeconfig, err := pki.Kubeconfig(c.Name, pki.APIServerURL(target), set.TrustPEM(pki.CA), set.Get(identity, ""))
 	if err != nil {
 		return nil, err
 	}
@@ -101,7 +104,6 @@ func restConfigVia(c *inventory.Cluster, set *pki.Set, f *fleet.Fleet, identity 
 		return nil, err
 	}
 	if d, err := f.Dialer(m.Name); err == nil {
-		target := net.JoinHostPort(m.NodeIP(), fmt.Sprint(pki.APIServerPort))
 		cfg.Dial = func(ctx context.Context, network, _ string) (net.Conn, error) {
 			return d.DialContext(ctx, network, target)
 		}
@@ -459,7 +461,7 @@ func (h *hop) podNetwork(ctx context.Context, r progress.Reporter) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(cmp.Or(rc.fleet.Limits().Hosts, remote.DefaultConcurrency))
 	_, cs, err = kube.PodCIDRs(gctx, api.Typed, kube.PodCIDRsInput{
-		Nodes: rc.fleet.Names(""), Timeout: rc.o.Timeout,
+		Nodes: rc.fleet.Names(inventory.AnyNode), Timeout: rc.o.Timeout,
 		Subnets: h.inv.Networking.PodSubnets(), MaskSizes: h.inv.Networking.NodeCIDRMaskSizes(),
 		Have: func(node string, cidrs []string) {
 			g.Go(func() error { return remote.WithHost(node, h.writeCNIConfig(gctx, node, cidrs, r)) })
@@ -599,7 +601,7 @@ func (rc *runContext) waitReady(ctx context.Context, r progress.Reporter) error 
 		return err
 	}
 	last, nodesReady := time.Time{}, false
-	return kube.WaitForReady(ctx, api.Typed, kube.WaitReadyInput{Nodes: rc.fleet.Names(""), Namespaces: addonNamespaces(rc.inv), Settle: rc.o.Settle, Progress: func(s kube.ReadyStatus) {
+	return kube.WaitForReady(ctx, api.Typed, kube.WaitReadyInput{Nodes: rc.fleet.Names(inventory.AnyNode), Namespaces: addonNamespaces(rc.inv), Settle: rc.o.Settle, Progress: func(s kube.ReadyStatus) {
 		if !nodesReady && s.ReadyNodes == s.TotalNodes {
 			nodesReady = true
 			r(progress.Event{Kind: progress.Info, Message: fmt.Sprintf("%s Ready %s after the run started", count(s.TotalNodes, "node"), rc.o.Now().Sub(rc.started).Round(100*time.Millisecond))})

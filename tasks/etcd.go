@@ -41,9 +41,13 @@ func newEtcdClient(ctx context.Context, f *fleet.Fleet, set *pki.Set, master str
 // etcdPlan is how each master's etcd member starts this run (planEtcd); the zero plan starts
 // every member as one new cluster (a new cluster, or a restore).
 type etcdPlan struct {
-	seed string                              // a master whose etcd runs, when masters join
-	join map[string]bool                     // masters joining the running etcd cluster
-	boot map[string]*templates.EtcdBootstrap // how each master's member starts, when not new
+	seed string                              // a host whose etcd member runs, when members join
+	join map[string]bool                     // hosts joining the running etcd cluster
+	boot map[string]*templates.EtcdBootstrap // how each host's member starts, when not new
+	// remove are the etcd hosts the inventory no longer lists (an external etcd, apply
+	// --prune): their members are removed before any host joins, since etcd refuses a new
+	// member while a member is down and the new one's --initial-cluster must be the membership.
+	remove []inventory.Node
 }
 
 // startOrder splits masters by how stage starts them: fresh ones together (a new cluster's, or
@@ -73,7 +77,7 @@ func (p etcdPlan) startOrder(masters []inventory.Node) (fresh, rolling, joining 
 func planEtcd(ctx context.Context, rc *runContext, r progress.Reporter) (etcdPlan, error) {
 	var p etcdPlan
 	var running, joining []string
-	for _, m := range rc.inv.Masters {
+	for _, m := range rc.inv.EtcdMembers() {
 		f := rc.fleet.Facts(m.Name)
 		if f == nil {
 			continue // not reached (plan shows it as unknown); apply stops at connect
@@ -98,6 +102,15 @@ func planEtcd(ctx context.Context, rc *runContext, r progress.Reporter) (etcdPla
 	if len(joining) == 0 {
 		return p, nil
 	}
+	gone := map[string]bool{} // peer URLs of the members removed first
+	if rc.inv.ExternalEtcd() && rc.o.Prune {
+		for _, n := range rc.o.Removed {
+			if n.Role == inventory.RoleEtcd {
+				p.remove = append(p.remove, n)
+				gone[templates.EtcdPeerURL(n.NodeIP())] = true
+			}
+		}
+	}
 	c, err := newEtcdClient(ctx, rc.fleet, rc.set, running[0])
 	if err != nil {
 		return p, err
@@ -114,8 +127,8 @@ func planEtcd(ctx context.Context, rc *runContext, r progress.Reporter) (etcdPla
 		peer := templates.EtcdPeerURL(m.NodeIP())
 		var list []string
 		for _, mem := range members {
-			if slices.Contains(mem.PeerURLs, peer) {
-				continue // added by an earlier, interrupted run
+			if slices.Contains(mem.PeerURLs, peer) || slices.ContainsFunc(mem.PeerURLs, func(u string) bool { return gone[u] }) {
+				continue // added by an earlier, interrupted run; or removed before it joins
 			}
 			if mem.Name == "" {
 				return p, fmt.Errorf("etcd has a member that never started (%s): remove it (etcdctl member remove %x) or start it, then run again", strings.Join(mem.PeerURLs, ","), mem.ID)
@@ -168,7 +181,11 @@ func (p etcdPlan) addMember(ctx context.Context, rc *runContext, n inventory.Nod
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(ctx, rc.o.Timeout)
 	defer cancel()
-	return c.Add(ctx, templates.EtcdPeerURL(n.NodeIP()))
+	err = c.Add(ctx, templates.EtcdPeerURL(n.NodeIP()))
+	if err != nil && !rc.o.Prune && slices.ContainsFunc(rc.o.Removed, func(m inventory.Node) bool { return m.Role == inventory.RoleEtcd }) {
+		return fmt.Errorf("%w: an etcd host the inventory no longer lists may be down; kforge apply --prune removes such members before a new host joins", err)
+	}
+	return err
 }
 
 // waitEtcdMember waits until a joining master's etcd member has started (etcd then knows its
@@ -191,7 +208,7 @@ func (p etcdPlan) waitMember(ctx context.Context, rc *runContext, n inventory.No
 // it the data directory (0700); the facts learn its ids, which render puts in etcd's static pod
 // and on etcd's keys (templates.Options.EtcdUser).
 func (rc *runContext) etcdUser(ctx context.Context, r progress.Reporter) error {
-	return rc.fleet.Each(ctx, inventory.RoleMaster, func(ctx context.Context, n inventory.Node, h remote.Host) error {
+	return rc.fleet.Each(ctx, rc.inv.EtcdRole(), func(ctx context.Context, n inventory.Node, h remote.Host) error {
 		f := rc.fleet.Facts(n.Name)
 		if f == nil {
 			return nil
@@ -210,6 +227,14 @@ func (rc *runContext) etcdUser(ctx context.Context, r progress.Reporter) error {
 		f.EtcdUser = &u
 		return nil
 	})
+}
+
+// etcdHostsWord names the hosts of etcd's members, for steps' descriptions.
+func etcdHostsWord(c *inventory.Cluster) string {
+	if c.ExternalEtcd() {
+		return "etcd hosts"
+	}
+	return "masters"
 }
 
 // etcdOwner is "user:group" of master name's etcd user, "" where it has none.

@@ -40,7 +40,7 @@ func startSnapshots(ctx context.Context, t *hop, st *staging, r progress.Reporte
 	if err := st.waitShipments(ctx); err != nil { // the program ships after the control plane
 		return err
 	}
-	return t.rc.fleet.Each(ctx, inventory.RoleMaster, func(ctx context.Context, n inventory.Node, h remote.Host) error {
+	return t.rc.fleet.Each(ctx, t.inv.EtcdRole(), func(ctx context.Context, n inventory.Node, h remote.Host) error {
 		restart := snapshotTimerRestarts(func(pred func(string) bool) bool { return t.files.wrote(n.Name, pred) })
 		if _, err := remote.Output(ctx, h, startUnitScript(hostpath.EtcdSnapshotTimer, restart)); err != nil {
 			return err
@@ -185,12 +185,12 @@ func newestHostSnapshot(all []hostSnapshots, name string) (state.Snapshot, strin
 	return best, on, on != ""
 }
 
-// readAllHostSnapshots reads the scheduled snapshots of every master that answered: one that
-// cannot be asked is reported, not fatal.
-func readAllHostSnapshots(ctx context.Context, f *fleet.Fleet, r progress.Reporter) []hostSnapshots {
+// readAllHostSnapshots reads the scheduled snapshots on the hosts of role (etcd's members') that
+// answered: one that cannot be asked is reported, not fatal.
+func readAllHostSnapshots(ctx context.Context, f *fleet.Fleet, role inventory.Role, r progress.Reporter) []hostSnapshots {
 	var mu sync.Mutex
 	var all []hostSnapshots
-	_ = f.Each(ctx, inventory.RoleMaster, func(ctx context.Context, n inventory.Node, h remote.Host) error {
+	_ = f.Each(ctx, role, func(ctx context.Context, n inventory.Node, h remote.Host) error {
 		if h == nil { // unreachable: reach said so
 			return nil
 		}
@@ -209,7 +209,7 @@ func readAllHostSnapshots(ctx context.Context, f *fleet.Fleet, r progress.Report
 }
 
 func (x *EtcdSnapshot) find(ctx context.Context, r progress.Reporter) error {
-	all := readAllHostSnapshots(ctx, x.fleet, r)
+	all := readAllHostSnapshots(ctx, x.fleet, x.role, r)
 	for _, s := range all {
 		msg := "no scheduled snapshot"
 		if n := len(s.Records); n > 0 {

@@ -35,14 +35,15 @@ type EtcdStatus struct {
 // answer, and the credentials that reach their members.
 type etcdAccess struct {
 	o           Options
-	fleet       *fleet.Fleet   // the masters; reach connects those that answer
+	fleet       *fleet.Fleet   // the cluster's hosts; reach connects the members' that answer
+	role        inventory.Role // the members' hosts': the masters, or the etcd group (EtcdRole)
 	creds       *pki.Set       // credentials: the etcd CA and apiserver-etcd-client, from the state dir
 	unreachable []MemberStatus // reach: the masters that did not answer, and why
 }
 
 func newEtcdAccess(c *inventory.Cluster, o Options) etcdAccess {
 	o = o.withDefaults()
-	return etcdAccess{o: o, fleet: newFleet(c, c.Nodes(), o)}
+	return etcdAccess{o: o, fleet: newFleet(c, c.Hosts(), o), role: c.EtcdRole()}
 }
 
 // Close ends every connection the command opened.
@@ -56,7 +57,7 @@ func (e *etcdAccess) credentials(context.Context, progress.Reporter) error {
 
 func (e *etcdAccess) reach(ctx context.Context, r progress.Reporter) error {
 	e.unreachable = nil
-	for name, err := range e.fleet.Reach(ctx, inventory.RoleMaster, etcdReachTimeout, r) {
+	for name, err := range e.fleet.Reach(ctx, e.role, etcdReachTimeout, r) {
 		e.unreachable = append(e.unreachable, MemberStatus{Master: name, Problem: "host unreachable: " + oneLine(err.Error())})
 	}
 	return nil
@@ -123,13 +124,13 @@ func NewEtcdStatus(c *inventory.Cluster, o Options) *EtcdStatus {
 
 // Steps is etcd status, top to bottom.
 func (x *EtcdStatus) Steps() []Step {
-	masters := x.fleet.Names(inventory.RoleMaster)
+	masters := x.fleet.Names(x.role)
 	var l list
 	l.add("credentials", OnWorkstation, nil, x.credentials, "read the etcd CA and the apiserver-etcd-client certificate from the state dir")
-	l.add("connect", OnHosts, masters, x.reach, "connect to %s over SSH; a master that does not answer within %s is reported, not fatal", count(len(masters), "master"), etcdReachTimeout)
-	l.add("status", OnHosts, masters, x.status, "ask each master's etcd member (127.0.0.1:2379 through its SSH connection) for its status; the member list and alarms from a healthy one")
+	l.add("connect", OnHosts, masters, x.reach, "connect to %s over SSH; a host that does not answer within %s is reported, not fatal", count(len(masters), string(x.role)+" host"), etcdReachTimeout)
+	l.add("status", OnHosts, masters, x.status, "ask each member (127.0.0.1:2379 through its host's SSH connection) for its status; the member list and alarms from a healthy one")
 	if x.scheduledSnapshots {
-		l.add("snapshots", OnHosts, masters, x.scheduled, "read each master's scheduled snapshots in %s: late when the newest is older than every %s and %s more (a stopped timer or a failed run is named, and is late once the newest is that old)", hostpath.EtcdSnapshotDir, x.every, snapshotGrace(time.Duration(x.every)))
+		l.add("snapshots", OnHosts, masters, x.scheduled, "read each member's scheduled snapshots in %s: late when the newest is older than every %s and %s more (a stopped timer or a failed run is named, and is late once the newest is that old)", hostpath.EtcdSnapshotDir, x.every, snapshotGrace(time.Duration(x.every)))
 	}
 	return l
 }
@@ -138,7 +139,7 @@ func (x *EtcdStatus) scheduled(ctx context.Context, r progress.Reporter) error {
 	every := time.Duration(x.every)
 	x.Report.SnapshotsEvery = x.every.String()
 	read := map[string]hostSnapshots{}
-	for _, s := range readAllHostSnapshots(ctx, x.fleet, r) {
+	for _, s := range readAllHostSnapshots(ctx, x.fleet, x.role, r) {
 		read[s.Master] = s
 	}
 	for i := range x.Report.Members {
@@ -179,7 +180,7 @@ func loadEtcdCredentials(o Options) (*pki.Set, error) {
 }
 
 func (x *EtcdStatus) status(ctx context.Context, r progress.Reporter) error {
-	rep, err := surveyEtcd(ctx, x.fleet, x.creds, x.unreachable)
+	rep, err := surveyEtcd(ctx, x.fleet, x.role, x.creds, x.unreachable)
 	x.Report = rep
 	for _, m := range rep.Members {
 		msg := "healthy"
@@ -195,14 +196,14 @@ func (x *EtcdStatus) status(ctx context.Context, r progress.Reporter) error {
 // already marked), then the member list and the alarms from a healthy member, and judges the
 // quorum. Errors of single members are part of the report; the error is for a survey that
 // could not be made at all.
-func surveyEtcd(ctx context.Context, f *fleet.Fleet, creds *pki.Set, unreachable []MemberStatus) (EtcdReport, error) {
+func surveyEtcd(ctx context.Context, f *fleet.Fleet, role inventory.Role, creds *pki.Set, unreachable []MemberStatus) (EtcdReport, error) {
 	var rep EtcdReport
 	down := map[string]MemberStatus{}
 	for _, m := range unreachable {
 		down[m.Master] = m
 	}
 	var healthyOne string
-	for _, n := range f.Nodes(inventory.RoleMaster) {
+	for _, n := range f.Nodes(role) {
 		if m, ok := down[n.Name]; ok {
 			rep.Members = append(rep.Members, m)
 			continue
@@ -250,15 +251,15 @@ func surveyEtcd(ctx context.Context, f *fleet.Fleet, creds *pki.Set, unreachable
 			return rep, err
 		}
 	}
-	judge(&rep, f, listed)
+	judge(&rep, f, role, listed)
 	return rep, nil
 }
 
 // judge fills the report's leader, counts, quorum and advice from the members' answers and
 // etcd's member list (empty when no member answered).
-func judge(rep *EtcdReport, f *fleet.Fleet, listed []etcd.Member) {
+func judge(rep *EtcdReport, f *fleet.Fleet, role inventory.Role, listed []etcd.Member) {
 	byPeer := map[string]string{} // peer URL -> master
-	for _, n := range f.Nodes(inventory.RoleMaster) {
+	for _, n := range f.Nodes(role) {
 		byPeer[templates.EtcdPeerURL(n.NodeIP())] = n.Name
 	}
 	healthy := map[string]bool{}
@@ -310,8 +311,9 @@ func judge(rep *EtcdReport, f *fleet.Fleet, listed []etcd.Member) {
 	slices.SortStableFunc(rep.Members, func(a, b MemberStatus) int { return indexOf(f, a.Master) - indexOf(f, b.Master) })
 }
 
-func indexOf(f *fleet.Fleet, master string) int {
-	return slices.Index(f.Names(inventory.RoleMaster), master)
+// indexOf is the host's place in the fleet, which lists hosts in inventory order.
+func indexOf(f *fleet.Fleet, host string) int {
+	return slices.Index(f.Names(""), host)
 }
 
 // AllHealthy reports whether every member is healthy, no alarm is raised, and no master's

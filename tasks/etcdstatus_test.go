@@ -43,7 +43,7 @@ func TestJudgeEtcd(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			rep := EtcdReport{Members: c.members, Alarms: c.alarms}
-			judge(&rep, f, c.listed)
+			judge(&rep, f, inventory.RoleMaster, c.listed)
 			if rep.Quorum != c.quorum || rep.Healthy != c.healthy || rep.AllHealthy() != c.all || rep.Leader != c.leader {
 				t.Errorf("quorum %v, healthy %d, all healthy %v, leader %q; want %v, %d, %v, %q", rep.Quorum, rep.Healthy, rep.AllHealthy(), rep.Leader, c.quorum, c.healthy, c.all, c.leader)
 			}

@@ -21,7 +21,7 @@ func (rc *runContext) openFirewalls(ctx context.Context, r progress.Reporter) er
 			return nil
 		}
 		ports := firewall.Blocked(f.Firewall, firewall.For(rc.inv, n.Role))
-		sources := firewall.Untrusted(f.Firewall, firewall.Sources(rc.inv))
+		sources := firewall.Untrusted(f.Firewall, firewall.Sources(rc.inv, n.Role))
 		if len(ports) == 0 && len(sources) == 0 {
 			return nil
 		}

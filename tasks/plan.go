@@ -143,7 +143,7 @@ func (d Diff) Complete() bool { return len(d.Unreachable) == 0 && d.APIUnknown =
 // not answer within o.DialRetry (default 5 s) are shown as unknown.
 func NewPlan(c *inventory.Cluster, o Options) *Plan {
 	o.DialRetry = cmp.Or(o.DialRetry, 5*time.Second)
-	rc := newRunContext(c, c.Nodes(), o)
+	rc := newRunContext(c, c.Hosts(), o)
 	rc.dryRun = true
 	return &Plan{rc: rc, target: newHop(rc), secrets: newRedactor(rand.Reader)}
 }

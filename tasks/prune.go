@@ -35,7 +35,7 @@ func Removed(c *inventory.Cluster, d state.Dir) ([]inventory.Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	current := fleet.Names(c.Nodes())
+	current := fleet.Names(c.Hosts())
 	var out []inventory.Node
 	var recordedMasters []string
 	keptMaster := false
@@ -67,8 +67,11 @@ func (e *NoMasterLeftError) Error() string {
 func (rc *runContext) reportRemoved(_ context.Context, r progress.Reporter) error {
 	for _, n := range rc.o.Removed {
 		how := "kforge apply --prune drains it, resets the host and deletes its node"
-		if n.Role == inventory.RoleMaster {
+		switch n.Role {
+		case inventory.RoleMaster:
 			how = "kforge apply --prune drains it, removes its etcd member, resets the host and deletes its node (take it out of your load balancer too)"
+		case inventory.RoleEtcd:
+			how = "kforge apply --prune removes its etcd member and resets the host"
 		}
 		r(progress.Event{Kind: progress.Info, Host: n.Name, Message: fmt.Sprintf("%s %s is no longer in the inventory but still in the cluster: %s", n.Role, n.Name, how)})
 	}
@@ -89,13 +92,15 @@ func (rc *runContext) prune(ctx context.Context, r progress.Reporter) error {
 	for _, n := range rc.o.Removed {
 		start := rc.o.Now()
 		var did []string
-		evicted, err := kube.Drain(ctx, api.Typed, n.Name, rc.o.DrainTimeout)
-		if err != nil {
-			return err
+		if n.Role != inventory.RoleEtcd { // an etcd host is no node
+			evicted, err := kube.Drain(ctx, api.Typed, n.Name, rc.o.DrainTimeout)
+			if err != nil {
+				return err
+			}
+			did = append(did, fmt.Sprintf("drained (%s evicted)", count(len(evicted), "pod")))
 		}
-		did = append(did, fmt.Sprintf("drained (%s evicted)", count(len(evicted), "pod")))
-		if n.Role == inventory.RoleMaster {
-			removed, err := removeEtcdMember(ctx, rc, n)
+		if n.Role == rc.inv.EtcdRole() {
+			removed, err := removeEtcdMember(ctx, rc, rc.inv.EtcdMembers()[0].Name, n)
 			if err != nil {
 				return fmt.Errorf("%s: remove its etcd member: %w", n.Name, err)
 			}
@@ -108,19 +113,23 @@ func (rc *runContext) prune(ctx context.Context, r progress.Reporter) error {
 			return fmt.Errorf("%s: reset: %w", n.Name, err)
 		}
 		did = append(did, msg)
-		if deleted, err := kube.DeleteNode(ctx, api.Typed, n.Name); err != nil {
-			return err
-		} else if deleted {
-			did = append(did, "node deleted")
+		if n.Role != inventory.RoleEtcd {
+			deleted, err := kube.DeleteNode(ctx, api.Typed, n.Name)
+			if err != nil {
+				return err
+			}
+			if deleted {
+				did = append(did, "node deleted")
+			}
 		}
 		r(progress.Event{Kind: progress.HostDone, Host: n.Name, Duration: rc.o.Now().Sub(start), Message: strings.Join(did, "; ")})
 	}
 	return nil
 }
 
-// removeEtcdMember removes a removed master's etcd member through the inventory's first master.
-func removeEtcdMember(ctx context.Context, rc *runContext, n inventory.Node) (bool, error) {
-	e, err := newEtcdClient(ctx, rc.fleet, rc.set, rc.inv.Masters[0].Name)
+// removeEtcdMember removes a removed host's etcd member through the member on host via.
+func removeEtcdMember(ctx context.Context, rc *runContext, via string, n inventory.Node) (bool, error) {
+	e, err := newEtcdClient(ctx, rc.fleet, rc.set, via)
 	if err != nil {
 		return false, err
 	}

@@ -57,10 +57,10 @@ func (h *hop) render(ep etcdPlan, retiring int) (err error) {
 }
 
 // withHostFiles are the files apply pushes to one host: what templates render, kforge's sysctl
-// file, and on masters the marker that says which static pods kforge wrote.
+// file, and on masters and etcd hosts the marker that says which static pods kforge wrote.
 func withHostFiles(c *inventory.Cluster, t templates.HostFiles) []templates.File {
 	files := append(t.Files, templates.File{Path: hostpath.SysctlFile, Mode: 0o644, Data: templates.SysctlConf(c.Networking.DualStack())})
-	if t.Node.Role == inventory.RoleMaster {
+	if t.Node.Role != inventory.RoleWorker {
 		var pods []string
 		for _, f := range t.Files {
 			if path.Dir(f.Path) == hostpath.ManifestsDir {

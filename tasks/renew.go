@@ -132,6 +132,7 @@ func (cr *CertsRenew) Steps() []Step {
 	rc := x.rc
 	all, masters := rc.fleet.Names(""), rc.fleet.Names(inventory.RoleMaster)
 	var l list
+	notWithExternalEtcd(&l, rc.inv, "certs renew")
 	x.credentialSteps(&l, "re-issue the certificates asked for, in memory, from the state dir's CAs")
 	l.add("save", OnWorkstation, nil, x.save, "keep the new certificates in %s", rc.o.State.PKI())
 	l.add("kubelets", OnHosts, all, x.renewKubelets, "give the kubelets whose client certificate expired a new one signed by the cluster CA, and restart them; a kubelet whose own serving certificate expired makes a new one")
@@ -148,15 +149,7 @@ func (cr *CertsRenew) Steps() []Step {
 // inspect reads every host's certificates: a host whose CA is not the state dir's is refused
 // before anything changes; expired certificates decide how masters are renewed.
 func (x *credentials) inspect(ctx context.Context, r progress.Reporter) error {
-	p, masters, err := pki.FromInventory(x.rc.inv)
-	if err != nil {
-		return err
-	}
-	workers, err := pki.Workers(x.rc.inv)
-	if err != nil {
-		return err
-	}
-	reqs, err := pki.Requests(p, masters, workers...)
+	_, reqs, err := pki.InventoryRequests(x.rc.inv)
 	if err != nil {
 		return err
 	}

@@ -37,7 +37,7 @@ type Reset struct {
 // the cluster that the inventory no longer lists and no apply --prune has removed.
 func NewReset(c *inventory.Cluster, o Options) *Reset {
 	o = o.withDefaults()
-	nodes := c.Nodes()
+	nodes := c.Hosts()
 	for _, n := range o.Removed {
 		if !slices.ContainsFunc(nodes, func(m inventory.Node) bool { return m.Name == n.Name }) {
 			nodes = append(nodes, n)
@@ -58,13 +58,13 @@ func (x *Reset) Steps() []Step {
 
 // hostSteps are the steps of reset that work on the hosts; prune runs them on one host.
 func (x *Reset) hostSteps() list {
-	all, masters := x.fleet.Names(""), x.fleet.Names(inventory.RoleMaster)
+	all, members := x.fleet.Names(""), append(x.fleet.Names(inventory.RoleMaster), x.fleet.Names(inventory.RoleEtcd)...)
 	var l list
 	l.add("connect", OnHosts, all, x.fleet.Connect, "connect to %s over SSH (host keys verified) and gather facts in one round trip each", count(len(all), "host"))
 	l.add("stop-kubelet", OnHosts, all, x.stopKubelet, "stop and disable kubelet, so nothing starts the containers again")
 	l.add("containers", OnHosts, all, x.removeContainers, "kill and remove every container in containerd's k8s.io namespace (images stay)")
 	l.add("unmount", OnHosts, all, x.unmountKubelet, "unmount what kubelet mounted under %s and the pods' network namespaces", hostpath.KubeletDir)
-	l.add("files", OnHosts, all, x.removeFiles, "remove %s, %s, %s (on %s), the kubelet unit and drop-in, the service-route unit (with its route), %s", hostpath.KubernetesDir, hostpath.KubeletDir, hostpath.EtcdDataDir, strings.Join(masters, ", "), hostpath.SysctlFile)
+	l.add("files", OnHosts, all, x.removeFiles, "remove %s, %s, %s (on %s), the kubelet unit and drop-in, the service-route unit (with its route), %s", hostpath.KubernetesDir, hostpath.KubeletDir, hostpath.EtcdDataDir, strings.Join(members, ", "), hostpath.SysctlFile)
 	l.add("network", OnHosts, all, x.cleanNetwork, "delete cni0 and flannel.1, the CNI config and state, /run/flannel, the nftables tables of kube-proxy, flannel, portmap and the NetworkPolicy agent, and the KUBE-/FLANNEL- iptables chains with the jumps to them")
 	return l
 }
@@ -187,7 +187,7 @@ var resetUnits = [][2]string{
 // /var/lib/etcd, say) are emptied instead.
 func resetFiles(role inventory.Role) []string {
 	ps := []string{hostpath.KubernetesDir, hostpath.KubeletDir}
-	if role == inventory.RoleMaster {
+	if role == inventory.RoleMaster || role == inventory.RoleEtcd {
 		ps = append(ps, hostpath.EtcdDataDir)
 	}
 	return append(ps, hostpath.KubeletUnitPath, hostpath.KubeletDropInPath, hostpath.ServiceRouteUnitPath, hostpath.SysctlFile,

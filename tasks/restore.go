@@ -70,6 +70,7 @@ func (x *Restore) Steps() []Step {
 	all, masters := f.Names(""), f.Names(inventory.RoleMaster)
 	lost := fleet.Names(rc.o.Removed)
 	var l list
+	notWithExternalEtcd(&l, c, "restore")
 	l.add("snapshot", OnWorkstation, nil, x.verifySnapshot, "verify %s before any host is touched: its sha256, bbolt's integrity check, its revision (etcdutl's library)", x.ro.Snapshot)
 	l.add("connect", OnHosts, all, f.Connect, "connect to %s over SSH (host keys verified) and gather facts in one round trip each", count(len(all), "host"))
 	l.add("quorum", OnHosts, masters, x.checkQuorumLost, "refuse when the masters' etcd still has quorum (a restore would discard what it holds; --force restores anyway)")
@@ -133,7 +134,7 @@ func (x *Restore) checkQuorumLost(ctx context.Context, r progress.Reporter) erro
 	if err != nil {
 		return err
 	}
-	rep, err := surveyEtcd(ctx, x.rc.fleet, creds, nil)
+	rep, err := surveyEtcd(ctx, x.rc.fleet, inventory.RoleMaster, creds, nil)
 	if err != nil {
 		return err
 	}

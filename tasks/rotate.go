@@ -88,6 +88,7 @@ func (rot *RotateCA) Steps() []Step {
 	rc := rot.x.rc
 	all := rc.fleet.Names("")
 	var l list
+	notWithExternalEtcd(&l, rc.inv, "certs rotate-ca")
 	rot.x.credentialSteps(&l, "read the state dir's PKI (nothing is written yet)")
 	l.add("start", OnWorkstation, nil, rot.start, "make the new %s in %s/next, or resume the rotation in progress", strings.Join(rot.cas, ", "), rc.o.State.PKI())
 	l.add("trust", OnHosts, all, rc.kubeletsSay(rot.phase(pki.PhaseTrust)), "every ca.crt and kubeconfig trusts the old and the new CA: masters one at a time (static pods restarted and Ready), then the kubelets; the addons' pods replaced one at a time once they are given both CAs")

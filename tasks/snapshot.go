@@ -69,7 +69,7 @@ func NewEtcdSnapshot(c *inventory.Cluster, o Options, so SnapshotOptions) *EtcdS
 
 // Steps is etcd snapshot, top to bottom.
 func (x *EtcdSnapshot) Steps() []Step {
-	masters := x.fleet.Names(inventory.RoleMaster)
+	masters := x.fleet.Names(x.role)
 	var l list
 	if !x.so.Fetch {
 		l.add("credentials", OnWorkstation, nil, x.credentials, "read the etcd CA and the apiserver-etcd-client certificate from the state dir")
@@ -94,7 +94,7 @@ func (x *EtcdSnapshot) Steps() []Step {
 }
 
 func (x *EtcdSnapshot) pickMember(ctx context.Context, r progress.Reporter) error {
-	rep, err := surveyEtcd(ctx, x.fleet, x.creds, x.unreachable)
+	rep, err := surveyEtcd(ctx, x.fleet, x.role, x.creds, x.unreachable)
 	if err != nil {
 		return err
 	}

@@ -29,7 +29,16 @@ import (
 // for it).
 func stage(ctx context.Context, t *hop, ep etcdPlan, r progress.Reporter) (*staging, error) {
 	f := t.rc.fleet
+	if t.inv.ExternalEtcd() {
+		// The API servers need etcd: its hosts are staged and started first.
+		if err := startEtcdHosts(ctx, t, ep, r); err != nil {
+			return nil, err
+		}
+	}
 	fresh, rolling, joining := ep.startOrder(f.Nodes(inventory.RoleMaster))
+	if t.inv.ExternalEtcd() {
+		fresh, rolling = runningMasters(f)
+	}
 	// The workers wait for the registries of the masters staged here (a joining master comes
 	// later, one at a time); a failure staging the masters ends that wait.
 	filling := 0
@@ -91,6 +100,23 @@ func stage(ctx context.Context, t *hop, ep etcdPlan, r progress.Reporter) (*stag
 		}
 	}
 	return st, nil
+}
+
+// runningMasters splits the masters of a cluster with an external etcd, where none joins an
+// etcd cluster, as startOrder does: those whose API server runs (its manifest is there) roll one
+// at a time when two or more run; the others, or a single running one, start together.
+func runningMasters(f *fleet.Fleet) (fresh, rolling []inventory.Node) {
+	for _, n := range f.Nodes(inventory.RoleMaster) {
+		if fs := f.Facts(n.Name); fs != nil && slices.Contains(fs.Manifests.Entries, path.Base(apiserverManifest)) {
+			rolling = append(rolling, n)
+		} else {
+			fresh = append(fresh, n)
+		}
+	}
+	if len(rolling) < 2 {
+		fresh, rolling = append(fresh, rolling...), nil
+	}
+	return fresh, rolling
 }
 
 // reportStaged reports what staging a host did, started at start.
@@ -172,7 +198,7 @@ func (h *hop) stageHost(ctx context.Context, n inventory.Node, st *staging, r pr
 	did = append(did, msg)
 	if h.manifest != nil {
 		need := bundleNeed(h.inv, n.Role)
-		if need.ControlPlane {
+		if n.Role == inventory.RoleMaster {
 			need.Only = controlPlaneFirst // the rest follows in the background
 		}
 		_, msg, err := h.ship(ctx, host, need, mirrors, r)
@@ -190,7 +216,7 @@ func (h *hop) stageHost(ctx context.Context, n inventory.Node, st *staging, r pr
 		return nil, err
 	}
 	did = append(did, fmt.Sprintf("%d files written", h.files.countWritten(n.Name)))
-	if h.inv.LocalAPIProxy() {
+	if h.inv.LocalAPIProxy() && n.Role != inventory.RoleEtcd {
 		msg, err := h.startAPIProxy(ctx, n, host)
 		if err != nil {
 			return nil, err
@@ -237,8 +263,11 @@ func (h *hop) startMaster(ctx context.Context, n inventory.Node, ep etcdPlan, st
 // cluster with a controlPlaneVIP, the scheduled snapshots' program on the masters of a cluster
 // that takes them.
 func bundleNeed(c *inventory.Cluster, role inventory.Role) bundle.Need {
+	if role == inventory.RoleEtcd { // kubelet, etcd's image and the sandbox's, from the control plane's part
+		return bundle.Need{ControlPlane: true, Only: etcdHostPart, EtcdSnapshots: c.ScheduledSnapshots()}
+	}
 	master := role == inventory.RoleMaster
-	return bundle.Need{ControlPlane: master, APIProxy: c.LocalAPIProxy(), VIP: master && c.ControlPlaneVIP != "", EtcdSnapshots: master && c.ScheduledSnapshots(),
+	return bundle.Need{ControlPlane: master, APIProxy: c.LocalAPIProxy(), VIP: master && c.ControlPlaneVIP != "", EtcdSnapshots: master && c.ScheduledSnapshots() && !c.ExternalEtcd(),
 		LocalVolumes: c.LocalVolumes.On()}
 }
 
@@ -249,6 +278,16 @@ func controlPlaneFirst(name string) bool {
 	switch name {
 	case "kubelet", "bridge", "host-local", "loopback", "portmap", bundle.APIProxyFile,
 		"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "pause":
+		return true
+	}
+	return false
+}
+
+// etcdHostPart is what an external etcd's host needs of the bundle: kubelet and the images of
+// etcd's static pod, and the scheduled snapshots' program.
+func etcdHostPart(name string) bool {
+	switch name {
+	case "kubelet", "etcd", "pause", bundle.EtcdSnapshotFile:
 		return true
 	}
 	return false
@@ -369,7 +408,9 @@ func (hp *hop) configureRuntime(ctx context.Context, n inventory.Node, h remote.
 		cmds = append(cmds, "systemctl restart containerd")
 	}
 	cmds = append(cmds, "{ systemctl is-enabled -q containerd || systemctl enable -q containerd; }", "{ systemctl is-active -q containerd || systemctl start containerd; }")
-	cmds = append(cmds, serviceRouteScript(routeUnit))
+	if n.Role != inventory.RoleEtcd { // an etcd host reaches no Service
+		cmds = append(cmds, serviceRouteScript(routeUnit))
+	}
 	out, err := remote.Output(ctx, h, strings.Join(cmds, " && "))
 	if err != nil {
 		return "", err

@@ -197,7 +197,7 @@ func readUpgradeRoute(ctx context.Context, rc *runContext, manifest *bundle.Mani
 	u := &upgradeRoute{target: inv.KubernetesVersion, running: map[string]string{}}
 	behind := false
 	var cp string // the oldest master
-	for _, n := range rc.fleet.Nodes("") {
+	for _, n := range rc.fleet.Nodes(inventory.AnyNode) {
 		v, err := runningVersion(ctx, rc, n)
 		if err != nil {
 			return nil, remote.WithHost(n.Name, err)
@@ -221,6 +221,9 @@ func readUpgradeRoute(ctx context.Context, rc *runContext, manifest *bundle.Mani
 	}
 	if !behind {
 		return nil, nil
+	}
+	if inv.ExternalEtcd() {
+		return nil, fmt.Errorf("the cluster runs %s and its etcd runs on hosts of its own (etcd:): kforge does not upgrade such a cluster yet; keep kubernetesVersion at what it runs", strings.Join(running(rc, u), ", "))
 	}
 	u.from = cmp.Or(cp, u.target)
 	if manifest == nil {
@@ -269,7 +272,7 @@ func readUpgradeRoute(ctx context.Context, rc *runContext, manifest *bundle.Mani
 // running lists what the nodes run, "name version", in inventory order.
 func running(rc *runContext, u *upgradeRoute) []string {
 	var out []string
-	for _, n := range rc.fleet.Nodes("") {
+	for _, n := range rc.fleet.Nodes(inventory.AnyNode) {
 		if v, ok := u.running[n.Name]; ok {
 			out = append(out, n.Name+" "+v)
 		}
@@ -430,7 +433,7 @@ func addonImage(name string) bool {
 // as at stage).
 func (up *Upgrade) addonImages(ctx context.Context, r progress.Reporter) error {
 	u, hops, f := up.route, up.hops, up.rc.fleet
-	nodes := slices.DeleteFunc(f.Nodes(""), func(n inventory.Node) bool { _, ok := u.running[n.Name]; return !ok })
+	nodes := slices.DeleteFunc(f.Nodes(inventory.AnyNode), func(n inventory.Node) bool { _, ok := u.running[n.Name]; return !ok })
 	need := bundle.Need{Only: addonImage, LocalVolumes: up.rc.inv.LocalVolumes.On()}
 	ship := func(ctx context.Context, n inventory.Node, host remote.Host, mirrors []string) error {
 		for _, h := range hops {

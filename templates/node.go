@@ -52,6 +52,8 @@ func (u KubeletUnit) Render() ([]byte, error) { return render("kubelet.service.t
 // KubeletDropIn is the 10-kubeadm.conf-style drop-in wiring kubeconfigs, config and flags.
 type KubeletDropIn struct {
 	KubeletPath, BootstrapKubeconfig, Kubeconfig, Config, FlagsEnv string
+	// Standalone: no kubeconfig (an etcd host's kubelet, Kubelet.Standalone).
+	Standalone bool
 }
 
 // NewKubeletDropIn fills in kubeadm's paths.
@@ -211,6 +213,10 @@ type Kubelet struct {
 	// ServingCert: kubelet serves with the certificate kforge issued it (hostpath.KubeletServerCert),
 	// not a self-signed one.
 	ServingCert bool
+	// Standalone: an etcd host's kubelet (external etcd), which runs etcd's static pod and
+	// knows no API server, as in kubeadm's guide to an etcd cluster: it serves on loopback
+	// only, authenticates no one and allows everything there.
+	Standalone bool
 }
 
 // PodPidsLimit is the most processes (and threads) one pod's containers may hold together, so
@@ -269,6 +275,15 @@ func (k Kubelet) Config() (*kubeletv1beta1.KubeletConfiguration, error) {
 	}
 	if k.ServingCert {
 		c.TLSCertFile, c.TLSPrivateKeyFile = hostpath.KubeletServerCert, hostpath.KubeletServerKey
+	}
+	if k.Standalone {
+		c.Address = "127.0.0.1"
+		c.Authentication = kubeletv1beta1.KubeletAuthentication{
+			Webhook:   kubeletv1beta1.KubeletWebhookAuthentication{Enabled: ptr.To(false)},
+			Anonymous: kubeletv1beta1.KubeletAnonymousAuthentication{Enabled: ptr.To(false)},
+		}
+		c.Authorization = kubeletv1beta1.KubeletAuthorization{Mode: kubeletv1beta1.KubeletAuthorizationModeAlwaysAllow}
+		c.RotateCertificates = false
 	}
 	if c.CgroupDriver == "" {
 		c.CgroupDriver = "systemd"
@@ -419,6 +434,10 @@ type EtcdSnapshot struct {
 	Member     string // this master's node name
 	Endpoint   string // its etcd member's client URL on loopback
 	Kubernetes string // the cluster's version, for the snapshots' records
+	// Client is the etcd client certificate it reaches the member with, under the PKI
+	// directory, without extension: a master's API server's (the default), an etcd host's
+	// health check's.
+	Client string
 }
 
 // Unit returns kforge-etcd-snapshot.service.
@@ -447,17 +466,21 @@ func (e EtcdSnapshot) Config() ([]byte, error) {
 		Member     string `json:"member"`
 		Kubernetes string `json:"kubernetes"`
 		Keep       int    `json:"keep"`
-	}{e.Endpoint, pkiPath("etcd/ca.crt"), pkiPath("apiserver-etcd-client.crt"), pkiPath("apiserver-etcd-client.key"), e.Member, e.Kubernetes, e.Keep}, "", "  ")
+	}{e.Endpoint, pkiPath("etcd/ca.crt"), pkiPath(or(e.Client, "apiserver-etcd-client") + ".crt"), pkiPath(or(e.Client, "apiserver-etcd-client") + ".key"), e.Member, e.Kubernetes, e.Keep}, "", "  ")
 	return append(b, '\n'), err
 }
 
-// EtcdSnapshotFiles are master m's scheduled snapshot files; none when the cluster takes none.
+// EtcdSnapshotFiles are etcd member m's scheduled snapshot files (a master's, or an etcd
+// host's with an external etcd); none when the cluster takes none.
 func EtcdSnapshotFiles(c *inventory.Cluster, m inventory.Host) ([]File, error) {
 	if !c.ScheduledSnapshots() {
 		return nil, nil
 	}
 	e := EtcdSnapshot{Every: time.Duration(c.EtcdSnapshots.Every), Keep: c.EtcdSnapshots.Keep, Member: m.Name,
 		Endpoint: "https://" + net.JoinHostPort(localhostFor(m.NodeIP()), "2379"), Kubernetes: c.KubernetesVersion}
+	if c.ExternalEtcd() {
+		e.Client = "etcd/healthcheck-client" // an etcd host holds no API server's client
+	}
 	var out []File
 	for _, f := range []struct {
 		path   string

@@ -126,7 +126,9 @@ func MasterRegistryFiles(c *inventory.Cluster, m inventory.Host) ([]File, error)
 // the masters and a node's order does not change when other nodes come or go. None when the
 // masters do not serve the bundle.
 func MasterRegistries(c *inventory.Cluster, n inventory.Node) []string {
-	if !c.BundleFromMasters() || len(c.Masters) == 0 {
+	// An etcd host's images come from the workstation: it starts before the masters' API
+	// servers, which need it.
+	if !c.BundleFromMasters() || len(c.Masters) == 0 || n.Role == inventory.RoleEtcd {
 		return nil
 	}
 	h := fnv.New32a()

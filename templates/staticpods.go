@@ -74,6 +74,10 @@ type ControlPlane struct {
 	// "existing" for one joining a running cluster.
 	EtcdInitialCluster []string
 	EtcdClusterState   string
+	// EtcdServers are the client URLs of an external etcd's members (the inventory's etcd
+	// group): kube-apiserver uses them all, and the master runs no etcd of its own. Empty: the
+	// master's stacked member, on localhost.
+	EtcdServers []string
 	// SingleMaster turns leader election off in kube-controller-manager and kube-scheduler:
 	// with one instance of each there is nobody to elect, and the first lease attempt, made
 	// before the API server's RBAC is in place, costs a retry period (2 s) on the way to a
@@ -219,7 +223,7 @@ func (c ControlPlane) APIServer() *corev1.Pod {
 		"etcd-cafile":                             pkiPath("etcd/ca.crt"),
 		"etcd-certfile":                           pkiPath("apiserver-etcd-client.crt"),
 		"etcd-keyfile":                            pkiPath("apiserver-etcd-client.key"),
-		"etcd-servers":                            "https://" + net.JoinHostPort(localhostFor(c.AdvertiseAddress), "2379"),
+		"etcd-servers":                            c.etcdServers(),
 		"kubelet-client-certificate":              pkiPath("apiserver-kubelet-client.crt"),
 		"kubelet-client-key":                      pkiPath("apiserver-kubelet-client.key"),
 		// Every kubelet serves with a certificate of the cluster CA (pki.KubeletServerCert).
@@ -368,7 +372,8 @@ func (c ControlPlane) Scheduler() *corev1.Pod {
 	}, []mount{{"kubeconfig", kubeconfig, corev1.HostPathFileOrCreate, true}}, nil)
 }
 
-// Etcd is the stacked etcd member's static pod (phases/etcd/local.go).
+// Etcd is an etcd member's static pod (phases/etcd/local.go): a master's stacked member, or an
+// etcd host's (external etcd, kubeadm's "etcd cluster with kubeadm" guide), the same pod.
 func (c ControlPlane) Etcd() *corev1.Pod {
 	lo := localhostFor(c.AdvertiseAddress)
 	client := EtcdClientURL(c.AdvertiseAddress)
@@ -422,14 +427,26 @@ func (c ControlPlane) Etcd() *corev1.Pod {
 	return pod
 }
 
-// StaticPods returns the manifests of one master by file name.
+// etcdServers is kube-apiserver's --etcd-servers: every external member, or the master's own.
+func (c ControlPlane) etcdServers() string {
+	if len(c.EtcdServers) > 0 {
+		return strings.Join(c.EtcdServers, ",")
+	}
+	return "https://" + net.JoinHostPort(localhostFor(c.AdvertiseAddress), "2379")
+}
+
+// StaticPods returns the manifests of one master by file name: with an external etcd, no
+// etcd.yaml.
 func (c ControlPlane) StaticPods() map[string]*corev1.Pod {
-	return map[string]*corev1.Pod{
-		"etcd.yaml":                    c.Etcd(),
+	pods := map[string]*corev1.Pod{
 		"kube-apiserver.yaml":          c.APIServer(),
 		"kube-controller-manager.yaml": c.ControllerManager(),
 		"kube-scheduler.yaml":          c.Scheduler(),
 	}
+	if len(c.EtcdServers) == 0 {
+		pods["etcd.yaml"] = c.Etcd()
+	}
+	return pods
 }
 
 // MarshalPod renders a pod as YAML.

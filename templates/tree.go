@@ -160,11 +160,6 @@ func ControlPlaneFor(c *inventory.Cluster, i int, o Options) (ControlPlane, erro
 	if d, ok := o.HostCACertDirs[m.Name]; ok {
 		caCertDirs = d
 	}
-	boot := o.EtcdBoot[m.Name]
-	var etcdUser *Owner
-	if u, ok := o.EtcdUser[m.Name]; ok {
-		etcdUser = &u
-	}
 	cp := ControlPlane{
 		ClusterName:       c.Name,
 		Images:            r.Images(or(c.ImageRepository, inventory.DefaultImageRepository)),
@@ -177,9 +172,14 @@ func ControlPlaneFor(c *inventory.Cluster, i int, o Options) (ControlPlane, erro
 		AdvertiseAddress:  m.NodeIP(),
 		BindPort:          pki.APIServerPort,
 		CACertDirs:        caCertDirs,
-		EtcdClusterState:  "new",
 		SingleMaster:      len(c.Masters)+o.RetiringMasters == 1,
-		EtcdUser:          etcdUser,
+	}
+	if c.ExternalEtcd() {
+		for _, e := range c.Etcd {
+			cp.EtcdServers = append(cp.EtcdServers, EtcdClientURL(e.NodeIP()))
+		}
+	} else {
+		cp.etcdMember(m, c.Masters, o)
 	}
 	if v := time.Duration(c.PKI.CertValidity); v != 0 && v != pki.DefaultSigningDuration {
 		cp.SigningDuration = v
@@ -188,15 +188,35 @@ func ControlPlaneFor(c *inventory.Cluster, i int, o Options) (ControlPlane, erro
 		a.MaxAge, a.MaxBackups, a.MaxSize = orInt(a.MaxAge, inventory.DefaultAuditMaxAge), orInt(a.MaxBackups, inventory.DefaultAuditMaxBackups), orInt(a.MaxSize, inventory.DefaultAuditMaxSize)
 		cp.Audit = &a
 	}
-	switch {
+	return cp, nil
+}
+
+// etcdMember sets how host h's etcd member starts, one of members (the masters with stacked
+// etcd, the etcd group with an external one): o.EtcdBoot's way when it has the host (joining a
+// running cluster, or running), otherwise with every member in --initial-cluster (a new
+// cluster's static bootstrap), and as etcd's user when the host has one.
+func (cp *ControlPlane) etcdMember(h inventory.Host, members []inventory.Host, o Options) {
+	cp.EtcdClusterState = "new"
+	if u, ok := o.EtcdUser[h.Name]; ok {
+		cp.EtcdUser = &u
+	}
+	switch boot := o.EtcdBoot[h.Name]; {
 	case boot != nil:
 		cp.EtcdInitialCluster, cp.EtcdClusterState = boot.Members, boot.State
-	case len(c.Masters) > 1:
-		for _, p := range c.Masters {
+	case len(members) > 1:
+		for _, p := range members {
 			cp.EtcdInitialCluster = append(cp.EtcdInitialCluster, EtcdMember(p.Name, p.NodeIP()))
 		}
 	}
-	return cp, nil
+}
+
+// EtcdHostFor is the input of etcd host i's (0-based) member: the etcd static pod of an
+// external etcd, as ControlPlaneFor has a master's stacked one.
+func EtcdHostFor(c *inventory.Cluster, i int, o Options) ControlPlane {
+	h := c.Etcd[i]
+	cp := ControlPlane{Images: images(c), NodeName: h.Name, AdvertiseAddress: h.NodeIP()}
+	cp.etcdMember(h, c.Etcd, o)
+	return cp
 }
 
 // images are the images of the cluster's release under its image repository.
@@ -272,16 +292,19 @@ func AdminContexts(c *inventory.Cluster) []string {
 func Tree(c *inventory.Cluster, set *pki.Set, o Options) ([]HostFiles, error) {
 	o = o.withDefaults()
 	var out []HostFiles
-	masterIdx := 0
-	for _, n := range c.Nodes() {
+	idx := map[inventory.Role]int{}
+	for _, n := range c.Hosts() {
 		var fs []File
 		var err error
-		if n.Role == inventory.RoleMaster {
-			fs, err = masterFiles(c, set, masterIdx, o)
-			masterIdx++
-		} else {
+		switch n.Role {
+		case inventory.RoleMaster:
+			fs, err = masterFiles(c, set, idx[n.Role], o)
+		case inventory.RoleEtcd:
+			fs, err = etcdHostFiles(c, set, idx[n.Role], o)
+		default:
 			fs, err = workerFiles(c, set, o)
 		}
+		idx[n.Role]++
 		if err != nil {
 			return nil, fmt.Errorf("host %s: %w", n.Name, err)
 		}
@@ -307,6 +330,68 @@ func pairFiles(base string, kp *pki.KeyPair) ([]File, error) {
 	}, nil
 }
 
+// etcdHostCert says whether row s is an etcd member's own (its serving, peer and health-check
+// client certificates), which an external etcd's hosts hold and the masters do not.
+func etcdHostCert(s pki.Spec) bool {
+	return s.Scope == pki.PerEtcd || s.Name == "etcd-healthcheck-client"
+}
+
+// pkiFiles are the files of row s on host (its certificate and key, or a CA's trust bundle and
+// key), those etcd reads owned by etcd's user where the host has one.
+func pkiFiles(set *pki.Set, s pki.Spec, host string, o Options) ([]File, error) {
+	node := ""
+	if s.Scope != pki.Cluster {
+		node = host
+	}
+	kp := set.Get(s.Name, node)
+	if kp == nil {
+		return nil, fmt.Errorf("no %s certificate in the PKI set", pki.Key(s.Name, node))
+	}
+	pf, err := pairFiles(s.BaseName, kp)
+	if err != nil {
+		return nil, err
+	}
+	if s.IsCA() {
+		pf[0].Data = set.TrustPEM(s.Name) // the CA, or old and new while it is rotated
+	}
+	if u, ok := o.EtcdUser[host]; ok {
+		for i := range pf {
+			if slices.Contains(etcdOwned, pf[i].Path) {
+				pf[i].UID, pf[i].GID = u.UID, u.GID
+			}
+		}
+	}
+	return pf, nil
+}
+
+// etcdHostFiles are etcd host i's own files (external etcd): the etcd CA's certificate, its
+// member's certificates and the health-check client's, and its static pod.
+func etcdHostFiles(c *inventory.Cluster, set *pki.Set, i int, o Options) ([]File, error) {
+	h := c.Etcd[i]
+	fs := []File{{Path: path.Join(hostpath.PKIDir, "etcd/ca.crt"), Mode: 0o644, Data: set.TrustPEM(pki.EtcdCA)}}
+	for _, s := range pki.Table() {
+		if !etcdHostCert(s) {
+			continue
+		}
+		pf, err := pkiFiles(set, s, h.Name, o)
+		if err != nil {
+			return nil, err
+		}
+		fs = append(fs, pf...)
+	}
+	snap, err := EtcdSnapshotFiles(c, h)
+	if err != nil {
+		return nil, err
+	}
+	pod := EtcdHostFor(c, i, o).Etcd()
+	stampInputs(pod, fs)
+	data, err := MarshalPod(pod)
+	if err != nil {
+		return nil, err
+	}
+	return append(append(fs, snap...), File{Path: path.Join(hostpath.ManifestsDir, "etcd.yaml"), Mode: 0o600, Data: data}), nil
+}
+
 func masterFiles(c *inventory.Cluster, set *pki.Set, i int, o Options) ([]File, error) {
 	m := c.Masters[i]
 	var fs []File
@@ -314,27 +399,17 @@ func masterFiles(c *inventory.Cluster, set *pki.Set, i int, o Options) ([]File, 
 		if s.BaseName == "" || s.Scope == pki.PerNode || s.Name == pki.RegistryCert && !c.BundleFromMasters() {
 			continue
 		}
-		node := ""
-		if s.Scope == pki.PerMaster {
-			node = m.Name
+		if c.ExternalEtcd() && s.Name == pki.EtcdCA {
+			// An external etcd's CA: the API servers trust it, and sign nothing with it.
+			fs = append(fs, File{Path: path.Join(hostpath.PKIDir, s.BaseName+".crt"), Mode: 0o644, Data: set.TrustPEM(s.Name)})
+			continue
 		}
-		kp := set.Get(s.Name, node)
-		if kp == nil {
-			return nil, fmt.Errorf("no %s certificate in the PKI set", pki.Key(s.Name, node))
+		if c.ExternalEtcd() && etcdHostCert(s) {
+			continue
 		}
-		pf, err := pairFiles(s.BaseName, kp)
+		pf, err := pkiFiles(set, s, m.Name, o)
 		if err != nil {
 			return nil, err
-		}
-		if s.IsCA() {
-			pf[0].Data = set.TrustPEM(s.Name) // the CA, or old and new while it is rotated
-		}
-		if u, ok := o.EtcdUser[m.Name]; ok {
-			for i := range pf {
-				if slices.Contains(etcdOwned, pf[i].Path) {
-					pf[i].UID, pf[i].GID = u.UID, u.GID
-				}
-			}
 		}
 		fs = append(fs, pf...)
 	}
@@ -395,9 +470,11 @@ func masterFiles(c *inventory.Cluster, set *pki.Set, i int, o Options) ([]File, 
 	if err != nil {
 		return nil, err
 	}
-	snap, err := EtcdSnapshotFiles(c, m)
-	if err != nil {
-		return nil, err
+	var snap []File
+	if !c.ExternalEtcd() {
+		if snap, err = EtcdSnapshotFiles(c, m); err != nil {
+			return nil, err
+		}
 	}
 	api, err := APIServerFiles(c, set)
 	if err != nil {
@@ -528,6 +605,8 @@ func workerFiles(c *inventory.Cluster, set *pki.Set, o Options) ([]File, error) 
 
 func nodeFiles(c *inventory.Cluster, set *pki.Set, n inventory.Node, o Options) ([]File, error) {
 	k := KubeletFor(c, n, o)
+	etcdHost := n.Role == inventory.RoleEtcd
+	k.Standalone = etcdHost
 	var own []File // what kforge's own runtime needs besides its config, and the kubelet's serving pair
 	if kp := set.Get(pki.KubeletServerCert, n.Name); kp != nil {
 		cert, key, err := kp.PEM()
@@ -545,7 +624,9 @@ func nodeFiles(c *inventory.Cluster, set *pki.Set, n inventory.Node, o Options) 
 	if err != nil {
 		return nil, err
 	}
-	dropIn, err := NewKubeletDropIn(o.KubeletPath).Render()
+	d := NewKubeletDropIn(o.KubeletPath)
+	d.Standalone = etcdHost
+	dropIn, err := d.Render()
 	if err != nil {
 		return nil, err
 	}
@@ -587,11 +668,14 @@ func nodeFiles(c *inventory.Cluster, set *pki.Set, n inventory.Node, o Options) 
 	if err != nil {
 		return nil, err
 	}
-	route, err := ServiceRoute{Subnets: c.Networking.ServiceSubnets(), NodeIPs: n.NodeIPs()}.Render()
-	if err != nil {
-		return nil, err
+	if !etcdHost { // an etcd host reaches no Service and no API server
+		route, err := ServiceRoute{Subnets: c.Networking.ServiceSubnets(), NodeIPs: n.NodeIPs()}.Render()
+		if err != nil {
+			return nil, err
+		}
+		own = append(own, File{Path: hostpath.ServiceRouteUnitPath, Mode: 0o644, Data: route})
 	}
-	if c.LocalAPIProxy() {
+	if c.LocalAPIProxy() && !etcdHost {
 		p := APIProxyFor(c)
 		unit, err := p.Unit()
 		if err != nil {
@@ -604,7 +688,6 @@ func nodeFiles(c *inventory.Cluster, set *pki.Set, n inventory.Node, o Options) 
 		own = append(own, File{Path: hostpath.APIProxyUnitPath, Mode: 0o644, Data: unit}, File{Path: hostpath.APIProxyConfig, Mode: 0o644, Data: config})
 	}
 	return append(own, []File{
-		{Path: hostpath.ServiceRouteUnitPath, Mode: 0o644, Data: route},
 		{Path: hostpath.KubeletConfigPath, Mode: 0o600, Data: cfg},
 		{Path: hostpath.KubeletInstanceConfig, Mode: 0o644, Data: k.InstanceConfig()},
 		{Path: hostpath.KubeletFlagsEnvPath, Mode: 0o644, Data: k.FlagsEnv()},

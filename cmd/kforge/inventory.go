@@ -34,7 +34,7 @@ func (c *InventoryValidateCmd) Run(s *streams, g *Globals) error {
 			}
 			return err
 		}
-		r := map[string]any{"file": f, "valid": true, "cluster": cl.Name, "masters": len(cl.Masters), "workers": len(cl.Workers)}
+		r := map[string]any{"file": f, "valid": true, "cluster": cl.Name, "masters": len(cl.Masters), "workers": len(cl.Workers), "etcd": len(cl.Etcd)}
 		var warnings []string
 		for _, w := range cl.Warnings() {
 			warnings = append(warnings, w.Error())
@@ -54,7 +54,11 @@ func (c *InventoryValidateCmd) Run(s *streams, g *Globals) error {
 			}
 			continue
 		}
-		fmt.Fprintf(s.Out, "%s: valid (cluster %s: %s, %s)\n", r["file"], r["cluster"], plural(r["masters"].(int), "master"), plural(r["workers"].(int), "worker"))
+		hosts := plural(r["masters"].(int), "master") + ", " + plural(r["workers"].(int), "worker")
+		if n := r["etcd"].(int); n > 0 {
+			hosts += ", " + plural(n, "etcd host")
+		}
+		fmt.Fprintf(s.Out, "%s: valid (cluster %s: %s)\n", r["file"], r["cluster"], hosts)
 		if ws, ok := r["warnings"].([]string); ok {
 			for _, w := range ws {
 				fmt.Fprintf(s.Err, "warning: %s\n", w)

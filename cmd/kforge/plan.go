@@ -86,7 +86,7 @@ func (p PlanCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Logg
 		diff = &plan.Diff
 	}
 	var hosts []planHost
-	for _, n := range c.Nodes() {
+	for _, n := range c.Hosts() {
 		hosts = append(hosts, planHost{n.Name, n.Role, n.Address, n.NodeIP(), n.Labels})
 	}
 	var gone []planHost

@@ -57,7 +57,7 @@ func (c *ResetCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Lo
 	if !c.PurgeState {
 		kept += "; in " + run.state.Path() + ": the PKI"
 	}
-	run.printer.Summary(fmt.Sprintf("cluster %s reset on %d hosts (%s)", run.inv.Name, len(run.inv.Nodes())+len(removed), kept), time.Since(run.start), timings)
+	run.printer.Summary(fmt.Sprintf("cluster %s reset on %d hosts (%s)", run.inv.Name, len(run.inv.Hosts())+len(removed), kept), time.Since(run.start), timings)
 	return nil
 }
 
@@ -67,7 +67,7 @@ func confirmReset(in io.Reader, terminal bool, w io.Writer, inv *inventory.Clust
 		return refusedError{"kforge reset deletes cluster " + inv.Name + " from its hosts and asks first, but stdin is not a terminal: pass --yes to reset without asking"}
 	}
 	var hosts []string
-	for _, n := range append(inv.Nodes(), removed...) {
+	for _, n := range append(inv.Hosts(), removed...) {
 		hosts = append(hosts, n.Name)
 	}
 	fmt.Fprintf(w, "kforge reset stops kubelet and removes the containers, Kubernetes files, etcd data, pod network and iptables rules of cluster %s on %s.\n", inv.Name, strings.Join(hosts, ", "))

@@ -1,0 +1,152 @@
+package tasks
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/kforge/kforge/fleet"
+	"github.com/kforge/kforge/inventory"
+	"github.com/kforge/kforge/progress"
+	"github.com/kforge/kforge/remote"
+)
+
+// An external etcd (the inventory's etcd group) runs on hosts of its own, each a standalone
+// kubelet with etcd's static pod (kubeadm's guide to an etcd cluster). stage starts them before
+// any master: a new cluster's members together, running members one at a time (each ready
+// before the next, so the cluster keeps its quorum), hosts joining the running cluster one at a
+// time, each added as a member first.
+
+// startEtcdHosts stages and starts the etcd group's hosts as ep says, and waits until each
+// member answers its readiness check.
+func startEtcdHosts(ctx context.Context, t *hop, ep etcdPlan, r progress.Reporter) error {
+	f := t.rc.fleet
+	fresh, rolling, joining := ep.startOrder(f.Nodes(inventory.RoleEtcd))
+	if err := fleet.EachOf(ctx, f, fresh, func(ctx context.Context, n inventory.Node, _ remote.Host) error {
+		return t.startEtcdHost(ctx, n, ep, r)
+	}); err != nil {
+		return err
+	}
+	// A new cluster's members answer once a quorum of them runs: wait for them together.
+	if err := fleet.EachOf(ctx, f, fresh, func(ctx context.Context, n inventory.Node, _ remote.Host) error {
+		return t.waitEtcdHost(ctx, n, "")
+	}); err != nil {
+		return err
+	}
+	for _, n := range ep.remove {
+		removed, err := removeEtcdMember(ctx, t.rc, ep.seed, n)
+		if err != nil {
+			return fmt.Errorf("%s: remove its etcd member before a new host joins: %w", n.Name, err)
+		}
+		if removed {
+			r(progress.Event{Kind: progress.Info, Host: n.Name, Message: "etcd member removed (no longer in the inventory), before a new host joins"})
+		}
+	}
+	for _, n := range append(rolling, joining...) {
+		before := t.etcdStarted(ctx, n)
+		if err := t.startEtcdHost(ctx, n, ep, r); err != nil {
+			return remote.WithHost(n.Name, err)
+		}
+		if err := ep.waitMember(ctx, t.rc, n); err != nil {
+			return remote.WithHost(n.Name, err)
+		}
+		if !t.files.wrote(n.Name, func(p string) bool { return p == etcdManifest }) {
+			before = "" // not restarted: ready is enough
+		}
+		if err := t.waitEtcdHost(ctx, n, before); err != nil {
+			return remote.WithHost(n.Name, err)
+		}
+	}
+	return nil
+}
+
+// startEtcdHost stages etcd host n (its runtime, its part of the bundle, its files) and starts
+// its kubelet, which starts etcd; a host joining the running cluster is added as a member
+// first.
+func (t *hop) startEtcdHost(ctx context.Context, n inventory.Node, ep etcdPlan, r progress.Reporter) error {
+	start := t.rc.o.Now()
+	did, err := t.stageHost(ctx, n, nil, r)
+	if err != nil {
+		return err
+	}
+	if err := ep.addMember(ctx, t.rc, n); err != nil {
+		return err
+	}
+	msg, err := startKubelet(ctx, t.files, t.rc.fleet.Host(n.Name))
+	if err != nil {
+		return err
+	}
+	reportStaged(r, t.rc.o.Now, n, start, append(did, msg))
+	return nil
+}
+
+// etcdPod is etcd host n's static pod as this run renders it.
+func (t *hop) etcdPod(n inventory.Node) (*corev1.Pod, error) {
+	for _, f := range t.files.get(n.Name, func(p string) bool { return p == etcdManifest }) {
+		var pod corev1.Pod
+		if err := yaml.Unmarshal(f.Data, &pod); err != nil {
+			return nil, fmt.Errorf("%s: %s: %w", n.Name, f.Path, err)
+		}
+		return &pod, nil
+	}
+	return nil, fmt.Errorf("%s: no etcd manifest rendered", n.Name)
+}
+
+// etcdStarted is when etcd host n's member process started (its metrics' start time), "" when
+// it does not answer.
+func (t *hop) etcdStarted(ctx context.Context, n inventory.Node) string {
+	pod, err := t.etcdPod(n)
+	if err != nil {
+		return ""
+	}
+	d, err := t.rc.fleet.Dialer(n.Name)
+	if err != nil {
+		return ""
+	}
+	metrics, _, err := etcdFirstAddrs(pod, pod, n.NodeIP())
+	if err != nil {
+		return ""
+	}
+	return etcdStartTime(ctx, d, metrics)
+}
+
+// waitEtcdHost waits until etcd host n's member runs (a process other than the one that started
+// at before, when before is set) and answers its readiness check.
+func (t *hop) waitEtcdHost(ctx context.Context, n inventory.Node, before string) error {
+	pod, err := t.etcdPod(n)
+	if err != nil {
+		return err
+	}
+	d, err := t.rc.fleet.Dialer(n.Name)
+	if err != nil {
+		return err
+	}
+	metrics, _, err := etcdFirstAddrs(pod, pod, n.NodeIP())
+	if err != nil {
+		return fmt.Errorf("%s: %w", n.Name, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, t.rc.o.Timeout)
+	defer cancel()
+	if why := until(ctx, func() string {
+		if now := etcdStartTime(ctx, d, metrics); now == "" || now == before {
+			return "it has not started with its new manifest (" + metrics + ")"
+		}
+		return probeNow(ctx, d, n.NodeIP(), pod)
+	}); why != "" {
+		return fmt.Errorf("%s: etcd did not answer its readiness check within %s (%s): look at etcd's log on the host (/var/log/pods/kube-system_etcd-*), then run the command again", n.Name, t.rc.o.Timeout, why)
+	}
+	return nil
+}
+
+// notWithExternalEtcd starts the step list of a command that does not cover an external etcd's
+// hosts yet with a step that refuses a cluster with an etcd group, before anything is touched.
+func notWithExternalEtcd(l *list, c *inventory.Cluster, command string) {
+	if !c.ExternalEtcd() {
+		return
+	}
+	l.add("etcd-group", OnWorkstation, nil, func(context.Context, progress.Reporter) error {
+		return fmt.Errorf("kforge %s does not cover the hosts of an external etcd (the inventory's etcd group) yet: nothing was changed", command)
+	}, "refuse the cluster: kforge %s does not cover an external etcd's hosts yet", command)
+}
