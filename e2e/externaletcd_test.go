@@ -2,7 +2,9 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,27 +16,32 @@ import (
 	"github.com/kforge/kforge/hostpath"
 	"github.com/kforge/kforge/internal/testenv"
 	"github.com/kforge/kforge/lab"
+	"github.com/kforge/kforge/pki"
 	"github.com/kforge/kforge/release"
 	"github.com/kforge/kforge/tasks"
 )
 
 // TestExternalEtcd: a cluster whose etcd runs on three hosts of its own (the inventory's etcd
-// group), two masters behind the nodes' local API proxies, one worker. The nodes are Ready and
-// a workload runs; the masters run no etcd and their API servers list every member; etcd
-// status names the three members, healthy. One etcd host is lost: the cluster goes on writing.
-// A new host replaces it in the inventory, and apply --prune removes the lost member, adds the
-// new one (3 healthy members again) and rolls the API servers, none of which names the lost
-// host any more. reset leaves the etcd hosts clean.
+// group), two masters behind the nodes' local API proxies, two workers, at the newest minor but
+// one. The nodes are Ready and a workload runs; the masters run no etcd and their API servers
+// list every member; etcd status names the three members, healthy. One etcd host is lost: the
+// cluster goes on writing. A new host replaces it in the inventory, and apply --prune removes
+// the lost member, adds the new one (3 healthy members again) and rolls the API servers, none
+// of which names the lost host any more. certs renew --all renews the etcd hosts' certificates.
+// An upgrade to the newest minor under load moves etcd first, member by member. reset leaves
+// the etcd hosts clean.
 func TestExternalEtcd(t *testing.T) {
 	testenv.Require(t, lab.Prerequisites())
 	inLane(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	c := newCluster(ctx, t, "ext", release.Default(), lab.Options{Hosts: 7, Masters: 2})
-	h := c.lab.Hosts // h[0..1] masters, h[2] the worker, h[3..5] etcd hosts, h[6] the replacement
-	masters, workers, replacement := h[:2], h[2:3], h[6]
+	all := release.All()
+	from, to := all[len(all)-2].Kubernetes, all[len(all)-1].Kubernetes
+	c := newCluster(ctx, t, "ext", from, lab.Options{Hosts: 8, Masters: 2}, to)
+	h := c.lab.Hosts // h[0..1] masters, h[2..3] workers, h[4..6] etcd hosts, h[7] the replacement
+	masters, workers, replacement := h[:2], h[2:4], h[7]
 	c.localProxy = true
-	c.etcdHosts = h[3:6]
+	c.etcdHosts = h[4:7]
 	k := c.client
 	var workload string // the workload's pod
 
@@ -45,11 +52,11 @@ func TestExternalEtcd(t *testing.T) {
 		if err != nil {
 			t.Fatalf("apply with an external etcd: %v\n%s", err, out)
 		}
-		t.Logf("apply of 3 etcd hosts, 2 masters and a worker took %s", time.Since(start).Round(time.Second))
+		t.Logf("apply of 3 etcd hosts, 2 masters and 2 workers took %s", time.Since(start).Round(time.Second))
 	})
 
 	c.step("checks", func(t *testing.T) {
-		c.checkNodes(ctx, 3)
+		c.checkNodes(ctx, 4)
 		c.checkExternalEtcd(ctx, masters, c.etcdHosts, "")
 		// A workload on the worker.
 		workload = runPause(ctx, t, k(), "on-external-etcd", workers[0].Name)
@@ -105,13 +112,102 @@ func TestExternalEtcd(t *testing.T) {
 				t.Errorf("ConfigMap %s, written while %s was lost: %v", name, lost.Name, err)
 			}
 		}
-		c.checkNodes(ctx, 3)
+		c.checkNodes(ctx, 4)
 		if uid := runPause(ctx, t, k(), "on-external-etcd", workers[0].Name); uid != workload {
 			t.Errorf("the workload's pod is %s after the replacement, was %s; want it running on, untouched", uid, workload)
 		}
 		if plan, code := c.plan(); code != 0 {
 			t.Errorf("plan after the replacement: exit %d, want 0 (no changes):\n%s", code, plan)
 		}
+	})
+
+	c.step("renew", func(t *testing.T) {
+		// certs renew --all re-issues the etcd hosts' certificates too, one host at a time, with
+		// no restart of etcd (it reads them at every handshake); certs check then reads every
+		// host's, the etcd hosts' included, and finds nothing wrong.
+		serial := func(e lab.Host) string {
+			return strings.TrimSpace(c.exec(ctx, e.Name, "sha256sum "+hostpath.PKIDir+"/etcd/server.crt "+hostpath.PKIDir+"/etcd/peer.crt "+hostpath.PKIDir+"/etcd/healthcheck-client.crt"))
+		}
+		before := map[string]string{}
+		for _, e := range c.etcdHosts {
+			before[e.Name] = serial(e)
+		}
+		out, err := c.run("certs", "renew", "--all", "--timeout", "5m")
+		if err != nil {
+			t.Fatalf("certs renew --all: %v\n%s", err, out)
+		}
+		for _, e := range c.etcdHosts {
+			if after := serial(e); after == before[e.Name] || strings.Count(after, "\n") != 2 {
+				t.Errorf("etcd host %s's certificates after certs renew --all:\n%s\nbefore:\n%s", e.Name, after, before[e.Name])
+			}
+			if !strings.Contains(out, "etcd-server@"+e.Name) {
+				t.Errorf("certs renew --all does not name %s's etcd-server certificate:\n%s", e.Name, out)
+			}
+		}
+		c.checkExternalEtcd(ctx, masters, c.etcdHosts, lost.Address)
+		js, err := c.runJSON("certs", "check")
+		if err != nil {
+			t.Fatalf("certs check after the renewal: %v\n%s", err, js)
+		}
+		var rep struct{ Certificates []pki.Inspection }
+		if err := json.Unmarshal([]byte(lastLine(js)), &rep); err != nil {
+			t.Fatal(err)
+		}
+		onEtcdHosts := 0
+		for _, in := range rep.Certificates {
+			if slices.ContainsFunc(c.etcdHosts, func(e lab.Host) bool { return e.Name == in.Where }) {
+				onEtcdHosts++
+			}
+			if in.Error != "" || len(in.Drift) > 0 {
+				t.Errorf("certs check after the renewal: %s %s (%s): drift %v, %s", in.Where, in.Name, in.File, in.Drift, in.Error)
+			}
+		}
+		if onEtcdHosts < 3*len(c.etcdHosts) {
+			t.Errorf("certs check read %d certificates on the etcd hosts; want each one's CA, serving, peer and health-check certificates", onEtcdHosts)
+		}
+		c.checkNodes(ctx, 4)
+	})
+
+	c.step("upgrade", func(t *testing.T) {
+		// One minor up under load: etcd first, one member at a time, each started anew and
+		// ready before the next, then the masters one at a time, then the workers; the
+		// Service answers throughout.
+		k := k()
+		agent := buildAgentImage(t, t.TempDir())
+		for _, n := range append(slices.Clone(masters), workers...) {
+			c.importImage(ctx, n.Name, agent)
+		}
+		ok0, failed0 := startLoad(ctx, t, k, masters[0].Name)
+		api := probeAPI(ctx, k)
+		c.version = to
+		c.writeInventory(masters, workers)
+		start := time.Now()
+		out, err := c.run("apply", "--timeout", "5m")
+		apiFailed, _ := api.stop()
+		if err != nil {
+			t.Fatalf("upgrade %s → %s with an external etcd: %v\n%s", from, to, err, out)
+		}
+		ok, failed := proberCounts(ctx, t, k)
+		t.Logf("upgrade %s → %s of 3 etcd hosts, 2 masters and 2 workers took %s; Service probes (every 100 ms): %d answered, %d failed; API probes through the first master (every 200 ms): %d failed, the longest outage %s%s",
+			from, to, time.Since(start).Round(time.Second), ok-ok0, failed-failed0, apiFailed, api.longestOutage().Round(100*time.Millisecond), api.outages())
+		if failed != failed0 {
+			t.Errorf("the Service failed %d requests during the upgrade; want none", failed-failed0)
+		}
+		etcdAt, mastersAt := strings.Index(out, "upgrade-etcd-"+to), strings.Index(out, "upgrade-masters-"+to)
+		if etcdAt < 0 || mastersAt < etcdAt {
+			t.Errorf("the upgrade did not move etcd before the masters (upgrade-etcd-%s, then upgrade-masters-%s):\n%s", to, to, out)
+		}
+		r, err := release.For(to)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep := c.checkExternalEtcd(ctx, masters, c.etcdHosts, lost.Address)
+		for _, m := range rep.Members {
+			if "v"+m.Version != r.Etcd {
+				t.Errorf("etcd member on %s runs %s after the upgrade, want %s", m.Master, m.Version, r.Etcd)
+			}
+		}
+		c.checkNodes(ctx, 4)
 	})
 
 	c.step("reset", func(t *testing.T) {

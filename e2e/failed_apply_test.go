@@ -74,8 +74,8 @@ func (c *cluster) checkLateFailureLeavesAKubeconfig(ctx context.Context) {
 		t.Errorf("apply with a crash-looping kube-system pod: %v, want exit 1\n%s", err, out)
 	}
 	for _, want := range []string{
-		"kube-system/crashy-dns-",                                // the pod named
-		"container coredns, log",                                 // its log quoted (its last run's, or the current one's)
+		"kube-system/crashy-dns-", // the pod named
+		"container coredns, log",  // its log quoted (its last run's, or the current one's)
 		// A line of it: why it exits. Not CoreDNS's banner, which CoreDNS prints once its
 		// servers are up, while the loop plugin's first query races it: under load the loop is
 		// found and CoreDNS exits before the banner (CI at e98b480).

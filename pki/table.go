@@ -113,6 +113,11 @@ type Spec struct {
 	SANs func(p Params, m Master) ([]string, []net.IP, error)
 }
 
+// EtcdMember says whether the row is one of an etcd member's own certificates: its serving and
+// peer certificates and the health-check client's, which an external etcd's hosts hold and its
+// masters do not.
+func (s Spec) EtcdMember() bool { return s.Scope == PerEtcd || s.Name == "etcd-healthcheck-client" }
+
 // IsCA reports whether the row is a certificate authority.
 func (s Spec) IsCA() bool { return s.SignedBy == "" }
 

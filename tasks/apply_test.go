@@ -12,6 +12,7 @@ import (
 	"github.com/kforge/kforge/fleet"
 	"github.com/kforge/kforge/hostpath"
 	"github.com/kforge/kforge/inventory"
+	"github.com/kforge/kforge/progress"
 	"github.com/kforge/kforge/state"
 )
 
@@ -107,6 +108,43 @@ func TestApplyListFollowsTheInventory(t *testing.T) {
 		}
 		if task.Scope == OnHosts && len(task.Hosts) == 0 {
 			t.Errorf("%s runs on hosts but lists none", task.Name)
+		}
+	}
+}
+
+// TestApplyListWithAnExternalEtcd: with an etcd group, apply connects to and checks every host,
+// makes etcd's user, plans its members and takes the scheduled snapshots on the etcd hosts,
+// stages them first (said in stage's description), and leaves them out of what only nodes do
+// (the pod network); the other commands that do not cover them yet refuse before connecting.
+func TestApplyListWithAnExternalEtcd(t *testing.T) {
+	c := cluster(t, "  - {name: m2, address: 10.0.0.5}\nworkers:\n  - {name: w1, address: 10.0.0.2}\nbundle: "+fakeBundleDir(t)+
+		"\netcd:\n  - {name: e1, address: 10.0.0.11}\n  - {name: e2, address: 10.0.0.12}\n  - {name: e3, address: 10.0.0.13}\n")
+	etcd := []string{"e1", "e2", "e3"}
+	for _, task := range ApplyTasks(c, Options{}) {
+		var want []string
+		switch task.Name {
+		case "connect", "preflight", "stage":
+			want = []string{"m1", "m2", "w1", "e1", "e2", "e3"}
+		case "etcd-user", "etcd-members", "etcd-snapshots":
+			want = etcd
+		case "pod-network":
+			want = []string{"m1", "m2", "w1"}
+		default:
+			continue
+		}
+		if !slices.Equal(task.Hosts, want) {
+			t.Errorf("%s hosts %v, want %v", task.Name, task.Hosts, want)
+		}
+		if task.Name == "stage" && !strings.Contains(task.Description, "first the etcd hosts (e1, e2, e3)") {
+			t.Errorf("stage: %q; want the etcd hosts first", task.Description)
+		}
+	}
+	for name, steps := range map[string][]Step{
+		"restore":   NewRestore(c, Options{}, RestoreOptions{}).Steps(),
+		"rotate-ca": NewRotateCA(c, Options{}, []string{"ca"}).Steps(),
+	} {
+		if first := steps[0]; first.Name != "etcd-group" || first.Run(t.Context(), func(progress.Event) {}) == nil {
+			t.Errorf("%s with an external etcd: first step %q; want a refusal before anything connects", name, first.Name)
 		}
 	}
 }

@@ -44,7 +44,7 @@ type CertsCheck struct {
 // NewCertsCheck prepares a check of c's certificates.
 func NewCertsCheck(c *inventory.Cluster, o Options) *CertsCheck {
 	o = o.withDefaults()
-	return &CertsCheck{inv: c, o: o, fleet: newFleet(c, c.Nodes(), o), Unreachable: map[string]string{}}
+	return &CertsCheck{inv: c, o: o, fleet: newFleet(c, c.Hosts(), o), Unreachable: map[string]string{}}
 }
 
 // Close ends every connection.
@@ -109,7 +109,7 @@ func (x *CertsCheck) readHosts(ctx context.Context, r progress.Reporter) error {
 		if _, ok := x.Unreachable[n.Name]; ok {
 			return nil
 		}
-		files := hostCertFiles(x.reqs, n, n.Name == first)
+		files := hostCertFiles(x.reqs, n, n.Name == first, x.inv.ExternalEtcd())
 		certs, err := readHostCerts(ctx, h, files)
 		if err != nil {
 			x.mu.Lock()
@@ -150,7 +150,7 @@ func (x *CertsCheck) readHosts(ctx context.Context, r progress.Reporter) error {
 		r(progress.Event{Kind: progress.HostDone, Host: n.Name, Message: count(len(out), "certificate")})
 		return nil
 	})
-	for _, n := range x.inv.Nodes() {
+	for _, n := range x.inv.Hosts() {
 		x.Report = append(x.Report, found[n.Name]...)
 	}
 	return err
@@ -174,7 +174,7 @@ type hostCertFile struct {
 // hostCertFiles are the certificates node n should have: on masters every row of the table
 // (super-admin.conf on the first master only, as kubeadm), on every node the cluster CA and
 // the kubelet's client and serving certificates.
-func hostCertFiles(reqs []pki.Request, n inventory.Node, first bool) []hostCertFile {
+func hostCertFiles(reqs []pki.Request, n inventory.Node, first, externalEtcd bool) []hostCertFile {
 	var out []hostCertFile
 	for _, r := range reqs {
 		r := r
@@ -182,6 +182,14 @@ func hostCertFiles(reqs []pki.Request, n inventory.Node, first bool) []hostCertF
 			continue
 		}
 		switch {
+		case n.Role == inventory.RoleEtcd:
+			// An external etcd's host: the etcd CA and its member's own, and no kubelet client.
+			if r.Spec.Name == pki.EtcdCA || r.Spec.EtcdMember() {
+				out = append(out, hostCertFile{Name: r.Spec.Name, Path: path.Join(hostpath.PKIDir, r.Spec.BaseName+".crt"), req: &r})
+			}
+			continue
+		case externalEtcd && r.Spec.EtcdMember():
+			continue // on the etcd hosts
 		case r.Spec.Name == pki.KubeletServerCert:
 			out = append(out, hostCertFile{Name: r.Spec.Name, Path: hostpath.KubeletServerCert, req: &r})
 		case n.Role == inventory.RoleWorker && r.Spec.Name != pki.CA:
@@ -193,6 +201,9 @@ func hostCertFiles(reqs []pki.Request, n inventory.Node, first bool) []hostCertF
 		default:
 			out = append(out, hostCertFile{Name: r.Spec.Name, Path: path.Join(hostpath.KubernetesDir, r.Spec.Kubeconfig), kubeconfig: true, req: &r})
 		}
+	}
+	if n.Role == inventory.RoleEtcd { // a standalone kubelet: no client certificate
+		return append(out, hostCertFile{Name: kubeletServing, Path: hostpath.KubeletPKIDir + "/kubelet.crt", optional: true})
 	}
 	return append(out,
 		hostCertFile{Name: kubeletClient, Path: hostpath.KubeletClientCert},

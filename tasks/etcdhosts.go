@@ -45,21 +45,29 @@ func startEtcdHosts(ctx context.Context, t *hop, ep etcdPlan, r progress.Reporte
 		}
 	}
 	for _, n := range append(rolling, joining...) {
-		before := t.etcdStarted(ctx, n)
-		if err := t.startEtcdHost(ctx, n, ep, r); err != nil {
-			return remote.WithHost(n.Name, err)
-		}
-		if err := ep.waitMember(ctx, t.rc, n); err != nil {
-			return remote.WithHost(n.Name, err)
-		}
-		if !t.files.wrote(n.Name, func(p string) bool { return p == etcdManifest }) {
-			before = "" // not restarted: ready is enough
-		}
-		if err := t.waitEtcdHost(ctx, n, before); err != nil {
+		if err := t.rollEtcdHost(ctx, n, ep, r); err != nil {
 			return remote.WithHost(n.Name, err)
 		}
 	}
 	return nil
+}
+
+// rollEtcdHost brings one running (or joining) etcd host to this hop's files and waits until its
+// member runs them and answers its readiness check: a new process when its manifest changed (a
+// new etcd version, a certificate it reads when it starts), the same one otherwise. The next
+// host waits for it: the cluster never has two members restarting at once.
+func (t *hop) rollEtcdHost(ctx context.Context, n inventory.Node, ep etcdPlan, r progress.Reporter) error {
+	before := t.etcdStarted(ctx, n)
+	if err := t.startEtcdHost(ctx, n, ep, r); err != nil {
+		return err
+	}
+	if err := ep.waitMember(ctx, t.rc, n); err != nil {
+		return err
+	}
+	if !t.files.wrote(n.Name, func(p string) bool { return p == etcdManifest }) {
+		before = "" // not restarted: ready is enough
+	}
+	return t.waitEtcdHost(ctx, n, before)
 }
 
 // startEtcdHost stages etcd host n (its runtime, its part of the bundle, its files) and starts

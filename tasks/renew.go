@@ -61,7 +61,7 @@ type credentials struct {
 }
 
 func newCredentials(c *inventory.Cluster, o Options, renew func(key string) bool) *credentials {
-	rc := newRunContext(c, c.Nodes(), o)
+	rc := newRunContext(c, c.Hosts(), o)
 	return &credentials{rc: rc, target: newHop(rc), renew: renew, kubelets: map[string]string{}, serving: map[string]bool{}}
 }
 
@@ -111,19 +111,19 @@ func RenewSelector(names []string, all bool) (func(key string) bool, error) {
 func (x *credentials) credentialSteps(l *list, pkiWhat string) {
 	rc, t := x.rc, x.target
 	c, f := rc.inv, rc.fleet
-	all, masters := f.Names(""), f.Names(inventory.RoleMaster)
+	all, masters, members := f.Names(""), f.Names(inventory.RoleMaster), f.Names(c.EtcdRole())
 	l.add("connect", OnHosts, all, f.Connect, "connect to %s over SSH (host keys verified) and gather facts in one round trip each", count(len(all), "host"))
 	if c.Bundle != "" {
 		l.add("bundle", OnWorkstation, nil, t.readBundle, "read the bundle's manifest of Kubernetes %s (the images the static pods run)", c.KubernetesVersion)
 	}
 	l.add("inspect", OnHosts, all, x.inspect, "read every host's certificates (private keys stay on the hosts); refuse when a host trusts another CA than the state dir's (or the new one of a rotation in progress)")
-	l.add("etcd-members", OnHosts, masters, func(ctx context.Context, r progress.Reporter) (err error) {
+	l.add("etcd-members", OnHosts, members, func(ctx context.Context, r progress.Reporter) (err error) {
 		x.etcd, err = planEtcd(ctx, rc, r)
 		return err
 	}, "read how each etcd member started (its manifest), so that only credentials change")
 	l.add("pki", OnWorkstation, nil, x.issue, "%s", pkiWhat)
-	l.add("render", OnWorkstation, nil, func(context.Context, progress.Reporter) error { return t.render(x.etcd, 0) }, "render the masters' certificates, kubeconfigs and static-pod manifests")
-	l.add("same-manifests", OnHosts, masters, x.sameManifests, "refuse when a master's static pods would change in more than their credentials (kforge apply changes those)")
+	l.add("render", OnWorkstation, nil, func(context.Context, progress.Reporter) error { return t.render(x.etcd, 0) }, "render the %s certificates, kubeconfigs and static-pod manifests", renderedFor(c))
+	l.add("same-manifests", OnHosts, append(masters, f.Names(inventory.RoleEtcd)...), x.sameManifests, "refuse when a static pod would change in more than its credentials (kforge apply changes those)")
 }
 
 // Steps is certs renew, top to bottom.
@@ -132,10 +132,12 @@ func (cr *CertsRenew) Steps() []Step {
 	rc := x.rc
 	all, masters := rc.fleet.Names(""), rc.fleet.Names(inventory.RoleMaster)
 	var l list
-	notWithExternalEtcd(&l, rc.inv, "certs renew")
 	x.credentialSteps(&l, "re-issue the certificates asked for, in memory, from the state dir's CAs")
 	l.add("save", OnWorkstation, nil, x.save, "keep the new certificates in %s", rc.o.State.PKI())
 	l.add("kubelets", OnHosts, all, x.renewKubelets, "give the kubelets whose client certificate expired a new one signed by the cluster CA, and restart them; a kubelet whose own serving certificate expired makes a new one")
+	if etcdHosts := rc.fleet.Names(inventory.RoleEtcd); len(etcdHosts) > 0 {
+		l.add("etcd-hosts", OnHosts, etcdHosts, x.pushEtcdHosts, "one etcd host at a time: push its member's certificates (etcd reads its serving and peer certificates at every handshake, no restart) and wait until the member answers its readiness check")
+	}
 	l.add("masters", OnHosts, masters, rc.kubeletsSay(x.pushMasters), "one master at a time (all at once when certificates have expired: the control plane is down): push its certificates and kubeconfigs; kubelet restarts the static pods that read a renewed file only when they start (kube-controller-manager, kube-scheduler), while etcd and kube-apiserver load their new certificates themselves; wait until the restarted pods are Ready and the new certificates are served")
 	l.add("kubeconfig", OnWorkstation, nil, rc.writeKubeconfig, "write the admin kubeconfig to the state dir")
 	l.add("wait-ready", ThroughAPI, nil, func(ctx context.Context, r progress.Reporter) error {
@@ -160,7 +162,7 @@ func (x *credentials) inspect(ctx context.Context, r progress.Reporter) error {
 			return fmt.Errorf("no %s certificate in %s (%v): kforge certs renew renews a cluster kforge apply created; is --state-dir the cluster's?", name, x.rc.o.State.PKI(), errs[name])
 		}
 	}
-	for _, m := range x.rc.inv.Masters {
+	for _, m := range x.rc.inv.EtcdMembers() {
 		if f := x.rc.fleet.Facts(m.Name); f == nil || len(f.EtcdDataDir) == 0 {
 			return fmt.Errorf("%s: not part of the cluster yet (no etcd data): run kforge apply first; nothing was renewed", m.Name)
 		}
@@ -174,7 +176,7 @@ func (x *credentials) inspect(ctx context.Context, r progress.Reporter) error {
 	x.hostCerts = map[string]hostCerts{}
 	first := x.rc.inv.Masters[0].Name
 	err = x.rc.fleet.Each(ctx, "", func(ctx context.Context, n inventory.Node, h remote.Host) error {
-		files := hostCertFiles(reqs, n, n.Name == first)
+		files := hostCertFiles(reqs, n, n.Name == first, x.rc.inv.ExternalEtcd())
 		certs, err := readHostCerts(ctx, h, files)
 		if err != nil {
 			return err
@@ -261,7 +263,7 @@ var inputsLine = regexp.MustCompile(`(?m)^\s*` + regexp.QuoteMeta(templates.Inpu
 // the hash of their credentials: a new version or setting in the inventory is apply's work,
 // with its upgrade order and checks, not a certificate renewal's.
 func (x *credentials) sameManifests(ctx context.Context, r progress.Reporter) error {
-	return x.rc.fleet.Each(ctx, inventory.RoleMaster, func(ctx context.Context, n inventory.Node, h remote.Host) error {
+	return x.rc.fleet.Each(ctx, "", func(ctx context.Context, n inventory.Node, h remote.Host) error {
 		for _, f := range x.target.files.get(n.Name, isManifest) {
 			have, err := remote.ReadFile(ctx, h, f.Path)
 			if err != nil {
@@ -410,6 +412,35 @@ func (x *credentials) pushMasters(ctx context.Context, r progress.Reporter) erro
 		}
 	}
 	return nil
+}
+
+// pushEtcdHosts pushes each etcd host's credentials (an external etcd), one host at a time, and
+// waits until its member answers its readiness check: after a restart when its manifest changed
+// (a certificate it reads only when it starts), at once otherwise.
+func (x *credentials) pushEtcdHosts(ctx context.Context, r progress.Reporter) error {
+	t := x.target
+	for _, n := range x.rc.fleet.Nodes(inventory.RoleEtcd) {
+		before := t.etcdStarted(ctx, n)
+		if err := push(ctx, t.files, x.rc.fleet.Host(n.Name), isCredential); err != nil {
+			return remote.WithHost(n.Name, err)
+		}
+		if !t.files.wrote(n.Name, func(p string) bool { return p == etcdManifest }) {
+			before = "" // not restarted: ready is enough
+		}
+		if err := t.waitEtcdHost(ctx, n, before); err != nil {
+			return remote.WithHost(n.Name, err)
+		}
+		r(progress.Event{Kind: progress.HostDone, Host: n.Name, Message: fmt.Sprintf("%d files written; etcd ready", t.files.countWritten(n.Name))})
+	}
+	return nil
+}
+
+// renderedFor names whose files render makes for credentials, for the step's description.
+func renderedFor(c *inventory.Cluster) string {
+	if c.ExternalEtcd() {
+		return "masters' and etcd hosts'"
+	}
+	return "masters'"
 }
 
 // loadKubeletClient makes master n's kube-apiserver load its new kubelet client certificate

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/version"
 
 	"github.com/kforge/kforge/bundle"
+	"github.com/kforge/kforge/facts"
 	"github.com/kforge/kforge/fleet"
 	"github.com/kforge/kforge/hostpath"
 	"github.com/kforge/kforge/inventory"
@@ -65,7 +66,8 @@ type upgradeRoute struct {
 type Upgrade struct {
 	rc    *runContext
 	route *upgradeRoute
-	hops  []*hop // the control plane's hops, ending at the target; just the target when the masters are there
+	hops  []*hop   // the control plane's hops, ending at the target; just the target when the masters are there
+	etcd  etcdPlan // how the etcd members start (apply's): an external etcd's hosts keep their bootstrap flags
 }
 
 // upgrade is apply's upgrade step: it reads the route and walks it (Upgrade.Steps); nothing
@@ -92,7 +94,7 @@ func (a *Apply) upgrade(ctx context.Context, r progress.Reporter) error {
 // once (etcd members keep starting as ep says). The target's files are target's, rendered by
 // apply; what the upgrade writes of them is its own (stage, after it, finds them in place).
 func newUpgrade(rc *runContext, u *upgradeRoute, target *hop, ep etcdPlan) (*Upgrade, error) {
-	up := &Upgrade{rc: rc, route: u}
+	up := &Upgrade{rc: rc, route: u, etcd: ep}
 	for _, v := range u.hops {
 		if v == target.inv.KubernetesVersion {
 			break
@@ -117,10 +119,15 @@ func (up *Upgrade) Steps() []Step {
 	t := up.hops[len(up.hops)-1]
 	var l list
 	l.add("upgrade-health", ThroughAPI, nil, up.healthy, "check that every node is Ready and every kube-system workload ready (an interrupted upgrade is finished whatever its health; --force upgrades anyway)")
-	l.add("upgrade-snapshot", OnHosts, rc.fleet.Names(inventory.RoleMaster), up.snapshot, "save an etcd snapshot of the cluster at %s to the state dir and verify it", u.from)
+	l.add("upgrade-snapshot", OnHosts, rc.fleet.Names(rc.inv.EtcdRole()), up.snapshot, "save an etcd snapshot of the cluster at %s to the state dir and verify it", u.from)
 	l.add("upgrade-images", OnHosts, slices.Sorted(maps.Keys(u.running)), up.addonImages, "give every node the addons' images of %s (through the masters' registries when they serve the bundle)", strings.Join(up.versions(), ", "))
 	for _, h := range up.hops[:len(u.hops)] {
 		v := h.inv.KubernetesVersion
+		if etcdHosts := rc.fleet.Names(inventory.RoleEtcd); len(etcdHosts) > 0 {
+			l.add("upgrade-etcd-"+v, OnHosts, etcdHosts, func(ctx context.Context, r progress.Reporter) error {
+				return up.etcdHosts(ctx, h, r)
+			}, "before the API servers, one etcd host at a time, %s to %s's etcd %s: kubelet, the etcd image and manifest, the member started anew and ready (the health gate) before the next", strings.Join(etcdHosts, ", "), v, h.inv.Release().Etcd)
+		}
 		var masters []string
 		for _, n := range rc.fleet.Nodes(inventory.RoleMaster) {
 			if was, ok := u.running[n.Name]; ok && release.Compare(was, v) < 0 {
@@ -175,6 +182,17 @@ func (up *Upgrade) masters(ctx context.Context, h *hop, r progress.Reporter) err
 	return nil
 }
 
+// etcdHosts moves an external etcd's hosts to hop h, one at a time (rollEtcdHost): each member
+// runs h's etcd and answers before the next one is touched, and before any API server moves.
+func (up *Upgrade) etcdHosts(ctx context.Context, h *hop, r progress.Reporter) error {
+	for _, n := range up.rc.fleet.Nodes(inventory.RoleEtcd) {
+		if err := h.rollEtcdHost(ctx, n, up.etcd, r); err != nil {
+			return remote.WithHost(n.Name, err)
+		}
+	}
+	return nil
+}
+
 // workers moves the workers behind the target to it, in batches.
 func (up *Upgrade) workers(ctx context.Context, t *hop, r progress.Reporter) error {
 	for batch := range slices.Chunk(up.route.workers, workerBatch(up.rc.o)) {
@@ -221,9 +239,6 @@ func readUpgradeRoute(ctx context.Context, rc *runContext, manifest *bundle.Mani
 	}
 	if !behind {
 		return nil, nil
-	}
-	if inv.ExternalEtcd() {
-		return nil, fmt.Errorf("the cluster runs %s and its etcd runs on hosts of its own (etcd:): kforge does not upgrade such a cluster yet; keep kubernetesVersion at what it runs", strings.Join(running(rc, u), ", "))
 	}
 	u.from = cmp.Or(cp, u.target)
 	if manifest == nil {
@@ -300,7 +315,7 @@ func runningVersion(ctx context.Context, rc *runContext, n inventory.Node) (stri
 	switch {
 	case n.Role == inventory.RoleWorker && !rc.joined(n.Name):
 		return "", nil
-	case n.Role == inventory.RoleMaster && len(f.EtcdDataDir) == 0:
+	case n.Role == inventory.RoleMaster && !masterJoined(rc.inv, f):
 		return "", nil
 	case n.Role == inventory.RoleMaster:
 		m, err := remote.ReadFile(ctx, rc.fleet.Host(n.Name), path.Join(hostpath.ManifestsDir, "kube-apiserver.yaml"))
@@ -312,6 +327,16 @@ func runningVersion(ctx context.Context, rc *runContext, n inventory.Node) (stri
 		}
 	}
 	return v, nil
+}
+
+// masterJoined says whether a master is part of the cluster already: its etcd member has data
+// (stacked etcd), or its API server's manifest is there (an external etcd: the master holds no
+// etcd data).
+func masterJoined(c *inventory.Cluster, f *facts.Facts) bool {
+	if c.ExternalEtcd() {
+		return slices.Contains(f.Manifests.Entries, path.Base(apiserverManifest))
+	}
+	return len(f.EtcdDataDir) > 0
 }
 
 // bundleVersions are the Kubernetes versions bundle dir holds.

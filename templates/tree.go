@@ -330,12 +330,6 @@ func pairFiles(base string, kp *pki.KeyPair) ([]File, error) {
 	}, nil
 }
 
-// etcdHostCert says whether row s is an etcd member's own (its serving, peer and health-check
-// client certificates), which an external etcd's hosts hold and the masters do not.
-func etcdHostCert(s pki.Spec) bool {
-	return s.Scope == pki.PerEtcd || s.Name == "etcd-healthcheck-client"
-}
-
 // pkiFiles are the files of row s on host (its certificate and key, or a CA's trust bundle and
 // key), those etcd reads owned by etcd's user where the host has one.
 func pkiFiles(set *pki.Set, s pki.Spec, host string, o Options) ([]File, error) {
@@ -370,7 +364,7 @@ func etcdHostFiles(c *inventory.Cluster, set *pki.Set, i int, o Options) ([]File
 	h := c.Etcd[i]
 	fs := []File{{Path: path.Join(hostpath.PKIDir, "etcd/ca.crt"), Mode: 0o644, Data: set.TrustPEM(pki.EtcdCA)}}
 	for _, s := range pki.Table() {
-		if !etcdHostCert(s) {
+		if !s.EtcdMember() {
 			continue
 		}
 		pf, err := pkiFiles(set, s, h.Name, o)
@@ -404,7 +398,7 @@ func masterFiles(c *inventory.Cluster, set *pki.Set, i int, o Options) ([]File, 
 			fs = append(fs, File{Path: path.Join(hostpath.PKIDir, s.BaseName+".crt"), Mode: 0o644, Data: set.TrustPEM(s.Name)})
 			continue
 		}
-		if c.ExternalEtcd() && etcdHostCert(s) {
+		if c.ExternalEtcd() && s.EtcdMember() {
 			continue
 		}
 		pf, err := pkiFiles(set, s, m.Name, o)
