@@ -53,9 +53,8 @@ func startEtcdHosts(ctx context.Context, t *hop, ep etcdPlan, r progress.Reporte
 }
 
 // rollEtcdHost brings one running (or joining) etcd host to this hop's files and waits until its
-// member runs them and answers its readiness check: a new process when its manifest changed (a
-// new etcd version, a certificate it reads when it starts), the same one otherwise. The next
-// host waits for it: the cluster never has two members restarting at once.
+// member runs them and answers its readiness check (waitEtcdRolled). The next host waits for
+// it: the cluster never has two members restarting at once.
 func (t *hop) rollEtcdHost(ctx context.Context, n inventory.Node, ep etcdPlan, r progress.Reporter) error {
 	before := t.etcdStarted(ctx, n)
 	if err := t.startEtcdHost(ctx, n, ep, r); err != nil {
@@ -64,10 +63,7 @@ func (t *hop) rollEtcdHost(ctx context.Context, n inventory.Node, ep etcdPlan, r
 	if err := ep.waitMember(ctx, t.rc, n); err != nil {
 		return err
 	}
-	if !t.files.wrote(n.Name, func(p string) bool { return p == etcdManifest }) {
-		before = "" // not restarted: ready is enough
-	}
-	return t.waitEtcdHost(ctx, n, before)
+	return t.waitEtcdRolled(ctx, n, before)
 }
 
 // startEtcdHost stages etcd host n (its runtime, its part of the bundle, its files) and starts
@@ -90,50 +86,57 @@ func (t *hop) startEtcdHost(ctx context.Context, n inventory.Node, ep etcdPlan, 
 	return nil
 }
 
-// etcdPod is etcd host n's static pod as this run renders it.
-func (t *hop) etcdPod(n inventory.Node) (*corev1.Pod, error) {
+// etcdMember is how etcd host n's member is looked at: its static pod as this run renders it,
+// the host's SSH dialer, and its metrics URL (process_start_time_seconds, beside its readiness
+// check).
+func (t *hop) etcdMember(n inventory.Node) (*corev1.Pod, remote.Dialer, string, error) {
+	var pod *corev1.Pod
 	for _, f := range t.files.get(n.Name, func(p string) bool { return p == etcdManifest }) {
-		var pod corev1.Pod
-		if err := yaml.Unmarshal(f.Data, &pod); err != nil {
-			return nil, fmt.Errorf("%s: %s: %w", n.Name, f.Path, err)
+		pod = &corev1.Pod{}
+		if err := yaml.Unmarshal(f.Data, pod); err != nil {
+			return nil, nil, "", fmt.Errorf("%s: %s: %w", n.Name, f.Path, err)
 		}
-		return &pod, nil
 	}
-	return nil, fmt.Errorf("%s: no etcd manifest rendered", n.Name)
+	if pod == nil {
+		return nil, nil, "", fmt.Errorf("%s: no etcd manifest rendered", n.Name)
+	}
+	d, err := t.rc.fleet.Dialer(n.Name)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	metrics, _, err := etcdFirstAddrs(pod, pod, n.NodeIP())
+	if err != nil {
+		return nil, nil, "", fmt.Errorf("%s: %w", n.Name, err)
+	}
+	return pod, d, metrics, nil
 }
 
 // etcdStarted is when etcd host n's member process started (its metrics' start time), "" when
 // it does not answer.
 func (t *hop) etcdStarted(ctx context.Context, n inventory.Node) string {
-	pod, err := t.etcdPod(n)
-	if err != nil {
-		return ""
-	}
-	d, err := t.rc.fleet.Dialer(n.Name)
-	if err != nil {
-		return ""
-	}
-	metrics, _, err := etcdFirstAddrs(pod, pod, n.NodeIP())
+	_, d, metrics, err := t.etcdMember(n)
 	if err != nil {
 		return ""
 	}
 	return etcdStartTime(ctx, d, metrics)
 }
 
+// waitEtcdRolled waits, after this run pushed etcd host n's files, until its member answers its
+// readiness check: as a new process (one that did not start at before) when its manifest was
+// written (a new etcd version, a certificate it reads when it starts), the same one otherwise.
+func (t *hop) waitEtcdRolled(ctx context.Context, n inventory.Node, before string) error {
+	if !t.files.wrote(n.Name, func(p string) bool { return p == etcdManifest }) {
+		before = "" // not restarted: ready is enough
+	}
+	return t.waitEtcdHost(ctx, n, before)
+}
+
 // waitEtcdHost waits until etcd host n's member runs (a process other than the one that started
 // at before, when before is set) and answers its readiness check.
 func (t *hop) waitEtcdHost(ctx context.Context, n inventory.Node, before string) error {
-	pod, err := t.etcdPod(n)
+	pod, d, metrics, err := t.etcdMember(n)
 	if err != nil {
 		return err
-	}
-	d, err := t.rc.fleet.Dialer(n.Name)
-	if err != nil {
-		return err
-	}
-	metrics, _, err := etcdFirstAddrs(pod, pod, n.NodeIP())
-	if err != nil {
-		return fmt.Errorf("%s: %w", n.Name, err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, t.rc.o.Timeout)
 	defer cancel()

@@ -424,10 +424,7 @@ func (x *credentials) pushEtcdHosts(ctx context.Context, r progress.Reporter) er
 		if err := push(ctx, t.files, x.rc.fleet.Host(n.Name), isCredential); err != nil {
 			return remote.WithHost(n.Name, err)
 		}
-		if !t.files.wrote(n.Name, func(p string) bool { return p == etcdManifest }) {
-			before = "" // not restarted: ready is enough
-		}
-		if err := t.waitEtcdHost(ctx, n, before); err != nil {
+		if err := t.waitEtcdRolled(ctx, n, before); err != nil {
 			return remote.WithHost(n.Name, err)
 		}
 		r(progress.Event{Kind: progress.HostDone, Host: n.Name, Message: fmt.Sprintf("%d files written; etcd ready", t.files.countWritten(n.Name))})
