@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"sort"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -98,60 +96,6 @@ func CordonedForUpgrade(ctx context.Context, c kubernetes.Interface) (map[string
 		}
 	}
 	return out, nil
-}
-
-// WaitStaticPodsSteady waits until node's static pods (their mirror pods) are all Ready and have
-// stayed the same — the same pods, the same containers — for steady: after a kubelet restart on
-// a new version, the kubelet may replace them (it hashes a static pod as it defaults it), and
-// that happens some seconds after it reports Ready. The error says what was last seen.
-func WaitStaticPodsSteady(ctx context.Context, c kubernetes.Interface, node string, steady, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	last, since, seen := "", time.Now(), "nothing yet"
-	for {
-		sig, why := staticPodsSignature(ctx, c, node)
-		switch {
-		case why != "":
-			last, seen = "", why
-		case sig != last:
-			last, since, seen = sig, time.Now(), "changing"
-		case time.Since(since) >= steady:
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return &NodesError{Nodes: []string{node}, Err: fmt.Errorf("the control plane on %s did not stay Ready for %s after kubelet restarted (%s): %w", node, steady, seen, ctx.Err())}
-		case <-time.After(time.Second):
-		}
-	}
-}
-
-// staticPodsSignature identifies node's mirror pods and their containers when all are Ready, or
-// says why not.
-func staticPodsSignature(ctx context.Context, c kubernetes.Interface, node string) (string, string) {
-	pods, err := c.CoreV1().Pods(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
-	if err != nil {
-		return "", err.Error()
-	}
-	var sig []string
-	for _, p := range pods.Items {
-		if _, mirror := p.Annotations[corev1.MirrorPodAnnotationKey]; !mirror {
-			continue
-		}
-		if !podReady(&p) {
-			return "", p.Name + " not Ready"
-		}
-		s := p.Name + "/" + string(p.UID)
-		for _, cs := range p.Status.ContainerStatuses {
-			s += "/" + cs.ContainerID
-		}
-		sig = append(sig, s)
-	}
-	if len(sig) == 0 {
-		return "", "no static pods"
-	}
-	sort.Strings(sig)
-	return strings.Join(sig, ","), ""
 }
 
 // podReady says whether p's Ready condition is true.

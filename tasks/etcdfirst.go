@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"path"
+	"slices"
 	"strings"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/kforge/kforge/inventory"
 	"github.com/kforge/kforge/progress"
 	"github.com/kforge/kforge/remote"
+	"github.com/kforge/kforge/templates"
 )
 
 var (
@@ -48,7 +50,22 @@ var (
 // manifest. A run interrupted in between leaves the master without its API server manifest
 // (and kforge-vip): the next run (or apply) pushes it, as it pushes any file the host lacks,
 // and starts kforge-vip.
-func pushEtcdFirst(ctx context.Context, rc *runContext, files *hostFiles, n inventory.Node, h remote.Host, scope func(string) bool, r progress.Reporter) error {
+//
+// In between, the other files land under a restarted kubelet (pushUnderRestartedKubelet): a
+// kubelet that stopped a static pod starts the same manifest again only once it has cleaned the
+// old pod up (1m45s for kube-controller-manager on this lab), and one that just started never
+// knew it. With newKubelet (an upgrade's kubelet, shipped already) every file lands so: a
+// kubelet of a new minor hashes each static pod anew and replaces every one an older kubelet
+// started, so restarted after the manifests it would restart the whole control plane a second
+// time, etcd and API server at once.
+func pushEtcdFirst(ctx context.Context, rc *runContext, files *hostFiles, n inventory.Node, h remote.Host, scope func(string) bool, newKubelet bool, r progress.Reporter) error {
+	restarted := func(ctx context.Context, files *hostFiles, h remote.Host, scope func(string) bool) error {
+		return pushUnderRestartedKubelet(ctx, rc, files, n, h, scope)
+	}
+	land := push
+	if newKubelet {
+		land = restarted
+	}
 	want := files.get(n.Name, func(p string) bool { return p == apiserverManifest || p == etcdManifest })
 	have, err := hashes(ctx, h, []string{apiserverManifest, etcdManifest})
 	if err != nil {
@@ -56,7 +73,7 @@ func pushEtcdFirst(ctx context.Context, rc *runContext, files *hostFiles, n inve
 	}
 	hasKCM := len(files.get(n.Name, func(p string) bool { return p == kcmManifest })) == 1
 	if len(want) != 2 || len(toWrite(want, have)) != 2 || !hasKCM {
-		if err := push(ctx, files, h, scope); err != nil {
+		if err := land(ctx, files, h, scope); err != nil {
 			return err
 		}
 		return resumeVIP(ctx, rc, h) // stopped by an interrupted run
@@ -98,7 +115,7 @@ func pushEtcdFirst(ctx context.Context, rc *runContext, files *hostFiles, n inve
 	}
 	stopped := rc.o.Now()
 
-	if err := push(ctx, files, h, func(p string) bool { return (scope == nil || scope(p)) && p != apiserverManifest && p != kcmManifest }); err != nil {
+	if err := restarted(ctx, files, h, func(p string) bool { return (scope == nil || scope(p)) && p != apiserverManifest && p != kcmManifest }); err != nil {
 		return err
 	}
 	if why := until(ctx, func() string {
@@ -127,6 +144,76 @@ func pushEtcdFirst(ctx context.Context, rc *runContext, files *hostFiles, n inve
 	r(progress.Event{Kind: progress.Info, Host: n.Name, Message: fmt.Sprintf("kube-apiserver and kube-controller-manager stopped (after %s); etcd started again alone (ready after %s), then kube-apiserver (ready after %s), then kube-controller-manager",
 		stopped.Sub(start).Round(100*time.Millisecond), etcdBack.Sub(stopped).Round(100*time.Millisecond), apiBack.Sub(etcdBack).Round(100*time.Millisecond))})
 	return nil
+}
+
+// pushUnderRestartedKubelet pushes master (or etcd host) n's files in scope under a restarted
+// kubelet: the static pods whose manifests change are stopped by the running kubelet first
+// (their manifests removed, until nothing listens on their probes' ports), then kubelet is
+// stopped, the files land, and kubelet starts on them (a new binary and configuration among
+// them, in an upgrade), which starts each of those pods afresh, once. A new kubelet does not
+// stop the pods an old one started until it has heard from the API server (its sources ready),
+// and with the only API server stopped it never would: the new etcd would crash on the old
+// one's ports. A run interrupted in between leaves manifests missing or kubelet stopped: the
+// next one pushes them and starts it here.
+func pushUnderRestartedKubelet(ctx context.Context, rc *runContext, files *hostFiles, n inventory.Node, h remote.Host, scope func(string) bool) error {
+	want := files.get(n.Name, func(p string) bool {
+		return (scope == nil || scope(p)) && path.Dir(p) == hostpath.ManifestsDir && !strings.HasPrefix(path.Base(p), ".")
+	})
+	var paths []string
+	for _, f := range want {
+		paths = append(paths, f.Path)
+	}
+	have, err := hashes(ctx, h, paths)
+	if err != nil {
+		return err
+	}
+	replaced := slices.DeleteFunc(toWrite(want, have), func(f templates.File) bool { return have[f.Path] == "" })
+	if len(replaced) > 0 {
+		d, err := rc.fleet.Dialer(n.Name)
+		if err != nil {
+			return err
+		}
+		var rm, addrs []string
+		for _, f := range replaced {
+			var pod corev1.Pod
+			if err := yaml.Unmarshal(f.Data, &pod); err != nil {
+				return fmt.Errorf("%s: %s: %w", n.Name, f.Path, err)
+			}
+			rm = append(rm, remote.Quote(f.Path))
+			for _, c := range pod.Spec.Containers {
+				if u, err := url.Parse(probeURL(c, n.NodeIP())); err == nil && u.Host != "" {
+					addrs = append(addrs, u.Host)
+				}
+			}
+		}
+		if err := h.Run(ctx, remote.Cmd{Command: "rm -f " + strings.Join(rm, " ")}); err != nil {
+			return err
+		}
+		wctx, cancel := context.WithTimeout(ctx, rc.o.Timeout)
+		defer cancel()
+		if why := until(wctx, func() string {
+			for _, a := range addrs {
+				if c, err := d.DialContext(wctx, "tcp", a); err == nil {
+					c.Close()
+					return "something still listens on " + a
+				}
+			}
+			return ""
+		}); why != "" {
+			return fmt.Errorf("%s: the static pods to replace did not stop within %s after kforge removed their manifests (%s); run the command again, which puts the manifests back", n.Name, rc.o.Timeout, why)
+		}
+	}
+	if err := h.Run(ctx, remote.Cmd{Command: "systemctl stop kubelet"}); err != nil {
+		return err
+	}
+	if err := push(ctx, files, h, scope); err != nil {
+		return err
+	}
+	for _, f := range replaced {
+		files.noteWritten(n.Name, f, true) // removed just before: waitMasterPods waits for it
+	}
+	_, err = startKubelet(ctx, files, h)
+	return err
 }
 
 // pushStarted pushes the static-pod manifest p that pushEtcdFirst removed, noted as replaced:

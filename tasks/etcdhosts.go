@@ -25,7 +25,7 @@ func startEtcdHosts(ctx context.Context, t *hop, ep etcdPlan, r progress.Reporte
 	f := t.rc.fleet
 	fresh, rolling, joining := ep.startOrder(f.Nodes(inventory.RoleEtcd))
 	if err := fleet.EachOf(ctx, f, fresh, func(ctx context.Context, n inventory.Node, _ remote.Host) error {
-		return t.startEtcdHost(ctx, n, ep, r)
+		return t.startEtcdHost(ctx, n, ep, nil, r)
 	}); err != nil {
 		return err
 	}
@@ -45,7 +45,7 @@ func startEtcdHosts(ctx context.Context, t *hop, ep etcdPlan, r progress.Reporte
 		}
 	}
 	for _, n := range append(rolling, joining...) {
-		if err := t.rollEtcdHost(ctx, n, ep, r); err != nil {
+		if err := t.rollEtcdHost(ctx, n, ep, nil, r); err != nil {
 			return remote.WithHost(n.Name, err)
 		}
 	}
@@ -54,10 +54,11 @@ func startEtcdHosts(ctx context.Context, t *hop, ep etcdPlan, r progress.Reporte
 
 // rollEtcdHost brings one running (or joining) etcd host to this hop's files and waits until its
 // member runs them and answers its readiness check (waitEtcdRolled). The next host waits for
-// it: the cluster never has two members restarting at once.
-func (t *hop) rollEtcdHost(ctx context.Context, n inventory.Node, ep etcdPlan, r progress.Reporter) error {
+// it: the cluster never has two members restarting at once. st is an upgrade's (its files land
+// under the new kubelet), nil otherwise.
+func (t *hop) rollEtcdHost(ctx context.Context, n inventory.Node, ep etcdPlan, st *staging, r progress.Reporter) error {
 	before := t.etcdStarted(ctx, n)
-	if err := t.startEtcdHost(ctx, n, ep, r); err != nil {
+	if err := t.startEtcdHost(ctx, n, ep, st, r); err != nil {
 		return err
 	}
 	if err := ep.waitMember(ctx, t.rc, n); err != nil {
@@ -68,21 +69,24 @@ func (t *hop) rollEtcdHost(ctx context.Context, n inventory.Node, ep etcdPlan, r
 
 // startEtcdHost stages etcd host n (its runtime, its part of the bundle, its files) and starts
 // its kubelet, which starts etcd; a host joining the running cluster is added as a member
-// first.
-func (t *hop) startEtcdHost(ctx context.Context, n inventory.Node, ep etcdPlan, r progress.Reporter) error {
+// first. With an upgrade's st, the new kubelet started with the files (pushUnderRestartedKubelet).
+func (t *hop) startEtcdHost(ctx context.Context, n inventory.Node, ep etcdPlan, st *staging, r progress.Reporter) error {
 	start := t.rc.o.Now()
-	did, err := t.stageHost(ctx, n, nil, r)
+	did, err := t.stageHost(ctx, n, st, r)
 	if err != nil {
 		return err
 	}
 	if err := ep.addMember(ctx, t.rc, n); err != nil {
 		return err
 	}
-	msg, err := startKubelet(ctx, t.files, t.rc.fleet.Host(n.Name))
-	if err != nil {
-		return err
+	if st == nil || !st.newKubelet {
+		msg, err := startKubelet(ctx, t.files, t.rc.fleet.Host(n.Name))
+		if err != nil {
+			return err
+		}
+		did = append(did, msg)
 	}
-	reportStaged(r, t.rc.o.Now, n, start, append(did, msg))
+	reportStaged(r, t.rc.o.Now, n, start, did)
 	return nil
 }
 

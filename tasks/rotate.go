@@ -145,7 +145,7 @@ func (rot *RotateCA) phase(ph pki.Phase) func(context.Context, progress.Reporter
 		masters := rc.fleet.Nodes(inventory.RoleMaster)
 		for i, n := range masters {
 			h := rc.fleet.Host(n.Name)
-			if err := pushEtcdFirst(ctx, rc, rot.x.target.files, n, h, isCredential, r); err != nil {
+			if err := pushEtcdFirst(ctx, rc, rot.x.target.files, n, h, isCredential, false, r); err != nil {
 				return err
 			}
 			if err := restartRegistry(ctx, rot.x.target.files, h); err != nil {

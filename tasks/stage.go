@@ -129,10 +129,11 @@ func reportStaged(r progress.Reporter, now func() time.Time, n inventory.Node, s
 // masters' registries being filled (the workers wait for those). A nil staging has nothing
 // running.
 type staging struct {
-	workers   jobs
-	shipments jobs
-	fills     *registryFills
-	etcdFirst map[string]bool // running masters whose files land etcd first (pushEtcdFirst)
+	workers    jobs
+	shipments  jobs
+	fills      *registryFills
+	etcdFirst  map[string]bool // running masters whose files land etcd first (pushEtcdFirst)
+	newKubelet bool            // an upgrade's hosts: their files land under the new kubelet (pushUnderRestartedKubelet)
 }
 
 func (st *staging) waitWorkers(ctx context.Context) error {
@@ -207,9 +208,12 @@ func (h *hop) stageHost(ctx context.Context, n inventory.Node, st *staging, r pr
 		}
 		did = append(did, msg)
 	}
-	if st != nil && st.etcdFirst[n.Name] {
-		err = pushEtcdFirst(ctx, h.rc, h.files, n, host, nil, r)
-	} else {
+	switch {
+	case st != nil && st.etcdFirst[n.Name]:
+		err = pushEtcdFirst(ctx, h.rc, h.files, n, host, nil, false, r)
+	case st != nil && st.newKubelet:
+		err = pushUnderRestartedKubelet(ctx, h.rc, h.files, n, host, nil)
+	default:
 		err = push(ctx, h.files, host, nil)
 	}
 	if err != nil {

@@ -10,7 +10,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"time"
 
 	"golang.org/x/sync/errgroup"
 	"k8s.io/apimachinery/pkg/util/version"
@@ -136,7 +135,7 @@ func (up *Upgrade) Steps() []Step {
 		}
 		l.add("upgrade-masters-"+v, OnHosts, masters, func(ctx context.Context, r progress.Reporter) error {
 			return up.masters(ctx, h, r)
-		}, "one at a time, %s to %s: runtime, binaries and images, manifests (each static pod waited on), kubelet, Ready at %s", strings.Join(masters, ", "), v, v)
+		}, "one at a time, %s to %s: runtime, binaries and images, then manifests under the new kubelet (etcd first; each static pod replaced once and waited on), Ready at %s", strings.Join(masters, ", "), v, v)
 		l.add("upgrade-addons-"+v, ThroughAPI, nil, func(ctx context.Context, r progress.Reporter) error {
 			return upgradeAddons(ctx, h, r)
 		}, "move the addons (kube-proxy, CoreDNS, flannel, the NetworkPolicy agent, metrics-server, the local volumes' provisioner) to %s", v)
@@ -186,7 +185,8 @@ func (up *Upgrade) masters(ctx context.Context, h *hop, r progress.Reporter) err
 // runs h's etcd and answers before the next one is touched, and before any API server moves.
 func (up *Upgrade) etcdHosts(ctx context.Context, h *hop, r progress.Reporter) error {
 	for _, n := range up.rc.fleet.Nodes(inventory.RoleEtcd) {
-		if err := h.rollEtcdHost(ctx, n, up.etcd, r); err != nil {
+		// The hop's files land under its kubelet, as on a master: it starts the new member once.
+		if err := h.rollEtcdHost(ctx, n, up.etcd, &staging{newKubelet: true}, r); err != nil {
 			return remote.WithHost(n.Name, err)
 		}
 	}
@@ -503,12 +503,13 @@ func (up *Upgrade) addonImages(ctx context.Context, r progress.Reporter) error {
 
 // upgradeMaster moves one master to hop h's version, in kubeadm's order: the runtime first
 // (restarted only when the release changes it), then the hop's binaries and images, then its
-// files (etcd's first, under a stopped API server: pushEtcdFirst); the kubelet that runs
-// replaces the static pods (etcd, kube-apiserver, kube-controller-manager, kube-scheduler) and
-// kforge waits until they run the new manifests, Ready; only then is kubelet
-// restarted on its new binary and configuration, which leaves the running pods alone. (Restarting
-// kubelet while it replaces kube-apiserver left the old one holding :6443 and the new one in
-// CrashLoopBackOff for minutes.)
+// files (etcd's first, under a stopped API server: pushEtcdFirst) under the new kubelet, which
+// replaces the static pods (etcd, kube-apiserver, kube-controller-manager, kube-scheduler) once;
+// kforge waits until they run the new manifests and answer their readiness checks, and for the
+// node to report the new version. (kubeadm's order, manifests under the old kubelet and then
+// the new kubelet, restarts the control plane twice: the new kubelet hashes each static pod
+// anew. Restarting kubelet while it replaced kube-apiserver left the old one holding :6443 and
+// the new one in CrashLoopBackOff for minutes: kubelet is stopped while the files land.)
 func upgradeMaster(ctx context.Context, h *hop, n inventory.Node, r progress.Reporter) error {
 	start := h.rc.o.Now()
 	host := h.rc.fleet.Host(n.Name)
@@ -530,31 +531,18 @@ func upgradeMaster(ctx context.Context, h *hop, n inventory.Node, r progress.Rep
 	if _, _, err := h.ship(ctx, host, bundleNeed(h.inv, inventory.RoleMaster), nil, r); err != nil {
 		return err
 	}
-	if err := pushEtcdFirst(ctx, h.rc, h.files, n, host, nil, r); err != nil {
+	if err := pushEtcdFirst(ctx, h.rc, h.files, n, host, nil, true, r); err != nil {
 		return err
 	}
-	if err := h.waitRestartedPods(ctx, r); err != nil {
-		return err
-	}
-	if _, err := startKubelet(ctx, h.files, host); err != nil {
+	if err := h.waitMasterPods(ctx, n, n); err != nil {
 		return err
 	}
 	if err := kube.WaitNodeVersion(ctx, api.Typed, n.Name, h.inv.KubernetesVersion, h.rc.o.Timeout); err != nil {
 		return err
 	}
-	// The new kubelet may replace the static pods once more (it hashes a static pod as it
-	// defaults it, and defaults change between minors): on to the next master or the workers
-	// only when they have stayed Ready a while.
-	if err := kube.WaitStaticPodsSteady(ctx, api.Typed, n.Name, controlPlaneSteady, h.rc.o.Timeout); err != nil {
-		return err
-	}
 	r(progress.Event{Kind: progress.HostDone, Host: n.Name, Duration: h.rc.o.Now().Sub(start), Message: "control plane at " + h.inv.KubernetesVersion})
 	return nil
 }
-
-// controlPlaneSteady is how long a master's static pods must stay Ready, unchanged, after its
-// kubelet restarted on a new version.
-const controlPlaneSteady = 15 * time.Second
 
 // upgradeAddons moves kube-proxy, CoreDNS, flannel, the NetworkPolicy agent, metrics-server and
 // the local volumes' provisioner and helper to h's release.
