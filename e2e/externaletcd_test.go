@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/kforge/kforge/lab"
 	"github.com/kforge/kforge/pki"
 	"github.com/kforge/kforge/release"
+	"github.com/kforge/kforge/state"
 	"github.com/kforge/kforge/tasks"
 )
 
@@ -27,9 +29,12 @@ import (
 // list every member; etcd status names the three members, healthy. One etcd host is lost: the
 // cluster goes on writing. A new host replaces it in the inventory, and apply --prune removes
 // the lost member, adds the new one (3 healthy members again) and rolls the API servers, none
-// of which names the lost host any more. certs renew --all renews the etcd hosts' certificates.
-// An upgrade to the newest minor under load moves etcd first, member by member. reset leaves
-// the etcd hosts clean.
+// of which names the lost host any more. certs renew --all renews the etcd hosts' certificates,
+// and certs rotate-ca --ca etcd gives them and the API servers a new etcd CA.
+// An upgrade to the newest minor under load moves etcd first, member by member. Then every etcd
+// host is lost, and kforge restore puts a snapshot onto three new etcd hosts with other
+// addresses: what was written before the snapshot is there, what came after is not, and the API
+// servers list the new members only. reset leaves the etcd hosts clean.
 func TestExternalEtcd(t *testing.T) {
 	testenv.Require(t, lab.Prerequisites())
 	inLane(t)
@@ -37,8 +42,8 @@ func TestExternalEtcd(t *testing.T) {
 	defer cancel()
 	all := release.All()
 	from, to := all[len(all)-2].Kubernetes, all[len(all)-1].Kubernetes
-	c := newCluster(ctx, t, "ext", from, lab.Options{Hosts: 8, Masters: 2}, to)
-	h := c.lab.Hosts // h[0..1] masters, h[2..3] workers, h[4..6] etcd hosts, h[7] the replacement
+	c := newCluster(ctx, t, "ext", from, lab.Options{Hosts: 11, Masters: 2}, to)
+	h := c.lab.Hosts // h[0..1] masters, h[2..3] workers, h[4..6] etcd hosts, h[7] the replacement, h[8..10] the restore's
 	masters, workers, replacement := h[:2], h[2:4], h[7]
 	c.localProxy = true
 	c.etcdHosts = h[4:7]
@@ -168,6 +173,30 @@ func TestExternalEtcd(t *testing.T) {
 		c.checkNodes(ctx, 4)
 	})
 
+	c.step("rotate-etcd-ca", func(t *testing.T) {
+		// certs rotate-ca --ca etcd moves the etcd hosts (one at a time in each phase, before the
+		// masters) and the API servers to a new etcd CA: afterwards every etcd host and master
+		// holds the same new etcd CA certificate, the members are healthy and the nodes Ready.
+		ca := func(n lab.Host) string {
+			return strings.Fields(c.exec(ctx, n.Name, "sha256sum "+hostpath.PKIDir+"/etcd/ca.crt")+" -")[0]
+		}
+		before := ca(c.etcdHosts[0])
+		start := time.Now()
+		out, err := c.run("certs", "rotate-ca", "--ca", "etcd", "--timeout", "5m")
+		if err != nil {
+			t.Fatalf("certs rotate-ca --ca etcd: %v\n%s", err, out)
+		}
+		t.Logf("certs rotate-ca --ca etcd on 3 etcd hosts and 2 masters took %s:\n%s", time.Since(start).Round(time.Second), out)
+		after := ca(c.etcdHosts[0])
+		for _, n := range append(slices.Clone(c.etcdHosts), masters...) {
+			if got := ca(n); got == before || got != after {
+				t.Errorf("%s's etcd CA certificate after the rotation: sha256 %s; want the new one (%s), not the old (%s)", n.Name, got, after, before)
+			}
+		}
+		c.checkExternalEtcd(ctx, masters, c.etcdHosts, lost.Address)
+		c.checkNodes(ctx, 4)
+	})
+
 	c.step("upgrade", func(t *testing.T) {
 		// One minor up under load: etcd first, one member at a time, each started anew and
 		// ready before the next, then the masters one at a time, then the workers; the
@@ -206,6 +235,52 @@ func TestExternalEtcd(t *testing.T) {
 			if "v"+m.Version != r.Etcd {
 				t.Errorf("etcd member on %s runs %s after the upgrade, want %s", m.Master, m.Version, r.Etcd)
 			}
+		}
+		c.checkNodes(ctx, 4)
+	})
+
+	c.step("restore-onto-new-etcd-hosts", func(t *testing.T) {
+		k := k()
+		mk := func(name string) {
+			t.Helper()
+			if _, err := k.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		mk("before-snapshot")
+		if out, err := c.run("etcd", "snapshot"); err != nil {
+			t.Fatalf("kforge etcd snapshot: %v\n%s", err, out)
+		}
+		snaps, err := state.At(c.state).ListSnapshots()
+		if err != nil || len(snaps) == 0 {
+			t.Fatalf("snapshots: %v %v", snaps, err)
+		}
+		snap := snaps[len(snaps)-1].File
+		mk("after-snapshot")
+		old := c.etcdHosts
+		for _, e := range old {
+			if err := c.lab.StopHost(ctx, e.Name); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c.etcdHosts = h[8:11]
+		c.writeInventory(masters, workers)
+		if out, err := c.run("apply", "--timeout", "1m"); err == nil || !strings.Contains(out, "keeps none of the cluster's etcd hosts") {
+			t.Errorf("apply onto three new etcd hosts: %v; want a refusal (they would start a new, empty etcd)\n%s", err, out)
+		}
+		start := time.Now()
+		out, err := c.run("restore", "--snapshot", snap, "--timeout", "6m")
+		if err != nil {
+			t.Fatalf("kforge restore onto 3 new etcd hosts: %v\n%s", err, out)
+		}
+		t.Logf("restore onto 3 new etcd hosts took %s (to all nodes Ready):\n%s", time.Since(start).Round(time.Second), out)
+		c.checkExternalEtcd(ctx, masters, c.etcdHosts, "") // the API servers list exactly the new members
+		k = c.client()
+		if _, err := k.CoreV1().ConfigMaps("default").Get(ctx, "before-snapshot", metav1.GetOptions{}); err != nil {
+			t.Errorf("ConfigMap created before the snapshot: %v", err)
+		}
+		if _, err := k.CoreV1().ConfigMaps("default").Get(ctx, "after-snapshot", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("ConfigMap created after the snapshot: err = %v, want not found", err)
 		}
 		c.checkNodes(ctx, 4)
 	})

@@ -12,7 +12,6 @@ import (
 	"github.com/kforge/kforge/fleet"
 	"github.com/kforge/kforge/hostpath"
 	"github.com/kforge/kforge/inventory"
-	"github.com/kforge/kforge/progress"
 	"github.com/kforge/kforge/state"
 )
 
@@ -139,13 +138,75 @@ func TestApplyListWithAnExternalEtcd(t *testing.T) {
 			t.Errorf("stage: %q; want the etcd hosts first", task.Description)
 		}
 	}
-	for name, steps := range map[string][]Step{
-		"restore":   NewRestore(c, Options{}, RestoreOptions{}).Steps(),
-		"rotate-ca": NewRotateCA(c, Options{}, []string{"ca"}).Steps(),
-	} {
-		if first := steps[0]; first.Name != "etcd-group" || first.Run(t.Context(), func(progress.Event) {}) == nil {
-			t.Errorf("%s with an external etcd: first step %q; want a refusal before anything connects", name, first.Name)
+	// rotate-ca's phases cover the etcd hosts, before the masters (rotate.go).
+	for _, task := range Tasks(NewRotateCA(c, Options{}, []string{"ca"}).Steps()) {
+		if task.Name == "trust" && (!slices.Equal(task.Hosts, []string{"m1", "m2", "w1", "e1", "e2", "e3"}) || !strings.Contains(task.Description, "an external etcd's hosts one at a time, then the masters")) {
+			t.Errorf("rotate-ca: trust on %v: %q; want every host, the etcd hosts first", task.Hosts, task.Description)
 		}
+	}
+	// restore puts the snapshot on the etcd hosts and stops the masters as well.
+	for _, task := range Tasks(NewRestore(c, Options{}, RestoreOptions{}).Steps()) {
+		var want []string
+		switch task.Name {
+		case "connect":
+			want = []string{"m1", "m2", "w1", "e1", "e2", "e3"}
+		case "quorum", "etcd-user":
+			want = etcd
+		case "restore-etcd":
+			want = append(slices.Clone(etcd), "m1", "m2")
+		default:
+			continue
+		}
+		if !slices.Equal(task.Hosts, want) {
+			t.Errorf("restore: %s hosts %v, want %v", task.Name, task.Hosts, want)
+		}
+	}
+}
+
+// TestRemovedRefusesANewEtcd: an inventory that keeps none of an external etcd's hosts, or
+// moves etcd between the masters and an etcd group, would start a new, empty etcd cluster:
+// Removed refuses it (NoMasterLeftError); all-new masters over a kept external etcd are fine.
+func TestRemovedRefusesANewEtcd(t *testing.T) {
+	const group = "etcd:\n  - {name: e1, address: 10.0.0.11}\n  - {name: e2, address: 10.0.0.12}\n  - {name: e3, address: 10.0.0.13}\n"
+	external := cluster(t, group)
+	stacked := cluster(t, "")
+	for _, tc := range []struct {
+		name       string
+		recorded   *inventory.Cluster
+		inventory  string
+		role       inventory.Role
+		moved, err bool
+	}{
+		{name: "new etcd hosts", recorded: external, inventory: "masters:\n  - {name: m1, address: 10.0.0.1}\netcd:\n  - {name: e7, address: 10.0.0.17}\n  - {name: e8, address: 10.0.0.18}\n  - {name: e9, address: 10.0.0.19}\n", err: true, role: inventory.RoleEtcd},
+		{name: "one etcd host kept", recorded: external, inventory: "masters:\n  - {name: m1, address: 10.0.0.1}\netcd:\n  - {name: e1, address: 10.0.0.11}\n  - {name: e8, address: 10.0.0.18}\n  - {name: e9, address: 10.0.0.19}\n"},
+		{name: "new masters, the etcd hosts kept", recorded: external, inventory: "masters:\n  - {name: m9, address: 10.0.0.9}\n" + group},
+		{name: "stacked to external", recorded: stacked, inventory: "masters:\n  - {name: m1, address: 10.0.0.1}\n" + group, err: true, role: inventory.RoleMaster, moved: true},
+		{name: "external to stacked", recorded: external, inventory: "masters:\n  - {name: m1, address: 10.0.0.1}\n", err: true, role: inventory.RoleEtcd, moved: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := state.At(t.TempDir())
+			if err := recordHosts(NewApply(tc.recorded, Options{State: dir}).rc, nil); err != nil {
+				t.Fatal(err)
+			}
+			c, err := inventory.Parse("t.yaml", []byte("apiVersion: kforge.dev/v1alpha1\nkind: Cluster\nname: t\n"+tc.inventory), func(string) (string, bool) { return "", false })
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = Removed(c, dir)
+			var nml *NoMasterLeftError
+			if !tc.err {
+				if err != nil {
+					t.Fatalf("Removed: %v; want no refusal", err)
+				}
+				return
+			}
+			if !errors.As(err, &nml) || nml.Role != tc.role || nml.Moved != tc.moved {
+				t.Fatalf("Removed: %v; want a NoMasterLeftError of the %s, moved %v", err, tc.role, tc.moved)
+			}
+			if !strings.Contains(err.Error(), "new, empty") || !strings.Contains(err.Error(), "kforge restore") && tc.role == inventory.RoleEtcd {
+				t.Errorf("the refusal does not say what would happen or what to do: %v", err)
+			}
+		})
 	}
 }
 

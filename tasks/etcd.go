@@ -48,6 +48,9 @@ type etcdPlan struct {
 	// --prune): their members are removed before any host joins, since etcd refuses a new
 	// member while a member is down and the new one's --initial-cluster must be the membership.
 	remove []inventory.Node
+	// restored: every member starts on restored data (kforge restore), and every master anew,
+	// its control plane stopped before.
+	restored bool
 }
 
 // startOrder splits masters by how stage starts them: fresh ones together (a new cluster's, or

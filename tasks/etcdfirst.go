@@ -153,8 +153,9 @@ func pushEtcdFirst(ctx context.Context, rc *runContext, files *hostFiles, n inve
 // them, in an upgrade), which starts each of those pods afresh, once. A new kubelet does not
 // stop the pods an old one started until it has heard from the API server (its sources ready),
 // and with the only API server stopped it never would: the new etcd would crash on the old
-// one's ports. A run interrupted in between leaves manifests missing or kubelet stopped: the
-// next one pushes them and starts it here.
+// one's ports. With no static pod to replace, the files land and kubelet restarts only when
+// its own inputs changed (startKubelet). A run interrupted in between leaves manifests missing or
+// kubelet stopped: the next one pushes them and starts it here.
 func pushUnderRestartedKubelet(ctx context.Context, rc *runContext, files *hostFiles, n inventory.Node, h remote.Host, scope func(string) bool) error {
 	want := files.get(n.Name, func(p string) bool {
 		return (scope == nil || scope(p)) && path.Dir(p) == hostpath.ManifestsDir && !strings.HasPrefix(path.Base(p), ".")
@@ -203,8 +204,10 @@ func pushUnderRestartedKubelet(ctx context.Context, rc *runContext, files *hostF
 			return fmt.Errorf("%s: the static pods to replace did not stop within %s after kforge removed their manifests (%s); run the command again, which puts the manifests back", n.Name, rc.o.Timeout, why)
 		}
 	}
-	if err := h.Run(ctx, remote.Cmd{Command: "systemctl stop kubelet"}); err != nil {
-		return err
+	if len(replaced) > 0 {
+		if err := h.Run(ctx, remote.Cmd{Command: "systemctl stop kubelet"}); err != nil {
+			return err
+		}
 	}
 	if err := push(ctx, files, h, scope); err != nil {
 		return err

@@ -154,14 +154,3 @@ func (t *hop) waitEtcdHost(ctx context.Context, n inventory.Node, before string)
 	}
 	return nil
 }
-
-// notWithExternalEtcd starts the step list of a command that does not cover an external etcd's
-// hosts yet with a step that refuses a cluster with an etcd group, before anything is touched.
-func notWithExternalEtcd(l *list, c *inventory.Cluster, command string) {
-	if !c.ExternalEtcd() {
-		return
-	}
-	l.add("etcd-group", OnWorkstation, nil, func(context.Context, progress.Reporter) error {
-		return fmt.Errorf("kforge %s does not cover the hosts of an external etcd (the inventory's etcd group) yet: nothing was changed", command)
-	}, "refuse the cluster: kforge %s does not cover an external etcd's hosts yet", command)
-}

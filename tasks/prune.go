@@ -25,8 +25,9 @@ import (
 // Removed returns the hosts of the last apply that the inventory no longer lists, as nodes
 // that can be reached the way apply reached them. A host whose name is back in the
 // inventory is not removed, whatever its role. When the inventory keeps none of the recorded
-// masters the error is a NoMasterLeftError, returned with the removed hosts (reset still
-// wants them).
+// hosts of etcd's members (the masters, or the etcd group's), or moves etcd between the masters
+// and an etcd group, the error is a NoMasterLeftError, returned with the removed hosts (reset
+// and restore still want them).
 func Removed(c *inventory.Cluster, d state.Dir) ([]inventory.Node, error) {
 	if d.Path() == "" {
 		return nil, nil
@@ -37,30 +38,52 @@ func Removed(c *inventory.Cluster, d state.Dir) ([]inventory.Node, error) {
 	}
 	current := fleet.Names(c.Hosts())
 	var out []inventory.Node
-	var recordedMasters []string
-	keptMaster := false
+	recorded := map[inventory.Role][]string{}
+	kept := map[inventory.Role]bool{}
 	for _, h := range rec.Hosts {
-		if h.Role == inventory.RoleMaster {
-			recordedMasters = append(recordedMasters, h.Name)
-			keptMaster = keptMaster || slices.ContainsFunc(c.Masters, func(m inventory.Host) bool { return m.Name == h.Name })
-		}
+		recorded[h.Role] = append(recorded[h.Role], h.Name)
+		kept[h.Role] = kept[h.Role] || slices.ContainsFunc(c.Hosts(), func(n inventory.Node) bool { return n.Name == h.Name && n.Role == h.Role })
 		if !slices.Contains(current, h.Name) {
 			out = append(out, h.Node())
 		}
 	}
-	if len(recordedMasters) > 0 && !keptMaster {
-		return out, &NoMasterLeftError{Recorded: recordedMasters}
+	wasExternal := len(recorded[inventory.RoleEtcd]) > 0
+	was := inventory.RoleMaster
+	if wasExternal {
+		was = inventory.RoleEtcd
+	}
+	switch {
+	case len(recorded[was]) == 0:
+	case wasExternal != c.ExternalEtcd():
+		return out, &NoMasterLeftError{Recorded: recorded[was], Role: was, Moved: true}
+	case !kept[was]:
+		return out, &NoMasterLeftError{Recorded: recorded[was], Role: was}
 	}
 	return out, nil
 }
 
-// NoMasterLeftError refuses an inventory that keeps none of the cluster's masters: its masters
-// would start a new, empty etcd cluster. Masters are replaced one at a time: add the new one,
-// apply, then remove the old one and apply --prune.
-type NoMasterLeftError struct{ Recorded []string }
+// NoMasterLeftError refuses an inventory that keeps none of the hosts etcd's members ran on
+// (Role: the masters, or an external etcd's hosts): they would start a new, empty etcd
+// cluster. Those hosts are replaced one at a time: add the new one, apply, then remove the old
+// one and apply --prune. Moved: the inventory moves etcd between the masters and an etcd group,
+// which apply does not do yet.
+type NoMasterLeftError struct {
+	Recorded []string
+	Role     inventory.Role
+	Moved    bool
+}
 
 func (e *NoMasterLeftError) Error() string {
-	return fmt.Sprintf("the inventory keeps none of the cluster's masters (%s, from the last apply): its masters would start a new, empty cluster; replace masters one at a time (add the new one and apply, then remove the old one and apply --prune), or run kforge reset first to start over", strings.Join(e.Recorded, ", "))
+	from := strings.Join(e.Recorded, ", ")
+	switch {
+	case e.Moved && e.Role == inventory.RoleMaster:
+		return fmt.Sprintf("the inventory adds an etcd group to a cluster whose etcd runs on its masters (%s, from the last apply): the etcd hosts would start a new, empty cluster, and kforge does not move a running cluster's etcd yet; remove the etcd group, or move the data with a snapshot (kforge etcd snapshot, then kforge restore --snapshot FILE)", from)
+	case e.Moved:
+		return fmt.Sprintf("the inventory has no etcd group, but the cluster's etcd runs on etcd hosts (%s, from the last apply): the masters would start a new, empty etcd cluster, and kforge does not move a running cluster's etcd yet; list the etcd hosts again, or move the data with a snapshot (kforge etcd snapshot, then kforge restore --snapshot FILE)", from)
+	case e.Role == inventory.RoleEtcd:
+		return fmt.Sprintf("the inventory keeps none of the cluster's etcd hosts (%s, from the last apply): they would start a new, empty etcd cluster; replace etcd hosts one at a time (list the new one in the old one's place and apply --prune), restore a snapshot onto the new ones (kforge restore --snapshot FILE), or run kforge reset first to start over", from)
+	}
+	return fmt.Sprintf("the inventory keeps none of the cluster's masters (%s, from the last apply): its masters would start a new, empty cluster; replace masters one at a time (add the new one and apply, then remove the old one and apply --prune), or run kforge reset first to start over", from)
 }
 
 // reportRemoved says which hosts left the inventory but are still in the cluster.

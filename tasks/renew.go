@@ -416,12 +416,13 @@ func (x *credentials) pushMasters(ctx context.Context, r progress.Reporter) erro
 
 // pushEtcdHosts pushes each etcd host's credentials (an external etcd), one host at a time, and
 // waits until its member answers its readiness check: after a restart when its manifest changed
-// (a certificate it reads only when it starts), at once otherwise.
+// (a CA it reads only when it starts: certs rotate-ca; the files land under a restarted kubelet,
+// pushUnderRestartedKubelet), at once otherwise.
 func (x *credentials) pushEtcdHosts(ctx context.Context, r progress.Reporter) error {
 	t := x.target
 	for _, n := range x.rc.fleet.Nodes(inventory.RoleEtcd) {
 		before := t.etcdStarted(ctx, n)
-		if err := push(ctx, t.files, x.rc.fleet.Host(n.Name), isCredential); err != nil {
+		if err := pushUnderRestartedKubelet(ctx, x.rc, t.files, n, x.rc.fleet.Host(n.Name), isCredential); err != nil {
 			return remote.WithHost(n.Name, err)
 		}
 		if err := t.waitEtcdRolled(ctx, n, before); err != nil {

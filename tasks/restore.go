@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -25,13 +26,15 @@ import (
 )
 
 // `kforge restore --snapshot FILE` rebuilds the control plane from an etcd snapshot on the
-// inventory's masters, which may be new hosts with new addresses. Its list (Restore.Steps) is
+// inventory's masters (or its etcd group's hosts, with an external etcd), which may be new hosts
+// with new addresses. Its list (Restore.Steps) is
 // apply's way of bringing a cluster up, called step by step, with restore's own steps around
-// it: the snapshot is verified before any host is touched; the masters' etcd must have lost
-// its quorum (unless forced); after the PKI step (which issues the new masters' certificates
-// from the central CAs) every master's kubelet and containers stop and its etcd data is
-// replaced by the snapshot, restored on the workstation with etcdutl's library as one new
-// cluster of the inventory's masters. The control plane then starts on the restored data, the
+// it: the snapshot is verified before any host is touched; etcd must have lost its quorum
+// (unless forced); after the PKI step (which issues the new hosts' certificates from the central
+// CAs) every member's kubelet and containers stop and its etcd data is replaced by the snapshot,
+// restored on the workstation with etcdutl's library as one new cluster of the inventory's
+// members (with an external etcd, the masters' kubelet and containers stop too: no API server
+// goes on with what it cached of the etcd before). The control plane then starts on the restored data, the
 // surviving workers' kubelet.conf and kube-proxy follow the new endpoint, and the lost hosts
 // (hosts of the last apply that the inventory no longer lists) are forgotten: their nodes and
 // pods deleted without a drain, since they are gone, and the hosts reset if they answer.
@@ -57,9 +60,9 @@ type Restore struct {
 // NewRestore prepares a restore of c's control plane from a snapshot. o.Removed are the hosts
 // of the last apply that the inventory no longer lists (the lost masters among them).
 func NewRestore(c *inventory.Cluster, o Options, ro RestoreOptions) *Restore {
-	rc := newRunContext(c, c.Nodes(), o)
+	rc := newRunContext(c, c.Hosts(), o)
 	x := &Restore{rc: rc, ro: ro, target: newHop(rc)}
-	x.up = &bringUp{t: x.target, etcd: &etcdPlan{}}
+	x.up = &bringUp{t: x.target, etcd: &etcdPlan{restored: true}}
 	return x
 }
 
@@ -67,25 +70,28 @@ func NewRestore(c *inventory.Cluster, o Options, ro RestoreOptions) *Restore {
 func (x *Restore) Steps() []Step {
 	rc, t := x.rc, x.target
 	c, f := rc.inv, rc.fleet
-	all, masters := f.Names(""), f.Names(inventory.RoleMaster)
+	all, masters, members := f.Names(""), f.Names(inventory.RoleMaster), f.Names(c.EtcdRole())
 	lost := fleet.Names(rc.o.Removed)
+	stopped := members // restore-etcd stops them
+	if c.ExternalEtcd() {
+		stopped = append(slices.Clone(members), masters...)
+	}
 	var l list
-	notWithExternalEtcd(&l, c, "restore")
 	l.add("snapshot", OnWorkstation, nil, x.verifySnapshot, "verify %s before any host is touched: its sha256, bbolt's integrity check, its revision (etcdutl's library)", x.ro.Snapshot)
 	l.add("connect", OnHosts, all, f.Connect, "connect to %s over SSH (host keys verified) and gather facts in one round trip each", count(len(all), "host"))
-	l.add("quorum", OnHosts, masters, x.checkQuorumLost, "refuse when the masters' etcd still has quorum (a restore would discard what it holds; --force restores anyway)")
+	l.add("quorum", OnHosts, members, x.checkQuorumLost, "refuse when the %s' etcd still has quorum (a restore would discard what it holds; --force restores anyway)", etcdHostsWord(c))
 	if c.Bundle != "" {
 		l.add("bundle", OnWorkstation, nil, t.readBundle, "read the bundle's manifest in %s: its release of Kubernetes %s, platform, files and images", c.Bundle, c.KubernetesVersion)
 	}
 	l.add("preflight", OnHosts, all, t.preflight, "run kubeadm's preflight checks on every host before anything changes")
-	l.add("etcd-user", OnHosts, masters, rc.etcdUser, "make the system user etcd runs as where it is missing, and give it %s (0700)", hostpath.EtcdDataDir)
+	l.add("etcd-user", OnHosts, members, rc.etcdUser, "make the system user etcd runs as where it is missing, and give it %s (0700)", hostpath.EtcdDataDir)
 	l.add("pki", OnWorkstation, nil, rc.ensurePKI, "generate or reuse the cluster's certificates (%s), kubeconfigs and bootstrap token in the state dir", c.PKI.KeyAlgorithm)
-	l.add("restore-etcd", OnHosts, masters, x.restoreEtcd, "on %s: stop kubelet and containers, replace %s with the snapshot, restored on the workstation as one new etcd cluster of the inventory's masters (revision +1e9, compacted)", strings.Join(masters, ", "), hostpath.EtcdDataDir)
+	l.add("restore-etcd", OnHosts, stopped, x.restoreEtcd, "on %s: stop kubelet and containers; on %s replace %s with the snapshot, restored on the workstation as one new etcd cluster of the inventory's %s (revision +1e9, compacted)", strings.Join(stopped, ", "), strings.Join(members, ", "), hostpath.EtcdDataDir, etcdHostsWord(c))
 	l.add("render", OnWorkstation, nil, func(context.Context, progress.Reporter) error {
 		// Every member starts on the restored data as one new cluster (the zero etcd plan), and
 		// the lost masters are not in it: the control plane is the inventory's alone, and the
 		// files restore writes are those the next apply wants.
-		return t.render(etcdPlan{}, 0)
+		return t.render(*x.up.etcd, 0)
 	}, "render static-pod manifests, kubelet and containerd configuration for every host; every etcd member starts on the restored data as one new cluster")
 	x.up.startSteps(&l)
 	if len(lost) > 0 {
@@ -134,7 +140,7 @@ func (x *Restore) checkQuorumLost(ctx context.Context, r progress.Reporter) erro
 	if err != nil {
 		return err
 	}
-	rep, err := surveyEtcd(ctx, x.rc.fleet, inventory.RoleMaster, creds, nil)
+	rep, err := surveyEtcd(ctx, x.rc.fleet, x.rc.inv.EtcdRole(), creds, nil)
 	if err != nil {
 		return err
 	}
@@ -159,25 +165,24 @@ func (x *Restore) checkQuorumLost(ctx context.Context, r progress.Reporter) erro
 type QuorumError struct{ Report EtcdReport }
 
 func (e *QuorumError) Error() string {
-	return fmt.Sprintf("etcd still has quorum on the masters (%d of %d members healthy, leader %s): a restore would discard everything written since the snapshot",
+	return fmt.Sprintf("etcd still has quorum (%d of %d members healthy, leader %s): a restore would discard everything written since the snapshot",
 		e.Report.Healthy, e.Report.Voters, e.Report.Leader)
 }
 
 // Details are the message and what to do, for kforge's error printer.
 func (e *QuorumError) Details() []string {
-	return []string{e.Error(), "  hint: a cluster with quorum is repaired with kforge apply (replace lost masters one at a time); restore anyway with kforge restore --force"}
+	return []string{e.Error(), "  hint: a cluster with quorum is repaired with kforge apply (replace lost members one at a time); restore anyway with kforge restore --force"}
 }
 
-// restoreEtcd replaces every master's etcd data with the snapshot: each master's member is
-// restored on the workstation (etcdutl's library: new membership of the inventory's masters,
-// revision bumped and compacted), its kubelet and containers stop (an etcd still running would
-// hold the data directory and its ports), and the data directory is streamed to it as a
-// compressed tar and swapped in.
+// restoreEtcd replaces every member's etcd data with the snapshot: each member is restored on
+// the workstation (etcdutl's library: new membership of the inventory's members, revision
+// bumped and compacted), its kubelet and containers stop (an etcd still running would hold the
+// data directory and its ports), and the data directory is streamed to it as a compressed tar
+// and swapped in. With an external etcd the masters' kubelet and containers stop as well.
 func (x *Restore) restoreEtcd(ctx context.Context, r progress.Reporter) error {
 	rc := x.rc
-	masters := rc.fleet.Nodes(inventory.RoleMaster)
 	var members []string
-	for _, m := range masters {
+	for _, m := range rc.inv.EtcdMembers() {
 		members = append(members, templates.EtcdMember(m.Name, m.NodeIP()))
 	}
 	tmp, err := os.MkdirTemp("", "kforge-restore-")
@@ -186,7 +191,18 @@ func (x *Restore) restoreEtcd(ctx context.Context, r progress.Reporter) error {
 	}
 	defer os.RemoveAll(tmp)
 	token := fmt.Sprintf("kforge-restore-%d", rc.o.Now().Unix())
-	return rc.fleet.Each(ctx, inventory.RoleMaster, func(ctx context.Context, n inventory.Node, h remote.Host) error {
+	if rc.inv.ExternalEtcd() {
+		if err := rc.fleet.Each(ctx, inventory.RoleMaster, func(ctx context.Context, n inventory.Node, h remote.Host) error {
+			stopped, err := stopControlPlane(ctx, rc.inv, h)
+			if err == nil {
+				r(progress.Event{Kind: progress.HostDone, Host: n.Name, Message: stopped})
+			}
+			return err
+		}); err != nil {
+			return err
+		}
+	}
+	return rc.fleet.Each(ctx, rc.inv.EtcdRole(), func(ctx context.Context, n inventory.Node, h remote.Host) error {
 		start := rc.o.Now()
 		dir := filepath.Join(tmp, n.Name)
 		if err := etcd.RestoreDataDir(etcd.Restore{Snapshot: x.ro.Snapshot, DataDir: dir, Name: n.Name,

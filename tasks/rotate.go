@@ -88,10 +88,9 @@ func (rot *RotateCA) Steps() []Step {
 	rc := rot.x.rc
 	all := rc.fleet.Names("")
 	var l list
-	notWithExternalEtcd(&l, rc.inv, "certs rotate-ca")
 	rot.x.credentialSteps(&l, "read the state dir's PKI (nothing is written yet)")
 	l.add("start", OnWorkstation, nil, rot.start, "make the new %s in %s/next, or resume the rotation in progress", strings.Join(rot.cas, ", "), rc.o.State.PKI())
-	l.add("trust", OnHosts, all, rc.kubeletsSay(rot.phase(pki.PhaseTrust)), "every ca.crt and kubeconfig trusts the old and the new CA: masters one at a time (static pods restarted and Ready), then the kubelets; the addons' pods replaced one at a time once they are given both CAs")
+	l.add("trust", OnHosts, all, rc.kubeletsSay(rot.phase(pki.PhaseTrust)), "every ca.crt and kubeconfig trusts the old and the new CA: an external etcd's hosts one at a time, then the masters one at a time (static pods restarted and Ready), then the kubelets; the addons' pods replaced one at a time once they are given both CAs")
 	l.add("reissue", OnHosts, all, rc.kubeletsSay(rot.phase(pki.PhaseReissue)), "the new CA signs every leaf certificate and every kubelet's client certificate: masters one at a time, then the kubelets")
 	l.add("drop", OnHosts, all, rc.kubeletsSay(rot.phase(pki.PhaseDrop)), "only the new CA is trusted: masters one at a time, then the kubelets, then the addons' pods")
 	l.add("finish", OnWorkstation, nil, rot.finish, "the new CAs replace the old ones in the state dir; cluster-info and the admin kubeconfig follow")
@@ -140,6 +139,11 @@ func (rot *RotateCA) phase(ph pki.Phase) func(context.Context, progress.Reporter
 		}
 		rot.x.target.files, rot.x.kubeletClient = newHostFiles(), nil // this phase's files, and their reloads
 		if err := rot.x.target.render(rot.x.etcd, 0); err != nil {
+			return err
+		}
+		// An external etcd's hosts first, one at a time, each member ready before the next: in
+		// each phase the members trust (or are signed by) what the API servers then present.
+		if err := rot.x.pushEtcdHosts(ctx, r); err != nil {
 			return err
 		}
 		masters := rc.fleet.Nodes(inventory.RoleMaster)

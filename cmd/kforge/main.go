@@ -22,7 +22,7 @@ type CLI struct {
 	Etcd       EtcdCmd       `cmd:"" help:"Back up the cluster's etcd (snapshots) and show its status."`
 	Secrets    SecretsCmd    `cmd:"" help:"Rotate the key that encrypts the cluster's Secrets in etcd."`
 	CIS        CISCmd        `cmd:"" name:"cis" help:"Run the CIS Kubernetes Benchmark's automated checks (v1.12: master, etcd, control plane and node) on every host, and print each check's result. Exits 1 when a scored check fails that kforge does not fail on purpose (docs/security.md)."`
-	Restore    RestoreCmd    `cmd:"" help:"Rebuild the control plane from an etcd snapshot on the inventory's masters (new hosts allowed); workers come back without re-joining."`
+	Restore    RestoreCmd    `cmd:"" help:"Rebuild the control plane from an etcd snapshot on the inventory's masters or etcd hosts (new hosts allowed); workers come back without re-joining."`
 	Reset      ResetCmd      `cmd:"" help:"Undo on every host what apply did (kubelet, containers, files, pod network, iptables rules); asks first unless --yes."`
 	Bundle     BundleCmd     `cmd:"" help:"Build and verify offline bundles: Kubernetes binaries and images for hosts without internet."`
 	Lab        LabCmd        `cmd:"" help:"A local fleet of systemd hosts reachable over SSH, for trying kforge and for its tests."`

@@ -10,10 +10,10 @@ import (
 	"github.com/kforge/kforge/tasks"
 )
 
-// RestoreCmd rebuilds the control plane from an etcd snapshot on the inventory's masters.
+// RestoreCmd rebuilds the control plane from an etcd snapshot on the inventory's masters (or etcd hosts).
 type RestoreCmd struct {
 	Snapshot              string        `required:"" type:"existingfile" placeholder:"FILE" help:"The etcd snapshot (kforge etcd snapshot keeps them in the state dir's snapshots/)."`
-	Force                 bool          `help:"Restore although the masters' etcd still has quorum: what it holds since the snapshot is lost."`
+	Force                 bool          `help:"Restore although etcd still has quorum: what it holds since the snapshot is lost."`
 	AcceptNewHostKeys     bool          `help:"Trust hosts whose SSH key is not yet in known_hosts, and record their keys (trust on first use)."`
 	IgnorePreflightErrors []string      `sep:"," placeholder:"CHECK,..." help:"Turn these preflight errors into warnings (names as printed, or 'all')."`
 	Timeout               time.Duration `default:"5m" help:"How long to wait for the API server, the nodes and the pods."`
