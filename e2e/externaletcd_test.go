@@ -178,7 +178,7 @@ func TestExternalEtcd(t *testing.T) {
 		// masters) and the API servers to a new etcd CA: afterwards every etcd host and master
 		// holds the same new etcd CA certificate, the members are healthy and the nodes Ready.
 		ca := func(n lab.Host) string {
-			return strings.Fields(c.exec(ctx, n.Name, "sha256sum "+hostpath.PKIDir+"/etcd/ca.crt")+" -")[0]
+			return strings.Fields(c.exec(ctx, n.Name, "sha256sum "+hostpath.PKIDir+"/etcd/ca.crt") + " -")[0]
 		}
 		before := ca(c.etcdHosts[0])
 		start := time.Now()
