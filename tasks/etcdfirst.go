@@ -104,13 +104,7 @@ func pushEtcdFirst(ctx context.Context, rc *runContext, files *hostFiles, n inve
 	if err := h.Run(ctx, remote.Cmd{Command: stopVIPScript + "; rm -f " + apiserverManifest + " " + kcmManifest}); err != nil {
 		return err
 	}
-	if why := until(ctx, func() string {
-		if c, err := d.DialContext(ctx, "tcp", apiAddr); err == nil {
-			c.Close()
-			return "it still listens on " + apiAddr
-		}
-		return ""
-	}); why != "" {
+	if why := until(ctx, func() string { return listening(ctx, d, []string{apiAddr}) }); why != "" {
 		return fmt.Errorf("%s: kube-apiserver did not stop within %s after kforge removed its manifest (%s); run the command again, which puts the manifest back", n.Name, rc.o.Timeout, why)
 	}
 	stopped := rc.o.Now()
@@ -192,15 +186,7 @@ func pushUnderRestartedKubelet(ctx context.Context, rc *runContext, files *hostF
 		}
 		wctx, cancel := context.WithTimeout(ctx, rc.o.Timeout)
 		defer cancel()
-		if why := until(wctx, func() string {
-			for _, a := range addrs {
-				if c, err := d.DialContext(wctx, "tcp", a); err == nil {
-					c.Close()
-					return "something still listens on " + a
-				}
-			}
-			return ""
-		}); why != "" {
+		if why := until(wctx, func() string { return listening(wctx, d, addrs) }); why != "" {
 			return fmt.Errorf("%s: the static pods to replace did not stop within %s after kforge removed their manifests (%s); run the command again, which puts the manifests back", n.Name, rc.o.Timeout, why)
 		}
 	}
@@ -217,6 +203,17 @@ func pushUnderRestartedKubelet(ctx context.Context, rc *runContext, files *hostF
 	}
 	_, err = startKubelet(ctx, files, h)
 	return err
+}
+
+// listening says which of addrs still accepts a connection ("" when none does).
+func listening(ctx context.Context, d remote.Dialer, addrs []string) string {
+	for _, a := range addrs {
+		if c, err := d.DialContext(ctx, "tcp", a); err == nil {
+			c.Close()
+			return "something still listens on " + a
+		}
+	}
+	return ""
 }
 
 // pushStarted pushes the static-pod manifest p that pushEtcdFirst removed, noted as replaced:

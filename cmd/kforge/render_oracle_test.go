@@ -58,6 +58,9 @@ type oracleCase struct {
 	maxPods       string
 	allowCgroupV1 bool
 	resolvConf    string
+	// etcd are an external etcd's hosts (name, IP): kubeadm's etcd.external lists them, and
+	// neither tool makes the etcd CA's key or the members' certificates on a master.
+	etcd [][2]string
 }
 
 var oracleCases = []oracleCase{
@@ -105,6 +108,24 @@ pki:
   certValidity: 90d
 masters:
   - {name: solo, address: 198.51.100.31}
+`,
+	},
+	{
+		name:      "external-etcd",
+		algorithm: "ECDSA-P256",
+		masters:   [][2]string{{"x1", "198.51.100.51"}},
+		etcd:      [][2]string{{"e1", "198.51.100.61"}, {"e2", "198.51.100.62"}, {"e3", "198.51.100.63"}},
+		inventory: `apiVersion: kforge.dev/v1alpha1
+kind: Cluster
+name: ext
+masters:
+  - {name: x1, address: 198.51.100.51}
+workers:
+  - {name: x2, address: 198.51.100.52}
+etcd:
+  - {name: e1, address: 198.51.100.61}
+  - {name: e2, address: 198.51.100.62}
+  - {name: e3, address: 198.51.100.63}
 `,
 	},
 	{
@@ -175,6 +196,13 @@ networking:
 	}
 	if len(sans) > 0 {
 		fmt.Fprintf(&b, "apiServer:\n  certSANs: [%s]\n", strings.Join(sans, ", "))
+	}
+	if len(c.etcd) > 0 {
+		var endpoints []string
+		for _, e := range c.etcd {
+			endpoints = append(endpoints, "https://"+e[1]+":2379")
+		}
+		fmt.Fprintf(&b, "etcd:\n  external:\n    endpoints: [%s]\n    caFile: /etc/kubernetes/pki/etcd/ca.crt\n    certFile: /etc/kubernetes/pki/apiserver-etcd-client.crt\n    keyFile: /etc/kubernetes/pki/apiserver-etcd-client.key\n", strings.Join(endpoints, ", "))
 	}
 	b.WriteString("---\napiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncgroupDriver: systemd\n")
 	if c.allowCgroupV1 {
@@ -313,8 +341,14 @@ func compareWithKubeadm(t *testing.T, tc oracleCase, r release.Release, kubeadm 
 		}
 		// kubeadm signs with kforge's CAs and service-account key, as a joining
 		// master uses the cluster's: issuers and CA data then compare exactly.
+		// With an external etcd, kubeadm makes no etcd certificate: the etcd CA's certificate and
+		// the API server's client certificate are the user's, here kforge's.
+		seeded := []string{"ca.crt", "ca.key", "front-proxy-ca.crt", "front-proxy-ca.key", "etcd/ca.crt", "etcd/ca.key", "sa.key", "sa.pub"}
+		if len(tc.etcd) > 0 {
+			seeded = []string{"ca.crt", "ca.key", "front-proxy-ca.crt", "front-proxy-ca.key", "etcd/ca.crt", "apiserver-etcd-client.crt", "apiserver-etcd-client.key", "sa.key", "sa.pub"}
+		}
 		seed := filepath.Join(dir, "seed-"+m[0], "pki")
-		for _, f := range []string{"ca.crt", "ca.key", "front-proxy-ca.crt", "front-proxy-ca.key", "etcd/ca.crt", "etcd/ca.key", "sa.key", "sa.pub"} {
+		for _, f := range seeded {
 			copyFile(t, filepath.Join(mine, "pki", f), filepath.Join(seed, f))
 		}
 		for _, d := range []string{"etc-kubernetes", "var-lib-kubelet"} {
@@ -354,12 +388,16 @@ PATH=/nonexistent "$KUBEADM" init phase certs all --config "$CFG"
 cp -a /etc/kubernetes/pki/. "$OUT/"
 `)
 	mine := filepath.Join(out, tc.masters[0][0], "etc", "kubernetes", "pki")
-	for _, f := range []string{"ca.crt", "front-proxy-ca.crt", "etcd/ca.crt"} {
+	cas, keys := []string{"ca.crt", "front-proxy-ca.crt", "etcd/ca.crt"}, []string{"ca.key", "front-proxy-ca.key", "etcd/ca.key", "sa.key"}
+	if len(tc.etcd) > 0 { // kubeadm makes no etcd CA for an external etcd
+		cas, keys = cas[:2], []string{"ca.key", "front-proxy-ca.key", "sa.key"}
+	}
+	for _, f := range cas {
 		for _, d := range compareCerts(t, filepath.Join(fresh, f), filepath.Join(mine, f)) {
 			diffs = append(diffs, difference{"new CA pki/" + f + " " + d.key, d.detail})
 		}
 	}
-	for _, f := range []string{"ca.key", "front-proxy-ca.key", "etcd/ca.key", "sa.key"} {
+	for _, f := range keys {
 		for _, d := range compareKeys(t, filepath.Join(fresh, f), filepath.Join(mine, f)) {
 			diffs = append(diffs, difference{"new CA pki/" + f + " " + d.key, d.detail})
 		}
@@ -384,7 +422,7 @@ cp -a /etc/kubernetes/pki/. "$OUT/"
 cp -a "$TREE/." /etc/kubernetes/
 PATH=/nonexistent "$KUBEADM" certs check-expiration --config "$CFG"
 `)
-	checkExpirationReport(t, report, time.Duration(c.PKI.CertValidity))
+	checkExpirationReport(t, report, time.Duration(c.PKI.CertValidity), len(tc.etcd) > 0)
 }
 
 func copyFile(t *testing.T, from, to string) {
@@ -470,11 +508,14 @@ func loadAllowList(t *testing.T) map[string]string {
 
 // checkExpirationReport checks that kubeadm listed every certificate and CA, none missing or
 // externally managed, with the validity kforge was asked for.
-func checkExpirationReport(t *testing.T, report string, validity time.Duration) {
+func checkExpirationReport(t *testing.T, report string, validity time.Duration, externalEtcd bool) {
 	t.Helper()
 	want := []string{"admin.conf", "apiserver", "apiserver-etcd-client", "apiserver-kubelet-client", "controller-manager.conf",
 		"etcd-healthcheck-client", "etcd-peer", "etcd-server", "front-proxy-client", "scheduler.conf", "super-admin.conf",
 		"ca", "etcd-ca", "front-proxy-ca"}
+	if externalEtcd { // kubeadm leaves the etcd CA's certificates to the external etcd
+		want = slices.DeleteFunc(want, func(w string) bool { return strings.Contains(w, "etcd") })
+	}
 	rows := map[string]string{}
 	for _, line := range strings.Split(report, "\n") {
 		f := strings.Fields(line)
