@@ -435,6 +435,10 @@ func (c *cluster) checkNftablesMode(ctx context.Context, out string) {
 			args := append([]string{"exec", "-n", "kube-system", p.Name, "--", "nft", "list", "table"}, strings.Fields(table)...)
 			if out, err := c.kubectl(ctx, args...); err != nil || !strings.Contains(out, "table "+table) {
 				t.Errorf("%s: nft list table %s: %v\n%s", p.Spec.NodeName, table, err, out)
+				// CI at 00a104e: the exec's connection to the API server was reset once ("read:
+				// connection reset by peer"), cause unknown: what the master's kube-apiserver and
+				// kubelet said is logged with the failure.
+				c.logMasters(ctx, c.lab.Hosts)
 			}
 		}
 	}

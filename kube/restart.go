@@ -4,39 +4,63 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 )
 
-// RestartPods replaces, one at a time, the pods in namespaces that a DaemonSet or a ReplicaSet
-// runs: each is deleted, and the next only once its controller has a Ready replacement, so a
-// DaemonSet keeps every other node's pod and a Deployment of two keeps one. Static pods and
-// bare pods are left alone. It is how pods that read their service-account CA once at start
-// (kube-proxy, CoreDNS, flannel) come to trust a new cluster CA; the objects are not changed, so
-// a later apply has nothing to undo. It returns the pods replaced, "namespace/name".
+// RestartPods replaces the pods in namespaces that a DaemonSet or a ReplicaSet runs, one at a
+// time per controller: each is deleted, and the controller's next only once it has a Ready
+// replacement, so a DaemonSet keeps every other node's pod and a Deployment of two keeps one.
+// The controllers go side by side, as a DaemonSet's rolling update does for each (kube-proxy,
+// flannel and the NetworkPolicy agent of one node may restart together: the rules they wrote
+// stay in the kernel meanwhile). Static pods and bare pods are left alone. It is how pods that
+// read their service-account CA once at start (kube-proxy, CoreDNS, flannel) come to trust a new
+// cluster CA; the objects are not changed, so a later apply has nothing to undo. It returns the
+// pods replaced, "namespace/name", in the order they were replaced.
 func RestartPods(ctx context.Context, c kubernetes.Interface, namespaces []string, timeout time.Duration) ([]string, error) {
-	var done []string
+	var owners []types.UID
+	byOwner := map[types.UID][]corev1.Pod{}
 	for _, ns := range namespaces {
 		list, err := c.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
-			return done, fmt.Errorf("list pods in %s: %w", ns, err)
+			return nil, fmt.Errorf("list pods in %s: %w", ns, err)
 		}
 		for _, p := range list.Items {
 			owner := metav1.GetControllerOf(&p)
 			if owner == nil || owner.Kind != "DaemonSet" && owner.Kind != "ReplicaSet" || p.DeletionTimestamp != nil {
 				continue
 			}
-			if err := replacePod(ctx, c, &p, *owner, timeout); err != nil {
-				return done, err
+			if byOwner[owner.UID] == nil {
+				owners = append(owners, owner.UID)
 			}
-			done = append(done, ns+"/"+p.Name)
+			byOwner[owner.UID] = append(byOwner[owner.UID], p)
 		}
 	}
-	return done, nil
+	var mu sync.Mutex
+	var done []string
+	g, gctx := errgroup.WithContext(ctx)
+	for _, uid := range owners {
+		g.Go(func() error {
+			for _, p := range byOwner[uid] {
+				if err := replacePod(gctx, c, &p, *metav1.GetControllerOf(&p), timeout); err != nil {
+					return err
+				}
+				mu.Lock()
+				done = append(done, p.Namespace+"/"+p.Name)
+				mu.Unlock()
+			}
+			return nil
+		})
+	}
+	err := g.Wait()
+	return done, err
 }
 
 // replacePod deletes p and waits until its controller runs a Ready pod in its place: on the same

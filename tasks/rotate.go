@@ -279,7 +279,7 @@ func (rot *RotateCA) restartAddons(ctx context.Context, r progress.Reporter) err
 	}
 	done, err := kube.RestartPods(ctx, api.Typed, ns, rc.o.Timeout)
 	rot.Restarted = append(rot.Restarted, done...)
-	r(progress.Event{Kind: progress.Info, Message: fmt.Sprintf("replaced %s one at a time: %s", count(len(done), "addon pod"), strings.Join(done, ", "))})
+	r(progress.Event{Kind: progress.Info, Message: fmt.Sprintf("replaced %s, one at a time per DaemonSet or Deployment: %s", count(len(done), "addon pod"), strings.Join(done, ", "))})
 	return err
 }
 

@@ -373,7 +373,7 @@ cp -a /var/lib/kubelet/. "$OUT/var-lib-kubelet/"
 			d.key = who + ": " + d.key
 			diffs = append(diffs, d)
 		}
-		if i == 0 {
+		if i == 0 && len(tc.etcd) == 0 { // CIS's etcd checks (1.1.7-1.1.12) are the etcd hosts' with an external etcd
 			cisSideBySide(t, m[0], theirs, filepath.Join(out, m[0]))
 		}
 	}
