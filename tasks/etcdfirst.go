@@ -189,8 +189,6 @@ func pushUnderRestartedKubelet(ctx context.Context, rc *runContext, files *hostF
 		if why := until(wctx, func() string { return listening(wctx, d, addrs) }); why != "" {
 			return fmt.Errorf("%s: the static pods to replace did not stop within %s after kforge removed their manifests (%s); run the command again, which puts the manifests back", n.Name, rc.o.Timeout, why)
 		}
-	}
-	if len(replaced) > 0 {
 		if err := h.Run(ctx, remote.Cmd{Command: "systemctl stop kubelet"}); err != nil {
 			return err
 		}
