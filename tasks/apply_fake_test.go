@@ -617,7 +617,7 @@ func newSimHost(s *simCluster, n inventory.Node) *simHost {
 		sysctls: map[string]string{"net.ipv4.ip_forward": "0", "net.bridge.bridge-nf-call-iptables": "1", "net.bridge.bridge-nf-call-ip6tables": "1"},
 	}
 	first := func(c string) string { w, _, _ := strings.Cut(c, " "); return w }
-	h.Handle(func(c string) bool { return slices.Contains([]string{"{", "systemctl", "sysctl"}, first(c)) }, func(ctx context.Context, c remote.Cmd) error {
+	h.Handle(func(c string) bool { return slices.Contains([]string{"{", "systemctl", "sysctl", "rm"}, first(c)) }, func(ctx context.Context, c remote.Cmd) error {
 		status, err := h.sh(c.Command, c.Stdout)
 		if err != nil {
 			return fmt.Errorf("%s: %s: %w", h.Name(), c.Command, err)
@@ -970,6 +970,11 @@ func (h *simHost) command(args []string, out io.Writer) (int, error) {
 	case strings.Join(args, " ") == "[ ! -f "+hostpath.ServiceRouteMarker+" ]",
 		strings.Join(args, " ") == "[ ! -f "+hostpath.ServiceRouteMarkerIPv6+" ]":
 		return 0, nil // the simulated hosts have a default route: the unit adds none
+	case len(args) > 2 && args[0] == "rm" && args[1] == "-f":
+		for _, p := range args[2:] {
+			h.RemoveFile(strings.Trim(p, "'"))
+		}
+		return 0, nil
 	case args[0] != "systemctl" || len(args) < 3:
 		return 127, fmt.Errorf("no such command in the simulation: %q", args)
 	}
@@ -984,6 +989,8 @@ func (h *simHost) command(args []string, out io.Writer) (int, error) {
 		h.enable[unit] = true
 	case "start", "restart":
 		h.active[unit] = true
+	case "stop":
+		h.active[unit] = false
 	}
 	h.mu.Unlock()
 	switch verb {
@@ -991,7 +998,7 @@ func (h *simHost) command(args []string, out io.Writer) (int, error) {
 		return map[bool]int{true: 0, false: 1}[enabled], nil
 	case "is-active":
 		return map[bool]int{true: 0, false: 3}[was], nil
-	case "enable":
+	case "enable", "stop":
 		return 0, nil
 	case "start", "restart":
 		if unit == "kubelet" && (verb == "restart" || !was) {

@@ -5,13 +5,19 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"path"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/kforge/kforge/hostpath"
 	"github.com/kforge/kforge/inventory"
+	"github.com/kforge/kforge/kube"
+	"github.com/kforge/kforge/remote"
 	"github.com/kforge/kforge/state"
 	"github.com/kforge/kforge/templates"
 )
@@ -108,5 +114,66 @@ func TestStartOrder(t *testing.T) {
 		if names(fresh) != c.fresh || names(rolling) != c.rolling || names(joining) != c.joined {
 			t.Errorf("%s: together %q, one at a time %q, joining %q; want %q, %q, %q", c.name, names(fresh), names(rolling), names(joining), c.fresh, c.rolling, c.joined)
 		}
+	}
+}
+
+// TestPushUnderRestartedKubelet, on a simulated master after apply: with nothing to replace the
+// files land and kubelet is left running, untouched; with a changed static-pod manifest, the
+// old manifest is removed (the running kubelet stops that pod) before kubelet stops, the new one
+// lands, kubelet starts on it, and the manifest is noted as replaced (the waits after wait for
+// its pod).
+func TestPushUnderRestartedKubelet(t *testing.T) {
+	c := cluster(t, "")
+	sim := newSimCluster(t, c)
+	o := Options{
+		State: state.At(t.TempDir()), Timeout: 5 * time.Second, Settle: time.Millisecond,
+		Connect: func(_ context.Context, n inventory.Node) (remote.Host, error) { return sim.hosts[n.Name], nil },
+		API:     func(string) (kube.Clients, error) { return sim.clients(), nil },
+	}
+	runApply(t, NewApply(c, o))
+	a := NewApply(c, o) // the next run, connected, its files rendered
+	defer a.Close()
+	runSteps(t, a.Steps(), "connect", "pki", "etcd-members", "render")
+	h, n := sim.hosts["m1"], c.Nodes()[0]
+	scheduler := path.Join(hostpath.ManifestsDir, "kube-scheduler.yaml")
+
+	files := a.target.files.unwritten()
+	before := len(h.executed())
+	if err := pushUnderRestartedKubelet(t.Context(), a.rc, files, n, h, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range h.executed()[before:] {
+		if strings.HasPrefix(c, "rm ") || strings.Contains(c, "stop") || strings.Contains(c, "restart") {
+			t.Errorf("nothing to replace, yet %q ran", c)
+		}
+	}
+	if !h.running("kubelet") || len(files.replacedManifests("m1")) != 0 {
+		t.Errorf("nothing to replace: kubelet running %v, replaced %v", h.running("kubelet"), files.replacedManifests("m1"))
+	}
+
+	files = a.target.files.unwritten()
+	var changed []templates.File
+	for _, f := range files.get("m1", nil) {
+		if f.Path == scheduler {
+			f.Data = append(slices.Clone(f.Data), "# changed\n"...)
+		}
+		changed = append(changed, f)
+	}
+	files.set("m1", changed)
+	before = len(h.executed())
+	if err := pushUnderRestartedKubelet(t.Context(), a.rc, files, n, h, nil); err != nil {
+		t.Fatal(err)
+	}
+	ran := h.executed()[before:]
+	rm, stop := slices.Index(ran, "rm -f "+scheduler), slices.Index(ran, "systemctl stop kubelet")
+	start := slices.IndexFunc(ran, func(c string) bool { return c == "systemctl restart kubelet" || c == "systemctl start kubelet" })
+	if rm < 0 || stop < rm || start < stop {
+		t.Errorf("commands %q; want the old manifest removed, then kubelet stopped, then started", ran)
+	}
+	if f, ok := h.File(scheduler); !ok || !strings.HasSuffix(string(f.Data), "# changed\n") || !h.running("kubelet") {
+		t.Errorf("after the push: the new manifest there %v, kubelet running %v", ok, h.running("kubelet"))
+	}
+	if r := files.replacedManifests("m1"); len(r) != 1 || r[0].Path != scheduler {
+		t.Errorf("replaced %v; want the scheduler's manifest", r)
 	}
 }
