@@ -184,7 +184,7 @@ func (rot *RotateCA) phase(ph pki.Phase) func(context.Context, progress.Reporter
 		}
 		wctx, cancel := context.WithTimeout(ctx, rc.o.Timeout)
 		defer cancel()
-		if err := kube.WaitForReady(wctx, api.Typed, kube.WaitReadyInput{Nodes: rc.fleet.Names(""), Namespaces: []string{"kube-system"}}); err != nil {
+		if err := kube.WaitForReady(wctx, api.Typed, kube.WaitReadyInput{Nodes: rc.fleet.Names(inventory.AnyNode), Namespaces: []string{"kube-system"}}); err != nil {
 			return err
 		}
 		if ph != pki.PhaseReissue && slices.Contains(rot.rot.CAs, pki.CA) {
