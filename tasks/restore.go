@@ -27,9 +27,8 @@ import (
 
 // `kforge restore --snapshot FILE` rebuilds the control plane from an etcd snapshot on the
 // inventory's masters (or its etcd group's hosts, with an external etcd), which may be new hosts
-// with new addresses. Its list (Restore.Steps) is
-// apply's way of bringing a cluster up, called step by step, with restore's own steps around
-// it: the snapshot is verified before any host is touched; etcd must have lost its quorum
+// with new addresses. Its list (Restore.Steps) is apply's way of bringing a cluster up, called
+// step by step, with restore's own steps around it: the snapshot is verified before any host is touched; etcd must have lost its quorum
 // (unless forced); after the PKI step (which issues the new hosts' certificates from the central
 // CAs) every member's kubelet and containers stop and its etcd data is replaced by the snapshot,
 // restored on the workstation with etcdutl's library as one new cluster of the inventory's
@@ -88,7 +87,7 @@ func (x *Restore) Steps() []Step {
 	l.add("pki", OnWorkstation, nil, rc.ensurePKI, "generate or reuse the cluster's certificates (%s), kubeconfigs and bootstrap token in the state dir", c.PKI.KeyAlgorithm)
 	l.add("restore-etcd", OnHosts, stopped, x.restoreEtcd, "on %s: stop kubelet and containers; on %s replace %s with the snapshot, restored on the workstation as one new etcd cluster of the inventory's %s (revision +1e9, compacted)", strings.Join(stopped, ", "), strings.Join(members, ", "), hostpath.EtcdDataDir, etcdHostsWord(c))
 	l.add("render", OnWorkstation, nil, func(context.Context, progress.Reporter) error {
-		// Every member starts on the restored data as one new cluster (the zero etcd plan), and
+		// Every member starts on the restored data as one new cluster (the restored plan), and
 		// the lost masters are not in it: the control plane is the inventory's alone, and the
 		// files restore writes are those the next apply wants.
 		return t.render(*x.up.etcd, 0)
