@@ -151,18 +151,14 @@ func pushEtcdFirst(ctx context.Context, rc *runContext, files *hostFiles, n inve
 // its own inputs changed (startKubelet). A run interrupted in between leaves manifests missing or
 // kubelet stopped: the next one pushes them and starts it here.
 func pushUnderRestartedKubelet(ctx context.Context, rc *runContext, files *hostFiles, n inventory.Node, h remote.Host, scope func(string) bool) error {
-	want := files.get(n.Name, func(p string) bool {
-		return (scope == nil || scope(p)) && path.Dir(p) == hostpath.ManifestsDir && !strings.HasPrefix(path.Base(p), ".")
-	})
-	var paths []string
-	for _, f := range want {
-		paths = append(paths, f.Path)
-	}
-	have, err := hashes(ctx, h, paths)
+	want, have, err := wantAndHave(ctx, files, h, scope)
 	if err != nil {
 		return err
 	}
-	replaced := slices.DeleteFunc(toWrite(want, have), func(f templates.File) bool { return have[f.Path] == "" })
+	write := toWrite(want, have)
+	replaced := slices.DeleteFunc(slices.Clone(write), func(f templates.File) bool {
+		return have[f.Path] == "" || path.Dir(f.Path) != hostpath.ManifestsDir || strings.HasPrefix(path.Base(f.Path), ".")
+	})
 	if len(replaced) > 0 {
 		d, err := rc.fleet.Dialer(n.Name)
 		if err != nil {
@@ -193,11 +189,10 @@ func pushUnderRestartedKubelet(ctx context.Context, rc *runContext, files *hostF
 			return err
 		}
 	}
-	if err := push(ctx, files, h, scope); err != nil {
+	// have is from before the removals: the manifests removed are noted as replaced, and the
+	// waits after wait for their pods.
+	if err := upload(ctx, files, h, write, have); err != nil {
 		return err
-	}
-	for _, f := range replaced {
-		files.noteWritten(n.Name, f, true) // removed just before: waitMasterPods waits for it
 	}
 	_, err = startKubelet(ctx, files, h)
 	return err

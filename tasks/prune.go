@@ -36,13 +36,14 @@ func Removed(c *inventory.Cluster, d state.Dir) ([]inventory.Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	current := fleet.Names(c.Hosts())
+	hosts := c.Hosts()
+	current := fleet.Names(hosts)
 	var out []inventory.Node
 	recorded := map[inventory.Role][]string{}
 	kept := map[inventory.Role]bool{}
 	for _, h := range rec.Hosts {
 		recorded[h.Role] = append(recorded[h.Role], h.Name)
-		kept[h.Role] = kept[h.Role] || slices.ContainsFunc(c.Hosts(), func(n inventory.Node) bool { return n.Name == h.Name && n.Role == h.Role })
+		kept[h.Role] = kept[h.Role] || slices.ContainsFunc(hosts, func(n inventory.Node) bool { return n.Name == h.Name && n.Role == h.Role })
 		if !slices.Contains(current, h.Name) {
 			out = append(out, h.Node())
 		}

@@ -643,19 +643,31 @@ func (hf *hostFiles) replacedManifests(host string) []templates.File {
 // push uploads the files of h that differ from what the host has, atomically, and notes which
 // were written. Only those paths in scope are pushed (nil: all).
 func push(ctx context.Context, files *hostFiles, h remote.Host, scope func(path string) bool) error {
+	want, have, err := wantAndHave(ctx, files, h, scope)
+	if err != nil {
+		return err
+	}
+	return upload(ctx, files, h, toWrite(want, have), have)
+}
+
+// wantAndHave are h's files in scope and the hashes of what the host has at their paths.
+func wantAndHave(ctx context.Context, files *hostFiles, h remote.Host, scope func(path string) bool) ([]templates.File, map[string]string, error) {
 	want := files.get(h.Name(), scope)
 	if len(want) == 0 {
-		return nil
+		return nil, nil, nil
 	}
 	paths := make([]string, len(want))
 	for i, f := range want {
 		paths[i] = f.Path
 	}
 	have, err := hashes(ctx, h, paths)
-	if err != nil {
-		return err
-	}
-	for _, f := range toWrite(want, have) {
+	return want, have, err
+}
+
+// upload writes files to h and notes each as written, replacing another where have (hashes of
+// the host's files) held one.
+func upload(ctx context.Context, files *hostFiles, h remote.Host, write []templates.File, have map[string]string) error {
+	for _, f := range write {
 		u := remote.Bytes(f.Path, f.Data, f.Mode)
 		u.UID, u.GID = f.UID, f.GID
 		if err := h.Upload(ctx, u); err != nil {
