@@ -12,6 +12,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kforge/kforge/hostpath"
@@ -38,7 +41,7 @@ import (
 func TestExternalEtcd(t *testing.T) {
 	testenv.Require(t, lab.Prerequisites())
 	inLane(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
 	defer cancel()
 	all := release.All()
 	from, to := all[len(all)-2].Kubernetes, all[len(all)-1].Kubernetes
@@ -285,6 +288,75 @@ func TestExternalEtcd(t *testing.T) {
 		c.checkNodes(ctx, 4)
 	})
 
+	// Moving etcd, both ways, under load: the Service's prober (on the first master, from the
+	// upgrade) and API reads through the worker's node-local proxy count failures; every API
+	// object from before is there after.
+	moveUnderLoad := func(t *testing.T, what string, args ...string) {
+		t.Helper()
+		k := c.client()
+		ok0, failed0 := proberCounts(ctx, t, k)
+		if ok0 == 0 {
+			t.Fatalf("the Service's prober has answered nothing before %s", what)
+		}
+		before := c.objects(ctx)
+		api := probeAPI(ctx, c.clientThrough(ctx, workers[0]))
+		start := time.Now()
+		out, err := c.run(append([]string{"apply", "--timeout", "5m"}, args...)...)
+		apiFailed, _ := api.stop()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", what, err, out)
+		}
+		ok, failed := proberCounts(ctx, t, k)
+		t.Logf("%s took %s; Service probes (every 100 ms): %d answered, %d failed; API reads through %s's proxy (every 200 ms): %d failed, the longest outage %s%s\n%s",
+			what, time.Since(start).Round(time.Second), ok-ok0, failed-failed0, workers[0].Name, apiFailed, api.longestOutage().Round(100*time.Millisecond), api.outages(), out)
+		if failed != failed0 {
+			t.Errorf("the Service failed %d requests while %s; want none", failed-failed0, what)
+		}
+		after := c.objects(ctx)
+		var lost []string
+		for _, o := range before {
+			if !slices.Contains(after, o) {
+				lost = append(lost, o)
+			}
+		}
+		t.Logf("%d API objects before, %d after", len(before), len(after))
+		if len(lost) > 0 {
+			t.Errorf("objects from before %s are gone: %v", what, lost)
+		}
+		c.checkNodes(ctx, 4)
+		if plan, code := c.plan(); code != 0 {
+			t.Errorf("plan after %s: exit %d, want 0 (no changes):\n%s", what, code, plan)
+		}
+	}
+
+	c.step("move-etcd-onto-the-masters", func(t *testing.T) {
+		// The inventory drops the etcd group: with --prune (refused without) the masters' members
+		// join one at a time, the API servers turn to their own, the etcd hosts' members leave
+		// and the hosts are reset.
+		from := c.etcdHosts
+		c.etcdHosts = nil
+		c.writeInventory(masters, workers)
+		if out, err := c.run("apply", "--timeout", "1m"); err == nil || !strings.Contains(out, "--prune") {
+			t.Errorf("apply without --prune dropping the etcd group: %v; want a refusal that names --prune\n%s", err, out)
+		}
+		moveUnderLoad(t, "moving etcd from 3 etcd hosts onto 2 masters", "--prune")
+		c.checkStackedEtcd(ctx, masters)
+		for _, e := range from {
+			if left := strings.TrimSpace(c.exec(ctx, e.Name, "ls -A "+hostpath.EtcdDataDir+" "+hostpath.ManifestsDir+" 2>/dev/null; systemctl is-active kubelet || true")); left != "inactive" {
+				t.Errorf("etcd host %s after etcd moved off it (pruned): %q; want no etcd data, no manifests, kubelet inactive", e.Name, left)
+			}
+		}
+	})
+
+	c.step("move-etcd-onto-etcd-hosts", func(t *testing.T) {
+		// Back: an etcd group of the three hosts just pruned. Their members join the masters'
+		// cluster one at a time, the API servers turn to them, the masters' members leave.
+		c.etcdHosts = h[8:11]
+		c.writeInventory(masters, workers)
+		moveUnderLoad(t, "moving etcd from 2 masters onto 3 etcd hosts")
+		c.checkExternalEtcd(ctx, masters, c.etcdHosts, "127.0.0.1")
+	})
+
 	c.step("reset", func(t *testing.T) {
 		if out, err := c.run("reset", "--yes"); err != nil {
 			t.Fatalf("reset: %v\n%s", err, out)
@@ -337,6 +409,74 @@ func (c *cluster) checkExternalEtcd(ctx context.Context, masters, etcdHosts []la
 		t.Errorf("etcd status: exit %d, members %v, %d of %d healthy, others %v; want %v all healthy\n%s", code, names, rep.Healthy, rep.Voters, rep.Others, wantNames, out)
 	}
 	return rep
+}
+
+// checkStackedEtcd: every master runs an etcd member and its API server uses it alone, and etcd
+// status reports the masters' members, all healthy.
+func (c *cluster) checkStackedEtcd(ctx context.Context, masters []lab.Host) {
+	t := c.t
+	t.Helper()
+	var want []string
+	for _, m := range masters {
+		want = append(want, m.Name)
+		api := c.exec(ctx, m.Name, "cat "+hostpath.ManifestsDir+"/kube-apiserver.yaml; ls "+hostpath.ManifestsDir)
+		if !strings.Contains(api, "--etcd-servers=https://127.0.0.1:2379\n") || !strings.Contains(api, "etcd.yaml") {
+			t.Errorf("master %s: want its own etcd member (etcd.yaml) and its API server on it alone:\n%s", m.Name, grepLines(api, "etcd"))
+		}
+	}
+	rep, code, out := c.etcdStatus()
+	var names []string
+	for _, m := range rep.Members {
+		names = append(names, m.Master)
+	}
+	if code != 0 || rep.Healthy != len(masters) || rep.Voters != len(masters) || len(rep.Others) > 0 || !slices.Equal(names, want) {
+		t.Errorf("etcd status: exit %d, members %v, %d of %d healthy, others %v; want %v all healthy\n%s", code, names, rep.Healthy, rep.Voters, rep.Others, want, out)
+	}
+}
+
+// objects names every API object the cluster serves a list of (group/resource namespace/name),
+// sorted; events and leases aside (they come and go by themselves), and the metrics API's
+// (measured, not stored).
+func (c *cluster) objects(ctx context.Context) []string {
+	t := c.t
+	t.Helper()
+	cfg, err := c.adminConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	disc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lists, err := disc.ServerPreferredResources()
+	if err != nil {
+		t.Fatalf("discovery: %v", err)
+	}
+	var out []string
+	for _, l := range lists {
+		gv, err := schema.ParseGroupVersion(l.GroupVersion)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range l.APIResources {
+			if !slices.Contains(r.Verbs, "list") || r.Name == "events" || r.Name == "leases" || gv.Group == "metrics.k8s.io" {
+				continue
+			}
+			items, err := dyn.Resource(gv.WithResource(r.Name)).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				t.Fatalf("list %s: %v", r.Name, err)
+			}
+			for _, it := range items.Items {
+				out = append(out, fmt.Sprintf("%s.%s %s/%s", r.Name, gv.Group, it.GetNamespace(), it.GetName()))
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // grepLines are the lines of s that contain sub.

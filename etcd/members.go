@@ -213,3 +213,30 @@ func membersString(members []Member) string {
 	}
 	return strings.Join(s, "; ")
 }
+
+// HandOver makes the member with peerURL the leader when the member reached leads, and reports
+// whether it did: a leader about to be removed hands its leadership over first, so the cluster
+// does not wait an election timeout without a leader. etcd moves leadership only when asked by
+// the leader, hence the member reached.
+func (c *Client) HandOver(ctx context.Context, peerURL string) (bool, error) {
+	op := "hand leadership over to " + peerURL
+	s, err := c.Status(ctx)
+	if err != nil {
+		return false, err
+	}
+	if s.Leader == 0 || s.Leader != s.MemberID {
+		return false, nil
+	}
+	members, err := c.members(ctx, op)
+	if err != nil {
+		return false, err
+	}
+	to, ok := find(members, "", peerURL)
+	if !ok {
+		return false, &Error{Host: c.host, Op: op, Seen: "etcd has no member with that peer URL (members: " + membersString(members) + ")"}
+	}
+	if _, err := c.maint.MoveLeader(ctx, to.ID); err != nil {
+		return false, c.fail(op, err)
+	}
+	return true, nil
+}

@@ -52,6 +52,9 @@ type Options struct {
 	// them too.
 	Removed []inventory.Node
 	Prune   bool
+	// EtcdFrom is where the last apply ran etcd's members (EtcdRanOn: RoleMaster, RoleEtcd, or
+	// "" for a new cluster); an inventory whose EtcdRole differs moves etcd (etcdmove.go).
+	EtcdFrom inventory.Role
 	// PurgeState makes reset delete the PKI too (reset --purge-state).
 	PurgeState bool
 	// Force upgrades a cluster that is not healthy (apply --force).
@@ -161,6 +164,12 @@ func (a *Apply) Steps() []Step {
 		a.etcd, err = planEtcd(ctx, rc, r)
 		return err
 	}, "keep running etcd members as they started; %s without data join the running cluster one at a time", etcdHostsWord(c))
+	moving := etcdMoving(c, rc.o)
+	if moving {
+		l.add("etcd-move-snapshot", OnWorkstation, nil, func(ctx context.Context, r progress.Reporter) error {
+			return moveSnapshot(ctx, rc, &a.etcd, r)
+		}, "etcd moves from the %s to the %s: save an etcd snapshot of the cluster as it runs to the state dir, verified", roleWord(rc.o.EtcdFrom), etcdHostsWord(c))
+	}
 	l.add("render", OnWorkstation, nil, func(context.Context, progress.Reporter) error {
 		// Removed masters run until apply --prune drains them.
 		return t.render(a.etcd, len(removedMasters(rc.o.Removed)))
@@ -168,7 +177,17 @@ func (a *Apply) Steps() []Step {
 	if c.Bundle != "" {
 		l.add("upgrade", OnHosts, all, rc.kubeletsSay(a.upgrade), "when nodes run an older Kubernetes than %s: walk the upgrade's own steps (upgrade.go): check the cluster's health, save an etcd snapshot, give every node the addons' images, move the control plane one minor at a time, one master at a time, the addons with it, then the workers in batches (cordon, drain, kubelet, uncordon); nothing otherwise", c.KubernetesVersion)
 	}
+	if moving && !c.ExternalEtcd() {
+		l.add("join-etcd", OnHosts, members, func(ctx context.Context, r progress.Reporter) error {
+			return joinEtcd(ctx, t, &a.etcd, r)
+		}, "one master at a time, while its API server still uses the etcd hosts: add its etcd member, push its etcd manifest and certificates, wait until the member has started and is ready")
+	}
 	a.up.startSteps(&l)
+	if moving {
+		l.add("leave-etcd", OnHosts, nil, func(ctx context.Context, r progress.Reporter) error {
+			return leaveEtcd(ctx, rc, &a.etcd, r)
+		}, "every API server uses the %s' members now: one at a time, take etcd off the %s (leadership handed over, member removed, static pod stopped, data, certificates and snapshot timer removed)", etcdHostsWord(c), roleWord(rc.o.EtcdFrom))
+	}
 	a.up.clusterSteps(&l)
 	a.up.tidySteps(&l)
 	kept := rc.o.Removed // still in the cluster after this run
@@ -191,6 +210,7 @@ func (a *Apply) Traffic() (sent, received int64) { return a.rc.fleet.Traffic() }
 // Close waits for the work stage left running in the background, then ends every connection.
 func (a *Apply) Close() {
 	a.up.staged.waitAll()
+	a.etcd.close()
 	a.rc.fleet.Close()
 }
 

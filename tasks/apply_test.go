@@ -164,24 +164,28 @@ func TestApplyListWithAnExternalEtcd(t *testing.T) {
 }
 
 // TestRemovedRefusesANewEtcd: an inventory that keeps none of an external etcd's hosts, or
-// moves etcd between the masters and an etcd group, would start a new, empty etcd cluster:
-// Removed refuses it (NoMasterLeftError); all-new masters over a kept external etcd are fine.
+// none of the masters etcd runs on, would start a new, empty etcd cluster: Removed refuses it
+// (NoMasterLeftError); all-new masters over a kept external etcd are fine, and so is a move of
+// etcd between the masters and an etcd group, which EtcdMove reports (back onto the masters
+// only with --prune).
 func TestRemovedRefusesANewEtcd(t *testing.T) {
 	const group = "etcd:\n  - {name: e1, address: 10.0.0.11}\n  - {name: e2, address: 10.0.0.12}\n  - {name: e3, address: 10.0.0.13}\n"
 	external := cluster(t, group)
 	stacked := cluster(t, "")
 	for _, tc := range []struct {
-		name       string
-		recorded   *inventory.Cluster
-		inventory  string
-		role       inventory.Role
-		moved, err bool
+		name      string
+		recorded  *inventory.Cluster
+		inventory string
+		role      inventory.Role // of the refusal; "" for none
+		from      inventory.Role // EtcdMove's answer
+		prune     bool           // EtcdMove refuses without
 	}{
-		{name: "new etcd hosts", recorded: external, inventory: "masters:\n  - {name: m1, address: 10.0.0.1}\netcd:\n  - {name: e7, address: 10.0.0.17}\n  - {name: e8, address: 10.0.0.18}\n  - {name: e9, address: 10.0.0.19}\n", err: true, role: inventory.RoleEtcd},
-		{name: "one etcd host kept", recorded: external, inventory: "masters:\n  - {name: m1, address: 10.0.0.1}\netcd:\n  - {name: e1, address: 10.0.0.11}\n  - {name: e8, address: 10.0.0.18}\n  - {name: e9, address: 10.0.0.19}\n"},
-		{name: "new masters, the etcd hosts kept", recorded: external, inventory: "masters:\n  - {name: m9, address: 10.0.0.9}\n" + group},
-		{name: "stacked to external", recorded: stacked, inventory: "masters:\n  - {name: m1, address: 10.0.0.1}\n" + group, err: true, role: inventory.RoleMaster, moved: true},
-		{name: "external to stacked", recorded: external, inventory: "masters:\n  - {name: m1, address: 10.0.0.1}\n", err: true, role: inventory.RoleEtcd, moved: true},
+		{name: "new etcd hosts", recorded: external, inventory: "masters:\n  - {name: m1, address: 10.0.0.1}\netcd:\n  - {name: e7, address: 10.0.0.17}\n  - {name: e8, address: 10.0.0.18}\n  - {name: e9, address: 10.0.0.19}\n", role: inventory.RoleEtcd, from: inventory.RoleEtcd},
+		{name: "one etcd host kept", recorded: external, inventory: "masters:\n  - {name: m1, address: 10.0.0.1}\netcd:\n  - {name: e1, address: 10.0.0.11}\n  - {name: e8, address: 10.0.0.18}\n  - {name: e9, address: 10.0.0.19}\n", from: inventory.RoleEtcd},
+		{name: "new masters, the etcd hosts kept", recorded: external, inventory: "masters:\n  - {name: m9, address: 10.0.0.9}\n" + group, from: inventory.RoleEtcd},
+		{name: "stacked to external", recorded: stacked, inventory: "masters:\n  - {name: m1, address: 10.0.0.1}\n" + group, from: inventory.RoleMaster},
+		{name: "stacked to external with new masters", recorded: stacked, inventory: "masters:\n  - {name: m9, address: 10.0.0.9}\n" + group, role: inventory.RoleMaster, from: inventory.RoleMaster},
+		{name: "external to stacked", recorded: external, inventory: "masters:\n  - {name: m1, address: 10.0.0.1}\n", from: inventory.RoleEtcd, prune: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := state.At(t.TempDir())
@@ -194,17 +198,24 @@ func TestRemovedRefusesANewEtcd(t *testing.T) {
 			}
 			_, err = Removed(c, dir)
 			var nml *NoMasterLeftError
-			if !tc.err {
-				if err != nil {
-					t.Fatalf("Removed: %v; want no refusal", err)
-				}
-				return
-			}
-			if !errors.As(err, &nml) || nml.Role != tc.role || nml.Moved != tc.moved {
-				t.Fatalf("Removed: %v; want a NoMasterLeftError of the %s, moved %v", err, tc.role, tc.moved)
-			}
-			if !strings.Contains(err.Error(), "new, empty") || !strings.Contains(err.Error(), "kforge restore") && tc.role == inventory.RoleEtcd {
+			switch {
+			case tc.role == "" && err != nil:
+				t.Fatalf("Removed: %v; want no refusal", err)
+			case tc.role != "" && (!errors.As(err, &nml) || nml.Role != tc.role):
+				t.Fatalf("Removed: %v; want a NoMasterLeftError of the %s", err, tc.role)
+			case tc.role != "" && (!strings.Contains(err.Error(), "new, empty") || !strings.Contains(err.Error(), "kforge restore") && tc.role == inventory.RoleEtcd):
 				t.Errorf("the refusal does not say what would happen or what to do: %v", err)
+			}
+			from, err := EtcdMove(c, dir, true)
+			if err != nil || from != tc.from {
+				t.Errorf("EtcdMove with --prune: %q, %v; want %q", from, err, tc.from)
+			}
+			_, err = EtcdMove(c, dir, false)
+			if tc.prune != (err != nil) {
+				t.Errorf("EtcdMove without --prune: %v; want a refusal: %v", err, tc.prune)
+			}
+			if err != nil && !strings.Contains(err.Error(), "--prune") {
+				t.Errorf("the refusal does not say what to do: %v", err)
 			}
 		})
 	}
@@ -321,5 +332,37 @@ func TestUpstreamResolv(t *testing.T) {
 	c.Kubelet.ResolvConf = "/etc/kforge/resolv.conf"
 	if got := upstreamResolv(c, map[string]*facts.Facts{"m1": host(stub, true)}); got != "" {
 		t.Errorf("the inventory's file, not reported: %q, want none", got)
+	}
+}
+
+// TestApplyListMovesEtcd: an inventory whose etcd role differs from where the last apply ran
+// etcd lists the move's steps in their order around stage; one that does not, none of them.
+func TestApplyListMovesEtcd(t *testing.T) {
+	const group = "etcd:\n  - {name: e1, address: 10.0.0.11}\n  - {name: e2, address: 10.0.0.12}\n  - {name: e3, address: 10.0.0.13}\n"
+	between := func(names []string, want ...string) []string {
+		var out []string
+		for _, n := range names {
+			if slices.Contains(want, n) {
+				out = append(out, n)
+			}
+		}
+		return out
+	}
+	steps := []string{"etcd-members", "etcd-move-snapshot", "render", "join-etcd", "stage", "leave-etcd", "cluster-config"}
+	for _, tc := range []struct {
+		name      string
+		inventory string
+		from      inventory.Role
+		want      []string
+	}{
+		{"onto an etcd group", group, inventory.RoleMaster, []string{"etcd-members", "etcd-move-snapshot", "render", "stage", "leave-etcd", "cluster-config"}},
+		{"back onto the masters", "", inventory.RoleEtcd, []string{"etcd-members", "etcd-move-snapshot", "render", "join-etcd", "stage", "leave-etcd", "cluster-config"}},
+		{"stays on the etcd hosts", group, inventory.RoleEtcd, []string{"etcd-members", "render", "stage", "cluster-config"}},
+		{"a new cluster", "", "", []string{"etcd-members", "render", "stage", "cluster-config"}},
+	} {
+		got := between(taskNames(ApplyTasks(cluster(t, tc.inventory), Options{EtcdFrom: tc.from})), steps...)
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }

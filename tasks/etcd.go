@@ -2,6 +2,7 @@ package tasks
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path"
 	"slices"
@@ -51,6 +52,14 @@ type etcdPlan struct {
 	// restored: every member starts on restored data (kforge restore), and every master anew,
 	// its control plane stopped before.
 	restored bool
+	// A move of etcd between the masters and an etcd group (etcdmove.go): handover are the
+	// running masters that join before stage (join-etcd), one at a time, when etcd moves onto
+	// them; leave are the hosts it moves off whose members still run or whose data is still
+	// there, removed one at a time after stage (leave-etcd); moving holds the etcd hosts it
+	// moves off, which the inventory no longer lists (nil otherwise: the masters are the run's).
+	handover []inventory.Node
+	leave    []inventory.Node
+	moving   *fleet.Fleet
 }
 
 // startOrder splits masters by how stage starts them: fresh ones together (a new cluster's, or
@@ -73,25 +82,58 @@ func (p etcdPlan) startOrder(masters []inventory.Node) (fresh, rolling, joining 
 	return fresh, rolling, joining
 }
 
+// joins says whether host name's member joins the running cluster this run (a new host, or a
+// master etcd moves onto).
+func (p etcdPlan) joins(name string) bool {
+	return p.join[name] || slices.ContainsFunc(p.handover, func(n inventory.Node) bool { return n.Name == name })
+}
+
+// fleetOf is the fleet that reaches host name: the run's, or the one of the etcd hosts a move
+// leaves.
+func (p etcdPlan) fleetOf(rc *runContext, name string) *fleet.Fleet {
+	if p.moving != nil {
+		if _, ok := p.moving.Node(name); ok {
+			return p.moving
+		}
+	}
+	return rc.fleet
+}
+
 // planEtcd decides how each master's etcd member starts, before render: running members keep
 // the bootstrap flags they started with (read from their manifest: etcd ignores them once it
 // has data, and a changed manifest would restart it), masters without data join the running
-// cluster when there is one, and a new cluster's masters start together.
+// cluster when there is one, and a new cluster's masters start together. When the inventory
+// moves etcd (etcdMovedFrom), the hosts it moves off count as running members until they have
+// left, and the inventory's members without data join their cluster: what has moved is read
+// from the hosts, so an interrupted move goes on from where it stopped.
 func planEtcd(ctx context.Context, rc *runContext, r progress.Reporter) (etcdPlan, error) {
 	var p etcdPlan
 	var running, joining []string
+	hasData := func(f *fleet.Fleet, name string) (bool, bool) {
+		fs := f.Facts(name)
+		return fs != nil && len(fs.EtcdDataDir) > 0, fs != nil
+	}
 	for _, m := range rc.inv.EtcdMembers() {
-		f := rc.fleet.Facts(m.Name)
-		if f == nil {
+		data, known := hasData(rc.fleet, m.Name)
+		switch {
+		case !known:
 			continue // not reached (plan shows it as unknown); apply stops at connect
-		}
-		if len(f.EtcdDataDir) > 0 {
+		case data:
 			running = append(running, m.Name)
-		} else {
+		default:
 			joining = append(joining, m.Name)
 		}
 	}
-	if len(running) == 0 {
+	from, err := p.movedFrom(ctx, rc, r)
+	if err != nil {
+		return p, err
+	}
+	for _, n := range from {
+		if data, _ := hasData(p.fleetOf(rc, n.Name), n.Name); data {
+			p.leave = append(p.leave, n)
+		}
+	}
+	if len(running)+len(p.leave) == 0 {
 		return p, nil // a new cluster
 	}
 	p.boot = map[string]*templates.EtcdBootstrap{}
@@ -114,16 +156,10 @@ func planEtcd(ctx context.Context, rc *runContext, r progress.Reporter) (etcdPla
 			}
 		}
 	}
-	c, err := newEtcdClient(ctx, rc.fleet, rc.set, running[0])
+	members, err := p.pickSeed(ctx, rc, append(running, fleet.Names(p.leave)...))
 	if err != nil {
 		return p, err
 	}
-	defer c.Close()
-	members, err := c.Members(ctx)
-	if err != nil {
-		return p, err
-	}
-	p.seed = running[0]
 	p.join = map[string]bool{}
 	for _, name := range joining {
 		m, _ := rc.fleet.Node(name)
@@ -148,11 +184,38 @@ func planEtcd(ctx context.Context, rc *runContext, r progress.Reporter) (etcdPla
 			e, _ := rc.fleet.Node(earlier)
 			list = append(list, templates.EtcdMember(earlier, e.NodeIP()))
 		}
-		p.join[name] = true
 		p.boot[name] = &templates.EtcdBootstrap{Members: append(list, templates.EtcdMember(name, m.NodeIP())), State: "existing"}
+		if len(p.leave) > 0 && !rc.inv.ExternalEtcd() && runsAPIServer(rc.fleet.Facts(name)) {
+			p.handover = append(p.handover, m)
+			r(progress.Event{Kind: progress.Info, Host: name, Message: fmt.Sprintf("etcd moves onto the masters: joins the running etcd cluster (%d members) before its API server turns to it", len(p.boot[name].Members)-1)})
+			continue
+		}
+		p.join[name] = true
 		r(progress.Event{Kind: progress.Info, Host: name, Message: fmt.Sprintf("joins the running etcd cluster (%d members)", len(p.boot[name].Members)-1)})
 	}
 	return p, nil
+}
+
+// pickSeed makes the first of hosts whose etcd member answers the plan's seed, and returns the
+// members it lists. A host whose member was removed by an interrupted move does not answer.
+func (p *etcdPlan) pickSeed(ctx context.Context, rc *runContext, hosts []string) ([]etcd.Member, error) {
+	var errs []error
+	for _, name := range hosts {
+		c, err := newEtcdClient(ctx, p.fleetOf(rc, name), rc.set, name)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		members, err := c.Members(ctx)
+		c.Close()
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		p.seed = name
+		return members, nil
+	}
+	return nil, errors.Join(errs...)
 }
 
 // etcdBootFromManifest reads the bootstrap flags a running member was started with.
@@ -174,10 +237,10 @@ func etcdBootFromManifest(manifest []byte) *templates.EtcdBootstrap {
 // cluster waits for the new member from then on. A member already there (an interrupted run)
 // is left as it is.
 func (p etcdPlan) addMember(ctx context.Context, rc *runContext, n inventory.Node) error {
-	if !p.join[n.Name] {
+	if !p.joins(n.Name) {
 		return nil
 	}
-	c, err := newEtcdClient(ctx, rc.fleet, rc.set, p.seed)
+	c, err := newEtcdClient(ctx, p.fleetOf(rc, p.seed), rc.set, p.seed)
 	if err != nil {
 		return err
 	}
@@ -194,10 +257,10 @@ func (p etcdPlan) addMember(ctx context.Context, rc *runContext, n inventory.Nod
 // waitEtcdMember waits until a joining master's etcd member has started (etcd then knows its
 // name).
 func (p etcdPlan) waitMember(ctx context.Context, rc *runContext, n inventory.Node) error {
-	if !p.join[n.Name] {
+	if !p.joins(n.Name) {
 		return nil
 	}
-	c, err := newEtcdClient(ctx, rc.fleet, rc.set, p.seed)
+	c, err := newEtcdClient(ctx, p.fleetOf(rc, p.seed), rc.set, p.seed)
 	if err != nil {
 		return err
 	}
@@ -233,8 +296,11 @@ func (rc *runContext) etcdUser(ctx context.Context, r progress.Reporter) error {
 }
 
 // etcdHostsWord names the hosts of etcd's members, for steps' descriptions.
-func etcdHostsWord(c *inventory.Cluster) string {
-	if c.ExternalEtcd() {
+func etcdHostsWord(c *inventory.Cluster) string { return roleWord(c.EtcdRole()) }
+
+// roleWord names the hosts of a role that runs etcd's members.
+func roleWord(r inventory.Role) string {
+	if r == inventory.RoleEtcd {
 		return "etcd hosts"
 	}
 	return "masters"

@@ -176,7 +176,10 @@ func (p *Plan) Steps() []Step {
 }
 
 // Close ends every connection.
-func (p *Plan) Close() { p.rc.fleet.Close() }
+func (p *Plan) Close() {
+	p.etcd.close()
+	p.rc.fleet.Close()
+}
 
 func (p *Plan) connect(ctx context.Context, r progress.Reporter) error {
 	for name, err := range p.rc.fleet.Survey(ctx, r) {
@@ -420,13 +423,13 @@ func (p *Plan) diffHost(ctx context.Context, n inventory.Node, h remote.Host) (H
 			d.Restarts = append(d.Restarts, fmt.Sprintf("static pod %s %s", strings.TrimSuffix(path.Base(fl.Path), ".yaml"), verb))
 		}
 	}
-	if n.Role == inventory.RoleMaster {
-		switch {
-		case p.etcd.join[n.Name]:
-			d.Node = append(d.Node, fmt.Sprintf("joins the running etcd cluster (its member added through %s)", p.etcd.seed))
-		case len(f.EtcdDataDir) == 0 && len(p.etcd.boot) == 0:
-			d.Node = append(d.Node, "starts a new etcd cluster and control plane")
-		}
+	switch {
+	case p.etcd.joins(n.Name):
+		d.Node = append(d.Node, fmt.Sprintf("joins the running etcd cluster (its member added through %s)", p.etcd.seed))
+	case slices.ContainsFunc(p.etcd.leave, func(l inventory.Node) bool { return l.Name == n.Name }):
+		d.Node = append(d.Node, fmt.Sprintf("etcd moves off it to the %s: its member is removed once every API server uses theirs, its data cleared", etcdHostsWord(t.inv)))
+	case n.Role == inventory.RoleMaster && len(f.EtcdDataDir) == 0 && len(p.etcd.boot) == 0:
+		d.Node = append(d.Node, "starts a new etcd cluster and control plane")
 	}
 	if v := f.Binaries["kubelet"].Version; v != "" && v != strings.TrimPrefix(t.inv.KubernetesVersion, "v") && d.Upload != nil {
 		d.Node = append(d.Node, fmt.Sprintf("kubelet %s → %s", v, strings.TrimPrefix(t.inv.KubernetesVersion, "v")))

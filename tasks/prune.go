@@ -25,9 +25,10 @@ import (
 // Removed returns the hosts of the last apply that the inventory no longer lists, as nodes
 // that can be reached the way apply reached them. A host whose name is back in the
 // inventory is not removed, whatever its role. When the inventory keeps none of the recorded
-// hosts of etcd's members (the masters, or the etcd group's), or moves etcd between the masters
-// and an etcd group, the error is a NoMasterLeftError, returned with the removed hosts (reset
-// and restore still want them).
+// hosts of etcd's members (the masters, or the etcd group's), the error is a
+// NoMasterLeftError, returned with the removed hosts (reset and restore still want them); an
+// inventory that moves etcd (etcdmove.go) keeps it: onto an etcd group, from masters it keeps;
+// back onto the masters, from the etcd hosts it dropped.
 func Removed(c *inventory.Cluster, d state.Dir) ([]inventory.Node, error) {
 	if d.Path() == "" {
 		return nil, nil
@@ -48,40 +49,67 @@ func Removed(c *inventory.Cluster, d state.Dir) ([]inventory.Node, error) {
 			out = append(out, h.Node())
 		}
 	}
-	wasExternal := len(recorded[inventory.RoleEtcd]) > 0
-	was := inventory.RoleMaster
-	if wasExternal {
-		was = inventory.RoleEtcd
-	}
+	was := etcdRanOn(rec)
 	switch {
-	case len(recorded[was]) == 0:
-	case wasExternal != c.ExternalEtcd():
-		return out, &NoMasterLeftError{Recorded: recorded[was], Role: was, Moved: true}
+	case was == "":
+	case was == inventory.RoleEtcd && !c.ExternalEtcd(): // etcd moves back onto the masters
 	case !kept[was]:
 		return out, &NoMasterLeftError{Recorded: recorded[was], Role: was}
 	}
 	return out, nil
 }
 
+// EtcdMove is where the last apply ran etcd's members (Options.EtcdFrom: RoleMaster,
+// RoleEtcd, or "" for a new cluster). An inventory that moves etcd back onto the masters is
+// refused without prune: the etcd hosts it drops leave the cluster in the same run.
+func EtcdMove(c *inventory.Cluster, d state.Dir, prune bool) (inventory.Role, error) {
+	if d.Path() == "" {
+		return "", nil
+	}
+	rec, err := d.ReadHosts()
+	if err != nil {
+		return "", err
+	}
+	from := etcdRanOn(rec)
+	if from == inventory.RoleEtcd && !c.ExternalEtcd() && !prune {
+		var hosts []string
+		for _, h := range rec.Hosts {
+			if h.Role == inventory.RoleEtcd {
+				hosts = append(hosts, h.Name)
+			}
+		}
+		return from, fmt.Errorf("the inventory has no etcd group, so etcd moves from the etcd hosts (%s, from the last apply) onto the masters, and those hosts leave the cluster: run kforge apply --prune to move it, or list the etcd group again to keep it", strings.Join(hosts, ", "))
+	}
+	return from, nil
+}
+
+// etcdRanOn is the role of the hosts etcd's members ran on at the last apply: the etcd hosts'
+// when it recorded any, the masters' otherwise; "" with no record.
+func etcdRanOn(rec *state.HostsRecord) inventory.Role {
+	was := inventory.Role("")
+	for _, h := range rec.Hosts {
+		switch h.Role {
+		case inventory.RoleEtcd:
+			return inventory.RoleEtcd
+		case inventory.RoleMaster:
+			was = inventory.RoleMaster
+		}
+	}
+	return was
+}
+
 // NoMasterLeftError refuses an inventory that keeps none of the hosts etcd's members ran on
 // (Role: the masters, or an external etcd's hosts): they would start a new, empty etcd
 // cluster. Those hosts are replaced one at a time: add the new one, apply, then remove the old
-// one and apply --prune. Moved: the inventory moves etcd between the masters and an etcd group,
-// which apply does not do yet.
+// one and apply --prune.
 type NoMasterLeftError struct {
 	Recorded []string
 	Role     inventory.Role
-	Moved    bool
 }
 
 func (e *NoMasterLeftError) Error() string {
 	from := strings.Join(e.Recorded, ", ")
-	switch {
-	case e.Moved && e.Role == inventory.RoleMaster:
-		return fmt.Sprintf("the inventory adds an etcd group to a cluster whose etcd runs on its masters (%s, from the last apply): the etcd hosts would start a new, empty cluster, and kforge does not move a running cluster's etcd yet; remove the etcd group, or move the data with a snapshot (kforge etcd snapshot, then kforge restore --snapshot FILE)", from)
-	case e.Moved:
-		return fmt.Sprintf("the inventory has no etcd group, but the cluster's etcd runs on etcd hosts (%s, from the last apply): the masters would start a new, empty etcd cluster, and kforge does not move a running cluster's etcd yet; list the etcd hosts again, or move the data with a snapshot (kforge etcd snapshot, then kforge restore --snapshot FILE)", from)
-	case e.Role == inventory.RoleEtcd:
+	if e.Role == inventory.RoleEtcd {
 		return fmt.Sprintf("the inventory keeps none of the cluster's etcd hosts (%s, from the last apply): they would start a new, empty etcd cluster; replace etcd hosts one at a time (list the new one in the old one's place and apply --prune), restore a snapshot onto the new ones (kforge restore --snapshot FILE), or run kforge reset first to start over", from)
 	}
 	return fmt.Sprintf("the inventory keeps none of the cluster's masters (%s, from the last apply): its masters would start a new, empty cluster; replace masters one at a time (add the new one and apply, then remove the old one and apply --prune), or run kforge reset first to start over", from)

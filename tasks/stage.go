@@ -107,7 +107,7 @@ func stage(ctx context.Context, t *hop, ep etcdPlan, r progress.Reporter) (*stag
 // at a time when two or more run; the others, or a single running one, start together.
 func runningMasters(f *fleet.Fleet) (fresh, rolling []inventory.Node) {
 	for _, n := range f.Nodes(inventory.RoleMaster) {
-		if fs := f.Facts(n.Name); fs != nil && slices.Contains(fs.Manifests.Entries, path.Base(apiserverManifest)) {
+		if runsAPIServer(f.Facts(n.Name)) {
 			rolling = append(rolling, n)
 		} else {
 			fresh = append(fresh, n)
@@ -117,6 +117,11 @@ func runningMasters(f *fleet.Fleet) (fresh, rolling []inventory.Node) {
 		fresh, rolling = append(fresh, rolling...), nil
 	}
 	return fresh, rolling
+}
+
+// runsAPIServer says whether a master's facts show its API server's manifest.
+func runsAPIServer(f *facts.Facts) bool {
+	return f != nil && slices.Contains(f.Manifests.Entries, path.Base(apiserverManifest))
 }
 
 // reportStaged reports what staging a host did, started at start.

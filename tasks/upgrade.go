@@ -81,6 +81,9 @@ func (a *Apply) upgrade(ctx context.Context, r progress.Reporter) error {
 	if len(a.etcd.join) > 0 {
 		return fmt.Errorf("masters join the cluster (%s) while it is upgraded: finish the upgrade with the masters it has, then add them", strings.Join(keysOf(a.etcd.join), ", "))
 	}
+	if len(a.etcd.leave) > 0 {
+		return fmt.Errorf("the inventory moves etcd off %s while the cluster is upgraded to %s: do one, then the other (set kubernetesVersion back to %s and apply the move, then upgrade)", strings.Join(fleet.Names(a.etcd.leave), ", "), u.target, u.from)
+	}
 	up, err := newUpgrade(rc, u, a.target, a.etcd)
 	if err != nil {
 		return err
@@ -334,7 +337,7 @@ func runningVersion(ctx context.Context, rc *runContext, n inventory.Node) (stri
 // etcd data).
 func masterJoined(c *inventory.Cluster, f *facts.Facts) bool {
 	if c.ExternalEtcd() {
-		return slices.Contains(f.Manifests.Entries, path.Base(apiserverManifest))
+		return runsAPIServer(f)
 	}
 	return len(f.EtcdDataDir) > 0
 }

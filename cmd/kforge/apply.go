@@ -65,6 +65,9 @@ func (c *ApplyCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Lo
 	o := run.options(g, log)
 	o.AcceptNewHostKeys, o.Ignore, o.Timeout, o.DrainTimeout = c.AcceptNewHostKeys, ignore, c.Timeout, c.DrainTimeout
 	o.Removed, o.Prune, o.Force, o.WorkerBatch = removed, c.Prune, c.Force, c.WorkerBatch
+	if o.EtcdFrom, err = etcdMove(run.inv, run.state, c.Prune); err != nil {
+		return err
+	}
 	a := tasks.NewApply(run.inv, o)
 	defer a.Close()
 	timings, err := run.run(ctx, a.Steps())

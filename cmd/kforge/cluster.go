@@ -94,6 +94,16 @@ func removedHosts(c *inventory.Cluster, d state.Dir) ([]inventory.Node, error) {
 	return removed, err
 }
 
+// etcdMove is where the last apply ran etcd's members (tasks.EtcdMove); an inventory that moves
+// etcd in a way apply refuses is invalid input. removedHosts read the record already.
+func etcdMove(c *inventory.Cluster, d state.Dir, prune bool) (inventory.Role, error) {
+	from, err := tasks.EtcdMove(c, d, prune)
+	if err != nil {
+		return "", usageError{err}
+	}
+	return from, nil
+}
+
 // removedEvenIfNoMasterLeft are the hosts that left the inventory since the last apply, for
 // the commands to which an inventory without any recorded master is no error: reset (it resets
 // them all) and restore (its new masters replace the lost ones).

@@ -72,6 +72,9 @@ func (p PlanCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Logg
 			return err
 		}
 		o.Removed = removed
+		if o.EtcdFrom, err = etcdMove(c, state, p.Prune); err != nil {
+			return err
+		}
 		steps = tasks.ApplyTasks(c, o)
 	}
 	var diff *tasks.Diff
