@@ -337,6 +337,17 @@ func TestRealEtcd(t *testing.T) {
 		if removed, err := c.Remove(ctx, "", peer3); err != nil || !removed {
 			t.Fatalf("Remove of the unstarted member = %v, %v; want true, nil", removed, err)
 		}
+		// m1 leads (it was alone): it hands its leadership to m2; asked again, it leads no more.
+		if moved, err := c.HandOver(ctx, peer2); err != nil || !moved {
+			t.Fatalf("HandOver from the leader m1 to m2 = %v, %v; want true, nil", moved, err)
+		}
+		s, err := c.Status(ctx)
+		if m, _ := find(members, "m2", ""); err != nil || s.Leader != m.ID {
+			t.Fatalf("after HandOver: status %+v, %v; want m2 (%x) the leader", s, err, m.ID)
+		}
+		if moved, err := c.HandOver(ctx, peer2); err != nil || moved {
+			t.Fatalf("HandOver from m1, which no longer leads = %v, %v; want false, nil", moved, err)
+		}
 		if removed, err := c.Remove(ctx, "m2", ""); err != nil || !removed {
 			t.Fatalf("Remove of m2 = %v, %v; want true, nil", removed, err)
 		}
