@@ -3,7 +3,8 @@
 // duration of every top-level test of the e2e package, longest first, and their total, so the
 // growth of the suite is seen at the end of every `make test`. A lab test that waited for its
 // turn in its lane (e2e/lanes_test.go) and logged "ran D after its turn came" is listed with D,
-// its own time, and the wait beside it. Last of all, for each test that failed, the last lines it
+// its own time, and the wait beside it; under each test, its steps (direct subtests) of
+// stepMin or more, in the order they ran, so it is seen where the time goes. Last of all, for each test that failed, the last lines it
 // printed from its test files (`x_test.go:N: ...`, a message's first line each), after the
 // earlier ones that say "want" (the house's error messages do): the output above
 // can be long, and CI keeps only its tail, so why a test failed is said at the very end too. It
@@ -42,8 +43,18 @@ type report struct {
 	output   map[string][]string           // by package and test: output lines, kept until it ends
 	duration map[string]map[string]float64 // by package: top-level tests' seconds
 	waited   map[string]map[string]float64 // by package: seconds a top-level test waited for its lane
+	steps    map[string]map[string][]step  // by package and top-level test: its direct subtests, in order
 	why      []failure                     // the tests that failed, in the order they ended
 }
+
+// step is a direct subtest of a top-level test (an e2e lab's phase) and its seconds.
+type step struct {
+	name    string
+	seconds float64
+}
+
+// stepMin is the shortest step the table lists.
+const stepMin = 20.0
 
 // failure is a test that failed and the last lines it printed from its test files.
 type failure struct {
@@ -96,7 +107,7 @@ func (r *report) failedWith(test string, out []string) {
 var ranAfterTurn = regexp.MustCompile(`\bran (\S+) after its turn came\n$`)
 
 func newReport(out io.Writer) *report {
-	return &report{out: out, pending: map[string]bool{}, output: map[string][]string{}, duration: map[string]map[string]float64{}, waited: map[string]map[string]float64{}}
+	return &report{out: out, pending: map[string]bool{}, output: map[string][]string{}, duration: map[string]map[string]float64{}, waited: map[string]map[string]float64{}, steps: map[string]map[string][]step{}}
 }
 
 func (r *report) add(e event) {
@@ -146,9 +157,15 @@ func (r *report) add(e event) {
 	}
 }
 
-// ended records a top-level test's duration.
+// ended records a top-level test's duration, or a direct subtest's as its step.
 func (r *report) ended(e event) {
-	if strings.Contains(e.Test, "/") {
+	if test, sub, ok := strings.Cut(e.Test, "/"); ok {
+		if !strings.Contains(sub, "/") {
+			if r.steps[e.Package] == nil {
+				r.steps[e.Package] = map[string][]step{}
+			}
+			r.steps[e.Package][test] = append(r.steps[e.Package][test], step{sub, e.Elapsed})
+		}
 		return
 	}
 	if r.duration[e.Package] == nil {
@@ -188,9 +205,18 @@ func (r *report) table(pkg string) {
 	for _, n := range names {
 		if w := r.waited[pkg][n]; w >= 1 {
 			fmt.Fprintf(r.out, "  %-60s %8s  (after %s waiting for its lane)\n", n, seconds(tests[n]), seconds(w))
-			continue
+		} else {
+			fmt.Fprintf(r.out, "  %-60s %8s\n", n, seconds(tests[n]))
 		}
-		fmt.Fprintf(r.out, "  %-60s %8s\n", n, seconds(tests[n]))
+		var long []string
+		for _, st := range r.steps[pkg][n] {
+			if st.seconds >= stepMin {
+				long = append(long, st.name+" "+seconds(st.seconds))
+			}
+		}
+		if len(long) > 0 {
+			fmt.Fprintf(r.out, "      %s\n", strings.Join(long, ", "))
+		}
 	}
 	fmt.Fprintf(r.out, "  %-60s %8s\n", "total", seconds(total))
 }

@@ -16,6 +16,10 @@ func TestReport(t *testing.T) {
 		`{"Action":"run","Package":"` + e2e + `","Test":"TestA"}`,
 		`{"Action":"output","Package":"` + e2e + `","Test":"TestA","Output":"=== RUN   TestA\n"}`,
 		`{"Action":"output","Package":"` + e2e + `","Test":"TestA","Output":"    a_test.go:1: quiet\n"}`,
+		`{"Action":"pass","Package":"` + e2e + `","Test":"TestA/long","Elapsed":40}`,
+		`{"Action":"pass","Package":"` + e2e + `","Test":"TestA/long/deeper","Elapsed":30}`,
+		`{"Action":"pass","Package":"` + e2e + `","Test":"TestA/short","Elapsed":5}`,
+		`{"Action":"pass","Package":"` + e2e + `","Test":"TestA/longer","Elapsed":21}`,
 		`{"Action":"pass","Package":"` + e2e + `","Test":"TestA","Elapsed":61.4}`,
 		`{"Action":"run","Package":"` + e2e + `","Test":"TestB"}`,
 		`{"Action":"output","Package":"` + e2e + `","Test":"TestB/sub","Output":"    b_test.go:2: it broke\n"}`,
@@ -32,6 +36,10 @@ func TestReport(t *testing.T) {
 		if !strings.Contains(got, want) {
 			t.Errorf("report lacks %q:\n%s", want, got)
 		}
+	}
+	// TestA's steps of 20 s or more, in order, under it; not its short step nor a deeper subtest.
+	if !strings.Contains(got, "  TestA ") || !strings.Contains(got, "1m1s\n      long 40s, longer 21s\n") || strings.Contains(got, "deeper") || strings.Contains(got, "short") {
+		t.Errorf("TestA's steps are not listed under it as they should be:\n%s", got)
 	}
 	if strings.Contains(got, "quiet") || strings.Index(got, "TestB ") > strings.Index(got, "TestA ") {
 		t.Errorf("a passing test's output printed, or the table not longest first:\n%s", got)
