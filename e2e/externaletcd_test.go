@@ -294,10 +294,7 @@ func TestExternalEtcd(t *testing.T) {
 	moveUnderLoad := func(t *testing.T, what string, args ...string) {
 		t.Helper()
 		k := c.client()
-		ok0, failed0 := proberCounts(ctx, t, k)
-		if ok0 == 0 {
-			t.Fatalf("the Service's prober has answered nothing before %s", what)
-		}
+		ok0, failed0 := waitProber(ctx, t, k)
 		before := c.objects(ctx)
 		api := probeAPI(ctx, c.clientThrough(ctx, workers[0]))
 		start := time.Now()

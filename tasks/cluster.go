@@ -178,7 +178,10 @@ func waitPodsVia(ctx context.Context, rc *runContext, pods []kube.StaticPod, via
 
 // waitRestartedPods waits for the control-plane pods whose manifests this run replaced (new
 // flags, image, or re-issued credentials: templates.InputsAnnotation) until kubelet runs the
-// new ones and they are Ready, so that no later step talks to a component about to restart.
+// new ones and they answer their readiness checks, so that no later step talks to a component
+// about to restart. The checks are asked directly (waitProbes), as waitPodsVia does: the
+// kubelet's own say Ready only after its startup probe's first look, 10 s in, and its next
+// status update (on the lab, 30 s after a single master's new kube-apiserver answered).
 func (h *hop) waitRestartedPods(ctx context.Context, r progress.Reporter) error {
 	rc := h.rc
 	pods, err := replacedPods(h.files, rc.fleet.Nodes(inventory.RoleMaster))
@@ -195,7 +198,10 @@ func (h *hop) waitRestartedPods(ctx context.Context, r progress.Reporter) error 
 		if err != nil {
 			return err
 		}
-		if err := kube.WaitForStaticPods(ctx, api.Typed, kube.StaticPodWait{Pods: pods, Timeout: rc.o.Timeout}); err != nil {
+		if err := kube.WaitForStaticPods(ctx, api.Typed, kube.StaticPodWait{Pods: pods, Timeout: rc.o.Timeout, Started: true}); err != nil {
+			return err
+		}
+		if err := waitProbes(ctx, rc, pods); err != nil {
 			return err
 		}
 	}
