@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/kforge/kforge/fleet"
 	"github.com/kforge/kforge/inventory"
@@ -152,7 +153,11 @@ func (rc *runContext) prune(ctx context.Context, r progress.Reporter) error {
 			did = append(did, fmt.Sprintf("drained (%s evicted)", count(len(evicted), "pod")))
 		}
 		if n.Role == rc.inv.EtcdRole() {
-			removed, err := removeEtcdMember(ctx, rc, rc.inv.EtcdMembers()[0].Name, n)
+			via := rc.inv.EtcdMembers()[0]
+			if handOverFrom(ctx, rc, n, via) {
+				did = append(did, "etcd leadership handed over to "+via.Name)
+			}
+			removed, err := removeEtcdMember(ctx, rc, via.Name, n)
 			if err != nil {
 				return fmt.Errorf("%s: remove its etcd member: %w", n.Name, err)
 			}
@@ -177,6 +182,18 @@ func (rc *runContext) prune(ctx context.Context, r progress.Reporter) error {
 		r(progress.Event{Kind: progress.HostDone, Host: n.Name, Duration: rc.o.Now().Sub(start), Message: strings.Join(did, "; ")})
 	}
 	return nil
+}
+
+// handOverFrom hands etcd's leadership from removed host n's member, when it leads and answers,
+// to via's, so that its removal does not leave the cluster waiting for an election. A host that
+// does not answer within 2 s is taken for lost.
+func handOverFrom(ctx context.Context, rc *runContext, n inventory.Node, via inventory.Host) bool {
+	f := newFleet(rc.inv, []inventory.Node{n}, rc.o)
+	defer f.Close()
+	if _, failed := f.Reach(ctx, n.Role, 2*time.Second, func(progress.Event) {})[n.Name]; failed {
+		return false // a lost host: its member leads nothing any more
+	}
+	return handOverLeadership(ctx, rc, f, n, via)
 }
 
 // removeEtcdMember removes a removed host's etcd member through the member on host via.
