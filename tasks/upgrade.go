@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	"golang.org/x/sync/errgroup"
 	"k8s.io/apimachinery/pkg/util/version"
@@ -141,7 +142,7 @@ func (up *Upgrade) Steps() []Step {
 		}, "one at a time, %s to %s: runtime, binaries and images, then manifests under the new kubelet (etcd first; each static pod replaced once and waited on), Ready at %s", strings.Join(masters, ", "), v, v)
 		l.add("upgrade-addons-"+v, ThroughAPI, nil, func(ctx context.Context, r progress.Reporter) error {
 			return upgradeAddons(ctx, h, r)
-		}, "move the addons (kube-proxy, CoreDNS, flannel, the NetworkPolicy agent, metrics-server, the local volumes' provisioner) to %s", v)
+		}, "move the addons (kube-proxy, CoreDNS, flannel, the NetworkPolicy agent, metrics-server, the local volumes' provisioner) to %s, and wait until each has rolled out (before any worker is drained)", v)
 	}
 	if len(u.workers) > 0 {
 		workers := fleet.Names(u.workers)
@@ -577,6 +578,15 @@ func upgradeAddons(ctx context.Context, h *hop, r progress.Reporter) error {
 	}
 	cs = append(cs, lc...)
 	r(progress.Event{Kind: progress.Info, Message: "addons of " + h.inv.KubernetesVersion + ": " + kube.Summary(cs)})
+	api, err := h.rc.clients()
+	if err != nil {
+		return err
+	}
+	start := h.rc.o.Now()
+	if err := kube.WaitRollouts(ctx, api.Typed, cs, h.rc.o.Timeout); err != nil {
+		return fmt.Errorf("the addons of %s: %w", h.inv.KubernetesVersion, err)
+	}
+	r(progress.Event{Kind: progress.Info, Message: fmt.Sprintf("addons of %s rolled out after %s", h.inv.KubernetesVersion, h.rc.o.Now().Sub(start).Round(100*time.Millisecond))})
 	return nil
 }
 
