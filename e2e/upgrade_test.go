@@ -451,25 +451,6 @@ const proberLabel = "kforge-e2e"
 
 var proberLine = regexp.MustCompile(`probe ok=(\d+) failed=(\d+)`)
 
-// waitProber waits, up to 3 minutes, until the prober of an earlier startLoad (its pod brought
-// back by a restore, say) counts answers from the Service again, and returns its counts then.
-func waitProber(ctx context.Context, t testing.TB, k kubernetes.Interface) (ok, failed int) {
-	t.Helper()
-	deadline := time.Now().Add(3 * time.Minute)
-	first, _, err := readProber(ctx, k)
-	for {
-		time.Sleep(2500 * time.Millisecond)
-		o, f, err2 := readProber(ctx, k)
-		if err2 == nil && err == nil && o > first {
-			return o, f
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the prober does not count answers from the Service: %v, %v (answered %d, then %d)", err, err2, first, o)
-		}
-		first, err = o, err2
-	}
-}
-
 // readProber reads the prober's last counts from its log, adding those of its previous
 // container when it was restarted (a kubelet upgrade must not restart it, but if it did, its
 // failures still count).
