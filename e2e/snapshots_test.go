@@ -77,11 +77,10 @@ func (c *cluster) etcdStatus() (tasks.EtcdReport, int, string) {
 
 // checkScheduledSnapshots: the master's timer has run every minute since the first apply and
 // kept the newest two, each verifying; etcd status shows their age and exits 0; etcd snapshot
-// --fetch copies the newest into the state dir, its sha256 the record's. Then, with the timer
-// stopped, status names the stopped timer and still exits 0 while the newest is recent, and
-// exits 1 once the newest is older than the schedule allows (a minute and a minute's grace):
-// the time really passes. The timer is started again at the end.
-func (c *cluster) checkScheduledSnapshots(ctx context.Context, master string) {
+// --fetch copies the newest into the state dir, its sha256 the record's. Then the timer is
+// stopped, and the time the newest snapshot was taken returned: checkLateSnapshots, later, sees
+// what status says of it, while the time passes (other steps, that run no apply, in between).
+func (c *cluster) checkScheduledSnapshots(ctx context.Context, master string) time.Time {
 	t := c.t
 	t.Helper()
 	c.waitScheduledSnapshotAfter(ctx, master, time.Now().Add(-scheduledEvery)) // the first comes a minute after apply
@@ -129,10 +128,24 @@ func (c *cluster) checkScheduledSnapshots(ctx context.Context, master string) {
 		t.Errorf("fetched %+v (verify: %v); want a master's scheduled snapshot, the same sha256 and name", got, err)
 	}
 
-	// The timer stopped: trouble at once, late only when the newest is older than it allows.
+	// The timer stopped: trouble at once; late only later (checkLateSnapshots).
 	c.exec(ctx, master, "systemctl stop "+hostpath.EtcdSnapshotTimer)
 	last := c.hostRecords(ctx, master)
 	newestAt := last[len(last)-1].Time
+	rep, code, out = c.etcdStatus()
+	if m := rep.Members[0].Snapshots; time.Since(newestAt) < 2*scheduledEvery && (code != 0 || m == nil || !strings.Contains(m.Trouble, "timer is not running")) {
+		t.Errorf("etcd status %s after the newest snapshot, the timer just stopped: exit %d, %+v; want 0 (not late yet), and the stopped timer named\n%s", time.Since(newestAt).Round(time.Second), code, m, out)
+	}
+	return newestAt
+}
+
+// checkLateSnapshots: with the master's snapshot timer stopped (checkScheduledSnapshots) and no
+// apply since, status names the stopped timer and still exits 0 while the newest snapshot (taken
+// at newestAt) is recent, and exits 1 once it is older than the schedule allows (a minute and a
+// minute's grace): the time really passes. The timer is started again at the end.
+func (c *cluster) checkLateSnapshots(ctx context.Context, master string, newestAt time.Time) {
+	t := c.t
+	t.Helper()
 	allowed := 2 * scheduledEvery // every and its grace (min(every, 15m))
 	for {
 		rep, code, out := c.etcdStatus()
