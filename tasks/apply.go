@@ -52,7 +52,7 @@ type Options struct {
 	// them too.
 	Removed []inventory.Node
 	Prune   bool
-	// EtcdFrom is where the last apply ran etcd's members (EtcdRanOn: RoleMaster, RoleEtcd, or
+	// EtcdFrom is where the last apply ran etcd's members (EtcdMove: RoleMaster, RoleEtcd, or
 	// "" for a new cluster); an inventory whose EtcdRole differs moves etcd (etcdmove.go).
 	EtcdFrom inventory.Role
 	// PurgeState makes reset delete the PKI too (reset --purge-state).

@@ -89,13 +89,7 @@ func moveSnapshot(ctx context.Context, rc *runContext, ep *etcdPlan, r progress.
 			ran.Etcd = append(ran.Etcd, h)
 		}
 	}
-	x := NewEtcdSnapshot(&ran, rc.o, SnapshotOptions{})
-	defer x.Close()
-	if _, err := Run(ctx, x.Steps(), quiet(r), rc.o.Now); err != nil {
-		return fmt.Errorf("etcd snapshot before etcd moves: %w", err)
-	}
-	r(progress.Event{Kind: progress.Info, Message: fmt.Sprintf("etcd snapshot before etcd moves off %s: %s (revision %d, %s)", strings.Join(fleet.Names(ep.leave), ", "), x.Saved.File, x.Saved.Revision, mib(x.Saved.Size))})
-	return nil
+	return snapshotBefore(ctx, &ran, rc.o, SnapshotOptions{}, "etcd moves off "+strings.Join(fleet.Names(ep.leave), ", "), r)
 }
 
 // quiet passes on a nested command's notes and nothing else.

@@ -215,11 +215,7 @@ func resetRemoved(ctx context.Context, c *inventory.Cluster, n inventory.Node, o
 	o.Removed = nil
 	x := &Reset{inv: c, o: o, fleet: newFleet(c, []inventory.Node{n}, o)}
 	defer x.Close()
-	_, err := Run(ctx, x.hostSteps(), func(e progress.Event) {
-		if e.Kind == progress.Info {
-			r(e)
-		}
-	}, o.Now)
+	_, err := Run(ctx, x.hostSteps(), quiet(r), o.Now)
 	var unreachable *remote.DialError
 	switch {
 	case errors.As(err, &unreachable):

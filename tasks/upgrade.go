@@ -433,14 +433,20 @@ func (e *UnhealthyError) Details() []string {
 // snapshot saves and verifies an etcd snapshot in the state dir, recorded with the version the
 // cluster runs: etcd snapshot's own steps.
 func (up *Upgrade) snapshot(ctx context.Context, r progress.Reporter) error {
-	x := NewEtcdSnapshot(up.rc.inv, up.rc.o, SnapshotOptions{Kubernetes: up.route.from})
+	return snapshotBefore(ctx, up.rc.inv, up.rc.o, SnapshotOptions{Kubernetes: up.route.from}, "the upgrade", r)
+}
+
+// snapshotBefore saves and verifies an etcd snapshot of cluster c's etcd in the state dir
+// before what, with etcd snapshot's own steps, and says where it is.
+func snapshotBefore(ctx context.Context, c *inventory.Cluster, o Options, so SnapshotOptions, what string, r progress.Reporter) error {
+	x := NewEtcdSnapshot(c, o, so)
 	defer x.Close()
 	for _, s := range x.Steps() {
 		if err := s.Run(ctx, r); err != nil {
-			return fmt.Errorf("etcd snapshot before the upgrade: %w", err)
+			return fmt.Errorf("etcd snapshot before %s: %w", what, err)
 		}
 	}
-	r(progress.Event{Kind: progress.Info, Message: fmt.Sprintf("etcd snapshot before the upgrade: %s (revision %d, %s, sha256 %s)", x.Saved.File, x.Saved.Revision, mib(x.Saved.Size), x.Saved.SHA256)})
+	r(progress.Event{Kind: progress.Info, Message: fmt.Sprintf("etcd snapshot before %s: %s (revision %d, %s, sha256 %s)", what, x.Saved.File, x.Saved.Revision, mib(x.Saved.Size), x.Saved.SHA256)})
 	return nil
 }
 
