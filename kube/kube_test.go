@@ -748,6 +748,35 @@ func TestWaitForReadyNamesWhatIsNotReady(t *testing.T) {
 	}
 }
 
+// TestReadyWaitsForARollout: a Deployment whose pods are all ready is not ready while its
+// controller has not seen its new spec, nor while old pods are still there; once rolled out, it
+// is.
+func TestReadyWaitsForARollout(t *testing.T) {
+	two := int32(2)
+	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "coredns", Namespace: "kube-system", Generation: 3},
+		Spec:   appsv1.DeploymentSpec{Replicas: &two},
+		Status: appsv1.DeploymentStatus{ObservedGeneration: 2, Replicas: 2, UpdatedReplicas: 2, ReadyReplicas: 2}}
+	for _, tc := range []struct {
+		name   string
+		status appsv1.DeploymentStatus
+		want   string
+	}{
+		{"new spec not seen", appsv1.DeploymentStatus{ObservedGeneration: 2, Replicas: 2, UpdatedReplicas: 2, ReadyReplicas: 2}, "Deployment kube-system/coredns: rolling out, 2 of 2 pods updated, 2 in all"},
+		{"an old pod left", appsv1.DeploymentStatus{ObservedGeneration: 3, Replicas: 3, UpdatedReplicas: 2, ReadyReplicas: 3}, "Deployment kube-system/coredns: rolling out, 2 of 2 pods updated, 3 in all"},
+		{"rolled out", appsv1.DeploymentStatus{ObservedGeneration: 3, Replicas: 2, UpdatedReplicas: 2, ReadyReplicas: 2}, ""},
+	} {
+		d := dep.DeepCopy()
+		d.Status = tc.status
+		st, err := CheckReady(context.Background(), fake.NewClientset(readyNode("m1", true), d), []string{"m1"}, []string{"kube-system"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Join(st.Workloads, "; "); got != tc.want {
+			t.Errorf("%s: workloads %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
 // TestReadyIgnoresNodesLeavingTheCluster: a dead master about to be pruned (a node not in the
 // inventory) keeps its pods, not ready, and its DaemonSets' and Deployments' counts short:
 // none of that is waited on. The same pods on an inventory node are.

@@ -365,13 +365,17 @@ func CheckReady(ctx context.Context, c kubernetes.Interface, nodes, namespaces [
 			return st, fmt.Errorf("list deployments in %s: %w", ns, err)
 		}
 		for _, d := range deps.Items {
-			want := int32(1)
+			spec := int32(1)
 			if d.Spec.Replicas != nil {
-				want = *d.Spec.Replicas
+				spec = *d.Spec.Replicas
 			}
-			want -= selected(d.Spec.Selector, elsewhere)
-			if d.Status.ReadyReplicas < want || d.Status.UpdatedReplicas < want {
-				st.Workloads = append(st.Workloads, fmt.Sprintf("Deployment %s/%s: %d of %d pods ready", ns, d.Name, d.Status.ReadyReplicas, want))
+			want := spec - selected(d.Spec.Selector, elsewhere)
+			switch s := d.Status; {
+			case s.ReadyReplicas < want:
+				st.Workloads = append(st.Workloads, fmt.Sprintf("Deployment %s/%s: %d of %d pods ready", ns, d.Name, s.ReadyReplicas, want))
+			case s.ObservedGeneration < d.Generation || s.UpdatedReplicas < want || s.Replicas > spec:
+				// A rollout: its new spec not seen yet, or old pods still there.
+				st.Workloads = append(st.Workloads, fmt.Sprintf("Deployment %s/%s: rolling out, %d of %d pods updated, %d in all", ns, d.Name, s.UpdatedReplicas, spec, s.Replicas))
 			}
 		}
 		dss, err := c.AppsV1().DaemonSets(ns).List(ctx, metav1.ListOptions{})

@@ -141,7 +141,7 @@ func (up *Upgrade) Steps() []Step {
 			return up.masters(ctx, h, r)
 		}, "one at a time, %s to %s: runtime, binaries and images, then manifests under the new kubelet (etcd first; each static pod replaced once and waited on), Ready at %s", strings.Join(masters, ", "), v, v)
 		l.add("upgrade-addons-"+v, ThroughAPI, nil, func(ctx context.Context, r progress.Reporter) error {
-			return upgradeAddons(ctx, h, r)
+			return upgradeAddons(ctx, h, slices.Sorted(maps.Keys(u.running)), r)
 		}, "move the addons (kube-proxy, CoreDNS, flannel, the NetworkPolicy agent, metrics-server, the local volumes' provisioner) to %s, and wait until each has rolled out (before any worker is drained)", v)
 	}
 	if len(u.workers) > 0 {
@@ -555,8 +555,9 @@ func upgradeMaster(ctx context.Context, h *hop, n inventory.Node, r progress.Rep
 }
 
 // upgradeAddons moves kube-proxy, CoreDNS, flannel, the NetworkPolicy agent, metrics-server and
-// the local volumes' provisioner and helper to h's release.
-func upgradeAddons(ctx context.Context, h *hop, r progress.Reporter) error {
+// the local volumes' provisioner and helper to h's release, and waits until they have rolled
+// out and every pod of theirs on nodes (the cluster's) is ready.
+func upgradeAddons(ctx context.Context, h *hop, nodes []string, r progress.Reporter) error {
 	cs, err := h.coreAddonObjects(ctx)
 	if err != nil {
 		return err
@@ -588,8 +589,12 @@ func upgradeAddons(ctx context.Context, h *hop, r progress.Reporter) error {
 	if err != nil {
 		return err
 	}
+	// Rolled out and ready before any worker is drained: a node whose kube-proxy is being
+	// replaced does not follow the endpoints a drain moves.
 	start := h.rc.o.Now()
-	if err := kube.WaitRollouts(ctx, api.Typed, cs, h.rc.o.Timeout); err != nil {
+	wctx, cancel := context.WithTimeout(ctx, h.rc.o.Timeout)
+	defer cancel()
+	if err := kube.WaitForReady(wctx, api.Typed, kube.WaitReadyInput{Nodes: nodes, Namespaces: addonNamespaces(h.inv)}); err != nil {
 		return fmt.Errorf("the addons of %s: %w", h.inv.KubernetesVersion, err)
 	}
 	r(progress.Event{Kind: progress.Info, Message: fmt.Sprintf("addons of %s rolled out after %s", h.inv.KubernetesVersion, h.rc.o.Now().Sub(start).Round(100*time.Millisecond))})
