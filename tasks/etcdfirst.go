@@ -164,25 +164,24 @@ func pushUnderRestartedKubelet(ctx context.Context, rc *runContext, files *hostF
 		if err != nil {
 			return err
 		}
-		var rm, addrs []string
+		var manifests, addrs []string
 		for _, f := range replaced {
 			var pod corev1.Pod
 			if err := yaml.Unmarshal(f.Data, &pod); err != nil {
 				return fmt.Errorf("%s: %s: %w", n.Name, f.Path, err)
 			}
-			rm = append(rm, remote.Quote(f.Path))
+			manifests = append(manifests, f.Path)
 			for _, c := range pod.Spec.Containers {
 				if u, err := url.Parse(probeURL(c, n.NodeIP())); err == nil && u.Host != "" {
 					addrs = append(addrs, u.Host)
 				}
 			}
 		}
-		if err := h.Run(ctx, remote.Cmd{Command: "rm -f " + strings.Join(rm, " ")}); err != nil {
+		why, err := stopStaticPods(ctx, rc, h, d, manifests, addrs)
+		if err != nil {
 			return err
 		}
-		wctx, cancel := context.WithTimeout(ctx, rc.o.Timeout)
-		defer cancel()
-		if why := until(wctx, func() string { return listening(wctx, d, addrs) }); why != "" {
+		if why != "" {
 			return fmt.Errorf("%s: the static pods to replace did not stop within %s after kforge removed their manifests (%s); run the command again, which puts the manifests back", n.Name, rc.o.Timeout, why)
 		}
 		if err := h.Run(ctx, remote.Cmd{Command: "systemctl stop kubelet"}); err != nil {
@@ -196,6 +195,22 @@ func pushUnderRestartedKubelet(ctx context.Context, rc *runContext, files *hostF
 	}
 	_, err = startKubelet(ctx, files, h)
 	return err
+}
+
+// stopStaticPods removes the static-pod manifests at paths on h, so that its kubelet stops
+// their pods, and waits until nothing listens on addrs (through d). It returns "" once they
+// stopped, or what it last saw when the run's timeout ended.
+func stopStaticPods(ctx context.Context, rc *runContext, h remote.Host, d remote.Dialer, paths, addrs []string) (string, error) {
+	rm := make([]string, len(paths))
+	for i, p := range paths {
+		rm[i] = remote.Quote(p)
+	}
+	if err := h.Run(ctx, remote.Cmd{Command: "rm -f " + strings.Join(rm, " ")}); err != nil {
+		return "", err
+	}
+	ctx, cancel := context.WithTimeout(ctx, rc.o.Timeout)
+	defer cancel()
+	return until(ctx, func() string { return listening(ctx, d, addrs) }), nil
 }
 
 // listening says which of addrs still accepts a connection ("" when none does).

@@ -159,12 +159,10 @@ func leaveEtcd(ctx context.Context, rc *runContext, ep *etcdPlan, r progress.Rep
 		if err != nil {
 			return err
 		}
-		if err := h.Run(ctx, remote.Cmd{Command: "rm -f " + etcdManifest}); err != nil {
+		why, err := stopStaticPods(ctx, rc, h, d, []string{etcdManifest}, []string{"127.0.0.1:2379"})
+		if err != nil {
 			return remote.WithHost(n.Name, err)
 		}
-		wctx, cancel := context.WithTimeout(ctx, rc.o.Timeout)
-		why := until(wctx, func() string { return listening(wctx, d, []string{"127.0.0.1:2379"}) })
-		cancel()
 		if why != "" {
 			return fmt.Errorf("%s: etcd did not stop within %s after kforge removed its manifest (%s): look at kubelet's log there (journalctl -u kubelet), then run the command again", n.Name, rc.o.Timeout, why)
 		}
