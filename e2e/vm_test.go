@@ -81,124 +81,144 @@ func TestHostsAsUsersHaveThem(t *testing.T) {
 	c.writeInventory(h[:1], h[1:])
 
 	// firewall: check (the default): refused before anything changes, each blocked port named.
-	out, err := c.run("apply", "--timeout", "15m")
-	if err == nil || !strings.Contains(out, "[ERROR Firewall] "+m+": firewalld (zone public) does not let in 6443/tcp (the API server)") ||
-		!strings.Contains(out, "[ERROR Firewall] "+nw+": ufw does not let in 10250/tcp (kubelet)") ||
-		!strings.Contains(out, "10.244.0.0/16 and 10.96.0.0/12") || !strings.Contains(out, "set firewall: open in the inventory") {
-		t.Fatalf("apply with firewalld on %s and firewall: check: %v; want a preflight error naming its ports and the setting\n%s", m, err, out)
-	}
+	var out string
+	c.step("refused", func(t *testing.T) {
+		out, err := c.run("apply", "--timeout", "15m")
+		if err == nil || !strings.Contains(out, "[ERROR Firewall] "+m+": firewalld (zone public) does not let in 6443/tcp (the API server)") ||
+			!strings.Contains(out, "[ERROR Firewall] "+nw+": ufw does not let in 10250/tcp (kubelet)") ||
+			!strings.Contains(out, "10.244.0.0/16 and 10.96.0.0/12") || !strings.Contains(out, "set firewall: open in the inventory") {
+			t.Fatalf("apply with firewalld on %s and firewall: check: %v; want a preflight error naming its ports and the setting\n%s", m, err, out)
+		}
+	})
 	c.firewall = inventory.FirewallOpen
 	c.writeInventory(h[:1], h[1:])
 
-	start := time.Now()
-	out, err = c.run("apply", "--timeout", "15m")
-	if err != nil {
-		t.Fatalf("kforge apply: %v\n%s", err, out)
-	}
-	t.Logf("apply of a cluster on hosts with users' traits took %s:\n%s", time.Since(start).Round(time.Second), out)
-	if !regexp.MustCompile(regexp.QuoteMeta(m) + ` +firewalld: opened 6443/tcp, .*trusted 10\.244\.0\.0/16, trusted 10\.96\.0\.0/12`).MatchString(out) {
-		t.Errorf("apply did not say it opened %s's firewalld:\n%s", m, out)
-	}
-	if !regexp.MustCompile(regexp.QuoteMeta(nw) + ` +ufw: opened 10250/tcp, .*trusted 10\.244\.0\.0/16, trusted 10\.96\.0\.0/12`).MatchString(out) {
-		t.Errorf("apply did not say it opened %s's ufw:\n%s", nw, out)
-	}
-	// Debian 12's kernel enables AppArmor and the VM has apparmor_parser: no warning
-	// (checkAppArmor shows its containers confined).
-	if strings.Contains(out, "[WARNING AppArmor] "+vm) {
-		t.Errorf("an AppArmor warning for the VM host %s, which has apparmor_parser:\n%s", vm, out)
-	}
-	// The master's kubelet gives pods systemd-resolved's upstream file, not the stub.
-	if conf, err := c.lab.Exec(ctx, m, "cat", hostpath.KubeletConfigPath); err != nil || !strings.Contains(string(conf), "resolvConf: /run/systemd/resolve/resolv.conf") {
-		t.Errorf("%s's kubelet config: %v; want resolvConf: /run/systemd/resolve/resolv.conf\n%s", m, err, conf)
-	}
-
-	c.checkRuntime(ctx, h)
-	c.checkNodes(ctx, 3)
-	c.checkVMHost(ctx, vm)
-	c.checkNftablesMode(ctx, out)
-
-	// A pod on the VM resolves DNS and reaches the Service whose pod is on the nspawn worker.
-	agent := buildAgentImage(t, t.TempDir())
-	for _, w := range []string{nw, vm} {
-		c.importImage(ctx, w, agent)
-	}
-	c.checkWorkloads(ctx, workload{image: agentImage, pull: corev1.PullNever}, nw, vm)
-	c.checkAppArmor(ctx, vm)
-	// NetworkPolicy, enforced by the VM's agent on a kernel with nft_queue (Debian's), where the
-	// nspawn hosts' agents use the xtables NFQUEUE target (docs/networking.md).
-	c.checkNetworkPolicy(ctx, workload{image: agentImage, pull: corev1.PullNever}, vm, nw, 3)
-	nodePort := c.exposeNodePort(ctx)
-	c.checkUsersNetwork(ctx, h, nodePort, upstream)
-	// firewalld's and ufw's reloads rebuild their own rules only: kube-proxy's and flannel's stay.
-	if out, err := c.lab.Exec(ctx, m, "firewall-cmd", "--reload"); err != nil {
-		t.Fatalf("firewall-cmd --reload on %s: %v\n%s", m, err, out)
-	}
-	if out, err := c.lab.Exec(ctx, nw, "ufw", "reload"); err != nil {
-		t.Fatalf("ufw reload on %s: %v\n%s", nw, err, out)
-	}
-	// Count, from here on, the VXLAN packets that leave through the NAT NIC, and through the
-	// lab's (eth0). (Before: a reload of ufw flushes the filter table's chains.)
-	for _, nic := range []string{"nat0", "eth0"} {
-		if out, err := c.lab.Exec(ctx, nw, "iptables", "-I", "OUTPUT", "-o", nic, "-p", "udp", "--dport", "8472", "-m", "comment", "--comment", "kforge-lab VXLAN out of "+nic); err != nil {
-			t.Fatalf("%s: a counter of VXLAN out of %s: %v\n%s", nw, nic, err, out)
+	c.step("apply", func(t *testing.T) {
+		start := time.Now()
+		var err error
+		out, err = c.run("apply", "--timeout", "15m")
+		if err != nil {
+			t.Fatalf("kforge apply: %v\n%s", err, out)
 		}
-	}
-	c.checkUsersNetwork(ctx, h, nodePort, upstream)
-	// No VXLAN packet left through the NAT NIC: flannel's tunnel uses the inventory's address.
-	// What else went there is said, with the neighbours it looked for.
-	rules, err := c.lab.Exec(ctx, nw, "iptables", "-L", "OUTPUT", "-v", "-x", "-n")
-	vxlan := func(nic string) string {
-		m := regexp.MustCompile(`(?m)^\s*(\d+)\s+\d+\s+.*kforge-lab VXLAN out of ` + nic).FindStringSubmatch(string(rules))
-		if m == nil {
-			return "?"
+		t.Logf("apply of a cluster on hosts with users' traits took %s:\n%s", time.Since(start).Round(time.Second), out)
+		if !regexp.MustCompile(regexp.QuoteMeta(m) + ` +firewalld: opened 6443/tcp, .*trusted 10\.244\.0\.0/16, trusted 10\.96\.0\.0/12`).MatchString(out) {
+			t.Errorf("apply did not say it opened %s's firewalld:\n%s", m, out)
 		}
-		return m[1]
-	}
-	if err != nil || vxlan("nat0") != "0" || vxlan("eth0") == "0" || vxlan("eth0") == "?" {
-		t.Errorf("%s: VXLAN packets out of its NAT NIC %s, out of the lab's NIC %s (%v); want 0 and some\n%s", nw, vxlan("nat0"), vxlan("eth0"), err, rules)
-	}
-	tx, _ := c.lab.Exec(ctx, nw, "cat", "/sys/class/net/nat0/statistics/tx_packets")
-	neigh, _ := c.lab.Exec(ctx, nw, "ip", "neigh", "show", "dev", "nat0")
-	t.Logf("%s's NAT NIC: %s VXLAN packets (the lab's NIC: %s); %s packets in all, neighbours looked for: %q", nw, vxlan("nat0"), vxlan("eth0"), strings.TrimSpace(string(tx)), strings.TrimSpace(string(neigh)))
+		if !regexp.MustCompile(regexp.QuoteMeta(nw) + ` +ufw: opened 10250/tcp, .*trusted 10\.244\.0\.0/16, trusted 10\.96\.0\.0/12`).MatchString(out) {
+			t.Errorf("apply did not say it opened %s's ufw:\n%s", nw, out)
+		}
+		// Debian 12's kernel enables AppArmor and the VM has apparmor_parser: no warning
+		// (checkAppArmor shows its containers confined).
+		if strings.Contains(out, "[WARNING AppArmor] "+vm) {
+			t.Errorf("an AppArmor warning for the VM host %s, which has apparmor_parser:\n%s", vm, out)
+		}
+		// The master's kubelet gives pods systemd-resolved's upstream file, not the stub.
+		if conf, err := c.lab.Exec(ctx, m, "cat", hostpath.KubeletConfigPath); err != nil || !strings.Contains(string(conf), "resolvConf: /run/systemd/resolve/resolv.conf") {
+			t.Errorf("%s's kubelet config: %v; want resolvConf: /run/systemd/resolve/resolv.conf\n%s", m, err, conf)
+		}
 
-	c.applyChangesNothing(ctx, h)
-	c.upstreamChanges(ctx, m)
+	})
+
+	var nodePort int32
+	c.step("checks", func(t *testing.T) {
+		c.checkRuntime(ctx, h)
+		c.checkNodes(ctx, 3)
+		c.checkVMHost(ctx, vm)
+		c.checkNftablesMode(ctx, out)
+
+		// A pod on the VM resolves DNS and reaches the Service whose pod is on the nspawn worker.
+		agent := buildAgentImage(t, t.TempDir())
+		for _, w := range []string{nw, vm} {
+			c.importImage(ctx, w, agent)
+		}
+		c.checkWorkloads(ctx, workload{image: agentImage, pull: corev1.PullNever}, nw, vm)
+		c.checkAppArmor(ctx, vm)
+		// NetworkPolicy, enforced by the VM's agent on a kernel with nft_queue (Debian's), where the
+		// nspawn hosts' agents use the xtables NFQUEUE target (docs/networking.md).
+		c.checkNetworkPolicy(ctx, workload{image: agentImage, pull: corev1.PullNever}, vm, nw, 3)
+		nodePort = c.exposeNodePort(ctx)
+		c.checkUsersNetwork(ctx, h, nodePort, upstream)
+	})
+	c.step("firewall-reload", func(t *testing.T) {
+		// firewalld's and ufw's reloads rebuild their own rules only: kube-proxy's and flannel's stay.
+		if out, err := c.lab.Exec(ctx, m, "firewall-cmd", "--reload"); err != nil {
+			t.Fatalf("firewall-cmd --reload on %s: %v\n%s", m, err, out)
+		}
+		if out, err := c.lab.Exec(ctx, nw, "ufw", "reload"); err != nil {
+			t.Fatalf("ufw reload on %s: %v\n%s", nw, err, out)
+		}
+		// Count, from here on, the VXLAN packets that leave through the NAT NIC, and through the
+		// lab's (eth0). (Before: a reload of ufw flushes the filter table's chains.)
+		for _, nic := range []string{"nat0", "eth0"} {
+			if out, err := c.lab.Exec(ctx, nw, "iptables", "-I", "OUTPUT", "-o", nic, "-p", "udp", "--dport", "8472", "-m", "comment", "--comment", "kforge-lab VXLAN out of "+nic); err != nil {
+				t.Fatalf("%s: a counter of VXLAN out of %s: %v\n%s", nw, nic, err, out)
+			}
+		}
+		c.checkUsersNetwork(ctx, h, nodePort, upstream)
+		// No VXLAN packet left through the NAT NIC: flannel's tunnel uses the inventory's address.
+		// What else went there is said, with the neighbours it looked for.
+		rules, err := c.lab.Exec(ctx, nw, "iptables", "-L", "OUTPUT", "-v", "-x", "-n")
+		vxlan := func(nic string) string {
+			m := regexp.MustCompile(`(?m)^\s*(\d+)\s+\d+\s+.*kforge-lab VXLAN out of ` + nic).FindStringSubmatch(string(rules))
+			if m == nil {
+				return "?"
+			}
+			return m[1]
+		}
+		if err != nil || vxlan("nat0") != "0" || vxlan("eth0") == "0" || vxlan("eth0") == "?" {
+			t.Errorf("%s: VXLAN packets out of its NAT NIC %s, out of the lab's NIC %s (%v); want 0 and some\n%s", nw, vxlan("nat0"), vxlan("eth0"), err, rules)
+		}
+		tx, _ := c.lab.Exec(ctx, nw, "cat", "/sys/class/net/nat0/statistics/tx_packets")
+		neigh, _ := c.lab.Exec(ctx, nw, "ip", "neigh", "show", "dev", "nat0")
+		t.Logf("%s's NAT NIC: %s VXLAN packets (the lab's NIC: %s); %s packets in all, neighbours looked for: %q", nw, vxlan("nat0"), vxlan("eth0"), strings.TrimSpace(string(tx)), strings.TrimSpace(string(neigh)))
+
+	})
+	c.step("apply-again", func(t *testing.T) {
+		c.applyChangesNothing(ctx, h)
+		c.upstreamChanges(ctx, m)
+	})
 
 	// Back without kforge: a reboot from inside, then a power cut (QEMU killed) and a cold start.
 	// What a pod wrote into a local volume on the VM is read there after the reboot by a new pod.
-	vol := c.writeLocalVolume(ctx, workload{image: agentImage, pull: corev1.PullNever}, "vm-data", vm)
-	c.vmComesBack(ctx, vm, "reboot", func() {
-		if _, err := c.lab.Exec(ctx, vm, "systemd-run", "--no-block", "--on-active=1", "systemctl", "reboot"); err != nil {
-			t.Fatalf("reboot %s: %v", vm, err)
-		}
+	c.step("reboot", func(t *testing.T) {
+		vol := c.writeLocalVolume(ctx, workload{image: agentImage, pull: corev1.PullNever}, "vm-data", vm)
+		c.vmComesBack(ctx, vm, "reboot", func() {
+			if _, err := c.lab.Exec(ctx, vm, "systemd-run", "--no-block", "--on-active=1", "systemctl", "reboot"); err != nil {
+				t.Fatalf("reboot %s: %v", vm, err)
+			}
+		})
+		vol.read(ctx, "after the node's reboot")
+		vol.remove(ctx)
 	})
-	vol.read(ctx, "after the node's reboot")
-	vol.remove(ctx)
-	c.vmComesBack(ctx, vm, "power cut", func() {
-		if err := c.lab.StopHost(ctx, vm); err != nil {
-			t.Fatalf("power off %s: %v", vm, err)
-		}
-		if err := c.lab.StartHost(ctx, vm); err != nil {
-			t.Fatalf("power on %s: %v", vm, err)
-		}
-	})
-	// And the workload still works across the two kinds of host.
-	eventually(ctx, t, "Service from the VM after its power cut", func() (bool, string) {
-		out, err := c.kubectl(ctx, "exec", "client-"+vm, "--", "/agent", "get", "http://server.default.svc.cluster.local/")
-		return err == nil && strings.TrimSpace(out) == "server", out
+	c.step("power-cut", func(t *testing.T) {
+		c.vmComesBack(ctx, vm, "power cut", func() {
+			if err := c.lab.StopHost(ctx, vm); err != nil {
+				t.Fatalf("power off %s: %v", vm, err)
+			}
+			if err := c.lab.StartHost(ctx, vm); err != nil {
+				t.Fatalf("power on %s: %v", vm, err)
+			}
+		})
+		// And the workload still works across the two kinds of host.
+		eventually(ctx, t, "Service from the VM after its power cut", func() (bool, string) {
+			out, err := c.kubectl(ctx, "exec", "client-"+vm, "--", "/agent", "get", "http://server.default.svc.cluster.local/")
+			return err == nil && strings.TrimSpace(out) == "server", out
+		})
 	})
 
 	// reset leaves none of the nftables tables of kube-proxy, flannel, portmap and the
 	// NetworkPolicy agent, on any host.
-	if out, err := c.run("reset", "--yes"); err != nil {
-		t.Fatalf("kforge reset: %v\n%s", err, out)
-	}
-	for _, n := range h {
-		out, err := c.lab.Exec(ctx, n.Name, "nft", "list", "tables")
-		if left := regexp.MustCompile(`(?m)^table \S+ (kube-proxy|flannel-ipv[46]|cni_hostport|kube-network-policies)$`).FindAllString(string(out), -1); err != nil || len(left) > 0 {
-			t.Errorf("%s after reset: nft list tables: %v; left %q", n.Name, err, left)
+	c.step("reset", func(t *testing.T) {
+		if out, err := c.run("reset", "--yes"); err != nil {
+			t.Fatalf("kforge reset: %v\n%s", err, out)
 		}
-	}
+		for _, n := range h {
+			out, err := c.lab.Exec(ctx, n.Name, "nft", "list", "tables")
+			if left := regexp.MustCompile(`(?m)^table \S+ (kube-proxy|flannel-ipv[46]|cni_hostport|kube-network-policies)$`).FindAllString(string(out), -1); err != nil || len(left) > 0 {
+				t.Errorf("%s after reset: nft list tables: %v; left %q", n.Name, err, left)
+			}
+		}
+	})
 
 	// lab down leaves nothing of the VM: no QEMU, no tap, no overlay.
 	qemu := vmProcesses(t, vm)
