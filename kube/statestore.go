@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kforge/kforge/internal/fsx"
+	"github.com/kforge/kforge/progress"
 )
 
 // A cluster's state dir kept in a management cluster (kforge controller, and the CLI's
@@ -436,3 +437,17 @@ func stateFile(key string) (string, error) {
 }
 
 var secretKey = regexp.MustCompile(`^[-._a-zA-Z0-9]+$`)
+
+// SyncAfterSteps wraps report so that the state is written back when each step is done; when
+// that fails, fail is called with the error, which ends the run before its next step (a step
+// that pushed credentials the management cluster does not hold must not be followed by more).
+func (s *StateStore) SyncAfterSteps(ctx context.Context, report progress.Reporter, fail context.CancelCauseFunc) progress.Reporter {
+	return func(e progress.Event) {
+		report(e)
+		if e.Kind == progress.Done {
+			if err := s.Sync(ctx); err != nil {
+				fail(err)
+			}
+		}
+	}
+}

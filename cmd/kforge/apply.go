@@ -42,7 +42,7 @@ func (m movedToInventory) check() error {
 	return nil
 }
 
-func (c *ApplyCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Logger, dl *debugLog) error {
+func (c *ApplyCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Logger, dl *debugLog) (err error) {
 	if err := c.movedToInventory.check(); err != nil {
 		return err
 	}
@@ -53,11 +53,11 @@ func (c *ApplyCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Lo
 	if err != nil {
 		return usageError{err}
 	}
-	run, err := startClusterRun("apply", s, g, log, dl)
+	run, err := startClusterRun(ctx, "apply", s, g, log, dl)
 	if err != nil {
 		return err
 	}
-	defer run.close()
+	defer run.close(ctx, &err)
 	removed, err := removedHosts(run.inv, run.state)
 	if err != nil {
 		return err

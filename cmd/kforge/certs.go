@@ -30,16 +30,16 @@ type CertsCheckCmd struct {
 	AcceptNewHostKeys bool   `help:"Trust hosts whose SSH key is not yet in known_hosts, and record their keys (trust on first use)."`
 }
 
-func (c *CertsCheckCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Logger, dl *debugLog) error {
+func (c *CertsCheckCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Logger, dl *debugLog) (err error) {
 	warn, err := inventory.ParseDuration(c.Warn)
 	if err != nil {
 		return usageError{fmt.Errorf("--warn: %v", err)}
 	}
-	run, err := startClusterRun("certs-check", s.queryProgress(), g, log, dl)
+	run, err := startClusterRun(ctx, "certs-check", s.queryProgress(), g, log, dl)
 	if err != nil {
 		return err
 	}
-	defer run.close()
+	defer run.close(ctx, &err)
 	o := run.options(g, log)
 	o.AcceptNewHostKeys = c.AcceptNewHostKeys
 	x := tasks.NewCertsCheck(run.inv, o)
@@ -119,16 +119,16 @@ type CertsRenewCmd struct {
 	AcceptNewHostKeys bool          `help:"Trust hosts whose SSH key is not yet in known_hosts, and record their keys (trust on first use)."`
 }
 
-func (c *CertsRenewCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Logger, dl *debugLog) error {
+func (c *CertsRenewCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Logger, dl *debugLog) (err error) {
 	sel, err := tasks.RenewSelector(c.Names, c.All)
 	if err != nil {
 		return usageError{err}
 	}
-	run, err := startClusterRun("certs-renew", s, g, log, dl)
+	run, err := startClusterRun(ctx, "certs-renew", s, g, log, dl)
 	if err != nil {
 		return err
 	}
-	defer run.close()
+	defer run.close(ctx, &err)
 	o := run.options(g, log)
 	o.AcceptNewHostKeys, o.Timeout = c.AcceptNewHostKeys, c.Timeout
 	x := tasks.NewCertsRenew(run.inv, o, sel)
@@ -148,16 +148,16 @@ type CertsRotateCACmd struct {
 	AcceptNewHostKeys bool          `help:"Trust hosts whose SSH key is not yet in known_hosts, and record their keys (trust on first use)."`
 }
 
-func (c *CertsRotateCACmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Logger, dl *debugLog) error {
+func (c *CertsRotateCACmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Logger, dl *debugLog) (err error) {
 	cas, err := tasks.CAsFlag(c.CA)
 	if err != nil {
 		return usageError{err}
 	}
-	run, err := startClusterRun("certs-rotate-ca", s, g, log, dl)
+	run, err := startClusterRun(ctx, "certs-rotate-ca", s, g, log, dl)
 	if err != nil {
 		return err
 	}
-	defer run.close()
+	defer run.close(ctx, &err)
 	o := run.options(g, log)
 	o.AcceptNewHostKeys, o.Timeout = c.AcceptNewHostKeys, c.Timeout
 	x := tasks.NewRotateCA(run.inv, o, cas)

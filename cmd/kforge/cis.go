@@ -16,12 +16,12 @@ type CISCmd struct {
 	AcceptNewHostKeys bool `help:"Trust hosts whose SSH key is not yet in known_hosts, and record their keys (trust on first use)."`
 }
 
-func (c *CISCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Logger, dl *debugLog) error {
-	run, err := startClusterRun("cis", s.queryProgress(), g, log, dl)
+func (c *CISCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Logger, dl *debugLog) (err error) {
+	run, err := startClusterRun(ctx, "cis", s.queryProgress(), g, log, dl)
 	if err != nil {
 		return err
 	}
-	defer run.close()
+	defer run.close(ctx, &err)
 	o := run.options(g, log)
 	o.AcceptNewHostKeys = c.AcceptNewHostKeys
 	x := tasks.NewCIS(run.inv, o)

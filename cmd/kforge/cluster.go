@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -22,17 +23,14 @@ func loadInventory(g *Globals) (*inventory.Cluster, error) {
 	return c, err
 }
 
-// loadCluster loads the -i inventory and finds its state dir (--state-dir, or the default for
-// the cluster's name).
-func loadCluster(g *Globals) (*inventory.Cluster, state.Dir, error) {
+// loadCluster loads the -i inventory and opens its state dir (--state-dir, or the default for
+// the cluster's name) for a command that only reads it, unless lock; close it when done.
+func loadCluster(ctx context.Context, g *Globals, lock bool) (*inventory.Cluster, *clusterState, error) {
 	c, err := loadInventory(g)
 	if err != nil {
-		return nil, state.Dir{}, err
+		return nil, nil, err
 	}
-	if g.StateDir != "" {
-		return c, state.At(g.StateDir), nil
-	}
-	d, err := state.Default(c.Name)
+	d, err := openState(ctx, g, c, lock)
 	return c, d, err
 }
 
@@ -41,25 +39,21 @@ func loadCluster(g *Globals) (*inventory.Cluster, state.Dir, error) {
 type clusterRun struct {
 	inv     *inventory.Cluster
 	state   state.Dir
+	held    *clusterState
 	printer *progress.Printer
 	record  *state.Run
-	unlock  func()
 	start   time.Time
 }
 
 // startClusterRun loads the inventory and takes its state dir for command.
-func startClusterRun(command string, s *streams, g *Globals, log *slog.Logger, dl *debugLog) (*clusterRun, error) {
-	inv, d, err := loadCluster(g)
+func startClusterRun(ctx context.Context, command string, s *streams, g *Globals, log *slog.Logger, dl *debugLog) (*clusterRun, error) {
+	inv, d, err := loadCluster(ctx, g, true)
 	if err != nil {
 		return nil, err
 	}
-	unlock, err := d.Lock()
-	if err != nil {
-		return nil, err
-	}
-	dl.UseDir(d.Logs())
+	dl.UseDir(d.logs)
 	now := time.Now()
-	return &clusterRun{inv: inv, state: d, unlock: unlock, start: now, record: state.NewRun(command, now),
+	return &clusterRun{inv: inv, state: d.Dir, held: d, start: now, record: state.NewRun(command, now),
 		printer: progress.NewPrinter(s.Out, s.Err, g.Output == "json", log)}, nil
 }
 
@@ -73,16 +67,35 @@ func taskOptions(d state.Dir, g *Globals, log *slog.Logger) tasks.Options {
 	return tasks.Options{State: d, InventoryDir: dirOf(g.Inventory), Limits: remote.Limits{Hosts: g.Concurrency}, Logger: log}
 }
 
-// run runs steps, reporting each event and recording the run in the state dir.
+// run runs steps, reporting each event and recording the run in the state dir. A state kept
+// in a management cluster is written back after each step; the run ends when that fails or
+// when another run takes its lease.
 func (r *clusterRun) run(ctx context.Context, steps []tasks.Step) ([]progress.Timing, error) {
-	timings, err := tasks.Run(ctx, steps, r.record.Report(r.printer.Report), time.Now)
+	report := r.record.Report(r.printer.Report)
+	if store := r.held.store; store != nil {
+		var cancel context.CancelCauseFunc
+		ctx, cancel = context.WithCancelCause(ctx)
+		defer cancel(nil)
+		defer context.AfterFunc(store.Context(), func() { cancel(context.Cause(store.Context())) })()
+		report = store.SyncAfterSteps(ctx, report, cancel)
+	}
+	timings, err := tasks.Run(ctx, steps, report, time.Now)
+	if cause := context.Cause(ctx); err != nil && cause != nil && cause != ctx.Err() {
+		err = fmt.Errorf("%w (%w)", err, cause)
+	}
 	if serr := r.state.Save(r.record, time.Now(), err); serr != nil && err == nil {
 		err = serr
 	}
 	return timings, err
 }
 
-func (r *clusterRun) close() { r.unlock() }
+// close ends the run's hold on the state dir; a state kept in a management cluster is written
+// back, and an error doing so is returned.
+func (r *clusterRun) close(ctx context.Context, err *error) {
+	if cerr := r.held.close(ctx); cerr != nil && *err == nil {
+		*err = cerr
+	}
+}
 
 // removedHosts are the hosts that left the inventory since the last apply (tasks.Removed); an
 // inventory that keeps none of the cluster's masters is refused as invalid input.

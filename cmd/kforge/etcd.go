@@ -28,18 +28,18 @@ type EtcdSnapshotCmd struct {
 	AcceptNewHostKeys bool   `help:"Trust hosts whose SSH key is not yet in known_hosts, and record their keys (trust on first use)."`
 }
 
-func (c *EtcdSnapshotCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Logger, dl *debugLog) error {
+func (c *EtcdSnapshotCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Logger, dl *debugLog) (err error) {
 	if c.Keep < 1 {
 		return usageError{fmt.Errorf("--keep %d: keep at least 1 snapshot", c.Keep)}
 	}
 	if c.Name != "" && !c.Fetch {
 		return usageError{fmt.Errorf("--name %s: names a scheduled snapshot to fetch; give --fetch too", c.Name)}
 	}
-	run, err := startClusterRun("etcd-snapshot", s, g, log, dl)
+	run, err := startClusterRun(ctx, "etcd-snapshot", s, g, log, dl)
 	if err != nil {
 		return err
 	}
-	defer run.close()
+	defer run.close(ctx, &err)
 	o := run.options(g, log)
 	o.AcceptNewHostKeys = c.AcceptNewHostKeys
 	x := tasks.NewEtcdSnapshot(run.inv, o, tasks.SnapshotOptions{Keep: c.Keep, Out: c.Out, Fetch: c.Fetch, Name: c.Name})
@@ -72,12 +72,12 @@ type EtcdStatusCmd struct {
 	AcceptNewHostKeys bool `help:"Trust hosts whose SSH key is not yet in known_hosts, and record their keys (trust on first use)."`
 }
 
-func (c *EtcdStatusCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Logger, dl *debugLog) error {
-	run, err := startClusterRun("etcd-status", s.queryProgress(), g, log, dl)
+func (c *EtcdStatusCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Logger, dl *debugLog) (err error) {
+	run, err := startClusterRun(ctx, "etcd-status", s.queryProgress(), g, log, dl)
 	if err != nil {
 		return err
 	}
-	defer run.close()
+	defer run.close(ctx, &err)
 	o := run.options(g, log)
 	o.AcceptNewHostKeys = c.AcceptNewHostKeys
 	x := tasks.NewEtcdStatus(run.inv, o)

@@ -29,7 +29,7 @@ type KubeconfigCmd struct {
 	TTL   string   `name:"ttl" placeholder:"DURATION" help:"With --user: how long the kubeconfig is valid, such as 8h or 30d (default: the inventory's pki.certValidity)."`
 }
 
-func (c *KubeconfigCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Logger, dl *debugLog) error {
+func (c *KubeconfigCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Logger, dl *debugLog) (err error) {
 	if c.User == "" && (len(c.Group) > 0 || c.TTL != "") {
 		return usageError{errors.New("--group and --ttl go with --user NAME")}
 	}
@@ -41,11 +41,17 @@ func (c *KubeconfigCmd) Run(ctx context.Context, s *streams, g *Globals, log *sl
 		}
 		ttl = time.Duration(d)
 	}
-	inv, state, err := loadCluster(g)
+	inv, held, err := loadCluster(ctx, g, c.User != "")
 	if err != nil {
 		return err
 	}
-	dl.UseDir(state.Logs())
+	defer func() {
+		if cerr := held.close(ctx); err == nil {
+			err = cerr
+		}
+	}()
+	state := held.Dir
+	dl.UseDir(held.logs)
 	if c.User != "" {
 		return c.issue(ctx, s, g, log, inv, state, ttl)
 	}
@@ -90,16 +96,12 @@ func mergeInto(s *streams, data []byte, what string) error {
 	return nil
 }
 
-// issue signs a user's kubeconfig and writes it where the admin's would go.
+// issue signs a user's kubeconfig and writes it where the admin's would go; the state dir is
+// held (loadCluster's lock) while the serial is recorded.
 func (c *KubeconfigCmd) issue(ctx context.Context, s *streams, g *Globals, log *slog.Logger, inv *inventory.Cluster, d state.Dir, ttl time.Duration) error {
 	if ttl == 0 {
 		ttl = time.Duration(inv.PKI.CertValidity)
 	}
-	unlock, err := d.Lock()
-	if err != nil {
-		return err
-	}
-	defer unlock()
 	u, err := tasks.IssueUserKubeconfig(ctx, inv, taskOptions(d, g, log), c.User, c.Group, ttl)
 	if err != nil {
 		return usageError{err}

@@ -44,12 +44,18 @@ type planHost struct {
 	Labels  map[string]string `json:"labels,omitempty"`
 }
 
-func (p PlanCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Logger, dl *debugLog) error {
-	c, state, err := loadCluster(g)
+func (p PlanCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Logger, dl *debugLog) (err error) {
+	c, held, err := loadCluster(ctx, g, false)
 	if err != nil {
 		return err
 	}
-	dl.UseDir(state.Logs())
+	defer func() {
+		if cerr := held.close(ctx); err == nil {
+			err = cerr
+		}
+	}()
+	state := held.Dir
+	dl.UseDir(held.logs)
 	command := "apply"
 	var removed []inventory.Node
 	var steps []tasks.Task

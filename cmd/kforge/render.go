@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 
@@ -22,15 +23,15 @@ type RenderCmd struct {
 	ResolvConf string   `hidden:"" help:"Moved to the inventory: kubelet.resolvConf."`
 }
 
-func (r *RenderCmd) Run(s *streams, g *Globals, log *slog.Logger, dl *debugLog) error {
+func (r *RenderCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Logger, dl *debugLog) (err error) {
 	if err := (movedToInventory{ResolvConf: r.ResolvConf}).check(); err != nil {
 		return err
 	}
-	run, err := startClusterRun("render", s, g, log, dl)
+	run, err := startClusterRun(ctx, "render", s, g, log, dl)
 	if err != nil {
 		return err
 	}
-	defer run.close()
+	defer run.close(ctx, &err)
 	caDirs := []string{}
 	for _, dir := range r.CACertDirs {
 		if dir != "" {

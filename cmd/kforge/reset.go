@@ -25,12 +25,12 @@ type ResetCmd struct {
 	AcceptNewHostKeys bool `help:"Trust hosts whose SSH key is not yet in known_hosts, and record their keys (trust on first use)."`
 }
 
-func (c *ResetCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Logger, dl *debugLog) error {
-	run, err := startClusterRun("reset", s, g, log, dl)
+func (c *ResetCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Logger, dl *debugLog) (err error) {
+	run, err := startClusterRun(ctx, "reset", s, g, log, dl)
 	if err != nil {
 		return err
 	}
-	defer run.close()
+	defer run.close(ctx, &err)
 	// Hosts that left the inventory but are still part of the cluster are reset too.
 	removed, err := removedEvenIfNoMasterLeft(run.inv, run.state)
 	if err != nil {

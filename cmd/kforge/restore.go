@@ -19,16 +19,16 @@ type RestoreCmd struct {
 	Timeout               time.Duration `default:"5m" help:"How long to wait for the API server, the nodes and the pods."`
 }
 
-func (c *RestoreCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Logger, dl *debugLog) error {
+func (c *RestoreCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Logger, dl *debugLog) (err error) {
 	ignore, err := preflight.ParseIgnore(c.IgnorePreflightErrors)
 	if err != nil {
 		return usageError{err}
 	}
-	run, err := startClusterRun("restore", s, g, log, dl)
+	run, err := startClusterRun(ctx, "restore", s, g, log, dl)
 	if err != nil {
 		return err
 	}
-	defer run.close()
+	defer run.close(ctx, &err)
 	// The lost masters are hosts of the last apply that the inventory no longer lists; an
 	// inventory of all-new masters is the point of a restore, not an error.
 	removed, err := removedEvenIfNoMasterLeft(run.inv, run.state)

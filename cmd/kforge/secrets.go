@@ -19,12 +19,12 @@ type SecretsRotateKeyCmd struct {
 	AcceptNewHostKeys bool `help:"Trust hosts whose SSH key is not yet in known_hosts, and record their keys (trust on first use)."`
 }
 
-func (c *SecretsRotateKeyCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Logger, dl *debugLog) error {
-	run, err := startClusterRun("secrets-rotate-key", s, g, log, dl)
+func (c *SecretsRotateKeyCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Logger, dl *debugLog) (err error) {
+	run, err := startClusterRun(ctx, "secrets-rotate-key", s, g, log, dl)
 	if err != nil {
 		return err
 	}
-	defer run.close()
+	defer run.close(ctx, &err)
 	o := run.options(g, log)
 	o.AcceptNewHostKeys = c.AcceptNewHostKeys
 	x := tasks.NewRotateKey(run.inv, o)
