@@ -31,8 +31,11 @@ type Options struct {
 	Connect func(ctx context.Context, n inventory.Node) (remote.Host, error)
 	// DialRetry is how long Connect keeps trying a host that does not answer; default 30 s.
 	DialRetry time.Duration
-	Logger    *slog.Logger
-	Now       func() time.Time
+	// Getenv reads the passwords and passphrases the inventory names, and HOME; os.Getenv
+	// when nil.
+	Getenv func(string) string
+	Logger *slog.Logger
+	Now    func() time.Time
 }
 
 // Fleet is the hosts of one run. Its zero value is not usable; call New.
@@ -243,7 +246,7 @@ func (f *Fleet) dial(ctx context.Context, n inventory.Node, retry time.Duration)
 	cfg := remote.ConfigFor(n)
 	cfg.AcceptNewHostKeys = f.o.AcceptNewHostKeys
 	cfg.DialRetry = retry
-	return remote.Dial(ctx, cfg, remote.Options{Logger: f.o.Logger, Jumps: &f.jumps, Traffic: &f.traffic})
+	return remote.Dial(ctx, cfg, remote.Options{Logger: f.o.Logger, Getenv: f.o.Getenv, Jumps: &f.jumps, Traffic: &f.traffic})
 }
 
 // Traffic is what the fleet's SSH connections sent and received so far, in bytes (as the

@@ -18,7 +18,11 @@ import (
 // Load reads, decodes, defaults and validates the inventory at path. Environment variables are
 // substituted from the process environment; relative file paths in the inventory are resolved
 // against the file's directory. Every problem found is returned at once as Errors.
-func Load(path string) (*Cluster, error) {
+func Load(path string) (*Cluster, error) { return LoadEnv(path, os.LookupEnv) }
+
+// LoadEnv is Load with environment variables from lookupEnv (kforge controller: its cluster's
+// Secrets).
+func LoadEnv(path string, lookupEnv func(string) (string, bool)) (*Cluster, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
@@ -26,7 +30,7 @@ func Load(path string) (*Cluster, error) {
 		}
 		return nil, fmt.Errorf("reading inventory: %w", err)
 	}
-	c, err := Parse(path, data, os.LookupEnv)
+	c, err := Parse(path, data, lookupEnv)
 	if err != nil {
 		return nil, err
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 	"time"
 
@@ -63,9 +64,13 @@ type Options struct {
 	WorkerBatch int
 	// DialRetry is how long a host that does not answer is retried; default 30 s.
 	DialRetry time.Duration
-	Logger    *slog.Logger
-	Now       func() time.Time
-	Rand      io.Reader
+	// Getenv reads the environment variables the inventory names (ssh passwords and
+	// passphrases, registry credentials) and HOME; os.Getenv when nil. kforge controller
+	// passes its cluster's Secrets.
+	Getenv func(string) string
+	Logger *slog.Logger
+	Now    func() time.Time
+	Rand   io.Reader
 }
 
 func (o Options) withDefaults() Options {
@@ -74,6 +79,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Rand == nil {
 		o.Rand = rand.Reader
+	}
+	if o.Getenv == nil {
+		o.Getenv = os.Getenv
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -98,7 +106,7 @@ func newFleet(c *inventory.Cluster, nodes []inventory.Node, o Options) *fleet.Fl
 		hash = append(hash, c.Kubelet.ResolvConf)
 	}
 	return fleet.New(nodes, fleet.Options{
-		Limits: o.Limits, AcceptNewHostKeys: o.AcceptNewHostKeys, Connect: o.Connect, DialRetry: o.DialRetry, Logger: o.Logger, Now: o.Now,
+		Limits: o.Limits, AcceptNewHostKeys: o.AcceptNewHostKeys, Connect: o.Connect, DialRetry: o.DialRetry, Getenv: o.Getenv, Logger: o.Logger, Now: o.Now,
 		// kubelet.conf on a worker says it has joined (its kubelet wrote it at TLS bootstrap);
 		// the API proxy's and kforge-vip's units, that an earlier run installed them; the
 		// resolv.conf files kubelet may give pods (facts.KubeletResolvConf), whose contents

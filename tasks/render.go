@@ -38,7 +38,7 @@ func (h *hop) render(ep etcdPlan, retiring int) (err error) {
 			o.EtcdUser[name] = templates.Owner{UID: u.UID, GID: u.GID}
 		}
 	}
-	if o.Registries, err = registries(h.inv); err != nil {
+	if o.Registries, err = registries(h.inv, h.rc.o.Getenv); err != nil {
 		return err
 	}
 	trees, err := templates.Tree(h.inv, rc.set, o)
@@ -115,7 +115,7 @@ func Render(c *inventory.Cluster, o Options, in RenderInput) (*Rendered, error) 
 		}
 		token = t.Value()
 	}
-	regs, err := registries(c)
+	regs, err := registries(c, o.Getenv)
 	if err != nil {
 		return nil, err
 	}
@@ -172,7 +172,7 @@ func WriteRendered(dir string, r *Rendered) error {
 // registries are the inventory's containerRuntime.registries with their CA files read and their
 // credentials taken from the environment (the inventory names the variables; validation made
 // sure they are set).
-func registries(c *inventory.Cluster) ([]templates.Registry, error) {
+func registries(c *inventory.Cluster, getenv func(string) string) ([]templates.Registry, error) {
 	var out []templates.Registry
 	for _, r := range c.ContainerRuntime.Registries {
 		tr := templates.Registry{Host: r.Host, Mirrors: r.Mirrors}
@@ -184,7 +184,7 @@ func registries(c *inventory.Cluster) ([]templates.Registry, error) {
 			tr.CA = ca
 		}
 		if r.UsernameEnv != "" {
-			tr.Username, tr.Password = os.Getenv(r.UsernameEnv), os.Getenv(r.PasswordEnv)
+			tr.Username, tr.Password = getenv(r.UsernameEnv), getenv(r.PasswordEnv)
 		}
 		out = append(out, tr)
 	}
