@@ -77,6 +77,9 @@ type Spec struct {
 	// Prune removes the hosts that left the inventory (apply --prune); without it such an
 	// apply stops, naming them.
 	Prune bool `json:"prune,omitempty"`
+	// AcceptNewHostKeys trusts a host whose SSH key is not yet known and records it in the
+	// cluster's state (apply --accept-new-host-keys), unless the inventory pins it (hostKey).
+	AcceptNewHostKeys bool `json:"acceptNewHostKeys,omitempty"`
 }
 
 // SecretRef names a Secret in the KforgeCluster's namespace.
@@ -85,7 +88,7 @@ type SecretRef struct {
 }
 
 // controllerFields are Spec's own fields; every other is the inventory's.
-var controllerFields = []string{"credentialsFrom", "deletionPolicy", "prune"}
+var controllerFields = []string{"credentialsFrom", "deletionPolicy", "prune", "acceptNewHostKeys"}
 
 // inventoryHead are the inventory fields the object itself gives: not in spec.
 var inventoryHead = []string{"apiVersion", "kind", "name"}
@@ -176,11 +179,11 @@ type Status struct {
 	LastPlan string `json:"lastPlan,omitempty"`
 	// LastRun is the last run: its command, when it started and ended, and its outcome
 	// ("ok", or the error, redacted).
-	LastRun *Run `json:"lastRun,omitempty"`
+	LastRun *RunStatus `json:"lastRun,omitempty"`
 }
 
-// Run is one run of a command on the cluster.
-type Run struct {
+// RunStatus is one run of a command on the cluster.
+type RunStatus struct {
 	Command string       `json:"command"`
 	Start   metav1.Time  `json:"start"`
 	End     *metav1.Time `json:"end,omitempty"`

@@ -44,6 +44,8 @@ func CRD() (*apiextensionsv1.CustomResourceDefinition, error) {
 		"description": "What deleting the object does to the hosts: Retain (the default) leaves them as they are; Reset resets them first (kforge reset)."}
 	props["prune"] = map[string]any{"type": "boolean",
 		"description": "Remove the hosts that left the inventory (kforge apply --prune): drained, a master's etcd member removed, reset, the node deleted."}
+	props["acceptNewHostKeys"] = map[string]any{"type": "boolean",
+		"description": "Trust a host whose SSH key is not yet known and record it in the cluster's state (kforge apply --accept-new-host-keys), unless the inventory pins it (hostKey)."}
 	spec["description"] = "The cluster's inventory (kforge.yaml without apiVersion, kind and name), and where its credentials are."
 
 	var specSchema apiextensionsv1.JSONSchemaProps

@@ -26,6 +26,7 @@ type CLI struct {
 	Reset      ResetCmd      `cmd:"" help:"Undo on every host what apply did (kubelet, containers, files, pod network, iptables rules); asks first unless --yes."`
 	Bundle     BundleCmd     `cmd:"" help:"Build and verify offline bundles: Kubernetes binaries and images for hosts without internet."`
 	Lab        LabCmd        `cmd:"" help:"A local fleet of systemd hosts reachable over SSH, for trying kforge and for its tests."`
+	Controller ControllerCmd `cmd:"" help:"Run kforge as a controller in a management cluster: KforgeCluster objects, each a cluster made and kept by plan and apply, their state in the management cluster."`
 	Render     RenderCmd     `cmd:"" help:"Write every file kforge would put on each host (PKI, kubeconfigs, manifests, kubelet, containerd) and the admin kubeconfig into a directory."`
 }
 

@@ -1,0 +1,324 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	"github.com/kforge/kforge/internal/fsx"
+	"github.com/kforge/kforge/inventory"
+	"github.com/kforge/kforge/kube"
+	"github.com/kforge/kforge/progress"
+	"github.com/kforge/kforge/remote"
+	"github.com/kforge/kforge/state"
+	"github.com/kforge/kforge/tasks"
+)
+
+// Reconciler makes each KforgeCluster's cluster as its spec says, with the CLI's own step
+// lists: it runs plan, runs apply when the plan is not empty, and records the outcome in the
+// status (conditions Ready, Progressing, Degraded) and in events, one per step.
+type Reconciler struct {
+	Client client.Client
+	// Kube is the management cluster's clientset (the state's Secret, ConfigMaps and Lease,
+	// the credentials' Secrets).
+	Kube   kubernetes.Interface
+	Events events.EventRecorder
+	// Identity holds the clusters' leases: the controller's pod.
+	Identity string
+	// WorkDir is where each run's private copies go (an emptyDir in memory).
+	WorkDir string
+	// Limits bound each run's fan-out over its hosts.
+	Limits remote.Limits
+	// Timeout bounds each of a run's waits on its cluster (apply --timeout).
+	Timeout time.Duration
+	// Resync is how often a cluster whose last plan was empty is planned again (drift).
+	Resync time.Duration
+	// Retry is how soon a cluster whose run failed, or whose state another run holds, is tried
+	// again.
+	Retry time.Duration
+	Log   *slog.Logger
+}
+
+// Reconcile is one pass over one KforgeCluster.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var k KforgeCluster
+	if err := r.Client.Get(ctx, req.NamespacedName, &k); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	log := r.Log.With("cluster", req.String())
+	if !k.DeletionTimestamp.IsZero() {
+		return r.delete(ctx, &k, log)
+	}
+	if k.Spec.DeletionPolicy == DeletionReset && !controllerutil.ContainsFinalizer(&k, Finalizer) {
+		controllerutil.AddFinalizer(&k, Finalizer)
+		return ctrl.Result{}, r.Client.Update(ctx, &k)
+	}
+	if k.Annotations[PausedAnnotation] == "true" {
+		r.condition(&k, ConditionProgressing, metav1.ConditionFalse, "Paused", "reconciling is paused ("+PausedAnnotation+": \"true\")")
+		return ctrl.Result{}, r.status(ctx, &k)
+	}
+
+	s, err := r.open(ctx, &k)
+	var locked *kube.StateLockedError
+	switch {
+	case errors.As(err, &locked):
+		log.Info("state held by another run; trying again later", "holder", locked.Holder)
+		r.condition(&k, ConditionProgressing, metav1.ConditionFalse, "StateHeld", redact(err))
+		return ctrl.Result{RequeueAfter: r.Retry}, r.status(ctx, &k)
+	case errors.As(err, new(invalidSpec)):
+		r.degraded(&k, "InvalidSpec", err)
+		r.Events.Eventf(&k, nil, corev1.EventTypeWarning, "InvalidSpec", "Plan", "%s", redact(err))
+		return ctrl.Result{}, r.status(ctx, &k) // until the spec or its Secrets change
+	case err != nil:
+		return ctrl.Result{}, err
+	}
+	defer func() {
+		if cerr := s.close(ctx); cerr != nil {
+			log.Error("state not written back", "err", redact(cerr))
+		}
+	}()
+
+	diff, err := s.plan(ctx)
+	if err != nil {
+		r.degraded(&k, "PlanFailed", err)
+		r.Events.Eventf(&k, nil, corev1.EventTypeWarning, "PlanFailed", "Plan", "%s", redact(err))
+		return ctrl.Result{RequeueAfter: r.Retry}, r.status(ctx, &k)
+	}
+	k.Status.LastPlan = planSummary(diff)
+	if diff.Changes() == 0 && diff.Complete() && len(diff.Preflight) == 0 {
+		r.ready(&k, s.inv)
+		return ctrl.Result{RequeueAfter: r.Resync}, r.status(ctx, &k)
+	}
+
+	r.condition(&k, ConditionProgressing, metav1.ConditionTrue, "Applying", k.Status.LastPlan)
+	start := metav1.Now()
+	k.Status.LastRun = &RunStatus{Command: "apply", Start: start}
+	if err := r.status(ctx, &k); err != nil {
+		return ctrl.Result{}, err
+	}
+	r.Events.Eventf(&k, nil, corev1.EventTypeNormal, "Applying", "Apply", "%s", k.Status.LastPlan)
+	err = s.apply(ctx, func(e progress.Event) { r.stepEvent(&k, e) })
+	end := metav1.Now()
+	k.Status.LastRun.End = &end
+	if err != nil {
+		k.Status.LastRun.Outcome = redact(err)
+		r.degraded(&k, "ApplyFailed", err)
+		r.Events.Eventf(&k, nil, corev1.EventTypeWarning, "ApplyFailed", "Apply", "%s", redact(err))
+		return ctrl.Result{RequeueAfter: r.Retry}, r.status(ctx, &k)
+	}
+	k.Status.LastRun.Outcome = "ok"
+	r.ready(&k, s.inv)
+	r.Events.Eventf(&k, nil, corev1.EventTypeNormal, "Applied", "Apply", "cluster %s is as its spec says: %d nodes, Kubernetes %s, in %s", k.Name, len(s.inv.Nodes()), s.inv.KubernetesVersion, end.Sub(start.Time).Round(time.Second))
+	return ctrl.Result{RequeueAfter: r.Resync}, r.status(ctx, &k)
+}
+
+// delete lets a deleted KforgeCluster go: with deletionPolicy Reset, once its hosts are reset.
+func (r *Reconciler) delete(ctx context.Context, k *KforgeCluster, log *slog.Logger) (ctrl.Result, error) {
+	if !controllerutil.ContainsFinalizer(k, Finalizer) {
+		return ctrl.Result{}, nil
+	}
+	if k.Spec.DeletionPolicy == DeletionReset {
+		s, err := r.open(ctx, k)
+		if err != nil && !errors.As(err, new(invalidSpec)) {
+			return ctrl.Result{RequeueAfter: r.Retry}, nil
+		}
+		if err == nil {
+			err = s.reset(ctx, func(e progress.Event) { r.stepEvent(k, e) })
+			if cerr := s.close(ctx); cerr != nil {
+				log.Error("state not written back", "err", redact(cerr))
+			}
+			if err != nil {
+				r.Events.Eventf(k, nil, corev1.EventTypeWarning, "ResetFailed", "Reset", "%s", redact(err))
+				return ctrl.Result{RequeueAfter: r.Retry}, nil
+			}
+		}
+	}
+	controllerutil.RemoveFinalizer(k, Finalizer)
+	return ctrl.Result{}, r.Client.Update(ctx, k)
+}
+
+// stepEvent is an event on the object for each step done or failed.
+func (r *Reconciler) stepEvent(k *KforgeCluster, e progress.Event) {
+	switch e.Kind {
+	case progress.Done:
+		r.Events.Eventf(k, nil, corev1.EventTypeNormal, "StepDone", e.Task, "%s done in %s", e.Task, e.Duration.Round(100*time.Millisecond))
+	case progress.Failed:
+		r.Events.Eventf(k, nil, corev1.EventTypeWarning, "StepFailed", e.Task, "%s failed after %s: %s", e.Task, e.Duration.Round(100*time.Millisecond), progress.Redact(e.Err))
+	}
+}
+
+func (r *Reconciler) condition(k *KforgeCluster, typ string, status metav1.ConditionStatus, reason, message string) {
+	meta.SetStatusCondition(&k.Status.Conditions, metav1.Condition{Type: typ, Status: status, Reason: reason, Message: message, ObservedGeneration: k.Generation})
+}
+
+func (r *Reconciler) degraded(k *KforgeCluster, reason string, err error) {
+	r.condition(k, ConditionDegraded, metav1.ConditionTrue, reason, redact(err))
+	r.condition(k, ConditionReady, metav1.ConditionFalse, reason, redact(err))
+	r.condition(k, ConditionProgressing, metav1.ConditionFalse, reason, "")
+}
+
+func (r *Reconciler) ready(k *KforgeCluster, inv *inventory.Cluster) {
+	k.Status.Version, k.Status.Nodes = inv.KubernetesVersion, len(inv.Nodes())
+	r.condition(k, ConditionReady, metav1.ConditionTrue, "UpToDate", k.Status.LastPlan)
+	r.condition(k, ConditionProgressing, metav1.ConditionFalse, "UpToDate", "")
+	r.condition(k, ConditionDegraded, metav1.ConditionFalse, "UpToDate", "")
+}
+
+// status writes the status, for the generation just reconciled.
+func (r *Reconciler) status(ctx context.Context, k *KforgeCluster) error {
+	k.Status.ObservedGeneration = k.Generation
+	return r.Client.Status().Update(ctx, k)
+}
+
+// planSummary is the plan's last line ("No changes: apply would change nothing.", or "Plan: 1
+// host, 0 certificates, 3 API objects to change.").
+func planSummary(d tasks.Diff) string {
+	lines := strings.Split(strings.TrimSpace(d.Text()), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
+}
+
+func redact(err error) string { return progress.Redact(err.Error()) }
+
+// invalidSpec is a spec the inventory package refuses, or a credentials Secret that is missing:
+// nothing is tried until the object or its Secrets change.
+type invalidSpec struct{ error }
+
+func (e invalidSpec) Unwrap() error { return e.error }
+
+// session is one run on one cluster: the state held (its lease) as a private copy, the
+// inventory and credentials written beside each other in a directory of their own, the
+// environment the inventory names taken from the credentials.
+type session struct {
+	store *kube.StateStore
+	dir   string // the inventory and the credentials' files
+	inv   *inventory.Cluster
+	o     tasks.Options
+}
+
+// open takes k's state and makes its inventory: the spec as kforge.yaml, each key of each
+// credentialsFrom Secret a file beside it and a variable of its environment. HOME is in the
+// state, so that ssh's known_hosts (~/.ssh/known_hosts unless the spec names another) is kept
+// with the cluster.
+func (r *Reconciler) open(ctx context.Context, k *KforgeCluster) (*session, error) {
+	env := map[string]string{}
+	files := map[string][]byte{}
+	for _, ref := range k.Spec.CredentialsFrom {
+		sec, err := r.Kube.CoreV1().Secrets(k.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil, invalidSpec{fmt.Errorf("spec.credentialsFrom: Secret %s/%s not found: create it", k.Namespace, ref.Name)}
+		} else if err != nil {
+			return nil, err
+		}
+		for key, v := range sec.Data {
+			env[key], files[key] = string(v), v
+		}
+	}
+	inv, err := k.InventoryYAML()
+	if err != nil {
+		return nil, invalidSpec{err}
+	}
+	owner := metav1.NewControllerRef(k, GroupVersion.WithKind(Kind))
+	store, err := kube.OpenState(ctx, r.Kube, k.Namespace, k.Name, kube.StateOptions{Identity: r.Identity, Lock: true, Owner: owner, Dir: r.WorkDir})
+	if err != nil {
+		return nil, err
+	}
+	s := &session{store: store}
+	fail := func(err error) (*session, error) {
+		return nil, errors.Join(err, s.close(ctx))
+	}
+	if s.dir, err = os.MkdirTemp(r.WorkDir, "kforge-inventory-"); err != nil {
+		return fail(err)
+	}
+	for name, data := range files {
+		if !filepath.IsLocal(name) {
+			continue
+		}
+		if err := fsx.WriteFile(filepath.Join(s.dir, name), data, 0o600); err != nil {
+			return fail(err)
+		}
+	}
+	path := filepath.Join(s.dir, "kforge.yaml")
+	if err := fsx.WriteFile(path, inv, 0o600); err != nil {
+		return fail(err)
+	}
+	env["HOME"] = filepath.Join(store.Dir(), "home")
+	lookup := func(key string) (string, bool) { v, ok := env[key]; return v, ok }
+	c, err := inventory.LoadEnv(path, lookup)
+	if es, ok := err.(inventory.Errors); ok {
+		return fail(invalidSpec{fmt.Errorf("KforgeCluster %s/%s: %w", k.Namespace, k.Name, es)})
+	} else if err != nil {
+		return fail(err)
+	}
+	s.inv = c
+	d := state.At(store.Dir())
+	s.o = tasks.Options{State: d, InventoryDir: s.dir, Limits: r.Limits, Timeout: r.Timeout, Prune: k.Spec.Prune,
+		AcceptNewHostKeys: k.Spec.AcceptNewHostKeys, Getenv: func(key string) string { return env[key] }, Logger: r.Log.With("cluster", k.Namespace+"/"+k.Name)}
+	if s.o.Removed, err = tasks.Removed(c, d); err != nil {
+		return fail(invalidSpec{err})
+	}
+	if s.o.EtcdFrom, err = tasks.EtcdMove(c, d, k.Spec.Prune); err != nil {
+		return fail(invalidSpec{err})
+	}
+	return s, nil
+}
+
+// plan runs kforge plan's steps.
+func (s *session) plan(ctx context.Context) (tasks.Diff, error) {
+	p := tasks.NewPlan(s.inv, s.o)
+	defer p.Close()
+	_, err := tasks.Run(ctx, p.Steps(), func(progress.Event) {}, time.Now)
+	return p.Diff, err
+}
+
+// apply runs kforge apply's steps, the state written back after each, the run recorded.
+func (s *session) apply(ctx context.Context, report progress.Reporter) error {
+	a := tasks.NewApply(s.inv, s.o)
+	defer a.Close()
+	return s.run(ctx, "apply", a.Steps(), report, a.Explain)
+}
+
+// reset runs kforge reset's steps.
+func (s *session) reset(ctx context.Context, report progress.Reporter) error {
+	x := tasks.NewReset(s.inv, s.o)
+	defer x.Close()
+	return s.run(ctx, "reset", x.Steps(), report, func(err error) error { return err })
+}
+
+func (s *session) run(ctx context.Context, command string, steps []tasks.Step, report progress.Reporter, explain func(error) error) error {
+	record := state.NewRun(command, time.Now())
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	defer context.AfterFunc(s.store.Context(), func() { cancel(context.Cause(s.store.Context())) })()
+	_, err := tasks.Run(ctx, steps, s.store.SyncAfterSteps(ctx, record.Report(report), cancel), time.Now)
+	if cause := context.Cause(ctx); err != nil && cause != nil && cause != ctx.Err() {
+		err = fmt.Errorf("%w (%w)", err, cause)
+	}
+	if err != nil {
+		err = explain(err)
+	}
+	return errors.Join(err, s.o.State.Save(record, time.Now(), err))
+}
+
+// close writes the state back and removes the private copies.
+func (s *session) close(ctx context.Context) error {
+	var err error
+	if s.dir != "" {
+		err = os.RemoveAll(s.dir)
+	}
+	return errors.Join(err, s.store.Close(context.WithoutCancel(ctx)))
+}
