@@ -15,8 +15,9 @@ TESTTIME ?= 80m
 
 all: build
 
+## build: bin/kforge, statically linked (kforge controller image puts this very binary in an image).
 build:
-	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/kforge
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/kforge
 
 deps:
 	hack/deps.sh

@@ -2,18 +2,21 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 
+	"github.com/kforge/kforge/bundle"
 	"github.com/kforge/kforge/controller"
 )
 
 // ControllerCmd is kforge controller: KforgeCluster objects reconciled in a management cluster.
 type ControllerCmd struct {
 	Run       ControllerRunCmd       `cmd:"" default:"withargs" help:"Reconcile the KforgeCluster objects of the cluster this runs in (or $$KUBECONFIG's cluster): plan, then apply when the plan is not empty (run as the Deployment that kforge controller manifests prints)."`
+	Image     ControllerImageCmd     `cmd:"" help:"Write kforge's container image (this very binary, which must be statically linked: make build) as an image archive, for ctr images import or a registry."`
 	Manifests ControllerManifestsCmd `cmd:"" help:"Print the manifests that install kforge controller into a cluster: the KforgeCluster CRD, its namespace, RBAC and Deployment (kubectl apply --server-side -f -)."`
 }
 
@@ -50,16 +53,39 @@ func (c *ControllerRunCmd) Run(ctx context.Context, g *Globals, log *slog.Logger
 // ControllerManifestsCmd prints the controller's manifests.
 type ControllerManifestsCmd struct {
 	Namespace  string `default:"kforge-system" help:"The namespace the controller runs in."`
-	Image      string `default:"kforge.dev/kforge:dev" help:"kforge's container image."`
+	Image      string `placeholder:"REF" help:"kforge's container image (default: kforge.dev/kforge:<this kforge's version>, as kforge controller image names it)."`
 	Clusters   int    `default:"5" help:"How many clusters the controller works on at once."`
 	BundlePath string `placeholder:"DIR" help:"A directory on every node of the management cluster holding kforge's offline bundle, mounted at /bundle (spec.bundle: /bundle)."`
 }
 
 func (c *ControllerManifestsCmd) Run(s *streams) error {
-	b, err := controller.Manifests(controller.ManifestOptions{Namespace: c.Namespace, Image: c.Image, Clusters: c.Clusters, BundleHostPath: c.BundlePath})
+	image := c.Image
+	if image == "" {
+		image = bundle.KforgeImageName(version)
+	}
+	b, err := controller.Manifests(controller.ManifestOptions{Namespace: c.Namespace, Image: image, Clusters: c.Clusters, BundleHostPath: c.BundlePath})
 	if err != nil {
 		return err
 	}
 	_, err = s.Out.Write(b)
 	return err
+}
+
+// ControllerImageCmd writes kforge's image.
+type ControllerImageCmd struct {
+	Out string `short:"o" required:"" placeholder:"FILE" help:"The image archive to write (OCI layout and docker-archive in one tar)."`
+}
+
+func (c *ControllerImageCmd) Run(s *streams) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	name := bundle.KforgeImageName(version)
+	a, err := bundle.WriteKforgeImage(self, name, c.Out)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(s.Err, "wrote %s (%s) to %s\n", name, a.Digest, c.Out)
+	return nil
 }
