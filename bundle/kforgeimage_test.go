@@ -1,8 +1,6 @@
 package bundle
 
 import (
-	"archive/tar"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -45,30 +43,12 @@ func TestKforgeImageHoldsTheBinaryThatWroteIt(t *testing.T) {
 	if id, _ := img.ConfigName(); id.String() != a.ID || strings.Join(cf.Config.Entrypoint, " ") != KforgeBinary {
 		t.Errorf("image ID %s (archive says %s), entrypoint %q", id, a.ID, cf.Config.Entrypoint)
 	}
-	layers, _ := img.Layers()
-	rc, err := layers[0].Uncompressed()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rc.Close()
+	root := filepath.Join(dir, "root")
+	unpackImage(t, out, root)
 	want, _ := os.ReadFile(bin)
-	tr := tar.NewReader(rc)
-	found := false
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if h.Name == strings.TrimPrefix(KforgeBinary, "/") {
-			got, _ := io.ReadAll(tr)
-			found = h.Mode&0o755 == 0o755 && string(got) == string(want)
-		}
-	}
-	if !found {
-		t.Errorf("the image's layer does not hold the binary at %s, executable", KforgeBinary)
+	got, err := os.ReadFile(filepath.Join(root, KforgeBinary))
+	if fi, serr := os.Stat(filepath.Join(root, KforgeBinary)); err != nil || serr != nil || string(got) != string(want) || fi.Mode().Perm() != 0o755 {
+		t.Errorf("the image's layer does not hold the binary at %s, mode 0755: %v %v", KforgeBinary, err, serr)
 	}
 
 	// A binary that needs the C library (here: the shell) has nothing to run on in the image.

@@ -97,8 +97,9 @@ func TestSpecIsTheInventory(t *testing.T) {
 }
 
 // startAPIServer is envtest's etcd and kube-apiserver (controller-runtime's), from the binaries
-// the bundle package builds for the default release, with the KforgeCluster CRD installed.
-func startAPIServer(t *testing.T) *rest.Config {
+// the bundle package builds for the default release, with the KforgeCluster CRD installed; and
+// a client of it that knows KforgeClusters.
+func startAPIServer(t *testing.T) (*rest.Config, client.Client) {
 	t.Helper()
 	if _, err := exec.LookPath("go"); err != nil {
 		testenv.Require(t, errors.New("the go command is not on PATH (it builds the Kubernetes binaries)"))
@@ -133,14 +134,6 @@ func startAPIServer(t *testing.T) *rest.Config {
 			t.Errorf("envtest stop: %v", err)
 		}
 	})
-	return cfg
-}
-
-// TestCRDAgainstARealAPIServer: the CRD installs (a structural schema the API server accepts),
-// an example's object is stored and read back whole, and what the inventory's schema refuses
-// the API server refuses too, naming the field.
-func TestCRDAgainstARealAPIServer(t *testing.T) {
-	cfg := startAPIServer(t)
 	s := runtime.NewScheme()
 	if err := AddToScheme(s); err != nil {
 		t.Fatal(err)
@@ -149,6 +142,14 @@ func TestCRDAgainstARealAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return cfg, c
+}
+
+// TestCRDAgainstARealAPIServer: the CRD installs (a structural schema the API server accepts),
+// an example's object is stored and read back whole, and what the inventory's schema refuses
+// the API server refuses too, naming the field.
+func TestCRDAgainstARealAPIServer(t *testing.T) {
+	_, c := startAPIServer(t)
 	ctx := context.Background()
 	for _, name := range []string{"single-master", "ha", "external-etcd"} {
 		k, _ := fromExample(t, name)

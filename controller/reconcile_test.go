@@ -15,7 +15,6 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -31,15 +30,7 @@ import (
 // event); a paused one is left alone; and the credentials' values appear in no status and no
 // event. Making clusters is the end-to-end test's.
 func TestControllerAgainstARealAPIServer(t *testing.T) {
-	cfg := startAPIServer(t)
-	s := runtime.NewScheme()
-	if err := AddToScheme(s); err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(cfg, client.Options{Scheme: s})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, c := startAPIServer(t)
 	k, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
