@@ -3,26 +3,20 @@ package controller
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
-	"github.com/kforge/kforge/bundle"
-	"github.com/kforge/kforge/internal/testenv"
+	"github.com/kforge/kforge/controller/controllertest"
 	"github.com/kforge/kforge/inventory"
-	"github.com/kforge/kforge/release"
 )
 
 // fromExample is a KforgeCluster whose spec is examples/name.yaml's inventory.
@@ -96,44 +90,15 @@ func TestSpecIsTheInventory(t *testing.T) {
 	}
 }
 
-// startAPIServer is envtest's etcd and kube-apiserver (controller-runtime's), from the binaries
-// the bundle package builds for the default release, with the KforgeCluster CRD installed; and
-// a client of it that knows KforgeClusters.
+// startAPIServer is a real API server with the KforgeCluster CRD installed, and a client of it
+// that knows KforgeClusters.
 func startAPIServer(t *testing.T) (*rest.Config, client.Client) {
 	t.Helper()
-	if _, err := exec.LookPath("go"); err != nil {
-		testenv.Require(t, errors.New("the go command is not on PATH (it builds the Kubernetes binaries)"))
-	}
-	testenv.Require(t, nil)
-	o := bundle.BuildOptions{Version: release.Default(), Report: testenv.Report(t)}
-	k8s, err := bundle.KubernetesBinaries(context.Background(), o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	etcd, err := bundle.EtcdBinaries(context.Background(), o)
-	if err != nil {
-		t.Fatal(err)
-	}
 	crd, err := CRD()
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := &envtest.Environment{
-		CRDs: []*apiextensionsv1.CustomResourceDefinition{crd},
-		ControlPlane: envtest.ControlPlane{
-			APIServer: &envtest.APIServer{Path: filepath.Join(k8s, "kube-apiserver")},
-			Etcd:      &envtest.Etcd{Path: filepath.Join(etcd, "etcd")},
-		},
-	}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatalf("envtest: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Errorf("envtest stop: %v", err)
-		}
-	})
+	cfg, _ := controllertest.StartAPIServer(t, crd)
 	s := runtime.NewScheme()
 	if err := AddToScheme(s); err != nil {
 		t.Fatal(err)

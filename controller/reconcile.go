@@ -5,13 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -20,7 +18,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
-	"github.com/kforge/kforge/internal/fsx"
 	"github.com/kforge/kforge/inventory"
 	"github.com/kforge/kforge/kube"
 	"github.com/kforge/kforge/progress"
@@ -80,7 +77,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		log.Info("state held by another run; trying again later", "holder", locked.Holder)
 		r.condition(&k, ConditionProgressing, metav1.ConditionFalse, "StateHeld", redact(err))
 		return ctrl.Result{RequeueAfter: r.Retry}, r.status(ctx, &k)
-	case errors.As(err, new(invalidSpec)):
+	case errors.As(err, new(*InvalidSpecError)):
 		r.degraded(&k, "InvalidSpec", err)
 		r.Events.Eventf(&k, nil, corev1.EventTypeWarning, "InvalidSpec", "Plan", "%s", redact(err))
 		return ctrl.Result{}, r.status(ctx, &k) // until the spec or its Secrets change
@@ -134,7 +131,7 @@ func (r *Reconciler) delete(ctx context.Context, k *KforgeCluster, log *slog.Log
 	}
 	if k.Spec.DeletionPolicy == DeletionReset {
 		s, err := r.open(ctx, k)
-		if err != nil && !errors.As(err, new(invalidSpec)) {
+		if err != nil && !errors.As(err, new(*InvalidSpecError)) {
 			return ctrl.Result{RequeueAfter: r.Retry}, nil
 		}
 		if err == nil {
@@ -194,85 +191,41 @@ func planSummary(d tasks.Diff) string {
 
 func redact(err error) string { return progress.Redact(err.Error()) }
 
-// invalidSpec is a spec the inventory package refuses, or a credentials Secret that is missing:
-// nothing is tried until the object or its Secrets change.
-type invalidSpec struct{ error }
-
-func (e invalidSpec) Unwrap() error { return e.error }
-
 // session is one run on one cluster: the state held (its lease) as a private copy, the
 // inventory and credentials written beside each other in a directory of their own, the
 // environment the inventory names taken from the credentials.
 type session struct {
 	store *kube.StateStore
-	dir   string // the inventory and the credentials' files
+	w     *Workspace
 	inv   *inventory.Cluster
 	o     tasks.Options
 }
 
-// open takes k's state and makes its inventory: the spec as kforge.yaml, each key of each
-// credentialsFrom Secret a file beside it and a variable of its environment. HOME is in the
-// state, so that ssh's known_hosts (~/.ssh/known_hosts unless the spec names another) is kept
-// with the cluster.
+// open takes k's state and makes its workspace (NewWorkspace); HOME is in the state, so that
+// ssh's known_hosts is kept with the cluster.
 func (r *Reconciler) open(ctx context.Context, k *KforgeCluster) (*session, error) {
-	env := map[string]string{}
-	files := map[string][]byte{}
-	for _, ref := range k.Spec.CredentialsFrom {
-		sec, err := r.Kube.CoreV1().Secrets(k.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return nil, invalidSpec{fmt.Errorf("spec.credentialsFrom: Secret %s/%s not found: create it", k.Namespace, ref.Name)}
-		} else if err != nil {
-			return nil, err
-		}
-		for key, v := range sec.Data {
-			env[key], files[key] = string(v), v
-		}
-	}
-	inv, err := k.InventoryYAML()
+	w, err := NewWorkspace(ctx, r.Kube, k, r.WorkDir)
 	if err != nil {
-		return nil, invalidSpec{err}
+		return nil, err
 	}
 	owner := metav1.NewControllerRef(k, GroupVersion.WithKind(Kind))
 	store, err := kube.OpenState(ctx, r.Kube, k.Namespace, k.Name, kube.StateOptions{Identity: r.Identity, Lock: true, Owner: owner, Dir: r.WorkDir})
 	if err != nil {
-		return nil, err
+		return nil, errors.Join(err, w.Close())
 	}
-	s := &session{store: store}
-	fail := func(err error) (*session, error) {
+	s := &session{store: store, w: w}
+	w.SetHome(filepath.Join(store.Dir(), "home"))
+	if s.inv, err = w.Load(k); err != nil {
 		return nil, errors.Join(err, s.close(ctx))
 	}
-	if s.dir, err = os.MkdirTemp(r.WorkDir, "kforge-inventory-"); err != nil {
-		return fail(err)
-	}
-	for name, data := range files {
-		if !filepath.IsLocal(name) {
-			continue
-		}
-		if err := fsx.WriteFile(filepath.Join(s.dir, name), data, 0o600); err != nil {
-			return fail(err)
-		}
-	}
-	path := filepath.Join(s.dir, "kforge.yaml")
-	if err := fsx.WriteFile(path, inv, 0o600); err != nil {
-		return fail(err)
-	}
-	env["HOME"] = filepath.Join(store.Dir(), "home")
-	lookup := func(key string) (string, bool) { v, ok := env[key]; return v, ok }
-	c, err := inventory.LoadEnv(path, lookup)
-	if es, ok := err.(inventory.Errors); ok {
-		return fail(invalidSpec{fmt.Errorf("KforgeCluster %s/%s: %w", k.Namespace, k.Name, es)})
-	} else if err != nil {
-		return fail(err)
-	}
-	s.inv = c
 	d := state.At(store.Dir())
-	s.o = tasks.Options{State: d, InventoryDir: s.dir, Limits: r.Limits, Timeout: r.Timeout, Prune: k.Spec.Prune,
-		AcceptNewHostKeys: k.Spec.AcceptNewHostKeys, Getenv: func(key string) string { return env[key] }, Logger: r.Log.With("cluster", k.Namespace+"/"+k.Name)}
-	if s.o.Removed, err = tasks.Removed(c, d); err != nil {
-		return fail(invalidSpec{err})
+	s.o = tasks.Options{State: d, InventoryDir: w.Dir, Limits: r.Limits, Timeout: r.Timeout, Prune: k.Spec.Prune,
+		AcceptNewHostKeys: k.Spec.AcceptNewHostKeys, Getenv: w.Getenv, Logger: r.Log.With("cluster", k.Namespace+"/"+k.Name)}
+	if s.o.Removed, err = tasks.Removed(s.inv, d); err == nil {
+		s.o.EtcdFrom, err = tasks.EtcdMove(s.inv, d, k.Spec.Prune)
 	}
-	if s.o.EtcdFrom, err = tasks.EtcdMove(c, d, k.Spec.Prune); err != nil {
-		return fail(invalidSpec{err})
+	if err != nil {
+		return nil, errors.Join(&InvalidSpecError{err}, s.close(ctx))
 	}
 	return s, nil
 }
@@ -316,9 +269,5 @@ func (s *session) run(ctx context.Context, command string, steps []tasks.Step, r
 
 // close writes the state back and removes the private copies.
 func (s *session) close(ctx context.Context) error {
-	var err error
-	if s.dir != "" {
-		err = os.RemoveAll(s.dir)
-	}
-	return errors.Join(err, s.store.Close(context.WithoutCancel(ctx)))
+	return errors.Join(s.w.Close(), s.store.Close(context.WithoutCancel(ctx)))
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"time"
 
 	"github.com/kforge/kforge/preflight"
@@ -79,5 +78,3 @@ func (c *ApplyCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Lo
 	run.printer.Summary(fmt.Sprintf("cluster %s is ready: %d nodes; admin kubeconfig %s (kforge kubeconfig prints it); SSH sent %s, received %s", run.inv.Name, len(run.inv.Nodes()), run.state.AdminKubeconfig(), bytesString(sent), bytesString(received)), time.Since(run.start), timings)
 	return nil
 }
-
-func dirOf(file string) string { return filepath.Dir(file) }

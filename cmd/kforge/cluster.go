@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"time"
 
 	"github.com/kforge/kforge/inventory"
@@ -25,12 +26,22 @@ func loadInventory(g *Globals) (*inventory.Cluster, error) {
 
 // loadCluster loads the -i inventory and opens its state dir (--state-dir, or the default for
 // the cluster's name) for a command that only reads it, unless lock; close it when done.
+// With -i kube://NAMESPACE/NAME the inventory is that KforgeCluster's spec and credentials
+// (objectInventory), and the state dir, unless given, its state in the management cluster.
 func loadCluster(ctx context.Context, g *Globals, lock bool) (*inventory.Cluster, *clusterState, error) {
+	if ns, name, ok, err := kubeRef("-i", g.Inventory); err != nil {
+		return nil, nil, usageError{err}
+	} else if ok {
+		return objectInventory(ctx, g, ns, name, lock)
+	}
 	c, err := loadInventory(g)
 	if err != nil {
 		return nil, nil, err
 	}
 	d, err := openState(ctx, g, c, lock)
+	if err == nil {
+		d.inventoryDir = filepath.Dir(g.Inventory)
+	}
 	return c, d, err
 }
 
@@ -59,12 +70,12 @@ func startClusterRun(ctx context.Context, command string, s *streams, g *Globals
 
 // options are the tasks' options every cluster command shares.
 func (r *clusterRun) options(g *Globals, log *slog.Logger) tasks.Options {
-	return taskOptions(r.state, g, log)
+	return taskOptions(r.held, g, log)
 }
 
 // taskOptions are the tasks' options from the global flags, for a cluster's state dir.
-func taskOptions(d state.Dir, g *Globals, log *slog.Logger) tasks.Options {
-	return tasks.Options{State: d, InventoryDir: dirOf(g.Inventory), Limits: remote.Limits{Hosts: g.Concurrency}, Logger: log}
+func taskOptions(d *clusterState, g *Globals, log *slog.Logger) tasks.Options {
+	return tasks.Options{State: d.Dir, InventoryDir: d.inventoryDir, Limits: remote.Limits{Hosts: g.Concurrency}, Getenv: d.getenv, Logger: log}
 }
 
 // run runs steps, reporting each event and recording the run in the state dir. A state kept

@@ -12,7 +12,6 @@ import (
 
 	"github.com/kforge/kforge/internal/fsx"
 	"github.com/kforge/kforge/inventory"
-	"github.com/kforge/kforge/state"
 	"github.com/kforge/kforge/tasks"
 	"github.com/kforge/kforge/templates"
 
@@ -53,7 +52,7 @@ func (c *KubeconfigCmd) Run(ctx context.Context, s *streams, g *Globals, log *sl
 	state := held.Dir
 	dl.UseDir(held.logs)
 	if c.User != "" {
-		return c.issue(ctx, s, g, log, inv, state, ttl)
+		return c.issue(ctx, s, g, log, inv, held, ttl)
 	}
 	path := state.AdminKubeconfig()
 	data, err := os.ReadFile(path)
@@ -98,7 +97,7 @@ func mergeInto(s *streams, data []byte, what string) error {
 
 // issue signs a user's kubeconfig and writes it where the admin's would go; the state dir is
 // held (loadCluster's lock) while the serial is recorded.
-func (c *KubeconfigCmd) issue(ctx context.Context, s *streams, g *Globals, log *slog.Logger, inv *inventory.Cluster, d state.Dir, ttl time.Duration) error {
+func (c *KubeconfigCmd) issue(ctx context.Context, s *streams, g *Globals, log *slog.Logger, inv *inventory.Cluster, d *clusterState, ttl time.Duration) error {
 	if ttl == 0 {
 		ttl = time.Duration(inv.PKI.CertValidity)
 	}

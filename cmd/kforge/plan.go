@@ -63,7 +63,7 @@ func (p PlanCmd) Run(ctx context.Context, s *streams, g *Globals, log *slog.Logg
 	if err != nil {
 		return usageError{err}
 	}
-	o := taskOptions(state, g, log)
+	o := taskOptions(held, g, log)
 	o.Prune, o.Ignore = p.Prune, ignore
 	if p.Restore != "" {
 		// A restore's inventory may keep none of the masters: they are the lost ones.

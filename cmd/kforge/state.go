@@ -2,14 +2,18 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/kforge/kforge/controller"
 	"github.com/kforge/kforge/inventory"
 	"github.com/kforge/kforge/kube"
 	"github.com/kforge/kforge/state"
@@ -26,6 +30,11 @@ type clusterState struct {
 	state.Dir
 	store  *kube.StateStore // nil for a directory
 	unlock func()
+	// inventoryDir resolves the inventory's relative paths; getenv reads the variables it
+	// names (nil: the process's). With -i kube://…, both are ws's.
+	inventoryDir string
+	getenv       func(string) string
+	ws           *controller.Workspace
 	// logs is where the debug log goes: the state dir's, or for a state kept in a management
 	// cluster the default state dir's on this workstation (the copy is removed at the end).
 	logs string
@@ -34,7 +43,7 @@ type clusterState struct {
 // openState takes the state dir of cluster inv for one command; lock holds it, against
 // another run, until close (the commands that change a cluster).
 func openState(ctx context.Context, g *Globals, inv *inventory.Cluster, lock bool) (*clusterState, error) {
-	if ns, name, ok, err := kubeState(g.StateDir); err != nil {
+	if ns, name, ok, err := kubeRef("--state-dir", g.StateDir); err != nil {
 		return nil, usageError{err}
 	} else if ok {
 		local, err := state.Default(inv.Name)
@@ -70,35 +79,94 @@ func openState(ctx context.Context, g *Globals, inv *inventory.Cluster, lock boo
 	return s, nil
 }
 
-// kubeState parses --state-dir kube://NAMESPACE/NAME; ok is false for a directory.
-func kubeState(dir string) (ns, name string, ok bool, err error) {
-	rest, ok := strings.CutPrefix(dir, kubeStatePrefix)
+// kubeRef parses flag's value kube://NAMESPACE/NAME; ok is false for a path.
+func kubeRef(flag, value string) (ns, name string, ok bool, err error) {
+	rest, ok := strings.CutPrefix(value, kubeStatePrefix)
 	if !ok {
 		return "", "", false, nil
 	}
 	ns, name, _ = strings.Cut(rest, "/")
 	if len(validation.IsDNS1123Label(ns)) > 0 || len(validation.IsDNS1123Label(name)) > 0 {
-		return "", "", false, fmt.Errorf("--state-dir %s: want kube://NAMESPACE/NAME, the namespace and name of the cluster's KforgeCluster in the management cluster ($KUBECONFIG)", dir)
+		return "", "", false, fmt.Errorf("%s %s: want kube://NAMESPACE/NAME, the namespace and name of the cluster's KforgeCluster in the management cluster ($KUBECONFIG)", flag, value)
 	}
 	return ns, name, true, nil
 }
 
-// managementClient is a client of the management cluster: $KUBECONFIG or ~/.kube/config, as
-// kubectl finds it.
-func managementClient() (kubernetes.Interface, error) {
+// managementConfig is the management cluster's client configuration: $KUBECONFIG or
+// ~/.kube/config, as kubectl finds it.
+func managementConfig() (*rest.Config, error) {
 	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(clientcmd.NewDefaultClientConfigLoadingRules(), nil).ClientConfig()
 	if err != nil {
-		return nil, fmt.Errorf("--state-dir %s...: the management cluster's kubeconfig: %w", kubeStatePrefix, err)
+		return nil, fmt.Errorf("%s...: the management cluster's kubeconfig: %w", kubeStatePrefix, err)
+	}
+	return cfg, nil
+}
+
+func managementClient() (kubernetes.Interface, error) {
+	cfg, err := managementConfig()
+	if err != nil {
+		return nil, err
 	}
 	return kubernetes.NewForConfig(cfg)
+}
+
+// objectInventory is the inventory of KforgeCluster ns/name: its spec and credentials, in a
+// workspace removed when the command ends (controller.NewWorkspace), with the state dir, when
+// --state-dir is not given, the object's state in the management cluster; ssh's known_hosts is
+// then the one the controller keeps there.
+func objectInventory(ctx context.Context, g *Globals, ns, name string, lock bool) (*inventory.Cluster, *clusterState, error) {
+	cfg, err := managementConfig()
+	if err != nil {
+		return nil, nil, err
+	}
+	k, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	obj, err := controller.Get(ctx, cfg, ns, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	ws, err := controller.NewWorkspace(ctx, k, obj, "")
+	if err != nil {
+		return nil, nil, invalidSpec(err)
+	}
+	inv, err := ws.Load(obj)
+	if err != nil {
+		return nil, nil, errors.Join(invalidSpec(err), ws.Close())
+	}
+	if g.StateDir == "" {
+		g.StateDir = kubeStatePrefix + ns + "/" + name
+	}
+	d, err := openState(ctx, g, inv, lock)
+	if err != nil {
+		return nil, nil, errors.Join(err, ws.Close())
+	}
+	d.ws, d.inventoryDir, d.getenv = ws, ws.Dir, ws.Getenv
+	if d.store != nil {
+		ws.SetHome(filepath.Join(d.store.Dir(), "home"))
+	}
+	return inv, d, nil
+}
+
+// invalidSpec is a KforgeCluster the inventory package refuses: bad input, nothing changed.
+func invalidSpec(err error) error {
+	if errors.As(err, new(*controller.InvalidSpecError)) {
+		return usageError{err}
+	}
+	return err
 }
 
 // close ends the command's hold: a state kept in a management cluster is written back and its
 // copy removed.
 func (s *clusterState) close(ctx context.Context) error {
 	s.unlock()
-	if s.store == nil {
-		return nil
+	var err error
+	if s.ws != nil {
+		err = s.ws.Close()
 	}
-	return s.store.Close(context.WithoutCancel(ctx))
+	if s.store == nil {
+		return err
+	}
+	return errors.Join(err, s.store.Close(context.WithoutCancel(ctx)))
 }
