@@ -10,26 +10,26 @@ import (
 	"time"
 )
 
-// lanes are the e2e tests that bring up a lab, in lanes that run side by side: within a lane
-// one lab at a time, in this order. A lab spends most of its time waiting (on kubelet
-// restarting static pods, on certificates expiring: this 2-core machine is idle 85-95 % of a
-// CA rotation), so labs at once cost little more than one, except the VM: QEMU without KVM is
-// CPU-bound, 14 minutes alone, 35 beside the 11-host external etcd (809cd06) and 33 beside its
-// first 17 minutes (74b018e). So while it runs only the light labs run beside it (the
-// certificates' expiry, which sleeps; the bare hosts; the three lost masters); the heavy ones
-// wait for it to end (afterTest) and then run three at once. Three lanes from the start were
-// tried at 98d3ae9: the load average went past 30 and the VM test was not done after 25
+// phases are the e2e tests that bring up a lab: in lanes that run side by side, within a lane
+// one lab at a time, in order; a phase's lanes begin when every test of the phases before it is
+// done. A lab spends most of its time waiting (on kubelet restarting static pods, on
+// certificates expiring: this 2-core machine is idle 85-95 % of a CA rotation), so labs at once
+// cost little more than one, except the VM: QEMU without KVM is CPU-bound, 14 minutes alone,
+// 35 beside the 11-host external etcd (809cd06) and 35 beside the light labs and the other
+// packages' tests (74b018e). So the nspawn labs come first, three at once, and the VM last,
+// with only the certificates' expiry beside it (it sleeps). Three lanes with the VM among them
+// were tried at 98d3ae9: the load average went past 30 and the VM test was not done after 25
 // minutes (docs/testing.md).
-var lanes = [][]string{
-	{"TestHostsAsUsersHaveThem", "TestHAControlPlaneGrowsSurvivesAMasterAndShrinks"},
-	{"TestExpiredCertificatesRenewed", "TestBareHostsEveryMinor", "TestRestoreThreeLostMasters", "TestExternalEtcd"},
-	{"TestApplyLabClusterEndToEnd", "TestUpgradeAcrossTwoMinors", "TestConformance"},
-}
-
-// afterTest holds a test until another lane's test is done, when both are selected.
-var afterTest = map[string]string{
-	"TestApplyLabClusterEndToEnd": "TestHostsAsUsersHaveThem",
-	"TestExternalEtcd":            "TestHostsAsUsersHaveThem",
+var phases = [][][]string{
+	{
+		{"TestHAControlPlaneGrowsSurvivesAMasterAndShrinks"},
+		{"TestExternalEtcd", "TestRestoreThreeLostMasters", "TestBareHostsEveryMinor"},
+		{"TestApplyLabClusterEndToEnd", "TestUpgradeAcrossTwoMinors", "TestConformance"},
+	},
+	{
+		{"TestHostsAsUsersHaveThem"},
+		{"TestExpiredCertificatesRenewed"},
+	},
 }
 
 // labRuns is which lab tests -run selected, and which of them are done, in all lanes.
@@ -46,13 +46,32 @@ type labState struct {
 	done     map[string]bool
 }
 
-// labTests is the number of lab tests, in all lanes.
+// labTests is the number of lab tests, in all phases.
 func labTests() int {
 	n := 0
-	for _, l := range lanes {
-		n += len(l)
+	for _, p := range phases {
+		for _, l := range p {
+			n += len(l)
+		}
 	}
 	return n
+}
+
+// before are the tests that must be done before name begins: those before it in its lane and
+// every test of the phases before its own; lane is its lane's number, counted across phases.
+func before(name string) (waitFor []string, lane int, ok bool) {
+	for _, p := range phases {
+		for _, l := range p {
+			lane++
+			if i := slices.Index(l, name); i >= 0 {
+				return append(waitFor, l[:i]...), lane, true
+			}
+		}
+		for _, l := range p {
+			waitFor = append(waitFor, l...)
+		}
+	}
+	return nil, 0, false
 }
 
 // TestMain lets every lab test be in flight at once (each waits for its turn in its lane, not
@@ -69,16 +88,16 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// inLane runs the calling test in its lane: in parallel with the other lanes, after the tests
-// before it in its own and after its afterTest. It logs how long the test waited for its
-// turn, which go test's duration of the test includes.
+// inLane runs the calling test in its lane: in parallel with the other lanes of its phase,
+// after the tests before it in its lane and every test of the phases before. It logs how long
+// the test waited for its turn, which go test's duration of the test includes.
 func inLane(t *testing.T) {
 	t.Helper()
-	li := slices.IndexFunc(lanes, func(l []string) bool { return slices.Contains(l, t.Name()) })
-	if li < 0 {
+	waitFor, lane, ok := before(t.Name())
+	if !ok {
 		t.Fatalf("%s is in no lane (lanes_test.go)", t.Name())
 	}
-	s, order := labRuns, lanes[li]
+	s := labRuns
 	s.mu.Lock()
 	s.selected[t.Name()] = true // every selected test gets here before any resumes from Parallel
 	s.mu.Unlock()
@@ -93,19 +112,15 @@ func inLane(t *testing.T) {
 	// slot its predecessor needs: then the order is go test's.
 	if p, _ := strconv.Atoi(flag.Lookup("test.parallel").Value.String()); p >= labTests() {
 		start := time.Now()
-		waitFor := order[:slices.Index(order, t.Name())]
-		if a, ok := afterTest[t.Name()]; ok {
-			waitFor = append(slices.Clone(waitFor), a)
-		}
 		s.mu.Lock()
-		for _, before := range waitFor {
-			for s.selected[before] && !s.done[before] {
+		for _, b := range waitFor {
+			for s.selected[b] && !s.done[b] {
 				s.cond.Wait()
 			}
 		}
 		s.mu.Unlock()
 		if w := time.Since(start); w > time.Second {
-			t.Logf("waited %s for its turn in lane %d", w.Round(time.Second), li+1)
+			t.Logf("waited %s for its turn in lane %d", w.Round(time.Second), lane)
 		}
 		start = time.Now()
 		t.Cleanup(func() { t.Logf("ran %s after its turn came", time.Since(start).Round(time.Second)) })
@@ -124,5 +139,30 @@ func (c *cluster) step(name string, f func(t *testing.T)) {
 	})
 	if !ok {
 		parent.FailNow()
+	}
+}
+
+// TestLanes: every lab test is in one lane once; a test waits for those before it in its lane
+// and for every test of the phases before its own.
+func TestLanes(t *testing.T) {
+	seen := map[string]bool{}
+	for _, p := range phases {
+		for _, l := range p {
+			for _, n := range l {
+				if seen[n] {
+					t.Errorf("%s is in two lanes", n)
+				}
+				seen[n] = true
+			}
+		}
+	}
+	if w, lane, ok := before("TestUpgradeAcrossTwoMinors"); !ok || lane != 3 || !slices.Equal(w, []string{"TestApplyLabClusterEndToEnd"}) {
+		t.Errorf("before the upgrade: %v in lane %d", w, lane)
+	}
+	if w, lane, _ := before("TestExpiredCertificatesRenewed"); lane != 5 || len(w) != labTests()-2 || slices.Contains(w, "TestHostsAsUsersHaveThem") {
+		t.Errorf("before the certificates' expiry (second phase): %v in lane %d", w, lane)
+	}
+	if _, _, ok := before("TestNoSuchLab"); ok {
+		t.Error("a test in no lane was found")
 	}
 }
