@@ -46,6 +46,11 @@ func Manifests(o ManifestOptions) ([]byte, error) {
 	all := []string{"get", "list", "watch", "create", "update", "patch", "delete"}
 
 	ns := &corev1.Namespace{TypeMeta: metav1.TypeMeta{Kind: "Namespace", APIVersion: "v1"}, ObjectMeta: metav1.ObjectMeta{Name: o.Namespace}}
+	if o.BundleHostPath != "" {
+		// Pod Security's baseline forbids hostPath volumes; the container itself stays within
+		// restricted (non-root, no capabilities, read-only root, RuntimeDefault seccomp).
+		ns.Labels = map[string]string{"pod-security.kubernetes.io/enforce": "privileged"}
+	}
 	sa := &corev1.ServiceAccount{}
 	sa.TypeMeta, sa.ObjectMeta = meta("ServiceAccount", "v1")
 	role := &rbacv1.ClusterRole{Rules: []rbacv1.PolicyRule{

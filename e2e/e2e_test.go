@@ -64,6 +64,8 @@ type cluster struct {
 	bundle    string
 	version   string   // the inventory's kubernetesVersion, which the bundle holds
 	env       []string // added to kforge's environment (NAME=value)
+	// secondAdmin is an admin client of the cluster a KforgeCluster made (controller_test.go).
+	secondAdmin kubernetes.Interface
 	// registries is the inventory's containerRuntime.registries, as YAML flow sequence items.
 	registries []string
 	// endpoint, when set, is the inventory's controlPlaneEndpoint (else the lab's load

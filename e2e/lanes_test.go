@@ -23,7 +23,7 @@ import (
 var phases = [][][]string{
 	{
 		{"TestHAControlPlaneGrowsSurvivesAMasterAndShrinks"},
-		{"TestExternalEtcd", "TestRestoreThreeLostMasters", "TestBareHostsEveryMinor"},
+		{"TestExternalEtcd", "TestRestoreThreeLostMasters", "TestBareHostsEveryMinor", "TestControllerMakesAndKeepsACluster"},
 		{"TestApplyLabClusterEndToEnd", "TestUpgradeAcrossTwoMinors", "TestConformance"},
 	},
 	{
