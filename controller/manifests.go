@@ -75,7 +75,7 @@ func Manifests(o ManifestOptions) ([]byte, error) {
 	env := func(name, path string) corev1.EnvVar {
 		return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}}
 	}
-	args := []string{"controller", "--namespace=$(POD_NAMESPACE)", "--identity=$(POD_NAME)", "--work-dir=/work"}
+	args := []string{"controller", "-v", "--namespace=$(POD_NAMESPACE)", "--identity=$(POD_NAME)", "--work-dir=/work"}
 	if o.Clusters > 0 {
 		args = append(args, "--clusters="+strconv.Itoa(o.Clusters))
 	}
@@ -99,7 +99,8 @@ func Manifests(o ManifestOptions) ([]byte, error) {
 				SecurityContext:    &corev1.PodSecurityContext{RunAsNonRoot: &yes, RunAsUser: &uid, RunAsGroup: &uid, SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
 				Containers: []corev1.Container{{
 					Name: "controller", Image: o.Image, Args: args,
-					Env:          []corev1.EnvVar{env("POD_NAME", "metadata.name"), env("POD_NAMESPACE", "metadata.namespace")},
+					// The root filesystem is read-only: temporary files go to the work dir.
+					Env:          []corev1.EnvVar{env("POD_NAME", "metadata.name"), env("POD_NAMESPACE", "metadata.namespace"), {Name: "TMPDIR", Value: "/work"}},
 					VolumeMounts: mounts,
 					Ports:        []corev1.ContainerPort{{Name: "metrics", ContainerPort: 8080}, {Name: "probes", ContainerPort: 8081}},
 					LivenessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromString("probes")}},

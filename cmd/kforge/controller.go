@@ -34,7 +34,8 @@ type ControllerRunCmd struct {
 	NoElection bool          `help:"Run without leader election (one replica only)."`
 }
 
-func (c *ControllerRunCmd) Run(ctx context.Context, g *Globals, log *slog.Logger) error {
+func (c *ControllerRunCmd) Run(ctx context.Context, g *Globals, log *slog.Logger, dl *debugLog) error {
+	dl.Off() // it runs for good: its log is stderr (-v for info, -vv for debug)
 	cfg, err := config.GetConfig()
 	if err != nil {
 		return err

@@ -58,6 +58,15 @@ func (l *debugLog) Write(p []byte) (int, error) {
 	return l.f.Write(p)
 }
 
+// Off turns the debug log off, for a command that runs for good and logs to stderr alone
+// (kforge controller): records would otherwise wait in memory for a path.
+func (l *debugLog) Off() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.fixed, l.err = true, errors.New("the debug log is off")
+	l.buf.Reset()
+}
+
 // UseDir puts the log into dir (a cluster's state dir's logs/), unless --log-file chose a file.
 func (l *debugLog) UseDir(dir string) {
 	l.mu.Lock()
