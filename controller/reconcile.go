@@ -124,7 +124,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	return ctrl.Result{RequeueAfter: r.Resync}, r.status(ctx, &k)
 }
 
-// delete lets a deleted KforgeCluster go: with deletionPolicy Reset, once its hosts are reset.
+// delete lets a deleted KforgeCluster go. With deletionPolicy Retain (no finalizer) the cluster
+// runs on and its state stays (kforge -i FILE --state-dir kube://… can take it over); with
+// Reset, once its hosts are reset, its state is deleted too.
 func (r *Reconciler) delete(ctx context.Context, k *KforgeCluster, log *slog.Logger) (ctrl.Result, error) {
 	if !controllerutil.ContainsFinalizer(k, Finalizer) {
 		return ctrl.Result{}, nil
@@ -143,6 +145,9 @@ func (r *Reconciler) delete(ctx context.Context, k *KforgeCluster, log *slog.Log
 				r.Events.Eventf(k, nil, corev1.EventTypeWarning, "ResetFailed", "Reset", "%s", redact(err))
 				return ctrl.Result{RequeueAfter: r.Retry}, nil
 			}
+		}
+		if err := kube.DeleteState(ctx, r.Kube, k.Namespace, k.Name); err != nil {
+			return ctrl.Result{}, err
 		}
 	}
 	controllerutil.RemoveFinalizer(k, Finalizer)
@@ -208,8 +213,7 @@ func (r *Reconciler) open(ctx context.Context, k *KforgeCluster) (*session, erro
 	if err != nil {
 		return nil, err
 	}
-	owner := metav1.NewControllerRef(k, GroupVersion.WithKind(Kind))
-	store, err := kube.OpenState(ctx, r.Kube, k.Namespace, k.Name, kube.StateOptions{Identity: r.Identity, Lock: true, Owner: owner, Dir: r.WorkDir})
+	store, err := kube.OpenState(ctx, r.Kube, k.Namespace, k.Name, kube.StateOptions{Identity: r.Identity, Lock: true, Dir: r.WorkDir})
 	if err != nil {
 		return nil, errors.Join(err, w.Close())
 	}

@@ -221,6 +221,9 @@ func TestControllerMakesAndKeepsACluster(t *testing.T) {
 			t.Fatalf("delete: %v\n%s", err, out)
 		}
 		c.checkSecondClusterNodes(ctx, c.secondAdmin, 3, to)
+		if _, err := mgmt.CoreV1().Secrets(ns).Get(ctx, kube.StateSecretName(name), metav1.GetOptions{}); err != nil {
+			t.Errorf("the state of the deleted (retained) cluster: %v; want it kept", err)
+		}
 	})
 }
 

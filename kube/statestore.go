@@ -78,7 +78,6 @@ type StateStore struct {
 	client    kubernetes.Interface
 	ns, name  string
 	identity  string
-	owner     []metav1.OwnerReference
 	dir       string
 	locked    bool
 	mu        sync.Mutex        // one Sync at a time
@@ -97,9 +96,6 @@ type StateOptions struct {
 	// Lock takes the lease for the whole run (the commands that change a cluster); without it
 	// the state is only read.
 	Lock bool
-	// Owner, when set, owns the objects made (the cluster's KforgeCluster object), so that they
-	// go with it.
-	Owner *metav1.OwnerReference
 	// Dir is where the private copy is made (a new directory in it; default os.TempDir()).
 	Dir string
 }
@@ -114,9 +110,6 @@ func OpenState(ctx context.Context, client kubernetes.Interface, ns, name string
 	}
 	s := &StateStore{client: client, ns: ns, name: name, identity: o.Identity, dir: dir, locked: o.Lock,
 		synced: map[string][]byte{}, runs: map[string]bool{}}
-	if o.Owner != nil {
-		s.owner = []metav1.OwnerReference{*o.Owner}
-	}
 	s.ctx, s.cancel = context.WithCancelCause(context.Background())
 	fail := func(err error) (*StateStore, error) {
 		s.cancel(err)
@@ -154,7 +147,7 @@ func (s *StateStore) acquire(ctx context.Context) error {
 	l, err := leases.Get(ctx, StateLeaseName(s.name), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		_, err = leases.Create(ctx, &coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{Name: StateLeaseName(s.name), Namespace: s.ns, Labels: map[string]string{stateLabel: s.name}, OwnerReferences: s.owner},
+			ObjectMeta: metav1.ObjectMeta{Name: StateLeaseName(s.name), Namespace: s.ns, Labels: map[string]string{stateLabel: s.name}},
 			Spec:       coordinationv1.LeaseSpec{HolderIdentity: &s.identity, LeaseDurationSeconds: &secs, AcquireTime: &now, RenewTime: &now},
 		}, metav1.CreateOptions{})
 		if apierrors.IsAlreadyExists(err) {
@@ -343,7 +336,7 @@ func (s *StateStore) Sync(ctx context.Context) error {
 			return s.wrap("read a run record", err)
 		}
 		cm := &corev1.ConfigMap{
-			ObjectMeta: metav1.ObjectMeta{Name: stateRunName(s.name, file), Namespace: s.ns, Labels: map[string]string{stateLabel: s.name}, OwnerReferences: s.owner},
+			ObjectMeta: metav1.ObjectMeta{Name: stateRunName(s.name, file), Namespace: s.ns, Labels: map[string]string{stateLabel: s.name}},
 			Data:       map[string]string{file: string(b)},
 		}
 		if _, err := s.client.CoreV1().ConfigMaps(s.ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -362,7 +355,7 @@ func (s *StateStore) writeSecret(ctx context.Context, data map[string][]byte) er
 	sec, err := secrets.Get(ctx, StateSecretName(s.name), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		_, err = secrets.Create(ctx, &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Name: StateSecretName(s.name), Namespace: s.ns, Labels: map[string]string{stateLabel: s.name}, OwnerReferences: s.owner},
+			ObjectMeta: metav1.ObjectMeta{Name: StateSecretName(s.name), Namespace: s.ns, Labels: map[string]string{stateLabel: s.name}},
 			Type:       "kforge.dev/state", Data: data,
 		}, metav1.CreateOptions{})
 		return s.wrap("write the state Secret", err)
@@ -437,6 +430,25 @@ func stateFile(key string) (string, error) {
 }
 
 var secretKey = regexp.MustCompile(`^[-._a-zA-Z0-9]+$`)
+
+// DeleteState deletes the state of cluster ns/name: its Secret, run records and lease (what a
+// reset with its state purged leaves of a cluster).
+func DeleteState(ctx context.Context, client kubernetes.Interface, ns, name string) error {
+	ignore := func(err error) error {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return err
+	}
+	err := errors.Join(
+		ignore(client.CoreV1().Secrets(ns).Delete(ctx, StateSecretName(name), metav1.DeleteOptions{})),
+		ignore(client.CoreV1().ConfigMaps(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: stateLabel + "=" + name})),
+		ignore(client.CoordinationV1().Leases(ns).Delete(ctx, StateLeaseName(name), metav1.DeleteOptions{})))
+	if err != nil {
+		return fmt.Errorf("state of cluster %s/%s: delete: %w", ns, name, err)
+	}
+	return nil
+}
 
 // SyncAfterSteps wraps report so that the state is written back when each step is done; when
 // that fails, fail is called with the error, which ends the run before its next step (a step

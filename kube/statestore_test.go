@@ -12,6 +12,7 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -189,6 +190,19 @@ func TestStateStoreAgainstARealAPIServer(t *testing.T) {
 	}
 	if l, err := k.CoordinationV1().Leases(ns).Get(ctx, StateLeaseName(name), metav1.GetOptions{}); err != nil || *l.Spec.HolderIdentity != thief {
 		t.Errorf("run-c's Close gave up a lease it no longer held: %v %v", err, holderOf(l))
+	}
+
+	// DeleteState leaves nothing of the cluster's state, and a second call is no error.
+	for range 2 {
+		if err := DeleteState(ctx, k, ns, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cms, err = k.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{LabelSelector: stateLabel + "=" + name})
+	_, serr := k.CoreV1().Secrets(ns).Get(ctx, StateSecretName(name), metav1.GetOptions{})
+	_, lerr := k.CoordinationV1().Leases(ns).Get(ctx, StateLeaseName(name), metav1.GetOptions{})
+	if err != nil || len(cms.Items) > 0 || !apierrors.IsNotFound(serr) || !apierrors.IsNotFound(lerr) {
+		t.Errorf("after DeleteState: %v, %d run records, Secret %v, lease %v", err, len(cms.Items), serr, lerr)
 	}
 }
 
