@@ -89,6 +89,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			log.Error("state not written back", "err", redact(cerr))
 		}
 	}()
+	if run := k.Status.LastRun; run != nil && run.End == nil {
+		// This run holds the cluster's lease: the one the status names is gone (its controller
+		// stopped mid-run). The plan below says what it left; apply finishes it.
+		now := metav1.Now()
+		run.End, run.Outcome = &now, "interrupted: its controller stopped before it ended"
+		r.Events.Eventf(&k, nil, corev1.EventTypeWarning, "Interrupted", "Apply", "the %s that began at %s did not end (its controller stopped): planning again from where it was", run.Command, run.Start.UTC().Format(time.RFC3339))
+	}
 
 	diff, err := s.plan(ctx)
 	if err != nil {

@@ -26,6 +26,9 @@ type Workspace struct {
 	Dir       string // kforge.yaml and the credentials' files
 	Inventory string // Dir/kforge.yaml
 	env       map[string]string
+	// fallback reads what the credentials do not hold (the CLI's own environment); nil in the
+	// controller.
+	fallback func(string) (string, bool)
 }
 
 // NewWorkspace makes k's workspace in a new directory in dir ("": the temporary directory).
@@ -83,9 +86,23 @@ func (w *Workspace) Load(k *KforgeCluster) (*inventory.Cluster, error) {
 // spec names another): a directory in the cluster's state, so that host keys are kept with it.
 func (w *Workspace) SetHome(home string) { w.env["HOME"] = home }
 
-// Lookup and Getenv read the workspace's environment.
-func (w *Workspace) Lookup(key string) (string, bool) { v, ok := w.env[key]; return v, ok }
-func (w *Workspace) Getenv(key string) string         { return w.env[key] }
+// Fallback makes lookup read what the credentials do not hold: a person taking a cluster over
+// with the CLI gives their own environment (KFORGE_BUNDLE for a spec's
+// bundle: ${KFORGE_BUNDLE:-/bundle}, SSH_AUTH_SOCK).
+func (w *Workspace) Fallback(lookup func(string) (string, bool)) { w.fallback = lookup }
+
+// Lookup and Getenv read the workspace's environment: the credentials, then the fallback.
+func (w *Workspace) Lookup(key string) (string, bool) {
+	if v, ok := w.env[key]; ok {
+		return v, ok
+	}
+	if w.fallback != nil {
+		return w.fallback(key)
+	}
+	return "", false
+}
+
+func (w *Workspace) Getenv(key string) string { v, _ := w.Lookup(key); return v }
 
 // Close removes the workspace's files.
 func (w *Workspace) Close() error { return os.RemoveAll(w.Dir) }

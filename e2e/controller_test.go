@@ -101,7 +101,7 @@ func TestControllerMakesAndKeepsACluster(t *testing.T) {
 		for _, k := range []string{"apiVersion", "kind", "name", "addons"} {
 			delete(s, k)
 		}
-		s["bundle"] = "/bundle"
+		s["bundle"] = "${KFORGE_BUNDLE:-/bundle}" // the controller's; a person taking over sets their own
 		s["ssh"] = map[string]any{"user": "root", "identityFile": "id_lab", "knownHostsFile": "known_hosts"}
 		s["credentialsFrom"] = []any{map[string]any{"name": "lab-ssh"}}
 		s["prune"] = true
@@ -146,7 +146,7 @@ func TestControllerMakesAndKeepsACluster(t *testing.T) {
 			t.Fatalf("pause: %v\n%s", err, out)
 		}
 		plan := exec.CommandContext(ctx, c.kforge, "-i", "kube://"+ns+"/"+name, "plan", "--detailed-exitcode")
-		plan.Env = append(os.Environ(), "KUBECONFIG="+filepath.Join(c.state, "admin.conf"), "XDG_STATE_HOME="+t.TempDir())
+		plan.Env = append(os.Environ(), "KUBECONFIG="+filepath.Join(c.state, "admin.conf"), "XDG_STATE_HOME="+t.TempDir(), "KFORGE_BUNDLE="+c.bundle)
 		out, err := plan.CombinedOutput()
 		if err != nil || !strings.Contains(string(out), "No changes") {
 			t.Errorf("kforge plan -i kube://%s/%s (the state and inventory from the management cluster): %v; want exit 0 and no changes\n%s", ns, name, err, out)
@@ -159,14 +159,15 @@ func TestControllerMakesAndKeepsACluster(t *testing.T) {
 	c.step("upgrade-leader-killed", func(t *testing.T) {
 		start := time.Now()
 		gen = c.applyObject(ctx, ns, name, spec(h[2:3], h[3:5], to))
-		// Once the upgrade's apply is past its first steps, the leading controller dies.
-		eventually(ctx, t, "the upgrade's stage step done", func() (bool, string) {
+		// The leading controller dies as the upgrade's apply enters its upgrade step (the step
+		// after render).
+		eventually(ctx, t, "the upgrade's render step done", func() (bool, string) {
 			evs, err := mgmt.EventsV1().Events(ns).List(ctx, metav1.ListOptions{})
 			if err != nil {
 				return false, err.Error()
 			}
 			for _, e := range evs.Items {
-				if e.Reason == "StepDone" && e.Action == "stage" && e.EventTime.After(start) {
+				if e.Reason == "StepDone" && e.Action == "render" && e.EventTime.After(start) {
 					return true, ""
 				}
 			}
@@ -183,8 +184,21 @@ func TestControllerMakesAndKeepsACluster(t *testing.T) {
 		}
 		t.Logf("killed the leading controller %s %s after the upgrade began", leader, time.Since(start).Round(time.Second))
 		k := c.waitReady(ctx, ns, name, gen, 20*time.Minute)
-		if k.Status.Version != to || k.Status.LastRun == nil || k.Status.LastRun.Outcome != "ok" {
-			t.Errorf("after the upgrade: version %s, last run %+v", k.Status.Version, k.Status.LastRun)
+		if k.Status.Version != to || k.Status.LastRun == nil || k.Status.LastRun.Outcome != "ok" || k.Status.LastRun.End == nil || k.Status.LastRun.Start.Time.Before(start) {
+			t.Errorf("after the upgrade: version %s, last run %+v; want the successor's apply, ended ok", k.Status.Version, k.Status.LastRun)
+		}
+		evs, err := mgmt.EventsV1().Events(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		interrupted := 0
+		for _, e := range evs.Items {
+			if e.Reason == "Interrupted" {
+				interrupted++
+			}
+		}
+		if interrupted != 1 {
+			t.Errorf("%d Interrupted events; want 1, for the killed controller's apply", interrupted)
 		}
 		t.Logf("upgraded %s → %s in %s, the leader killed on the way", from, to, time.Since(start).Round(time.Second))
 		c.checkSecondCluster(ctx, ns, name, 3, to)

@@ -131,6 +131,7 @@ func objectInventory(ctx context.Context, g *Globals, ns, name string, lock bool
 	if err != nil {
 		return nil, nil, invalidSpec(err)
 	}
+	ws.Fallback(os.LookupEnv) // what the Secrets do not hold: this person's environment
 	inv, err := ws.Load(obj)
 	if err != nil {
 		return nil, nil, errors.Join(invalidSpec(err), ws.Close())
