@@ -105,7 +105,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	k.Status.LastPlan = planSummary(diff)
 	if diff.Changes() == 0 && diff.Complete() && len(diff.Preflight) == 0 {
-		r.ready(&k, s.inv)
+		r.ready(&k, s.inv, k.Status.LastPlan)
 		return ctrl.Result{RequeueAfter: r.Resync}, r.status(ctx, &k)
 	}
 
@@ -126,7 +126,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{RequeueAfter: r.Retry}, r.status(ctx, &k)
 	}
 	k.Status.LastRun.Outcome = "ok"
-	r.ready(&k, s.inv)
+	r.ready(&k, s.inv, fmt.Sprintf("applied in %s", end.Sub(start.Time).Round(time.Second)))
 	r.Events.Eventf(&k, nil, corev1.EventTypeNormal, "Applied", "Apply", "cluster %s is as its spec says: %d nodes, Kubernetes %s, in %s", k.Name, len(s.inv.Nodes()), s.inv.KubernetesVersion, end.Sub(start.Time).Round(time.Second))
 	return ctrl.Result{RequeueAfter: r.Resync}, r.status(ctx, &k)
 }
@@ -181,9 +181,9 @@ func (r *Reconciler) degraded(k *KforgeCluster, reason string, err error) {
 	r.condition(k, ConditionProgressing, metav1.ConditionFalse, reason, "")
 }
 
-func (r *Reconciler) ready(k *KforgeCluster, inv *inventory.Cluster) {
+func (r *Reconciler) ready(k *KforgeCluster, inv *inventory.Cluster, message string) {
 	k.Status.Version, k.Status.Nodes = inv.KubernetesVersion, len(inv.Nodes())
-	r.condition(k, ConditionReady, metav1.ConditionTrue, "UpToDate", k.Status.LastPlan)
+	r.condition(k, ConditionReady, metav1.ConditionTrue, "UpToDate", message)
 	r.condition(k, ConditionProgressing, metav1.ConditionFalse, "UpToDate", "")
 	r.condition(k, ConditionDegraded, metav1.ConditionFalse, "UpToDate", "")
 }
