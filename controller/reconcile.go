@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -188,10 +189,23 @@ func (r *Reconciler) ready(k *KforgeCluster, inv *inventory.Cluster, message str
 	r.condition(k, ConditionDegraded, metav1.ConditionFalse, "UpToDate", "")
 }
 
-// status writes the status, for the generation just reconciled.
+// status writes the status, for the generation just reconciled. An object changed meanwhile
+// (the spec edited during a run) gets it all the same, still naming the generation reconciled,
+// so that a run's end is never lost (the next reconcile would take it for interrupted).
 func (r *Reconciler) status(ctx context.Context, k *KforgeCluster) error {
 	k.Status.ObservedGeneration = k.Generation
-	return r.Client.Status().Update(ctx, k)
+	err := r.Client.Status().Update(ctx, k)
+	if apierrors.IsConflict(err) {
+		var fresh KforgeCluster
+		if gerr := r.Client.Get(ctx, client.ObjectKeyFromObject(k), &fresh); gerr != nil {
+			return errors.Join(err, gerr)
+		}
+		fresh.Status = k.Status
+		if err = r.Client.Status().Update(ctx, &fresh); err == nil {
+			k.ResourceVersion = fresh.ResourceVersion
+		}
+	}
+	return err
 }
 
 // planSummary is the plan's last line ("No changes: apply would change nothing.", or "Plan: 1
