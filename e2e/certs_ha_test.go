@@ -143,12 +143,12 @@ func (c *cluster) fatalWithMasters(ctx context.Context, hosts []lab.Host, format
 	c.t.FailNow()
 }
 
-// logMasters logs, for each master among hosts, what a failed wait on its static pods needs to
-// be understood: the inputs-hash of each manifest, the end of each etcd and kube-apiserver
-// container's log (old and new pods), and kubelet's warnings and errors of the last minutes.
-// (crictl is not on bundle-installed hosts; the pod logs need no CRI client.)
+// logMasters logs, for each master or etcd host among hosts, what a failed wait on its static
+// pods needs to be understood: the inputs-hash of each manifest, the end of each etcd and
+// kube-apiserver container's log (old and new pods), and kubelet's warnings and errors of the
+// last minutes. (crictl is not on bundle-installed hosts; the pod logs need no CRI client.)
 func (c *cluster) logMasters(ctx context.Context, hosts []lab.Host) {
-	const script = `[ -f /etc/kubernetes/manifests/kube-apiserver.yaml ] || exit 0
+	const script = `ls /etc/kubernetes/manifests/*.yaml >/dev/null 2>&1 || exit 0
 grep -H 'inputs-hash' /etc/kubernetes/manifests/*.yaml
 for f in /var/log/pods/kube-system_etcd-*/*/*.log /var/log/pods/kube-system_kube-apiserver-*/*/*.log; do
 	echo "== $f ($(stat -c %y "$f"))"; tail -n 6 "$f" | cut -c1-400
