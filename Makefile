@@ -6,8 +6,8 @@ VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev
 LDFLAGS  := -s -w -X main.version=$(VERSION)
 # Integration tests fail (instead of skipping) when their prerequisites are missing.
 TESTENV  := KFORGE_REQUIRE_INTEGRATION=1
-# The e2e package runs its lab clusters in two lanes side by side on this 2-core machine
-# (e2e/lanes_test.go, docs/testing.md): about 63 minutes warm at 809cd06; cold, the Kubernetes builds
+# The e2e package runs its lab clusters in two lanes side by side, then the VM test alone, on this
+# 2-core machine (e2e/lanes_test.go, docs/testing.md): about 55 minutes warm at a4aa4ec; cold, the Kubernetes builds
 # (the bundle's three minors, the conformance kit) add about an hour. CI allows 90 minutes.
 TESTTIME ?= 80m
 
