@@ -29,7 +29,7 @@ const (
 
 // Globals are the flags every command accepts; each also reads an environment variable.
 type Globals struct {
-	Inventory   string `short:"i" default:"kforge.yaml" env:"KFORGE_INVENTORY" help:"Inventory file (${env})."`
+	Inventory   string `short:"i" default:"kforge.yaml" env:"KFORGE_INVENTORY" help:"Inventory file (${env}); kube://NAMESPACE/NAME reads a KforgeCluster's spec and credentials from the management cluster ($$KUBECONFIG) instead."`
 	StateDir    string `env:"KFORGE_STATE_DIR" placeholder:"DIR" help:"Where generated PKI, kubeconfigs and logs are kept (${env}; default ~/.local/state/kforge/<cluster>); kube://NAMESPACE/NAME keeps them in a management cluster ($$KUBECONFIG), in the Secrets of KforgeCluster NAME."`
 	Concurrency int    `default:"20" env:"KFORGE_CONCURRENCY" help:"Hosts worked on at once (${env})."`
 	Output      string `enum:"text,json" default:"text" env:"KFORGE_OUTPUT" help:"Output format: text or json (${env})."`
