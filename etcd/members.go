@@ -235,8 +235,39 @@ func (c *Client) HandOver(ctx context.Context, peerURL string) (bool, error) {
 	if !ok {
 		return false, &Error{Host: c.host, Op: op, Seen: "etcd has no member with that peer URL (members: " + membersString(members) + ")"}
 	}
-	if _, err := c.maint.MoveLeader(ctx, to.ID); err != nil {
-		return false, c.fail(op, err)
+	// raft gives a transfer up when the transferee has not won within an election timeout
+	// (a loaded host, a transferee still catching up), and etcd's MoveLeader then waits for its
+	// context without asking again: each attempt gets transferAttempt, and a leader that still
+	// leads after one is asked again.
+	for {
+		attempt, cancel := context.WithTimeout(ctx, transferAttempt)
+		_, err := c.maint.MoveLeader(attempt, to.ID)
+		cancel()
+		if err == nil {
+			return true, nil
+		}
+		if ctx.Err() != nil {
+			return false, c.fail(op, err)
+		}
+		s, serr := c.Status(ctx)
+		if serr != nil {
+			return false, serr
+		}
+		if s.Leader == to.ID {
+			return true, nil
+		}
+		if s.Leader != s.MemberID && s.Leader != 0 {
+			// Another member won an election meanwhile: the member reached leads no more.
+			return false, nil
+		}
+		select {
+		case <-ctx.Done():
+			return false, c.fail(op, err)
+		case <-time.After(retryEvery):
+		}
 	}
-	return true, nil
 }
+
+// transferAttempt bounds one leadership transfer: raft abandons a transfer after an election
+// timeout (1 s by default), so a transfer not done in 10 s will not be done by waiting.
+const transferAttempt = 10 * time.Second
