@@ -285,13 +285,13 @@ func (c *cluster) rotateCAEveryWay(ctx context.Context, masters []lab.Host, work
 	t.Logf("certs rotate-ca --ca cluster,etcd on %d masters took %s; Service prober: %d failed requests; API probes (every 200 ms, a new connection each): %s\n%s",
 		len(masters), took.Round(time.Second), failedN-failed0, strings.Join(said, "; "), out)
 	if failedN-failed0 > 0 || failed[probes[0].via] > 0 || failed[probes[1].via] > 0 {
-		t.Errorf("during the CA rotation the Service failed %d requests, the API %d through the load balancer and %d through %s; want none",
-			failedN-failed0, failed[probes[0].via], failed[probes[1].via], probes[1].via)
+		t.Errorf("during the CA rotation the Service failed %d requests, the API %d through the load balancer and %d through %s; want none (through the load balancer %s)",
+			failedN-failed0, failed[probes[0].via], failed[probes[1].via], probes[1].via, probes[0].p.worst())
 	}
 	// The VIP moves when its holder's kforge-vip stops: a probe sent meanwhile finds no one
 	// answering the address for about a second.
 	if l := probes[2].p.longestOutage(); l > 5*time.Second {
-		t.Errorf("the API did not answer through the VIP for %s in a row during the CA rotation; want at most a handover's second or two", l)
+		t.Errorf("the API did not answer through the VIP for %s in a row during the CA rotation; want at most a handover's second or two (%s)", l, probes[2].p.worst())
 	}
 	if got := strings.Count(out, "kube-apiserver and kube-controller-manager stopped (after"); got != 3*len(masters) {
 		t.Errorf("the rotation stopped an API server before its etcd restarted %d times; want once per master in each phase (the CA files change in each: the signer comes first from reissue on):\n%s", got, out)

@@ -610,6 +610,23 @@ func (p *apiProbe) outages() string {
 	return b.String()
 }
 
+// worst is the longest outage that ended, on one line (when, how long, what the first failed
+// probe said), or "": a failure's message carries it, since CI keeps a failure's first line.
+func (p *apiProbe) worst() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var w outage
+	for _, o := range p.list {
+		if o.took > w.took {
+			w = o
+		}
+	}
+	if w.took == 0 {
+		return ""
+	}
+	return fmt.Sprintf("the longest outage at %s for %s: %s", w.start.Format("15:04:05.0"), w.took.Round(100*time.Millisecond), strings.ReplaceAll(w.why, "\n", " "))
+}
+
 // stop ends the probe and returns the failed probes and the time they cover.
 func (p *apiProbe) stop() (int64, time.Duration) {
 	close(p.done)
