@@ -31,7 +31,9 @@ import (
 // to the object grows it; the CLI takes the cluster over from its Secrets (plan: no changes);
 // a version change upgrades it, and the leading controller is killed mid-upgrade: the other
 // replica finishes the run. The status and events tell each step, and no credential appears in
-// the status, the events or the controller's logs. Deleting the object leaves the hosts alone.
+// the status, the events or the controller's logs. Deleting the object leaves the hosts alone;
+// an object of the same name adopts the cluster again from its state (nothing to do), and
+// deleting it with deletionPolicy Reset resets the hosts and deletes the state.
 func TestControllerMakesAndKeepsACluster(t *testing.T) {
 	testenv.Require(t, lab.Prerequisites())
 	inLane(t)
@@ -52,66 +54,13 @@ func TestControllerMakesAndKeepsACluster(t *testing.T) {
 	})
 
 	c.step("install-controller", func(t *testing.T) {
-		dir := t.TempDir()
-		static := filepath.Join(dir, "kforge")
-		build := exec.Command("go", "build", "-o", static, "../cmd/kforge")
-		build.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := build.CombinedOutput(); err != nil {
-			t.Fatalf("go build (static): %v\n%s", err, out)
-		}
-		image := filepath.Join(dir, "kforge.tar")
-		if out, err := exec.Command(static, "controller", "image", "-o", image).CombinedOutput(); err != nil {
-			t.Fatalf("kforge controller image: %v\n%s", err, out)
-		}
-		for _, n := range h[:2] {
-			c.importImage(ctx, n.Name, image)
-			c.copyTree(ctx, n.Name, c.bundle, "/opt/kforge/bundle")
-		}
-		manifests, err := exec.Command(static, "controller", "manifests", "--bundle-path", "/opt/kforge/bundle").Output()
-		if err != nil {
-			t.Fatal(err)
-		}
-		path := filepath.Join(dir, "controller.yaml")
-		if err := os.WriteFile(path, manifests, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if out, err := c.kubectl(ctx, "apply", "--server-side", "-f", path); err != nil {
-			t.Fatalf("kubectl apply the controller: %v\n%s", err, out)
-		}
-		if out, err := c.kubectl(ctx, "-n", "kforge-system", "rollout", "status", "deployment/kforge-controller", "--timeout=5m"); err != nil {
-			t.Fatalf("the controller's rollout: %v\n%s", err, out)
-		}
+		c.installController(ctx, h[:2])
 	})
 
 	// The second cluster's inventory, as a user would write its object: the spec is the
 	// inventory, the key and known hosts come from a Secret, the bundle from the nodes.
-	spec := func(masters, workers []lab.Host, version string) map[string]any {
-		second := *c
-		second.inventory = filepath.Join(t.TempDir(), "kforge.yaml")
-		second.version = version
-		second.writeInventory(masters, workers)
-		data, err := os.ReadFile(second.inventory)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var s map[string]any
-		if err := yaml.Unmarshal(data, &s); err != nil {
-			t.Fatal(err)
-		}
-		for _, k := range []string{"apiVersion", "kind", "name", "addons"} {
-			delete(s, k)
-		}
-		s["bundle"] = "${KFORGE_BUNDLE:-/bundle}" // the controller's; a person taking over sets their own
-		s["ssh"] = map[string]any{"user": "root", "identityFile": "id_lab", "knownHostsFile": "known_hosts"}
-		s["credentialsFrom"] = []any{map[string]any{"name": "lab-ssh"}}
-		s["prune"] = true
-		return s
-	}
+	spec := c.objectSpec
 	key, err := os.ReadFile(c.lab.IdentityFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	knownHosts, err := os.ReadFile(c.lab.KnownHostsFile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,13 +68,7 @@ func TestControllerMakesAndKeepsACluster(t *testing.T) {
 	var gen int64
 
 	c.step("create", func(t *testing.T) {
-		if _, err := mgmt.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := mgmt.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "lab-ssh"},
-			Data: map[string][]byte{"id_lab": key, "known_hosts": knownHosts}}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		c.labSSHSecret(ctx, mgmt, ns)
 		start := time.Now()
 		gen = c.applyObject(ctx, ns, name, spec(h[2:3], h[3:4], from))
 		k := c.waitReady(ctx, ns, name, gen, 15*time.Minute)
@@ -239,6 +182,118 @@ func TestControllerMakesAndKeepsACluster(t *testing.T) {
 			t.Errorf("the state of the deleted (retained) cluster: %v; want it kept", err)
 		}
 	})
+
+	// The retained cluster adopted again by an object of the same name (its state is there:
+	// nothing to do), now with deletionPolicy Reset; deleting it resets the hosts, then the state.
+	c.step("adopt-then-delete-resets-hosts", func(t *testing.T) {
+		s := spec(h[2:3], h[3:5], to)
+		s["deletionPolicy"] = controller.DeletionReset
+		start := time.Now()
+		gen = c.applyObject(ctx, ns, name, s)
+		k := c.waitReady(ctx, ns, name, gen, 10*time.Minute)
+		if k.Status.LastRun != nil && k.Status.LastRun.Start.Time.After(start) && k.Status.LastRun.Command == "apply" {
+			t.Errorf("adopting the retained cluster ran an apply (%+v); want its plan empty: %s", k.Status.LastRun, k.Status.LastPlan)
+		}
+		t.Logf("the retained cluster adopted again in %s: %s", time.Since(start).Round(time.Second), k.Status.LastPlan)
+		start = time.Now()
+		if out, err := c.kubectl(ctx, "-n", ns, "delete", "kforgecluster", name, "--wait=true", "--timeout=5m"); err != nil {
+			t.Fatalf("delete (deletionPolicy Reset): %v\n%s", err, out)
+		}
+		t.Logf("deleted with deletionPolicy Reset in %s", time.Since(start).Round(time.Second))
+		for _, n := range h[2:5] {
+			if out := c.exec(ctx, n.Name, "ls /etc/kubernetes/manifests 2>/dev/null; ls /var/lib/etcd 2>/dev/null; systemctl is-active kubelet || true"); strings.TrimSpace(out) != "inactive" {
+				t.Errorf("%s after the reset: %q; want no manifests, no etcd data and kubelet inactive", n.Name, out)
+			}
+		}
+		if _, err := mgmt.CoreV1().Secrets(ns).Get(ctx, kube.StateSecretName(name), metav1.GetOptions{}); err == nil {
+			t.Errorf("the state Secret of the reset cluster is still there")
+		}
+	})
+}
+
+// installController puts kforge controller into the management cluster on hosts: kforge built
+// statically, its image (kforge controller image) imported on each host with the bundle copied
+// to /opt/kforge/bundle, and kforge controller manifests applied; it waits for the rollout.
+func (c *cluster) installController(ctx context.Context, hosts []lab.Host) {
+	t := c.t
+	t.Helper()
+	dir := t.TempDir()
+	static := filepath.Join(dir, "kforge")
+	build := exec.Command("go", "build", "-o", static, "../cmd/kforge")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build (static): %v\n%s", err, out)
+	}
+	image := filepath.Join(dir, "kforge.tar")
+	if out, err := exec.Command(static, "controller", "image", "-o", image).CombinedOutput(); err != nil {
+		t.Fatalf("kforge controller image: %v\n%s", err, out)
+	}
+	for _, n := range hosts {
+		c.importImage(ctx, n.Name, image)
+		c.copyTree(ctx, n.Name, c.bundle, "/opt/kforge/bundle")
+	}
+	manifests, err := exec.Command(static, "controller", "manifests", "--bundle-path", "/opt/kforge/bundle").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "controller.yaml")
+	if err := os.WriteFile(path, manifests, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := c.kubectl(ctx, "apply", "--server-side", "-f", path); err != nil {
+		t.Fatalf("kubectl apply the controller: %v\n%s", err, out)
+	}
+	if out, err := c.kubectl(ctx, "-n", "kforge-system", "rollout", "status", "deployment/kforge-controller", "--timeout=5m"); err != nil {
+		t.Fatalf("the controller's rollout: %v\n%s", err, out)
+	}
+}
+
+// objectSpec is a KforgeCluster's spec for masters and workers of the lab at version, as a
+// user would write it: the spec is the inventory, the key and known hosts come from Secret
+// lab-ssh (labSSHSecret), the bundle from the nodes.
+func (c *cluster) objectSpec(masters, workers []lab.Host, version string) map[string]any {
+	c.t.Helper()
+	second := *c
+	second.inventory = filepath.Join(c.t.TempDir(), "kforge.yaml")
+	second.version = version
+	second.writeInventory(masters, workers)
+	data, err := os.ReadFile(second.inventory)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	var s map[string]any
+	if err := yaml.Unmarshal(data, &s); err != nil {
+		c.t.Fatal(err)
+	}
+	for _, k := range []string{"apiVersion", "kind", "name", "addons"} {
+		delete(s, k)
+	}
+	s["bundle"] = "${KFORGE_BUNDLE:-/bundle}" // the controller's; a person taking over sets their own
+	s["ssh"] = map[string]any{"user": "root", "identityFile": "id_lab", "knownHostsFile": "known_hosts"}
+	s["credentialsFrom"] = []any{map[string]any{"name": "lab-ssh"}}
+	s["prune"] = true
+	return s
+}
+
+// labSSHSecret creates namespace ns in the management cluster and, in it, Secret lab-ssh with
+// the lab's SSH key and known hosts.
+func (c *cluster) labSSHSecret(ctx context.Context, mgmt kubernetes.Interface, ns string) {
+	c.t.Helper()
+	key, err := os.ReadFile(c.lab.IdentityFile)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	knownHosts, err := os.ReadFile(c.lab.KnownHostsFile)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if _, err := mgmt.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		c.t.Fatal(err)
+	}
+	if _, err := mgmt.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "lab-ssh"},
+		Data: map[string][]byte{"id_lab": key, "known_hosts": knownHosts}}, metav1.CreateOptions{}); err != nil {
+		c.t.Fatal(err)
+	}
 }
 
 // applyObject creates or updates KforgeCluster ns/name with spec and returns its generation.
@@ -250,7 +305,7 @@ func (c *cluster) applyObject(ctx context.Context, ns, name string, spec map[str
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	path := filepath.Join(c.t.(*testing.T).TempDir(), "object.json")
+	path := filepath.Join(c.t.TempDir(), "object.json")
 	if err := os.WriteFile(path, b, 0o600); err != nil {
 		c.t.Fatal(err)
 	}
