@@ -79,23 +79,23 @@ func (b *bringUp) clusterSteps(l *list) {
 		l.add("pod-network", OnHosts, nodes, rc.kubeletsSay(t.podNetwork), "install flannel (vxlan) over %s and write each node's CNI config for its pod CIDR", strings.Join(c.Networking.PodSubnets(), " and "))
 	}
 	if c.Networking.NetworkPolicy == inventory.NetworkPolicyOff {
-		l.add("network-policy", ThroughAPI, nil, t.networkPolicy, "remove the NetworkPolicy agent (kube-network-policies) where an earlier run installed it: networking.networkPolicy is off")
+		l.add("network-policy", ThroughAPI, nil, t.addonStep("kube-network-policies", networkPolicyObjects), "remove the NetworkPolicy agent (kube-network-policies) where an earlier run installed it: networking.networkPolicy is off")
 	} else {
 		what := "NetworkPolicies are enforced"
 		if c.Networking.AdminNetworkPolicy {
 			what = "NetworkPolicies, AdminNetworkPolicies and BaselineAdminNetworkPolicies (their CRDs installed first) are enforced"
 		}
-		l.add("network-policy", ThroughAPI, nil, t.networkPolicy, "run the NetworkPolicy agent (SIG Network's kube-network-policies) on every node: %s", what)
+		l.add("network-policy", ThroughAPI, nil, t.addonStep("kube-network-policies", networkPolicyObjects), "run the NetworkPolicy agent (SIG Network's kube-network-policies) on every node: %s", what)
 	}
 	if c.MetricsServer.On() {
-		l.add("metrics-server", ThroughAPI, nil, t.metricsServer, "run metrics-server in kube-system (kubectl top, HorizontalPodAutoscalers), verifying the kubelets' serving certificates against the cluster CA")
+		l.add("metrics-server", ThroughAPI, nil, t.addonStep("metrics-server", metricsServerObjects), "run metrics-server in kube-system (kubectl top, HorizontalPodAutoscalers), verifying the kubelets' serving certificates against the cluster CA")
 	} else {
-		l.add("metrics-server", ThroughAPI, nil, t.metricsServer, "remove metrics-server where an earlier run installed it: metricsServer.enabled is false")
+		l.add("metrics-server", ThroughAPI, nil, t.addonStep("metrics-server", metricsServerObjects), "remove metrics-server where an earlier run installed it: metricsServer.enabled is false")
 	}
 	if c.LocalVolumes.On() {
-		l.add("local-volumes", ThroughAPI, nil, t.localVolumes, "serve local volumes: local-path-provisioner in %s, the default StorageClass %s, each volume a directory under %s on its node (made and removed by kforge's helper image)", kube.LocalPathNamespace, kube.LocalPathStorageClass, c.LocalVolumes.Path)
+		l.add("local-volumes", ThroughAPI, nil, t.addonStep("local volumes", localVolumesObjects), "serve local volumes: local-path-provisioner in %s, the default StorageClass %s, each volume a directory under %s on its node (made and removed by kforge's helper image)", kube.LocalPathNamespace, kube.LocalPathStorageClass, c.LocalVolumes.Path)
 	} else {
-		l.add("local-volumes", ThroughAPI, nil, t.localVolumes, "remove the local volumes' provisioner and StorageClass where an earlier run installed them (the volumes stay): localVolumes.enabled is false")
+		l.add("local-volumes", ThroughAPI, nil, t.addonStep("local volumes", localVolumesObjects), "remove the local volumes' provisioner and StorageClass where an earlier run installed them (the volumes stay): localVolumes.enabled is false")
 	}
 	l.add("mark-nodes", ThroughAPI, nil, rc.kubeletsSay(rc.markNodes), "label and taint the masters, apply the inventory's labels and taints")
 	if c.ScheduledSnapshots() {

@@ -1,10 +1,7 @@
 package tasks
 
 import (
-	"cmp"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -21,16 +18,12 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
 
-	"golang.org/x/sync/errgroup"
-
-	"github.com/kforge/kforge/facts"
 	"github.com/kforge/kforge/fleet"
 	"github.com/kforge/kforge/hostpath"
 	"github.com/kforge/kforge/inventory"
 	"github.com/kforge/kforge/kube"
 	"github.com/kforge/kforge/pki"
 	"github.com/kforge/kforge/progress"
-	"github.com/kforge/kforge/release"
 	"github.com/kforge/kforge/remote"
 	"github.com/kforge/kforge/scripts"
 	"github.com/kforge/kforge/templates"
@@ -339,229 +332,6 @@ func joinWorkers(ctx context.Context, t *hop, st *staging, r progress.Reporter) 
 		r(progress.Event{Kind: progress.Info, Message: fmt.Sprintf("approved and signed %s", count(len(cs), "kubelet client certificate"))})
 	}
 	return err
-}
-
-// images are the addon images of the inventory's release: with a bundle, as the bundle names
-// them (under registry.k8s.io) and holds them (readBundle took the bundle's release of the
-// inventory's version); without, under the inventory's image repository.
-func (h *hop) images() (release.Images, error) {
-	r := h.inv.Release()
-	if h.manifest == nil {
-		return r.Images(h.inv.ImageRepository), nil
-	}
-	im := r.Images("") // the bundle's images carry registry.k8s.io's names
-	need := []string{im.CoreDNS, im.KubeProxy, im.Flannel}
-	if h.inv.Networking.NetworkPolicy != inventory.NetworkPolicyOff {
-		need = append(need, im.NetworkPolicy)
-	}
-	if h.inv.MetricsServer.On() {
-		need = append(need, im.MetricsServer)
-	}
-	if h.inv.LocalVolumes.On() {
-		need = append(need, im.LocalPath, im.LocalPathHelper)
-	}
-	if err := h.manifest.HasImages(need...); err != nil {
-		return release.Images{}, fmt.Errorf("bundle %s: %w", h.inv.Bundle, err)
-	}
-	return im, nil
-}
-
-// coreAddons installs kube-proxy and CoreDNS once the masters have their images (the rest of
-// the bundle, which stage ships in the background).
-func coreAddons(ctx context.Context, t *hop, st *staging, r progress.Reporter) error {
-	if err := st.waitShipments(ctx); err != nil {
-		return err
-	}
-	cs, err := t.coreAddonObjects(ctx)
-	if err == nil && kubeProxyRestarts(cs) {
-		var api apiClients
-		if api, err = t.rc.clients(); err == nil {
-			err = kube.RestartDaemonSet(ctx, api.Typed, "kube-system", "kube-proxy", t.rc.o.Now())
-		}
-		if err == nil {
-			r(progress.Event{Kind: progress.Info, Message: "kube-proxy's configuration changed: its pods restart"})
-		}
-	}
-	if m := t.proxyMode(); m != inventory.ProxyModeIptables {
-		r(progress.Event{Kind: progress.Info, Message: "kube-proxy in " + m + " mode (kubeProxy.mode " + t.inv.KubeProxy.Mode + ")"})
-	}
-	r(progress.Event{Kind: progress.Info, Message: kube.Summary(cs)})
-	return err
-}
-
-// addonAPI is what an addon's objects are made with: the hop's images and the API's clients.
-func (h *hop) addonAPI() (release.Images, kube.Clients, error) {
-	im, err := h.images()
-	if err != nil {
-		return release.Images{}, kube.Clients{}, err
-	}
-	api, err := h.rc.clients()
-	return im, api.Clients, err
-}
-
-func (h *hop) coreAddonObjects(ctx context.Context) ([]kube.Change, error) {
-	im, api, err := h.addonAPI()
-	if err != nil {
-		return nil, err
-	}
-	all, err := kube.KubeProxy(ctx, api.Typed, kube.KubeProxyInputFor(h.inv, im, h.proxyMode()))
-	if err != nil {
-		return all, err
-	}
-	in := kube.CoreDNSInputFor(h.inv, im)
-	in.Upstream = upstreamResolv(h.inv, h.rc.fleet.AllFacts())
-	cs, err := kube.CoreDNS(ctx, api.Typed, in)
-	return append(all, cs...), err
-}
-
-// upstreamResolv identifies, by their contents, the resolv.conf files the nodes' kubelets give
-// pods (each host's as KubeletFor chooses it), which CoreDNS forwards to: a hash of their
-// distinct sha256 sums (a node added with the same file changes nothing). "" when no host
-// reported one.
-func upstreamResolv(c *inventory.Cluster, hosts map[string]*facts.Facts) string {
-	var sums []string
-	for _, f := range hosts {
-		if f == nil {
-			continue
-		}
-		if s := f.Files[cmp.Or(c.Kubelet.ResolvConf, f.KubeletResolvConf(), hostpath.ResolvConf)]; s != "" && !slices.Contains(sums, s) {
-			sums = append(sums, s)
-		}
-	}
-	if len(sums) == 0 {
-		return ""
-	}
-	slices.Sort(sums)
-	h := sha256.Sum256([]byte(strings.Join(sums, "\n")))
-	return hex.EncodeToString(h[:8])
-}
-
-// proxyMode is kube-proxy's mode at this hop: the inventory's, or auto's choice on the hosts'
-// facts.
-func (h *hop) proxyMode() string { return facts.ProxyMode(h.inv, h.rc.fleet.AllFacts()) }
-
-// kubeProxyRestarts says whether kube-proxy's pods are restarted after these changes: it reads
-// its configuration and kubeconfig (the API server's address) only when it starts, so a changed
-// one is rolled out, as after a restore onto new masters.
-func kubeProxyRestarts(cs []kube.Change) bool {
-	return slices.ContainsFunc(cs, func(c kube.Change) bool {
-		return c.Kind == "ConfigMap" && c.Name == "kube-proxy" && c.Action == kube.Updated
-	})
-}
-
-// podNetwork installs flannel and writes each node's CNI config over its pod CIDR as soon as
-// the node has one (kubelet reports the node NotReady until then). Nodes that registered
-// without a pod CIDR get one from kforge right away (kube.PodCIDRs says how it stays clear of
-// kube-controller-manager's node IPAM).
-func (h *hop) podNetwork(ctx context.Context, r progress.Reporter) error {
-	rc := h.rc
-	cs, err := h.podNetworkObjects(ctx)
-	if err != nil {
-		return err
-	}
-	api, err := rc.clients()
-	if err != nil {
-		return err
-	}
-	r(progress.Event{Kind: progress.Info, Message: "flannel: " + kube.Summary(cs)})
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(cmp.Or(rc.fleet.Limits().Hosts, remote.DefaultConcurrency))
-	_, cs, err = kube.PodCIDRs(gctx, api.Typed, kube.PodCIDRsInput{
-		Nodes: rc.fleet.Names(inventory.AnyNode), Timeout: rc.o.Timeout,
-		Subnets: h.inv.Networking.PodSubnets(), MaskSizes: h.inv.Networking.NodeCIDRMaskSizes(),
-		Have: func(node string, cidrs []string) {
-			g.Go(func() error { return remote.WithHost(node, h.writeCNIConfig(gctx, node, cidrs, r)) })
-		},
-	})
-	if len(cs) > 0 {
-		r(progress.Event{Kind: progress.Info, Message: fmt.Sprintf("gave %s a pod CIDR", count(len(cs), "node"))})
-	}
-	if werr := g.Wait(); err == nil {
-		err = werr
-	}
-	return err
-}
-
-func (h *hop) podNetworkObjects(ctx context.Context) ([]kube.Change, error) {
-	im, api, err := h.addonAPI()
-	if err != nil {
-		return nil, err
-	}
-	return kube.Flannel(ctx, api.Typed, kube.FlannelInputFor(h.inv, im, h.proxyMode()))
-}
-
-// networkPolicy runs the NetworkPolicy agent on every node, or removes it when the inventory
-// turns enforcement off.
-func (h *hop) networkPolicy(ctx context.Context, r progress.Reporter) error {
-	cs, err := h.networkPolicyObjects(ctx)
-	r(progress.Event{Kind: progress.Info, Message: "kube-network-policies: " + kube.Summary(cs)})
-	return err
-}
-
-func (h *hop) networkPolicyObjects(ctx context.Context) ([]kube.Change, error) {
-	im, api, err := h.addonAPI()
-	if err != nil {
-		return nil, err
-	}
-	in := kube.NetworkPolicyInputFor(h.inv, im)
-	var cs []kube.Change
-	if in.Admin && in.Enforce {
-		if cs, err = kube.ApplyManifests(ctx, api.Dynamic, api.Mapper, kube.ApplyInput{Manifests: kube.AdminNetworkPolicyCRDs()}); err != nil {
-			return cs, err
-		}
-	}
-	more, err := kube.NetworkPolicies(ctx, api.Typed, in)
-	return append(cs, more...), err
-}
-
-// metricsServer runs metrics-server, or removes it when the inventory turns it off.
-func (h *hop) metricsServer(ctx context.Context, r progress.Reporter) error {
-	cs, err := h.metricsServerObjects(ctx)
-	r(progress.Event{Kind: progress.Info, Message: "metrics-server: " + kube.Summary(cs)})
-	return err
-}
-
-func (h *hop) metricsServerObjects(ctx context.Context) ([]kube.Change, error) {
-	im, api, err := h.addonAPI()
-	if err != nil {
-		return nil, err
-	}
-	return kube.MetricsServer(ctx, api.Typed, api.Dynamic, kube.MetricsServerInput{Enabled: h.inv.MetricsServer.On(), Image: im.MetricsServer})
-}
-
-// localVolumes serves the local volumes' StorageClass, or removes it when the inventory turns it
-// off.
-func (h *hop) localVolumes(ctx context.Context, r progress.Reporter) error {
-	cs, err := h.localVolumesObjects(ctx)
-	r(progress.Event{Kind: progress.Info, Message: "local volumes: " + kube.Summary(cs)})
-	return err
-}
-
-func (h *hop) localVolumesObjects(ctx context.Context) ([]kube.Change, error) {
-	im, api, err := h.addonAPI()
-	if err != nil {
-		return nil, err
-	}
-	l := h.inv.LocalVolumes
-	return kube.LocalVolumes(ctx, api.Typed, kube.LocalVolumesInput{Enabled: l.On(), Image: im.LocalPath, Helper: im.LocalPathHelper, Path: l.Path})
-}
-
-// writeCNIConfig writes node's CNI config for its pod CIDRs.
-func (h *hop) writeCNIConfig(ctx context.Context, node string, cidrs []string, r progress.Reporter) error {
-	conf, err := templates.FlannelCNIConfig(cidrs, h.inv.Networking.PodSubnets(), h.proxyMode() == inventory.ProxyModeNftables)
-	if err != nil {
-		return err
-	}
-	h.files.add(node, templates.File{Path: hostpath.CNIConfFile, Mode: 0o600, Data: conf}) // CIS 1.1.9
-	if err := push(ctx, h.files, h.rc.fleet.Host(node), func(p string) bool { return p == hostpath.CNIConfFile }); err != nil {
-		return err
-	}
-	what := "CNI config unchanged"
-	if h.files.wrote(node, func(p string) bool { return p == hostpath.CNIConfFile }) {
-		what = "CNI config written"
-	}
-	r(progress.Event{Kind: progress.HostDone, Host: node, Message: "pod CIDR " + strings.Join(cidrs, ",") + "; " + what})
-	return nil
 }
 
 // markNodes labels and taints the nodes, and uncordons what an interrupted upgrade left

@@ -31,7 +31,7 @@ func startEtcdHosts(ctx context.Context, t *hop, ep etcdPlan, r progress.Reporte
 	}
 	// A new cluster's members answer once a quorum of them runs: wait for them together.
 	if err := fleet.EachOf(ctx, f, fresh, func(ctx context.Context, n inventory.Node, _ remote.Host) error {
-		return t.waitEtcdHost(ctx, n, "")
+		return waitEtcdHost(ctx, t.rc, t.files, n, "")
 	}); err != nil {
 		return err
 	}
@@ -57,14 +57,14 @@ func startEtcdHosts(ctx context.Context, t *hop, ep etcdPlan, r progress.Reporte
 // it: the cluster never has two members restarting at once. st is an upgrade's (its files land
 // under the new kubelet), nil otherwise.
 func (t *hop) rollEtcdHost(ctx context.Context, n inventory.Node, ep etcdPlan, st *staging, r progress.Reporter) error {
-	before := t.etcdStarted(ctx, n)
+	before := etcdStarted(ctx, t.rc, t.files, n)
 	if err := t.startEtcdHost(ctx, n, ep, st, r); err != nil {
 		return err
 	}
 	if err := ep.waitMember(ctx, t.rc, n); err != nil {
 		return err
 	}
-	return t.waitEtcdRolled(ctx, n, before)
+	return waitEtcdRolled(ctx, t.rc, t.files, n, before)
 }
 
 // startEtcdHost stages etcd host n (its runtime, its part of the bundle, its files) and starts
@@ -93,9 +93,9 @@ func (t *hop) startEtcdHost(ctx context.Context, n inventory.Node, ep etcdPlan, 
 // etcdMember is how etcd host n's member is looked at: its static pod as this run renders it,
 // the host's SSH dialer, and its metrics URL (process_start_time_seconds, beside its readiness
 // check).
-func (t *hop) etcdMember(n inventory.Node) (*corev1.Pod, remote.Dialer, string, error) {
+func etcdMember(rc *runContext, files *hostFiles, n inventory.Node) (*corev1.Pod, remote.Dialer, string, error) {
 	var pod *corev1.Pod
-	for _, f := range t.files.get(n.Name, func(p string) bool { return p == etcdManifest }) {
+	for _, f := range files.get(n.Name, func(p string) bool { return p == etcdManifest }) {
 		pod = &corev1.Pod{}
 		if err := yaml.Unmarshal(f.Data, pod); err != nil {
 			return nil, nil, "", fmt.Errorf("%s: %s: %w", n.Name, f.Path, err)
@@ -104,7 +104,7 @@ func (t *hop) etcdMember(n inventory.Node) (*corev1.Pod, remote.Dialer, string, 
 	if pod == nil {
 		return nil, nil, "", fmt.Errorf("%s: no etcd manifest rendered", n.Name)
 	}
-	d, err := t.rc.fleet.Dialer(n.Name)
+	d, err := rc.fleet.Dialer(n.Name)
 	if err != nil {
 		return nil, nil, "", err
 	}
@@ -117,8 +117,8 @@ func (t *hop) etcdMember(n inventory.Node) (*corev1.Pod, remote.Dialer, string, 
 
 // etcdStarted is when etcd host n's member process started (its metrics' start time), "" when
 // it does not answer.
-func (t *hop) etcdStarted(ctx context.Context, n inventory.Node) string {
-	_, d, metrics, err := t.etcdMember(n)
+func etcdStarted(ctx context.Context, rc *runContext, files *hostFiles, n inventory.Node) string {
+	_, d, metrics, err := etcdMember(rc, files, n)
 	if err != nil {
 		return ""
 	}
@@ -128,21 +128,21 @@ func (t *hop) etcdStarted(ctx context.Context, n inventory.Node) string {
 // waitEtcdRolled waits, after this run pushed etcd host n's files, until its member answers its
 // readiness check: as a new process (one that did not start at before) when its manifest was
 // written (a new etcd version, a certificate it reads when it starts), the same one otherwise.
-func (t *hop) waitEtcdRolled(ctx context.Context, n inventory.Node, before string) error {
-	if !t.files.wrote(n.Name, func(p string) bool { return p == etcdManifest }) {
+func waitEtcdRolled(ctx context.Context, rc *runContext, files *hostFiles, n inventory.Node, before string) error {
+	if !files.wrote(n.Name, func(p string) bool { return p == etcdManifest }) {
 		before = "" // not restarted: ready is enough
 	}
-	return t.waitEtcdHost(ctx, n, before)
+	return waitEtcdHost(ctx, rc, files, n, before)
 }
 
 // waitEtcdHost waits until etcd host n's member runs (a process other than the one that started
 // at before, when before is set) and answers its readiness check.
-func (t *hop) waitEtcdHost(ctx context.Context, n inventory.Node, before string) error {
-	pod, d, metrics, err := t.etcdMember(n)
+func waitEtcdHost(ctx context.Context, rc *runContext, files *hostFiles, n inventory.Node, before string) error {
+	pod, d, metrics, err := etcdMember(rc, files, n)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, t.rc.o.Timeout)
+	ctx, cancel := context.WithTimeout(ctx, rc.o.Timeout)
 	defer cancel()
 	if why := until(ctx, func() string {
 		if now := etcdStartTime(ctx, d, metrics); now == "" || now == before {
@@ -150,7 +150,7 @@ func (t *hop) waitEtcdHost(ctx context.Context, n inventory.Node, before string)
 		}
 		return probeNow(ctx, d, n.NodeIP(), pod)
 	}); why != "" {
-		return fmt.Errorf("%s: etcd did not answer its readiness check within %s (%s): look at etcd's log on the host (/var/log/pods/kube-system_etcd-*), then run the command again", n.Name, t.rc.o.Timeout, why)
+		return fmt.Errorf("%s: etcd did not answer its readiness check within %s (%s): look at etcd's log on the host (/var/log/pods/kube-system_etcd-*), then run the command again", n.Name, rc.o.Timeout, why)
 	}
 	return nil
 }

@@ -118,7 +118,7 @@ func joinEtcd(ctx context.Context, t *hop, ep *etcdPlan, r progress.Reporter) er
 		if err := ep.waitMember(ctx, t.rc, n); err != nil {
 			return remote.WithHost(n.Name, err)
 		}
-		if err := t.waitEtcdHost(ctx, n, ""); err != nil {
+		if err := waitEtcdHost(ctx, t.rc, t.files, n, ""); err != nil {
 			return err
 		}
 		r(progress.Event{Kind: progress.HostDone, Host: n.Name, Duration: t.rc.o.Now().Sub(start), Message: "etcd member joined and ready"})

@@ -17,7 +17,7 @@ func TestAddonImages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	im, err := (&hop{inv: inv}).images()
+	im, err := addonImages(inv, nil)
 	want := release.Images{CoreDNS: "mirror.example/k8s/coredns/coredns:v1.14.2", KubeProxy: "mirror.example/k8s/kube-proxy:v1.36.2", Flannel: "ghcr.io/flannel-io/flannel:v0.28.10"}
 	if err != nil || im.CoreDNS != want.CoreDNS || im.KubeProxy != want.KubeProxy || im.Flannel != want.Flannel {
 		t.Errorf("without a bundle: %+v, %v; want %+v", im, err, want)
@@ -36,7 +36,7 @@ func TestAddonImages(t *testing.T) {
 	if inv, err = inv.AtVersion("v1.36.3"); err != nil {
 		t.Fatal(err)
 	}
-	im, err = (&hop{inv: inv, manifest: m}).images()
+	im, err = addonImages(inv, m)
 	if err != nil || im.CoreDNS != m.Images[0].Name || im.KubeProxy != m.Images[1].Name || im.Flannel != m.Images[2].Name {
 		t.Errorf("with a bundle: %+v, %v; want the bundle's %+v", im, err, m.Images)
 	}
@@ -44,16 +44,16 @@ func TestAddonImages(t *testing.T) {
 	// With local volumes on, the provisioner's image and kforge's helper come from the bundle.
 	on := *inv
 	on.LocalVolumes.Enabled = new(true)
-	if im, err := (&hop{inv: &on, manifest: m}).images(); err != nil || im.LocalPath != m.Images[5].Name || im.LocalPathHelper != m.Images[6].Name {
+	if im, err := addonImages(&on, m); err != nil || im.LocalPath != m.Images[5].Name || im.LocalPathHelper != m.Images[6].Name {
 		t.Errorf("local volumes on: %+v, %v; want the bundle's %s and %s", im, err, m.Images[5].Name, m.Images[6].Name)
 	}
 	m.Images = m.Images[:6]
-	if _, err := (&hop{inv: &on, manifest: m}).images(); err == nil || !strings.Contains(err.Error(), "no image kforge.dev/local-path-helper:v0.0.30") {
+	if _, err := addonImages(&on, m); err == nil || !strings.Contains(err.Error(), "no image kforge.dev/local-path-helper:v0.0.30") {
 		t.Errorf("local volumes on, a bundle without the helper: %v", err)
 	}
 
 	m.Images = m.Images[:2]
-	if _, err := (&hop{inv: inv, manifest: m}).images(); err == nil || err.Error() != "bundle /b: no image ghcr.io/flannel-io/flannel:v0.28.10, registry.k8s.io/networking/kube-network-policies:v0.8.0, registry.k8s.io/metrics-server/metrics-server:v0.8.0 (rebuild the bundle with this kforge: kforge bundle build -o DIR)" {
+	if _, err := addonImages(inv, m); err == nil || err.Error() != "bundle /b: no image ghcr.io/flannel-io/flannel:v0.28.10, registry.k8s.io/networking/kube-network-policies:v0.8.0, registry.k8s.io/metrics-server/metrics-server:v0.8.0 (rebuild the bundle with this kforge: kforge bundle build -o DIR)" {
 		t.Errorf("a bundle without flannel and the NetworkPolicy agent: %v", err)
 	}
 	// A bundle made before kforge ran the agent, metrics-server and the local volumes serves a
@@ -62,7 +62,7 @@ func TestAddonImages(t *testing.T) {
 	off := *inv
 	off.Networking.NetworkPolicy = inventory.NetworkPolicyOff
 	off.MetricsServer.Enabled = new(bool)
-	if _, err := (&hop{inv: &off, manifest: m}).images(); err != nil {
+	if _, err := addonImages(&off, m); err != nil {
 		t.Errorf("a bundle without the NetworkPolicy agent and metrics-server, both off: %v", err)
 	}
 }

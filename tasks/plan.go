@@ -479,12 +479,16 @@ func (p *Plan) diffAPI(ctx context.Context, r progress.Reporter) error {
 	objects := []func(context.Context) ([]kube.Change, error){
 		func(ctx context.Context) ([]kube.Change, error) { return clusterConfigObjects(ctx, rc) },
 		func(ctx context.Context) ([]kube.Change, error) { return bootstrapObjects(ctx, rc) },
-		t.coreAddonObjects,
 	}
-	if rc.inv.Networking.Plugin == "flannel" {
-		objects = append(objects, t.podNetworkObjects)
+	for _, a := range hopAddons(rc.inv) {
+		objects = append(objects, func(ctx context.Context) ([]kube.Change, error) {
+			k, err := t.addonKit()
+			if err != nil {
+				return nil, err
+			}
+			return a(ctx, k)
+		})
 	}
-	objects = append(objects, t.networkPolicyObjects, t.metricsServerObjects, t.localVolumesObjects)
 	objects = append(objects, func(ctx context.Context) ([]kube.Change, error) { return markObjects(ctx, rc, api) })
 	if len(rc.inv.Addons) > 0 {
 		objects = append(objects, func(ctx context.Context) ([]kube.Change, error) { return addonObjects(ctx, rc) })

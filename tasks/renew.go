@@ -421,11 +421,11 @@ func (x *credentials) pushMasters(ctx context.Context, r progress.Reporter) erro
 func (x *credentials) pushEtcdHosts(ctx context.Context, r progress.Reporter) error {
 	t := x.target
 	for _, n := range x.rc.fleet.Nodes(inventory.RoleEtcd) {
-		before := t.etcdStarted(ctx, n)
+		before := etcdStarted(ctx, x.rc, t.files, n)
 		if err := pushUnderRestartedKubelet(ctx, x.rc, t.files, n, x.rc.fleet.Host(n.Name), isCredential); err != nil {
 			return remote.WithHost(n.Name, err)
 		}
-		if err := t.waitEtcdRolled(ctx, n, before); err != nil {
+		if err := waitEtcdRolled(ctx, x.rc, t.files, n, before); err != nil {
 			return remote.WithHost(n.Name, err)
 		}
 		r(progress.Event{Kind: progress.HostDone, Host: n.Name, Message: fmt.Sprintf("%d files written; etcd ready", t.files.countWritten(n.Name))})

@@ -558,32 +558,18 @@ func upgradeMaster(ctx context.Context, h *hop, n inventory.Node, r progress.Rep
 // the local volumes' provisioner and helper to h's release, and waits until they have rolled
 // out and every pod of theirs on nodes (the cluster's) is ready.
 func upgradeAddons(ctx context.Context, h *hop, nodes []string, r progress.Reporter) error {
-	cs, err := h.coreAddonObjects(ctx)
+	k, err := h.addonKit()
 	if err != nil {
 		return err
 	}
-	if h.inv.Networking.Plugin == "flannel" {
-		fc, err := h.podNetworkObjects(ctx)
+	var cs []kube.Change
+	for _, a := range hopAddons(h.inv) {
+		more, err := a(ctx, k)
+		cs = append(cs, more...)
 		if err != nil {
 			return err
 		}
-		cs = append(cs, fc...)
 	}
-	nc, err := h.networkPolicyObjects(ctx)
-	if err != nil {
-		return err
-	}
-	cs = append(cs, nc...)
-	mc, err := h.metricsServerObjects(ctx)
-	if err != nil {
-		return err
-	}
-	cs = append(cs, mc...)
-	lc, err := h.localVolumesObjects(ctx)
-	if err != nil {
-		return err
-	}
-	cs = append(cs, lc...)
 	r(progress.Event{Kind: progress.Info, Message: "addons of " + h.inv.KubernetesVersion + ": " + kube.Summary(cs)})
 	api, err := h.rc.clients()
 	if err != nil {
