@@ -279,13 +279,7 @@ func (s *session) reset(ctx context.Context, report progress.Reporter) error {
 
 func (s *session) run(ctx context.Context, command string, steps []tasks.Step, report progress.Reporter, explain func(error) error) error {
 	record := state.NewRun(command, time.Now())
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	defer context.AfterFunc(s.store.Context(), func() { cancel(context.Cause(s.store.Context())) })()
-	_, err := tasks.Run(ctx, steps, s.store.SyncAfterSteps(ctx, record.Report(report), cancel), time.Now)
-	if cause := context.Cause(ctx); err != nil && cause != nil && cause != ctx.Err() {
-		err = fmt.Errorf("%w (%w)", err, cause)
-	}
+	_, err := tasks.RunHeld(ctx, steps, record.Report(report), time.Now, s.store)
 	if err != nil {
 		err = explain(err)
 	}

@@ -23,6 +23,31 @@ type TaskError struct {
 func (e *TaskError) Error() string { return fmt.Sprintf("%s: %v", e.Task, e.Err) }
 func (e *TaskError) Unwrap() error { return e.Err }
 
+// A StateHolder keeps a run's state away from the workstation (kube.StateStore, in a management
+// cluster): its Context ends when the hold is lost (another holder took the lock), and
+// SyncAfterSteps writes the state back after each step, calling stop when that fails.
+type StateHolder interface {
+	Context() context.Context
+	SyncAfterSteps(ctx context.Context, report progress.Reporter, stop context.CancelCauseFunc) progress.Reporter
+}
+
+// RunHeld is Run under held: the state is written back after every step, and the run stops
+// before its next step when the hold is lost or a write back fails, its error saying which.
+// With held nil it is Run.
+func RunHeld(ctx context.Context, steps []Step, report progress.Reporter, now func() time.Time, held StateHolder) ([]progress.Timing, error) {
+	if held == nil {
+		return Run(ctx, steps, report, now)
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	defer context.AfterFunc(held.Context(), func() { cancel(context.Cause(held.Context())) })()
+	timings, err := Run(ctx, steps, held.SyncAfterSteps(ctx, report, cancel), now)
+	if cause := context.Cause(ctx); err != nil && cause != nil && cause != ctx.Err() {
+		err = fmt.Errorf("%w (%w)", err, cause)
+	}
+	return timings, err
+}
+
 // Run runs steps in order, reporting each start and end with its duration, and stops at the
 // first failure. It returns the timing of every step that ran.
 func Run(ctx context.Context, steps []Step, report progress.Reporter, now func() time.Time) ([]progress.Timing, error) {

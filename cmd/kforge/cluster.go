@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"path/filepath"
 	"time"
@@ -82,18 +81,11 @@ func taskOptions(d *clusterState, g *Globals, log *slog.Logger) tasks.Options {
 // in a management cluster is written back after each step; the run ends when that fails or
 // when another run takes its lease.
 func (r *clusterRun) run(ctx context.Context, steps []tasks.Step) ([]progress.Timing, error) {
-	report := r.record.Report(r.printer.Report)
+	var held tasks.StateHolder
 	if store := r.held.store; store != nil {
-		var cancel context.CancelCauseFunc
-		ctx, cancel = context.WithCancelCause(ctx)
-		defer cancel(nil)
-		defer context.AfterFunc(store.Context(), func() { cancel(context.Cause(store.Context())) })()
-		report = store.SyncAfterSteps(ctx, report, cancel)
+		held = store
 	}
-	timings, err := tasks.Run(ctx, steps, report, time.Now)
-	if cause := context.Cause(ctx); err != nil && cause != nil && cause != ctx.Err() {
-		err = fmt.Errorf("%w (%w)", err, cause)
-	}
+	timings, err := tasks.RunHeld(ctx, steps, r.record.Report(r.printer.Report), time.Now, held)
 	if serr := r.state.Save(r.record, time.Now(), err); serr != nil && err == nil {
 		err = serr
 	}
