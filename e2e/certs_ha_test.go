@@ -276,7 +276,7 @@ func (c *cluster) rotateCAEveryWay(ctx context.Context, masters []lab.Host, work
 	for _, pr := range probes {
 		n, down := pr.p.stop()
 		failed[pr.via] = n
-		said = append(said, fmt.Sprintf("through %s %d failed (about %s, the longest outage %s)%s", pr.via, n, down.Round(100*time.Millisecond), pr.p.longestOutage().Round(100*time.Millisecond), pr.p.outages()))
+		said = append(said, fmt.Sprintf("through %s %d failed (about %s, the longest outage %s; the slowest answer %s)%s", pr.via, n, down.Round(100*time.Millisecond), pr.p.longestOutage().Round(100*time.Millisecond), pr.p.slowestAnswer().Round(100*time.Millisecond), pr.p.outages()))
 	}
 	if err != nil {
 		c.fatalWithMasters(ctx, masters, "certs rotate-ca on %d masters: %v\n%s", len(masters), err, out)

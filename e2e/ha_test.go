@@ -114,10 +114,10 @@ func TestHAControlPlaneGrowsSurvivesAMasterAndShrinks(t *testing.T) {
 			}
 		}
 		longest := api.longestOutage()
-		t.Logf("upgrade %s → %s of 3 masters + 2 workers took %s; API probes through the load balancer (every 200 ms, 2 s timeout): %d failed, about %s without an answer, the longest outage %s%s\n%s", from, to, time.Since(start).Round(time.Second), failed, down.Round(100*time.Millisecond), longest.Round(100*time.Millisecond), api.outages(), strings.Join(hops, "\n"))
+		t.Logf("upgrade %s → %s of 3 masters + 2 workers took %s; API probes through the load balancer (every 200 ms, %s timeout): %d failed, about %s without an answer, the longest outage %s; the slowest answer %s%s\n%s", from, to, time.Since(start).Round(time.Second), probeTimeout, failed, down.Round(100*time.Millisecond), longest.Round(100*time.Millisecond), api.slowestAnswer().Round(100*time.Millisecond), api.outages(), strings.Join(hops, "\n"))
 		// Measured on this 2-core lab: 3 failed reads, one per master, each a read that the load
 		// balancer sent to the master being upgraded and that waited on its restarting etcd member
-		// beyond the 2 s timeout (docs/upgrades.md). 45–90 failed and 29–31 s before the load
+		// beyond the then 2 s timeout (docs/upgrades.md). 45–90 failed and 29–31 s before the load
 		// balancer checked /readyz and closed a master's connections when it marked it down. The
 		// target is none; this bound catches the load balancer sending requests to a master being
 		// upgraded.
