@@ -185,20 +185,19 @@ func bootstrapAdmin(t testing.TB, cp *controlPlane) kubernetes.Interface {
 	if _, err := admin.CoreV1().Namespaces().List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 		t.Fatalf("admin.conf before kubeadm:cluster-admins: err = %v, want forbidden", err)
 	}
+	if err := WaitAdminsAuthorized(ctx, admin, time.Second); err == nil || !strings.Contains(err.Error(), "ClusterRoleBinding kubeadm:cluster-admins: admin.conf's group still has no rights after 1s (not allowed") {
+		t.Fatalf("WaitAdminsAuthorized before the binding: %v; want it to say admin.conf's group has no rights", err)
+	}
 	ch, err := EnsureClusterAdmins(ctx, super)
 	if err != nil || len(ch) != 1 || ch[0].Action != Created {
 		t.Fatalf("EnsureClusterAdmins: %v %v", ch, err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		_, err := admin.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("admin.conf still refused after kubeadm:cluster-admins: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
+	// The authorizer learns of the binding a moment later; once it allows, admin.conf acts.
+	if err := WaitAdminsAuthorized(ctx, admin, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.CoreV1().ConfigMaps("kube-system").List(ctx, metav1.ListOptions{}); err != nil {
+		t.Fatalf("admin.conf after WaitAdminsAuthorized: %v", err)
 	}
 	for _, n := range []*corev1.Node{node("m1", map[string]string{"user": "keep"}), node("w1", nil)} {
 		n.ResourceVersion = ""

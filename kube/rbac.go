@@ -1,9 +1,13 @@
 package kube
 
 import (
+	"cmp"
 	"context"
+	"fmt"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -138,6 +142,37 @@ func EnsureClusterAdmins(ctx context.Context, superAdmin kubernetes.Interface) (
 	var o objects
 	o.clusterRoleBinding(clusterRoleBinding(ClusterAdminsGroup, "cluster-admin", group(ClusterAdminsGroup)))
 	return o.apply(ctx, superAdmin)
+}
+
+// WaitAdminsAuthorized waits, after EnsureClusterAdmins created the binding, until the API
+// server allows admin (a client of admin.conf) what kforge does next with it (get ConfigMaps in
+// kube-system): each API server's RBAC authorizer learns of a new ClusterRoleBinding through its
+// informer, a moment after the create returned (187f0a9's CI: "forbidden" 35 ms after it, under
+// load). kubeadm init's next calls retry every error instead.
+func WaitAdminsAuthorized(ctx context.Context, admin kubernetes.Interface, timeout time.Duration) error {
+	review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
+		ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: "kube-system", Verb: "get", Resource: "configmaps"}}}
+	start := time.Now()
+	last := "not asked yet"
+	for {
+		r, err := admin.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{})
+		switch {
+		case err != nil:
+			last = err.Error()
+		case r.Status.Allowed:
+			return nil
+		default:
+			last = "not allowed: " + cmp.Or(r.Status.Reason, "no reason given")
+		}
+		if time.Since(start) >= timeout {
+			return fmt.Errorf("ClusterRoleBinding %s: admin.conf's group still has no rights after %s (%s)", ClusterAdminsGroup, timeout, last)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 func addObject[T object](o *objects, kind string, client func(kubernetes.Interface) typedClient[T], obj T) {

@@ -27,6 +27,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	certv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -435,6 +436,13 @@ func newSimCluster(t *testing.T, c *inventory.Cluster) *simCluster {
 			}
 		}
 		return false, nil, nil
+	})
+	// The API server's authorizer: the fake keeps no RBAC, so every review is allowed (the
+	// fake's object tracker cannot store a SelfSubjectAccessReview).
+	cs.PrependReactor("create", "selfsubjectaccessreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		r := a.(k8stesting.CreateAction).GetObject().(*authorizationv1.SelfSubjectAccessReview).DeepCopy()
+		r.Status.Allowed = true
+		return true, r, nil
 	})
 	s.wg.Add(1)
 	go s.controller()

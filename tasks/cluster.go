@@ -264,6 +264,11 @@ func clusterConfigObjects(ctx context.Context, rc *runContext) ([]kube.Change, e
 	if err != nil {
 		return all, err
 	}
+	if !rc.dryRun && slices.ContainsFunc(all, func(c kube.Change) bool { return c.Action == kube.Created }) {
+		if err := kube.WaitAdminsAuthorized(ctx, api.Typed, 30*time.Second); err != nil {
+			return all, err
+		}
+	}
 	cc, err := kube.ClusterConfigurationFor(rc.inv)
 	if err != nil {
 		return all, err
