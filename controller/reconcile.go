@@ -63,8 +63,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return r.delete(ctx, &k, log)
 	}
 	if k.Spec.DeletionPolicy == DeletionReset && !controllerutil.ContainsFinalizer(&k, Finalizer) {
+		// The reconcile goes on with the updated object: the update changes no generation or
+		// annotation, so the watch's predicates let no event of it through to come back here
+		// (ad64961's e2e: an object with deletionPolicy Reset was never planned).
 		controllerutil.AddFinalizer(&k, Finalizer)
-		return ctrl.Result{}, r.Client.Update(ctx, &k)
+		if err := r.Client.Update(ctx, &k); err != nil {
+			return ctrl.Result{}, err
+		}
 	}
 	if k.Annotations[PausedAnnotation] == "true" {
 		r.condition(&k, ConditionProgressing, metav1.ConditionFalse, "Paused", "reconciling is paused ("+PausedAnnotation+": \"true\")")

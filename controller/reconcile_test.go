@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -27,7 +28,8 @@ import (
 // a spec whose credentials Secret is missing, or that the inventory refuses, is Degraded
 // (InvalidSpec) and said so in an event; a cluster whose state another run holds waits
 // (StateHeld); a cluster whose host does not answer fails its plan (PlanFailed, every step an
-// event); a paused one is left alone; and the credentials' values appear in no status and no
+// event), with deletionPolicy Reset too (its finalizer added in the same pass); a paused one is
+// left alone; and the credentials' values appear in no status and no
 // event. Making clusters is the end-to-end test's.
 func TestControllerAgainstARealAPIServer(t *testing.T) {
 	cfg, c := startAPIServer(t)
@@ -91,13 +93,16 @@ func TestControllerAgainstARealAPIServer(t *testing.T) {
 	create("held", spec("creds"), nil)
 	create("unreachable", spec("creds"), nil)
 	create("paused", spec("creds"), map[string]string{PausedAnnotation: "true"})
+	// deletionPolicy Reset: the finalizer is added, and the same pass goes on to plan.
+	create("reset-policy", strings.Replace(spec("creds"), `"credentialsFrom"`, `"deletionPolicy":"Reset","credentialsFrom"`, 1), nil)
 
 	for name, want := range map[string]struct{ typ, status, reason, message string }{
-		"no-secret":   {ConditionDegraded, "True", "InvalidSpec", "Secret default/missing not found"},
-		"invalid":     {ConditionDegraded, "True", "InvalidSpec", "M_1"},
-		"held":        {ConditionProgressing, "False", "StateHeld", "in use by " + holder},
-		"unreachable": {ConditionDegraded, "True", "ApplyFailed", "m1: SSH identity file"},
-		"paused":      {ConditionProgressing, "False", "Paused", PausedAnnotation},
+		"no-secret":    {ConditionDegraded, "True", "InvalidSpec", "Secret default/missing not found"},
+		"invalid":      {ConditionDegraded, "True", "InvalidSpec", "M_1"},
+		"held":         {ConditionProgressing, "False", "StateHeld", "in use by " + holder},
+		"unreachable":  {ConditionDegraded, "True", "ApplyFailed", "m1: SSH identity file"},
+		"paused":       {ConditionProgressing, "False", "Paused", PausedAnnotation},
+		"reset-policy": {ConditionDegraded, "True", "ApplyFailed", "m1: SSH identity file"},
 	} {
 		var got *metav1.Condition
 		var obj KforgeCluster
@@ -111,6 +116,10 @@ func TestControllerAgainstARealAPIServer(t *testing.T) {
 		if err != nil || string(got.Status) != want.status || !strings.Contains(got.Message, want.message) || obj.Status.ObservedGeneration != obj.Generation {
 			t.Errorf("%s: condition %s %+v (observed generation %d of %d), %v; want %s %s naming %q", name, want.typ, got, obj.Status.ObservedGeneration, obj.Generation, err, want.status, want.reason, want.message)
 		}
+	}
+	var reset KforgeCluster
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: "reset-policy"}, &reset); err != nil || !slices.Contains(reset.Finalizers, Finalizer) {
+		t.Errorf("reset-policy: finalizers %v, %v; want %s", reset.Finalizers, err, Finalizer)
 	}
 	if l, err := k.CoordinationV1().Leases("default").Get(context.Background(), kube.StateLeaseName("held"), metav1.GetOptions{}); err != nil || *l.Spec.HolderIdentity != holder {
 		t.Errorf("the held cluster's lease: %v; want it still held by %s", err, holder)
