@@ -58,6 +58,8 @@ func Manifests(o ManifestOptions) ([]byte, error) {
 		rule(Group, []string{Resource + "/status", Resource + "/finalizers"}, "get", "update", "patch"),
 		// The clusters' state (kube.StateStore) and their credentials.
 		rule("", []string{"secrets", "configmaps"}, all...),
+		// kube.DeleteState removes a reset cluster's run records (ConfigMaps) by label.
+		rule("", []string{"configmaps"}, "deletecollection"),
 		rule("coordination.k8s.io", []string{"leases"}, all...),
 		rule("events.k8s.io", []string{"events"}, "create", "patch", "update"),
 		rule("", []string{"events"}, "create", "patch", "update"),
