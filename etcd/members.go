@@ -246,7 +246,7 @@ func (c *Client) HandOver(ctx context.Context, peerURL string) (bool, error) {
 		if err == nil {
 			return true, nil
 		}
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || rpctypes.Error(err) == rpctypes.ErrBadLeaderTransferee { // a learner: never
 			return false, c.fail(op, err)
 		}
 		s, serr := c.Status(ctx)
