@@ -59,7 +59,6 @@ func TestControllerMakesAndKeepsACluster(t *testing.T) {
 
 	// The second cluster's inventory, as a user would write its object: the spec is the
 	// inventory, the key and known hosts come from a Secret, the bundle from the nodes.
-	spec := c.objectSpec
 	key, err := os.ReadFile(c.lab.IdentityFile)
 	if err != nil {
 		t.Fatal(err)
@@ -70,7 +69,7 @@ func TestControllerMakesAndKeepsACluster(t *testing.T) {
 	c.step("create", func(t *testing.T) {
 		c.labSSHSecret(ctx, mgmt, ns)
 		start := time.Now()
-		gen = c.applyObject(ctx, ns, name, spec(h[2:3], h[3:4], from))
+		gen = c.applyObject(ctx, ns, name, c.objectSpec(h[2:3], h[3:4], from))
 		k := c.waitReady(ctx, ns, name, gen, 15*time.Minute)
 		t.Logf("the controller made cluster %s in %s: %s", name, time.Since(start).Round(time.Second), k.Status.LastPlan)
 		c.checkSecondCluster(ctx, ns, name, 2, from)
@@ -78,7 +77,7 @@ func TestControllerMakesAndKeepsACluster(t *testing.T) {
 
 	c.step("grow", func(t *testing.T) {
 		start := time.Now()
-		gen = c.applyObject(ctx, ns, name, spec(h[2:3], h[3:5], from))
+		gen = c.applyObject(ctx, ns, name, c.objectSpec(h[2:3], h[3:5], from))
 		c.waitReady(ctx, ns, name, gen, 10*time.Minute)
 		t.Logf("the controller added a worker in %s", time.Since(start).Round(time.Second))
 		c.checkSecondCluster(ctx, ns, name, 3, from)
@@ -101,7 +100,7 @@ func TestControllerMakesAndKeepsACluster(t *testing.T) {
 
 	c.step("upgrade-leader-killed", func(t *testing.T) {
 		start := time.Now()
-		gen = c.applyObject(ctx, ns, name, spec(h[2:3], h[3:5], to))
+		gen = c.applyObject(ctx, ns, name, c.objectSpec(h[2:3], h[3:5], to))
 		// The leading controller dies as the upgrade's apply enters its upgrade step (the step
 		// after render).
 		eventually(ctx, t, "the upgrade's render step done", func() (bool, string) {
@@ -186,7 +185,7 @@ func TestControllerMakesAndKeepsACluster(t *testing.T) {
 	// The retained cluster adopted again by an object of the same name (its state is there:
 	// nothing to do), now with deletionPolicy Reset; deleting it resets the hosts, then the state.
 	c.step("adopt-then-delete-resets-hosts", func(t *testing.T) {
-		s := spec(h[2:3], h[3:5], to)
+		s := c.objectSpec(h[2:3], h[3:5], to)
 		s["deletionPolicy"] = controller.DeletionReset
 		start := time.Now()
 		gen = c.applyObject(ctx, ns, name, s)

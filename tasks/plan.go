@@ -480,13 +480,13 @@ func (p *Plan) diffAPI(ctx context.Context, r progress.Reporter) error {
 		func(ctx context.Context) ([]kube.Change, error) { return clusterConfigObjects(ctx, rc) },
 		func(ctx context.Context) ([]kube.Change, error) { return bootstrapObjects(ctx, rc) },
 	}
+	kit, kitErr := t.addonKit() // read once; its error stops the dry run where the addons begin
 	for _, a := range hopAddons(rc.inv) {
 		objects = append(objects, func(ctx context.Context) ([]kube.Change, error) {
-			k, err := t.addonKit()
-			if err != nil {
-				return nil, err
+			if kitErr != nil {
+				return nil, kitErr
 			}
-			return a(ctx, k)
+			return a(ctx, kit)
 		})
 	}
 	objects = append(objects, func(ctx context.Context) ([]kube.Change, error) { return markObjects(ctx, rc, api) })
