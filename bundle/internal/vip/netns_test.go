@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bufio"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"regexp"
@@ -26,12 +28,31 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// netnsHelper holds ("add") or releases ("remove") vip as the runner does, on the interface it
-// chooses itself; it prints the interface.
+// helperPort is where the "serve" helper listens and the "ask" helper connects.
+const helperPort = "7443"
+
+// netnsHelper holds ("add") or releases ("remove", "release") vip as the runner does, on the
+// interface it chooses itself, and prints the interface; or it serves ("serve": every
+// connection's line is answered after a second and a half by the namespace's name, on all
+// addresses, as kube-apiserver listens) or asks ("ask": one line to vip, printing the answer
+// or the error and how long it took).
 func netnsHelper(op, vipText string) error {
 	vip, err := vipOf(vipText)
 	if err != nil {
 		return err
+	}
+	switch op {
+	case "serve":
+		return serve(os.Getenv("KFORGE_VIP_TEST_NAME"))
+	case "ask":
+		start := time.Now()
+		answer, err := ask(net.JoinHostPort(vip.String(), helperPort))
+		if err != nil {
+			fmt.Printf("%s error: %v\n", time.Since(start).Round(10*time.Millisecond), err)
+		} else {
+			fmt.Printf("%s answered by %s\n", time.Since(start).Round(10*time.Millisecond), answer)
+		}
+		return nil
 	}
 	addrs, err := hostAddrs()
 	if err != nil {
@@ -70,10 +91,58 @@ func netnsHelper(op, vipText string) error {
 		if has, err := a.Has(); err != nil || has {
 			return fmt.Errorf("after Remove, Has: %v, %v", has, err)
 		}
+	case "release": // as the runner does when it stops leading
+		n, err := release(a)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("reset %d\n", n)
 	default:
 		return fmt.Errorf("unknown helper operation %q", op)
 	}
 	return nil
+}
+
+// serve answers each connection's first line with name, a second and a half later (a request
+// in flight while the address moves); it prints "listening" once it listens.
+func serve(name string) error {
+	l, err := net.Listen("tcp4", ":"+helperPort)
+	if err != nil {
+		return err
+	}
+	fmt.Println("listening")
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return err
+		}
+		go func() {
+			defer c.Close()
+			if _, err := bufio.NewReader(c).ReadString('\n'); err != nil {
+				return
+			}
+			time.Sleep(1500 * time.Millisecond)
+			fmt.Fprintln(c, name)
+		}()
+	}
+}
+
+// ask sends one line to addr and returns the answer; it gives up on connecting after 2 s and
+// on the answer after 8 s, as the e2e's API probes do (a new connection each).
+func ask(addr string) (string, error) {
+	c, err := net.DialTimeout("tcp4", addr, 2*time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	if err := c.SetDeadline(time.Now().Add(8 * time.Second)); err != nil {
+		return "", err
+	}
+	if _, err := fmt.Fprintln(c, "who?"); err != nil {
+		return "", err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	return strings.TrimSpace(line), err
 }
 
 // TestHostAddressInNetns: in two network namespaces joined by a veth pair (198.51.100.201/24 and
@@ -96,22 +165,8 @@ func TestHostAddressInNetns(t *testing.T) {
 	vethA, vethB := fmt.Sprintf("kfva%d", pid), fmt.Sprintf("kfvb%d", pid)
 	const vip = "198.51.100.203"
 
-	run := func(args ...string) string {
-		t.Helper()
-		out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-		return string(out)
-	}
-	for _, ns := range []string{nsA, nsB} {
-		run("ip", "netns", "add", ns)
-		t.Cleanup(func() {
-			if out, err := exec.Command("ip", "netns", "del", ns).CombinedOutput(); err != nil {
-				t.Errorf("ip netns del %s: %v\n%s", ns, err, out)
-			}
-		})
-	}
+	run := func(args ...string) string { t.Helper(); return mustRun(t, args...) }
+	addNetns(t, nsA, nsB)
 	// The pair is made inside nsA, its peer moved straight into nsB.
 	run("ip", "-n", nsA, "link", "add", vethA, "type", "veth", "peer", "name", vethB, "netns", nsB)
 	run("ip", "-n", nsA, "addr", "add", "198.51.100.201/24", "dev", vethA)
@@ -127,16 +182,7 @@ func TestHostAddressInNetns(t *testing.T) {
 	}
 	macA := m[1]
 
-	helper := func(op string) string {
-		t.Helper()
-		cmd := exec.Command("ip", "netns", "exec", nsA, os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), helperEnv+"="+op, "KFORGE_VIP_TEST_VIP="+vip)
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("helper %s in %s: %v\n%s", op, nsA, err, out)
-		}
-		return strings.TrimSpace(string(out))
-	}
+	helper := func(op string) string { t.Helper(); return runHelper(t, nsA, op, vip) }
 	if ifname := helper("add"); ifname != vethA {
 		t.Fatalf("helper chose interface %q, want %s", ifname, vethA)
 	}
@@ -159,5 +205,127 @@ func TestHostAddressInNetns(t *testing.T) {
 		t.Errorf("%s still has %s:\n%s", vethA, vip, out)
 	} else if !strings.Contains(out, "198.51.100.201/24") {
 		t.Errorf("%s lost its own address:\n%s", vethA, out)
+	}
+}
+
+// mustRun runs a command, failing the test with its output if it fails.
+func mustRun(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// addNetns makes network namespaces, deleted (with their interfaces and sysctls) when the test
+// ends.
+func addNetns(t *testing.T, names ...string) {
+	t.Helper()
+	for _, ns := range names {
+		mustRun(t, "ip", "netns", "add", ns)
+		t.Cleanup(func() {
+			if out, err := exec.Command("ip", "netns", "del", ns).CombinedOutput(); err != nil {
+				t.Errorf("ip netns del %s: %v\n%s", ns, err, out)
+			}
+		})
+	}
+}
+
+// helperCmd is the test binary running netnsHelper's op inside network namespace ns.
+func helperCmd(ns, op, vip string, env ...string) *exec.Cmd {
+	cmd := exec.Command("ip", "netns", "exec", ns, os.Args[0], "-test.run=^$")
+	cmd.Env = append(append(os.Environ(), helperEnv+"="+op, "KFORGE_VIP_TEST_VIP="+vip), env...)
+	return cmd
+}
+
+// runHelper runs netnsHelper's op inside ns and returns what it printed.
+func runHelper(t *testing.T, ns, op, vip string) string {
+	t.Helper()
+	out, err := helperCmd(ns, op, vip).CombinedOutput()
+	if err != nil {
+		t.Fatalf("helper %s in %s: %v\n%s", op, ns, err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// TestHandOverResetsConnections: a master that stops holding the address resets the
+// connections made to it, so that a client waiting on one learns at once, and its next
+// connection reaches the new holder. Three network namespaces on one bridge (in the client's,
+// as the lab's hosts are): masters a (198.51.100.201) and b (.202), each serving on all
+// addresses as kube-apiserver does, and a client (.204). The address (.203) is on a; a request
+// is sent to it that a answers only after 1.5 s; meanwhile a releases the address as the runner
+// does, and b takes it. Without the reset the client waits for an answer that a can no longer
+// send (its source address is gone), until its own timeout: the 10 s API probe seen in CI
+// during a CA rotation.
+func TestHandOverResetsConnections(t *testing.T) {
+	if testing.Short() {
+		t.Skip("makes network namespaces")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for network namespaces")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("needs ip (iproute2)")
+	}
+	pid := os.Getpid()
+	nsA, nsB, nsC := fmt.Sprintf("kforge-vip-a-%d", pid), fmt.Sprintf("kforge-vip-b-%d", pid), fmt.Sprintf("kforge-vip-c-%d", pid)
+	br := fmt.Sprintf("kfvbr%d", pid)
+	const vip = "198.51.100.203"
+	addNetns(t, nsA, nsB, nsC)
+	mustRun(t, "ip", "-n", nsC, "link", "add", br, "type", "bridge")
+	mustRun(t, "ip", "-n", nsC, "addr", "add", "198.51.100.204/24", "dev", br)
+	mustRun(t, "ip", "netns", "exec", nsC, "sysctl", "-qw", "net.ipv4.conf."+br+".arp_accept=1")
+	mustRun(t, "ip", "-n", nsC, "link", "set", br, "up")
+	for i, ns := range []string{nsA, nsB} {
+		host, port := fmt.Sprintf("kfvh%c%d", 'a'+i, pid), fmt.Sprintf("kfvp%c%d", 'a'+i, pid)
+		mustRun(t, "ip", "-n", ns, "link", "add", host, "type", "veth", "peer", "name", port, "netns", nsC)
+		mustRun(t, "ip", "-n", ns, "addr", "add", fmt.Sprintf("198.51.100.%d/24", 201+i), "dev", host)
+		mustRun(t, "ip", "-n", ns, "link", "set", host, "up")
+		mustRun(t, "ip", "-n", nsC, "link", "set", port, "master", br, "up")
+	}
+	for _, ns := range []string{nsA, nsB} {
+		cmd := helperCmd(ns, "serve", vip, "KFORGE_VIP_TEST_NAME="+ns)
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }) // by its PID
+		if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "listening\n" {
+			t.Fatalf("server in %s: %q, %v", ns, line, err)
+		}
+	}
+
+	runHelper(t, nsA, "add", vip)
+	if got := runHelper(t, nsC, "ask", vip); !strings.HasSuffix(got, " answered by "+nsA) {
+		t.Fatalf("before the hand-over, through %s: %s; want %s's answer", vip, got, nsA)
+	}
+	inFlight := helperCmd(nsC, "ask", vip)
+	var answer strings.Builder
+	inFlight.Stdout, inFlight.Stderr = &answer, &answer
+	if err := inFlight.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond) // connected, its request waiting for a's answer
+	released := runHelper(t, nsA, "release", vip)
+	runHelper(t, nsB, "add", vip)
+	if err := inFlight.Wait(); err != nil {
+		t.Fatalf("ask: %v\n%s", err, answer.String())
+	}
+	got := strings.TrimSpace(answer.String())
+	t.Logf("a request in flight while %s released the address (%s): %s", nsA, strings.ReplaceAll(released, "\n", ", "), got)
+	if !strings.HasSuffix(released, "reset 1") {
+		t.Errorf("%s released the address saying %q; want the one connection in flight reset", nsA, released)
+	}
+	took, err := time.ParseDuration(strings.Fields(got + " x")[0])
+	if err != nil || took > 3*time.Second {
+		t.Errorf("a request in flight on %s when it released the address: %q; want an error (or an answer) within 3 s, not a wait until the client's own timeout", nsA, got)
+	}
+	if got := runHelper(t, nsC, "ask", vip); !strings.HasSuffix(got, " answered by "+nsB) {
+		t.Errorf("after the hand-over, through %s: %s; want %s's answer", vip, got, nsB)
 	}
 }

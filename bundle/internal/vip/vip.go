@@ -163,6 +163,8 @@ type Address interface {
 	Remove() error
 	// Announce tells the link's neighbours that the host holds it (a gratuitous ARP).
 	Announce() error
+	// Disconnect resets every TCP connection made to it and says how many it reset.
+	Disconnect() (int, error)
 }
 
 // HostAddress is the virtual IP as a /32 address of a network interface, announced by
@@ -224,6 +226,33 @@ func (h HostAddress) Remove() error {
 		return fmt.Errorf("remove %s/32 from %s: %w", h.VIP, h.Interface, err)
 	}
 	return nil
+}
+
+// Disconnect resets (SOCK_DESTROY, as `ss -K` does) every TCP connection whose local address is
+// VIP, the address still held: the kernel sends each peer a reset from it.
+func (h HostAddress) Disconnect() (int, error) {
+	socks, err := netlink.SocketDiagTCP(syscall.AF_INET)
+	if err != nil && !errors.Is(err, netlink.ErrDumpInterrupted) {
+		return 0, fmt.Errorf("TCP connections to %s: %w", h.VIP, err)
+	}
+	n := 0
+	for _, s := range socks {
+		if !s.ID.Source.Equal(h.VIP.AsSlice()) || s.State == netlink.TCP_LISTEN || s.State == netlink.TCP_TIME_WAIT || s.State == netlink.TCP_CLOSE {
+			continue
+		}
+		local := &net.TCPAddr{IP: s.ID.Source, Port: int(s.ID.SourcePort)}
+		remote := &net.TCPAddr{IP: s.ID.Destination, Port: int(s.ID.DestinationPort)}
+		switch err := netlink.SocketDestroy(local, remote); {
+		case err == nil:
+			n++
+		case errors.Is(err, syscall.ENOENT): // closed meanwhile
+		case errors.Is(err, syscall.EOPNOTSUPP):
+			return n, fmt.Errorf("cannot reset the connections to %s: this kernel cannot close sockets (CONFIG_INET_DIAG_DESTROY); their peers wait until their own timeouts", h.VIP)
+		default:
+			return n, fmt.Errorf("reset %s->%s: %w", local, remote, err)
+		}
+	}
+	return n, nil
 }
 
 // broadcast is the Ethernet broadcast address.
@@ -314,10 +343,11 @@ func (r *Runner) Run(ctx context.Context) error {
 		return err
 	}
 	if has {
-		if err := r.Address.Remove(); err != nil {
-			return err
+		n, err := release(r.Address)
+		if has, herr := r.Address.Has(); herr != nil || has {
+			return errors.Join(err, herr)
 		}
-		r.Logf("removed %s from %s, left by an earlier run", r.Config.Address, r.Config.Interface)
+		r.Logf("removed %s from %s, left by an earlier run (%d connections to it reset)", r.Config.Address, r.Config.Interface, n)
 	}
 	r.mu.Lock()
 	r.writeState()
@@ -341,11 +371,12 @@ func (r *Runner) Run(ctx context.Context) error {
 	defer r.mu.Unlock()
 	r.drop()
 	if r.held { // could not remove it when leading stopped: once more
-		if err := r.Address.Remove(); err != nil {
-			return err
+		n, err := release(r.Address)
+		if has, herr := r.Address.Has(); herr != nil || has {
+			return errors.Join(err, herr)
 		}
 		r.held = false
-		r.Logf("released %s", r.Config.Address)
+		r.Logf("released %s (%d connections to it reset)", r.Config.Address, n)
 	}
 	if r.holder == r.Config.Identity {
 		r.holder = ""
@@ -453,11 +484,13 @@ func (r *Runner) announce(ctx context.Context) {
 // held.
 func (r *Runner) drop() {
 	if r.held {
-		if err := r.Address.Remove(); err != nil {
-			r.Logf("cannot remove %s: %v", r.Config.Address, err)
-		} else {
+		n, err := release(r.Address)
+		if has, herr := r.Address.Has(); herr == nil && !has {
 			r.held = false
-			r.Logf("released %s", r.Config.Address)
+			r.Logf("released %s (%d connections to it reset)", r.Config.Address, n)
+		}
+		if err != nil {
+			r.Logf("releasing %s: %v", r.Config.Address, err)
 		}
 	}
 	r.leading = false
@@ -478,4 +511,17 @@ func (r *Runner) writeState() {
 		return
 	}
 	r.written = data
+}
+
+// release resets the connections made to the address, then removes it: a peer waiting on such
+// a connection for an answer would otherwise wait until its own timeout (its host can no
+// longer send from an address it lost, and the peer sends nothing the new holder could
+// refuse); reset, it connects again, to the new holder. A kernel that cannot reset them
+// (without CONFIG_INET_DIAG_DESTROY) still has the address removed; the error says so.
+func release(a Address) (int, error) {
+	n, err := a.Disconnect()
+	if rerr := a.Remove(); rerr != nil {
+		return n, rerr
+	}
+	return n, err
 }

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -127,6 +128,13 @@ func (f *fakeAddress) Remove() error {
 	f.ops = append(f.ops, "remove")
 	f.held = false
 	return nil
+}
+
+func (f *fakeAddress) Disconnect() (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.ops = append(f.ops, "disconnect")
+	return 0, nil
 }
 
 func (f *fakeAddress) Announce() error {
@@ -304,8 +312,8 @@ func TestOneHoldsAndTheOtherTakesOver(t *testing.T) {
 	if leader.addr.isHeld() {
 		t.Errorf("%s still holds the address after stopping", leader.name)
 	}
-	if ops, _ := leader.addr.stats(); len(ops) != 2 || ops[0] != "add" || ops[1] != "remove" {
-		t.Errorf("%s did %v, want [add remove]", leader.name, ops)
+	if ops, _ := leader.addr.stats(); !slices.Equal(ops, []string{"add", "disconnect", "remove"}) {
+		t.Errorf("%s did %v, want [add disconnect remove]: its connections reset while it holds the address", leader.name, ops)
 	}
 	if s := leader.readState(t); s.Leading || s.Holder == leader.name {
 		t.Errorf("%s state after stopping: %+v", leader.name, s)
@@ -413,11 +421,11 @@ func TestLeftoverRemovedFirst(t *testing.T) {
 	client := fake.NewClientset()
 	addr := &fakeAddress{held: true}
 	a := start(t, client, "m1", fastTiming, addr)
-	if !eventually(3*time.Second, func() bool { ops, _ := addr.stats(); return len(ops) >= 2 }) {
+	if !eventually(3*time.Second, func() bool { ops, _ := addr.stats(); return len(ops) >= 3 }) {
 		t.Fatal("m1 did not take the address")
 	}
-	if ops, _ := addr.stats(); ops[0] != "remove" || ops[1] != "add" {
-		t.Errorf("ops %v, want remove then add", ops)
+	if ops, _ := addr.stats(); !slices.Equal(ops[:3], []string{"disconnect", "remove", "add"}) {
+		t.Errorf("ops %v, want disconnect, remove, then add", ops)
 	}
 	a.stop(t)
 	if addr.isHeld() {
