@@ -44,6 +44,13 @@ func BenchmarkControllerTenClusters(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
+		b.Cleanup(func() { // unless taken down already
+			if l, err := lab.Open(name); err == nil {
+				if err := l.Down(context.Background()); err != nil {
+					b.Errorf("lab down: %v", err)
+				}
+			}
+		})
 		l, err := lab.Up(ctx, lab.Options{Name: name, Hosts: hosts, Bare: true})
 		if err != nil {
 			b.Fatalf("lab up: %v", err)
@@ -81,11 +88,6 @@ func BenchmarkControllerTenClusters(b *testing.B) {
 
 		// The controller: a management cluster, then ten objects at once.
 		l := newLab(fmt.Sprintf("bct%d", id), clusters+2)
-		b.Cleanup(func() {
-			if err := l.Down(context.Background()); err != nil {
-				b.Errorf("lab down: %v", err)
-			}
-		})
 		c := side(l, "management")
 		c.writeInventory(l.Hosts[:1], l.Hosts[1:2])
 		if out, err := c.run("apply", "--timeout", "10m"); err != nil {
