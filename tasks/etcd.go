@@ -49,9 +49,10 @@ type etcdPlan struct {
 	// --prune): their members are removed before any host joins, since etcd refuses a new
 	// member while a member is down and the new one's --initial-cluster must be the membership.
 	remove []inventory.Node
-	// restored: every member starts on restored data (kforge restore), and every master anew,
-	// its control plane stopped before.
-	restored bool
+	// anew: every member starts as one new cluster on the data its host has (restore's plan),
+	// and every master anew, its control plane stopped before; otherwise, with an external
+	// etcd, the masters start as they run.
+	anew bool
 	// A move of etcd between the masters and an etcd group (etcdmove.go): handover are the
 	// running masters that join before stage (join-etcd), one at a time, when etcd moves onto
 	// them; leave are the hosts it moves off whose members still run or whose data is still

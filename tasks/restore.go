@@ -61,7 +61,7 @@ type Restore struct {
 func NewRestore(c *inventory.Cluster, o Options, ro RestoreOptions) *Restore {
 	rc := newRunContext(c, c.Hosts(), o)
 	x := &Restore{rc: rc, ro: ro, target: newHop(rc)}
-	x.up = &bringUp{t: x.target, etcd: &etcdPlan{restored: true}}
+	x.up = &bringUp{t: x.target, etcd: &etcdPlan{anew: true}}
 	return x
 }
 

@@ -36,7 +36,7 @@ func stage(ctx context.Context, t *hop, ep etcdPlan, r progress.Reporter) (*stag
 		}
 	}
 	fresh, rolling, joining := ep.startOrder(f.Nodes(inventory.RoleMaster))
-	if t.inv.ExternalEtcd() && !ep.restored {
+	if t.inv.ExternalEtcd() && !ep.anew {
 		fresh, rolling = runningMasters(f)
 	}
 	// The workers wait for the registries of the masters staged here (a joining master comes
