@@ -151,15 +151,7 @@ func ask(addr string) (string, error) {
 // it is removed. The namespaces, and so their interfaces and sysctls, are deleted afterwards;
 // the root namespace is not touched.
 func TestHostAddressInNetns(t *testing.T) {
-	if testing.Short() {
-		t.Skip("makes network namespaces")
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for network namespaces")
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("needs ip (iproute2)")
-	}
+	needNetns(t)
 	pid := os.Getpid()
 	nsA, nsB := fmt.Sprintf("kforge-vip-a-%d", pid), fmt.Sprintf("kforge-vip-b-%d", pid)
 	vethA, vethB := fmt.Sprintf("kfva%d", pid), fmt.Sprintf("kfvb%d", pid)
@@ -205,6 +197,20 @@ func TestHostAddressInNetns(t *testing.T) {
 		t.Errorf("%s still has %s:\n%s", vethA, vip, out)
 	} else if !strings.Contains(out, "198.51.100.201/24") {
 		t.Errorf("%s lost its own address:\n%s", vethA, out)
+	}
+}
+
+// needNetns skips a test that makes network namespaces where it cannot.
+func needNetns(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("makes network namespaces")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for network namespaces")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("needs ip (iproute2)")
 	}
 }
 
@@ -259,15 +265,7 @@ func runHelper(t *testing.T, ns, op, vip string) string {
 // send (its source address is gone), until its own timeout: the 10 s API probe seen in CI
 // during a CA rotation.
 func TestHandOverResetsConnections(t *testing.T) {
-	if testing.Short() {
-		t.Skip("makes network namespaces")
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for network namespaces")
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("needs ip (iproute2)")
-	}
+	needNetns(t)
 	pid := os.Getpid()
 	nsA, nsB, nsC := fmt.Sprintf("kforge-vip-a-%d", pid), fmt.Sprintf("kforge-vip-b-%d", pid), fmt.Sprintf("kforge-vip-c-%d", pid)
 	br := fmt.Sprintf("kfvbr%d", pid)
