@@ -124,6 +124,13 @@ defaults
 	timeout connect 5s
 	timeout client 1h
 	timeout server 1h
+	# A health check's whole time (connect, TLS, /readyz). Unset, it is inter (1 s), and on
+	# these 2 cores under two labs (load average 20-25) a ready API server's /readyz took over
+	# a second twice in a row: its master was marked down and the sessions on it shut down
+	# (a probe through the balancer failed with "broken pipe" at fb91cc2's CI, before
+	# anything of the run under test had happened on the masters). A stopped API server still
+	# fails its checks at once (connection refused).
+	timeout check 5s
 
 frontend kube-apiserver
 	bind :6443
