@@ -10,8 +10,8 @@
 // 200 ms apart, then one every 3 s) so that the link's neighbours send the address's traffic
 // to it. A leader that cannot renew the Lease within 3 s removes the address; another master
 // takes the Lease once it has not been renewed for 5 s, or within a second or two when the
-// leader releases it on stopping (SIGINT, SIGTERM: it removes the address as it releases the
-// Lease). A runner that loses the Lease stands for election again. An address left by a run
+// leader releases it on stopping (SIGINT, SIGTERM: it keeps the address until another master
+// holds the Lease, 5 s at most, then resets the connections made to it and removes it). A runner that loses the Lease stands for election again. An address left by a run
 // that crashed is removed before the first election.
 //
 // The Lease is reached through the kubeconfig of the configuration file, which must reach an

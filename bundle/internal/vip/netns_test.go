@@ -260,8 +260,8 @@ func runHelper(t *testing.T, ns, op, vip string) string {
 // connection reaches the new holder. Three network namespaces on one bridge (in the client's,
 // as the lab's hosts are): masters a (198.51.100.201) and b (.202), each serving on all
 // addresses as kube-apiserver does, and a client (.204). The address (.203) is on a; a request
-// is sent to it that a answers only after 1.5 s; meanwhile a releases the address as the runner
-// does, and b takes it. Without the reset the client waits for an answer that a can no longer
+// is sent to it that a answers only after 1.5 s; meanwhile b takes the address and a releases
+// it, as the runners hand it over. Without the reset the client waits for an answer that a can no longer
 // send (its source address is gone), until its own timeout: the 10 s API probe seen in CI
 // during a CA rotation.
 func TestHandOverResetsConnections(t *testing.T) {
@@ -309,8 +309,8 @@ func TestHandOverResetsConnections(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(500 * time.Millisecond) // connected, its request waiting for a's answer
+	runHelper(t, nsB, "add", vip) // the runner's hand-over: the new holder first,
 	released := runHelper(t, nsA, "release", vip)
-	runHelper(t, nsB, "add", vip)
 	if err := inFlight.Wait(); err != nil {
 		t.Fatalf("ask: %v\n%s", err, answer.String())
 	}

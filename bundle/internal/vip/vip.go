@@ -368,6 +368,12 @@ func (r *Runner) Run(ctx context.Context) error {
 		}
 	}
 	r.mu.Lock()
+	held := r.held
+	r.mu.Unlock()
+	if held { // stopping while leading: the lease is released, the address still held
+		r.awaitSuccessor()
+	}
+	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.drop()
 	if r.held { // could not remove it when leading stopped: once more
@@ -401,11 +407,13 @@ func (r *Runner) elect(ctx context.Context) error {
 		ReleaseOnCancel: true,
 		Name:            r.Config.Lease,
 		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(lctx context.Context) { r.lead(lctx, cancel) },
+			OnStartedLeading: func(lctx context.Context) { r.lead(lctx, ctx, cancel) },
 			OnStoppedLeading: func() {
 				r.mu.Lock()
 				defer r.mu.Unlock()
-				r.drop()
+				if ctx.Err() == nil { // lost, not stopping (Run hands the address over then)
+					r.drop()
+				}
 			},
 			OnNewLeader: func(id string) {
 				r.mu.Lock()
@@ -425,9 +433,10 @@ func (r *Runner) elect(ctx context.Context) error {
 	return nil
 }
 
-// lead holds and announces the address until ctx (the leadership) ends, then removes it. If it
-// cannot add the address it gives the lease up (giveUp ends the round, which releases it).
-func (r *Runner) lead(ctx context.Context, giveUp context.CancelFunc) {
+// lead holds and announces the address until ctx (the leadership) ends, then removes it, unless
+// the runner is stopping (stop has ended): Run then hands the address over. If it cannot add
+// the address it gives the lease up (giveUp ends the round, which releases it).
+func (r *Runner) lead(ctx, stop context.Context, giveUp context.CancelFunc) {
 	r.mu.Lock()
 	if ctx.Err() != nil { // already stopped leading: OnStoppedLeading has run or will
 		r.mu.Unlock()
@@ -453,11 +462,40 @@ func (r *Runner) lead(ctx context.Context, giveUp context.CancelFunc) {
 		}
 		select {
 		case <-ctx.Done():
+			if stop.Err() != nil {
+				return
+			}
 			r.mu.Lock()
 			defer r.mu.Unlock()
 			r.drop()
 			return
 		case <-time.After(wait):
+		}
+	}
+}
+
+// awaitSuccessor is a stopping leader's hand-over, make before break: its lease released, it
+// keeps the address until another master holds the lease (a new leader adds the address and
+// announces it at once), and a moment for that announcement, at most LeaseDuration. Until
+// then new connections still reach this host, whose API server still serves; after it the
+// neighbours send them to the new holder, and drop resets what is left here. Breaking first
+// left a gap in which a connection could land here as the address went, and wait for an
+// answer this host could no longer send.
+func (r *Runner) awaitSuccessor() {
+	ctx, cancel := context.WithTimeout(context.Background(), r.Timing.LeaseDuration)
+	defer cancel()
+	for {
+		l, err := r.Leases.Leases(r.Config.Namespace).Get(ctx, r.Config.Lease, metav1.GetOptions{})
+		if err == nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "" && *l.Spec.HolderIdentity != r.Config.Identity {
+			r.Logf("%s holds the lease: releasing %s once it has announced it", *l.Spec.HolderIdentity, r.Config.Address)
+			time.Sleep(2 * r.Timing.AnnounceGap)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			r.Logf("no other master took the lease within %s of its release: releasing %s", r.Timing.LeaseDuration, r.Config.Address)
+			return
+		case <-time.After(r.Timing.RetryPeriod / 10):
 		}
 	}
 }

@@ -101,8 +101,25 @@ type fakeAddress struct {
 	mu        sync.Mutex
 	held      bool
 	ops       []string
+	at        map[string]time.Time // when each operation was last done
 	announces int
 	failAdd   bool
+}
+
+// did records op; f.mu is held.
+func (f *fakeAddress) did(op string) {
+	f.ops = append(f.ops, op)
+	if f.at == nil {
+		f.at = map[string]time.Time{}
+	}
+	f.at[op] = time.Now()
+}
+
+// when is the time op was last done (zero if never).
+func (f *fakeAddress) when(op string) time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.at[op]
 }
 
 func (f *fakeAddress) Has() (bool, error) {
@@ -114,7 +131,7 @@ func (f *fakeAddress) Has() (bool, error) {
 func (f *fakeAddress) Add() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.ops = append(f.ops, "add")
+	f.did("add")
 	if f.failAdd {
 		return errors.New("no such device")
 	}
@@ -125,7 +142,7 @@ func (f *fakeAddress) Add() error {
 func (f *fakeAddress) Remove() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.ops = append(f.ops, "remove")
+	f.did("remove")
 	f.held = false
 	return nil
 }
@@ -133,7 +150,7 @@ func (f *fakeAddress) Remove() error {
 func (f *fakeAddress) Disconnect() (int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.ops = append(f.ops, "disconnect")
+	f.did("disconnect")
 	return 0, nil
 }
 
@@ -243,9 +260,9 @@ func holders(cs ...*candidate) []*candidate {
 	return out
 }
 
-// watchOverlap samples the candidates every 5 ms until the test ends; the flag it returns is
-// set if two of them ever held the address at once.
-func watchOverlap(t *testing.T, cs ...*candidate) *atomic.Bool {
+// watchOverlap samples the candidates every 5 ms until the returned function is called (or
+// the test ends), which fails the test if two of them ever held the address at once.
+func watchOverlap(t *testing.T, cs ...*candidate) (stop func()) {
 	var both atomic.Bool
 	done := make(chan struct{})
 	stopped := make(chan struct{})
@@ -262,27 +279,31 @@ func watchOverlap(t *testing.T, cs ...*candidate) *atomic.Bool {
 			}
 		}
 	}()
-	t.Cleanup(func() {
-		close(done)
-		<-stopped
-		if both.Load() {
-			t.Error("two runners held the address at once")
-		}
-	})
-	return &both
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			close(done)
+			<-stopped
+			if both.Load() {
+				t.Error("two runners held the address at once")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
 }
 
 // TestOneHoldsAndTheOtherTakesOver: of two runners electing on one API server, exactly one holds
-// the address; when it stops (SIGTERM), it removes the address and releases the lease, and the
-// other takes the address within a few seconds (kube-vip's timing).
+// the address; when it stops (SIGTERM), it releases the lease, the other takes the address
+// within a few seconds (kube-vip's timing), and only then does the first remove it.
 func TestOneHoldsAndTheOtherTakesOver(t *testing.T) {
 	if testing.Short() {
-		t.Skip("takes about 5 s")
+		t.Skip("takes about 9 s")
 	}
 	client := fake.NewClientset()
 	a := start(t, client, "m1", DefaultTiming, &fakeAddress{})
 	b := start(t, client, "m2", DefaultTiming, &fakeAddress{})
-	watchOverlap(t, a, b)
+	overlap := watchOverlap(t, a, b)
 	if !eventually(5*time.Second, func() bool { return len(holders(a, b)) == 1 }) {
 		t.Fatalf("no runner holds the address")
 	}
@@ -307,6 +328,9 @@ func TestOneHoldsAndTheOtherTakesOver(t *testing.T) {
 		t.Errorf("%s state %+v", other.name, other.readState(t))
 	}
 
+	// Stopping, the leader hands the address over make before break: it releases the lease and
+	// removes the address only once the other holds it (the two hold it at once for a moment).
+	overlap()
 	stopped := time.Now()
 	leader.stop(t)
 	if leader.addr.isHeld() {
@@ -318,16 +342,25 @@ func TestOneHoldsAndTheOtherTakesOver(t *testing.T) {
 	if s := leader.readState(t); s.Leading || s.Holder == leader.name {
 		t.Errorf("%s state after stopping: %+v", leader.name, s)
 	}
-	if !eventually(4*time.Second, func() bool { return other.addr.isHeld() }) {
-		t.Fatalf("%s did not take the address within 4 s of %s stopping", other.name, leader.name)
+	if !other.addr.isHeld() {
+		t.Fatalf("%s did not hold the address when %s's Run returned; want it to take over first", other.name, leader.name)
 	}
-	t.Logf("%s took over %s after %s stopped", other.name, time.Since(stopped).Round(time.Millisecond), leader.name)
+	took, removed := other.addr.when("add"), leader.addr.when("remove")
+	if gap := removed.Sub(took); gap < 2*DefaultTiming.AnnounceGap || gap > time.Second {
+		t.Errorf("%s removed the address %s after %s added it; want between %s (its announcement) and 1 s", leader.name, gap, other.name, 2*DefaultTiming.AnnounceGap)
+	}
+	t.Logf("%s took over %s after %s stopped, which removed the address %s later", other.name, took.Sub(stopped).Round(time.Millisecond), leader.name, removed.Sub(took).Round(time.Millisecond))
 	if !eventually(2*time.Second, func() bool { return other.readState(t) == State{"198.51.100.50", "eth0", other.name, true} }) {
 		t.Errorf("%s state %+v", other.name, other.readState(t))
 	}
+	// With no one to take over, it waits LeaseDuration at most, then removes it.
+	stopped = time.Now()
 	other.stop(t)
 	if other.addr.isHeld() {
 		t.Errorf("%s still holds the address after stopping", other.name)
+	}
+	if d := time.Since(stopped); d < DefaultTiming.LeaseDuration || d > DefaultTiming.LeaseDuration+time.Second {
+		t.Errorf("%s, alone, stopped in %s; want about LeaseDuration (%s), waiting for a successor", other.name, d, DefaultTiming.LeaseDuration)
 	}
 	lease, err := client.CoordinationV1().Leases(DefaultNamespace).Get(context.Background(), DefaultLease, metav1.GetOptions{})
 	if err != nil {
@@ -377,7 +410,7 @@ func TestLostLease(t *testing.T) {
 		t.Fatal("m1 does not hold the address")
 	}
 	b := start(t, client, "m2", fastTiming, &fakeAddress{})
-	watchOverlap(t, a, b)
+	overlap := watchOverlap(t, a, b)
 	time.Sleep(500 * time.Millisecond)
 	if len(holders(a, b)) != 1 || !a.addr.isHeld() {
 		t.Fatal("m2 took the address from m1")
@@ -409,7 +442,8 @@ func TestLostLease(t *testing.T) {
 	if s := a.readState(t); s.Leading || s.Holder != "m2" {
 		t.Errorf("m1 state %+v, want m2 the holder", s)
 	}
-	// m1 leads again once m2 stops.
+	// m1 leads again once m2 stops (handing it over make before break).
+	overlap()
 	b.stop(t)
 	if !eventually(3*time.Second, a.addr.isHeld) {
 		t.Fatal("m1 did not stand for election again")
