@@ -309,7 +309,8 @@ func TestHandOverResetsConnections(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(500 * time.Millisecond) // connected, its request waiting for a's answer
-	runHelper(t, nsB, "add", vip) // the runner's hand-over: the new holder first,
+	// The runners' hand-over: the new holder first, then the old one releases it.
+	runHelper(t, nsB, "add", vip)
 	released := runHelper(t, nsA, "release", vip)
 	if err := inFlight.Wait(); err != nil {
 		t.Fatalf("ask: %v\n%s", err, answer.String())
