@@ -7,7 +7,7 @@ LDFLAGS  := -s -w -X main.version=$(VERSION)
 # Integration tests fail (instead of skipping) when their prerequisites are missing.
 TESTENV  := KFORGE_REQUIRE_INTEGRATION=1
 # The e2e package runs its lab clusters in two lanes side by side, then the VM test alone, on this
-# 2-core machine (e2e/lanes_test.go, docs/testing.md): about 60 minutes warm at 187f0a9; cold, the Kubernetes builds
+# 2-core machine (e2e/lanes_test.go, docs/testing.md): about 60-63 minutes warm at 4c1f846; cold, the Kubernetes builds
 # (the bundle's three minors, the conformance kit) add about an hour. CI allows 90 minutes.
 TESTTIME ?= 80m
 
