@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -92,8 +93,8 @@ func netnsHelper(op, vipText string) error {
 			return fmt.Errorf("after Remove, Has: %v, %v", has, err)
 		}
 	case "release": // as the runner does when it stops leading
-		n, err := release(a)
-		if err != nil {
+		n, resetErr, err := release(a)
+		if err = errors.Join(resetErr, err); err != nil {
 			return err
 		}
 		fmt.Printf("reset %d\n", n)

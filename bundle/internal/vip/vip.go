@@ -343,11 +343,11 @@ func (r *Runner) Run(ctx context.Context) error {
 		return err
 	}
 	if has {
-		n, err := release(r.Address)
-		if has, herr := r.Address.Has(); herr != nil || has {
-			return errors.Join(err, herr)
+		n, resetErr, err := release(r.Address)
+		if err != nil {
+			return err
 		}
-		r.Logf("removed %s from %s, left by an earlier run (%d connections to it reset)", r.Config.Address, r.Config.Interface, n)
+		r.Logf("removed %s from %s, left by an earlier run (%d connections to it reset)%s", r.Config.Address, r.Config.Interface, n, orNot(resetErr))
 	}
 	r.mu.Lock()
 	r.writeState()
@@ -377,12 +377,12 @@ func (r *Runner) Run(ctx context.Context) error {
 	defer r.mu.Unlock()
 	r.drop()
 	if r.held { // could not remove it when leading stopped: once more
-		n, err := release(r.Address)
-		if has, herr := r.Address.Has(); herr != nil || has {
-			return errors.Join(err, herr)
+		n, resetErr, err := release(r.Address)
+		if err != nil {
+			return err
 		}
 		r.held = false
-		r.Logf("released %s (%d connections to it reset)", r.Config.Address, n)
+		r.Logf("released %s (%d connections to it reset)%s", r.Config.Address, n, orNot(resetErr))
 	}
 	if r.holder == r.Config.Identity {
 		r.holder = ""
@@ -522,13 +522,11 @@ func (r *Runner) announce(ctx context.Context) {
 // held.
 func (r *Runner) drop() {
 	if r.held {
-		n, err := release(r.Address)
-		if has, herr := r.Address.Has(); herr == nil && !has {
+		if n, resetErr, err := release(r.Address); err != nil {
+			r.Logf("cannot remove %s: %v", r.Config.Address, err)
+		} else {
 			r.held = false
-			r.Logf("released %s (%d connections to it reset)", r.Config.Address, n)
-		}
-		if err != nil {
-			r.Logf("releasing %s: %v", r.Config.Address, err)
+			r.Logf("released %s (%d connections to it reset)%s", r.Config.Address, n, orNot(resetErr))
 		}
 	}
 	r.leading = false
@@ -555,11 +553,17 @@ func (r *Runner) writeState() {
 // a connection for an answer would otherwise wait until its own timeout (its host can no
 // longer send from an address it lost, and the peer sends nothing the new holder could
 // refuse); reset, it connects again, to the new holder. A kernel that cannot reset them
-// (without CONFIG_INET_DIAG_DESTROY) still has the address removed; the error says so.
-func release(a Address) (int, error) {
-	n, err := a.Disconnect()
-	if rerr := a.Remove(); rerr != nil {
-		return n, rerr
+// (without CONFIG_INET_DIAG_DESTROY) still has the address removed: resetErr says why not, err
+// is the removal's.
+func release(a Address) (n int, resetErr, err error) {
+	n, resetErr = a.Disconnect()
+	return n, resetErr, a.Remove()
+}
+
+// orNot is what a log line adds for the connections that could not be reset.
+func orNot(resetErr error) string {
+	if resetErr == nil {
+		return ""
 	}
-	return n, err
+	return "; not all reset: " + resetErr.Error()
 }
