@@ -77,10 +77,17 @@ func (p etcdPlan) startOrder(masters []inventory.Node) (fresh, rolling, joining 
 			fresh = append(fresh, n)
 		}
 	}
-	if len(rolling) < 2 {
-		fresh, rolling = append(fresh, rolling...), nil
-	}
+	fresh, rolling = rollIfSeveral(fresh, rolling)
 	return fresh, rolling, joining
+}
+
+// rollIfSeveral is the rule both start orders keep: running masters roll one at a time only when two or
+// more run; a single running one has no one to hand over to and starts with the fresh ones.
+func rollIfSeveral(fresh, rolling []inventory.Node) ([]inventory.Node, []inventory.Node) {
+	if len(rolling) < 2 {
+		return append(fresh, rolling...), nil
+	}
+	return fresh, rolling
 }
 
 // joins says whether host name's member joins the running cluster this run (a new host, or a

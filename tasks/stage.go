@@ -103,8 +103,8 @@ func stage(ctx context.Context, t *hop, ep etcdPlan, r progress.Reporter) (*stag
 }
 
 // runningMasters splits the masters of a cluster with an external etcd, where none joins an
-// etcd cluster, as startOrder does: those whose API server runs (its manifest is there) roll one
-// at a time when two or more run; the others, or a single running one, start together.
+// etcd cluster, as startOrder does: those whose API server runs (its manifest is there) roll,
+// the others start together (rollIfSeveral).
 func runningMasters(f *fleet.Fleet) (fresh, rolling []inventory.Node) {
 	for _, n := range f.Nodes(inventory.RoleMaster) {
 		if runsAPIServer(f.Facts(n.Name)) {
@@ -113,10 +113,7 @@ func runningMasters(f *fleet.Fleet) (fresh, rolling []inventory.Node) {
 			fresh = append(fresh, n)
 		}
 	}
-	if len(rolling) < 2 {
-		fresh, rolling = append(fresh, rolling...), nil
-	}
-	return fresh, rolling
+	return rollIfSeveral(fresh, rolling)
 }
 
 // runsAPIServer says whether a master's facts show its API server's manifest.
