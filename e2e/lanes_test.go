@@ -14,13 +14,15 @@ import (
 // one lab at a time, in order; a phase's lanes begin when every test of the phases before it is
 // done. A lab spends most of its time waiting (on kubelet restarting static pods, on
 // certificates expiring): with two of the big labs side by side this 2-core machine is about
-// half idle. Three lanes of nspawn labs beside the other packages' tests (0a81bb4: load average
+// 40 % idle. Three lanes of nspawn labs beside the other packages' tests (0a81bb4: load average
 // 47) failed an HA failover, the external etcd's upgrade and the etcd package's real members,
 // so two lanes carry the big nspawn labs. The VM is CPU-bound (QEMU without KVM): 14 minutes
-// alone; it used to run after them, which put 17 minutes on the critical path; it now runs in a
-// lane of its own beside them, its cgroup at a quarter of an nspawn host's CPU weight
-// (lab.emulatedVMShares), so that it takes what they leave. The certificates' expiry (it
-// sleeps) has a lane of its own. docs/testing.md has the history.
+// alone; run after them it put 17 minutes on the critical path. It now has a lane of its own
+// beside them, where it takes the CPU they leave. With its cgroup at a quarter of an nspawn
+// host's CPU weight (8b33102) it got 0.1-0.3 cores while they were busy, its kubelet said
+// "container runtime is down" and the VM test failed; at the same weight as a host, it takes
+// its share. The certificates' expiry (it sleeps) has a lane of its own. docs/testing.md has
+// the history.
 var phases = [][][]string{
 	{
 		{"TestHAControlPlaneGrowsSurvivesAMasterAndShrinks", "TestApplyLabClusterEndToEnd", "TestConformance"},

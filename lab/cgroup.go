@@ -211,22 +211,3 @@ func rmdirTree(d string) error {
 	}
 	return nil
 }
-
-// weighCPU sets the CPU weight of a host's cgroups dirs to shares, in cgroup v1's cpu.shares
-// (default 1024) or, on the unified hierarchy, the cpu.weight of the same proportion (default
-// 100); the hierarchies without the cpu controller are left as they are.
-func weighCPU(dirs []string, shares int) error {
-	for _, d := range dirs {
-		file, value := filepath.Join(d, "cpu.shares"), strconv.Itoa(shares)
-		if _, err := os.Stat(file); err != nil {
-			file, value = filepath.Join(d, "cpu.weight"), strconv.Itoa(max(1, shares*100/1024))
-			if _, err := os.Stat(file); err != nil {
-				continue
-			}
-		}
-		if err := os.WriteFile(file, []byte(value), 0o644); err != nil {
-			return fmt.Errorf("setting the CPU weight of cgroup %s: %w", d, err)
-		}
-	}
-	return nil
-}

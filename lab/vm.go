@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -211,15 +210,6 @@ func vmAccel() (args []string, why string) {
 	return tcgArgs(), "emulation (TCG, slow): /dev/kvm is neither kvm_intel nor kvm_amd"
 }
 
-// emulatedVMShares is an emulated VM's CPU weight, in cgroup v1's cpu.shares (an nspawn host has
-// the default, 1024). Under emulation a VM is CPU-bound: its guest's every idle loop costs this
-// machine ten to thirty times what it costs the guest, and at an nspawn host's weight it would
-// take as much as each busy one of them. At a quarter of it a VM beside nspawn hosts takes the
-// CPU they leave (a lab cluster waits most of the time: about half of this 2-core machine is
-// idle with two of them) and yields when they need it; alone, a VM takes all it can, weight or
-// not. docs/testing.md has what it bought kforge's tests.
-const emulatedVMShares = 256
-
 func tcgArgs() []string { return []string{"-accel", "tcg,thread=multi", "-cpu", "max"} }
 func kvmArgs() []string { return []string{"-accel", "kvm", "-cpu", "host"} }
 
@@ -268,11 +258,6 @@ func (l *Lab) startVM(ctx context.Context, h *hostState) error {
 	_ = deleteLink(ctx, h.Veth)
 	if err := runInput(ctx, fmt.Sprintf("tuntap add dev %s mode tap\nlink set %s master %s up\n", h.Veth, h.Veth, Bridge), "ip", "-batch", "-"); err != nil {
 		return err
-	}
-	if slices.Equal(accel, tcgArgs()) {
-		if err := weighCPU(h.Cgroups, emulatedVMShares); err != nil {
-			return err
-		}
 	}
 	// QEMU joins the host's cgroups, then takes the shell's PID.
 	script := `while read -r cg; do echo $$ > "$cg/cgroup.procs" || exit 97; done < "$1/cgroups"; shift; exec "$@"`
