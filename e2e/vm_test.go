@@ -54,7 +54,7 @@ func TestHostsAsUsersHaveThem(t *testing.T) {
 	testenv.Require(t, lab.Prerequisites())
 	testenv.Require(t, lab.VMPrerequisites())
 	inLane(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
 	defer cancel()
 	c := newCluster(ctx, t, "vm", release.Default(), lab.Options{Hosts: 3, Bare: true, VMs: 1})
 	h := c.lab.Hosts
