@@ -7,8 +7,8 @@ LDFLAGS  := -s -w -X main.version=$(VERSION)
 # Integration tests fail (instead of skipping) when their prerequisites are missing.
 TESTENV  := KFORGE_REQUIRE_INTEGRATION=1
 # The e2e package runs its lab clusters in two lanes side by side, then the VM test alone, on this
-# 2-core machine (e2e/lanes_test.go, docs/testing.md): about 60-63 minutes warm at 4c1f846; cold, the Kubernetes builds
-# (the bundle's three minors, the conformance kit) add about an hour. CI allows 90 minutes.
+# 2-core machine (e2e/lanes_test.go, docs/testing.md): about 60 minutes warm (964f8de's CI: 3558 s); cold,
+# building the bundle's releases, the conformance kit and the lab's images adds about 35 minutes. CI allows 90.
 TESTTIME ?= 80m
 
 .PHONY: all build deps test test-quick demo bench fuzz conformance clean
