@@ -28,10 +28,11 @@ import (
 // 13m13s, the three lost masters 3m35s, the bare hosts 1m32s) and the other 34m22s: the three
 // lost masters went back (about 37.5 and 38 minutes with HA whole). One phase of four lanes
 // (the VM in a lane of its own beside the two, the certificates' expiry in another) kept the
-// machine 95-100 % busy: with the VM's cgroup at a quarter of a host's CPU weight (8b33102) the
+// machine 92-100 % busy: with the VM's cgroup at a quarter of a host's CPU weight (8b33102) the
 // VM got 0.1-0.3 cores and its kubelet said "container runtime is down"; at a host's weight
-// (bab43b2) the external etcd's CA rotation failed (an etcd member not ready for 5 minutes in
-// the reissue phase, as at a4aa4ec: docs/testing.md), so the VM runs after them again.
+// (bab43b2) the VM's local volume did not provision within 120 s and the external etcd's CA
+// rotation failed (an etcd member not ready for 5 minutes in the reissue phase, as at a4aa4ec:
+// docs/testing.md), so the VM runs after them again.
 var phases = [][][]string{
 	{
 		{"TestHAControlPlaneGrowsSurvivesAMasterAndShrinks", "TestApplyLabClusterEndToEnd", "TestConformance", "TestBareHostsEveryMinor"},

@@ -81,8 +81,9 @@ func (p etcdPlan) startOrder(masters []inventory.Node) (fresh, rolling, joining 
 	return fresh, rolling, joining
 }
 
-// rollIfSeveral is the rule both start orders keep: running masters roll one at a time only when two or
-// more run; a single running one has no one to hand over to and starts with the fresh ones.
+// rollIfSeveral is the rule both start orders keep: running masters roll one at a time only
+// when two or more run; a single running one has no one to hand over to and starts with the
+// fresh ones.
 func rollIfSeveral(fresh, rolling []inventory.Node) ([]inventory.Node, []inventory.Node) {
 	if len(rolling) < 2 {
 		return append(fresh, rolling...), nil
